@@ -1,0 +1,49 @@
+"""iodl._native: the per-I/O loop in C (see native/). Python runs per step, never per I/O.
+
+A *plan* is a numpy array of PLAN_DTYPE rows (file index into `fds`, byte offset, byte length);
+the engine keeps `depth` requests of it in flight and returns counters; the latency histogram is
+accumulated in place into a caller-owned int64 array of HIST_BUCKETS (fio's log-linear bucket
+function with HIST_BITS sub-bucket bits, in nanoseconds, extended to ~137 s).
+"""
+from typing import Sequence, TypedDict
+
+import numpy as np
+
+HIST_BITS: int        # 6: 64 linear sub-buckets per power of two (bucket midpoint error <= 0.78%)
+HIST_BUCKETS: int     # 2048: covers 0 .. 2**37 ns; larger values land in the last bucket
+DEPTH_BUCKETS: int    # 7: in-flight depth at submit, binned as fio's iodepth_level: 1,2,4,8,16,32,>=64
+ALIGN: int            # 4096: buffer/offset/length alignment used for O_DIRECT
+
+def engines() -> list[str]: ...                # compiled-in engine names: null, psync, aio, uring
+def probe(engine: str) -> int: ...             # 0 if usable on this kernel, else an errno (ENOSYS, EPERM...)
+def hist_index(ns: int) -> int: ...            # bucket of a latency (for tests; mirrors the C inline)
+def resident_bytes(fd: int, offset: int, length: int) -> int: ...  # page-cache bytes of a range (mincore/cachestat)
+
+class RunStats(TypedDict):
+    done: int            # plan rows completed (rows [0, done) are finished; a deadline or error stops early)
+    ios: int             # completed requests (a short read re-issued for its remainder counts as one more)
+    bytes: int           # bytes delivered (exact; an O_DIRECT tail past EOF counts only what read returned)
+    cached_bytes: int    # of `bytes`, those that were in the page cache before this engine first touched the file
+    errors: int
+    first_errno: int     # 0 if no error
+    first_error_row: int # plan row of the first error, -1 if none
+    t_start_ns: int      # CLOCK_MONOTONIC at the first submit
+    t_end_ns: int        # CLOCK_MONOTONIC at the last completion
+    depth: list[int]     # DEPTH_BUCKETS counts of in-flight depth sampled at each submit
+
+class Engine:
+    def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
+                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False) -> None: ...
+        # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
+        # delay_ns: null engine only, each request completes delay_ns after submit (sleeping, not spinning)
+        # rate_bps: 0 = unpaced; else fio's rate semantics: behind schedule -> issue at once,
+        #           ahead -> drain everything in flight, then sleep until the schedule allows the next one
+        # cache_check: buffered reads measure cached_bytes (residency snapshot per fd at its first use)
+    def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0) -> RunStats: ...
+        # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
+    def forget(self, fd: int) -> None: ...     # drop the residency snapshot of fd (call before closing it)
+    def close(self) -> None: ...
+    def __enter__(self) -> "Engine": ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def monotonic_ns() -> int: ...                 # the engine's clock (CLOCK_MONOTONIC), for deadlines

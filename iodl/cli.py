@@ -1,0 +1,75 @@
+"""Command line: a registry of subcommands, imported lazily so `iodl --help` starts no MPI."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+from . import __version__
+from .comm import launched_by_mpi, launcher_rank
+from .errors import IodlError
+
+# name -> (module, one-line help); modules are imported only when their command runs
+COMMANDS = {
+    "read": ("iodl.cmd.read", "replay a read pattern against one or more dataset roots"),
+    "generate": ("iodl.cmd.generate", "write a workload's dataset under one or more roots"),
+    "probe": ("iodl.cmd.probe", "show what this machine supports (O_DIRECT, aio, io_uring, fio, MPI)"),
+    "fio-compare": ("iodl.cmd.fio_compare", "run a fio job file with fio and with iodl, side by side"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # Under mpirun every rank parses the same argv: let rank 0 alone print the usage error.
+        if launcher_rank() == 0:
+            self.print_usage(sys.stderr)
+            sys.stderr.write(f"iodl: error: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="iodl", description="Storage I/O workload generator for deep-learning data access.")
+    parser.add_argument("--version", action="version", version=f"iodl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if "--help" in sys.argv or "-h" in sys.argv or name in sys.argv:
+            # Only the chosen command's module is imported to add its options.
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def _fail(message: str, code: int) -> int:
+    rank = launcher_rank()
+    prefix = f"iodl: error (rank {rank}): " if launched_by_mpi() and rank else "iodl: error: "
+    sys.stderr.write(prefix + message.replace("\n", " ") + "\n")
+    sys.stderr.flush()
+    return code
+
+
+def _abort_if_mpi(code: int) -> None:
+    """Under MPI, one failing rank ends the whole job now instead of leaving the others in a collective."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        mpi.COMM_WORLD.Abort(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args) or 0)
+    except IodlError as exc:
+        code = _fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        code = _fail(str(exc), 1)
+    except KeyboardInterrupt:
+        code = _fail("interrupted", 130)
+    except Exception:
+        traceback.print_exc()
+        code = _fail("internal error (traceback above); please report it", 70)
+    _abort_if_mpi(code)
+    return code

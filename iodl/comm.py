@@ -1,0 +1,135 @@
+"""The communicator iodl passes around: MPI when launched by mpirun, a serial stand-in otherwise.
+
+No module-level MPI import: importing mpi4py.MPI runs MPI_Init, which `iodl --help`, `iodl probe`
+and `iodl fio-compare` must never do. Waiting is done by sleep-polling non-blocking collectives so
+that 72 ranks on 2 cores leave the CPU to the ranks doing I/O.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import numpy as np
+
+# Variables that mpiexec launchers (MPICH/Hydra, Open MPI, Slurm PMI) set in every rank.
+_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+def launched_by_mpi() -> bool:
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def launcher_rank() -> int:
+    """This process's rank as the launcher told it, without initialising MPI (0 if unknown)."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if var in os.environ:
+            try:
+                return int(os.environ[var])
+            except ValueError:
+                pass
+    return 0
+
+
+class SerialComm:
+    """One process, same methods as MpiComm."""
+
+    rank = 0
+    size = 1
+    is_mpi = False
+
+    def barrier(self) -> None:
+        pass
+
+    def bcast(self, obj, root: int = 0):
+        return obj
+
+    def gather(self, obj, root: int = 0):
+        return [obj]
+
+    def allgather(self, obj):
+        return [obj]
+
+    def allreduce(self, value, op: str = "sum"):
+        return value
+
+    def reduce_array(self, array: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray:
+        return array.copy()
+
+    def node_comm(self) -> "SerialComm":
+        return self
+
+    def hostname(self) -> str:
+        return socket.gethostname()
+
+    def abort(self, code: int) -> None:
+        os._exit(code)
+
+
+class MpiComm:
+    """mpi4py's COMM_WORLD (or a sub-communicator) behind iodl's small interface."""
+
+    is_mpi = True
+
+    def __init__(self, comm=None):
+        from mpi4py import MPI  # initialises MPI on first use
+
+        self._MPI = MPI
+        self._comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self._comm.Get_rank()
+        self.size = self._comm.Get_size()
+        self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
+
+    def _wait(self, request) -> None:
+        # Sleep-poll instead of MPI's busy-wait: an oversubscribed node must not burn its cores here.
+        pause = 20e-6
+        while not request.Test():
+            time.sleep(pause)
+            pause = min(pause * 2, 2e-3)
+
+    def barrier(self) -> None:
+        self._wait(self._comm.Ibarrier())
+
+    def bcast(self, obj, root: int = 0):
+        self.barrier()  # ranks arrive at different times; wait politely before the blocking call
+        return self._comm.bcast(obj, root=root)
+
+    def gather(self, obj, root: int = 0):
+        self.barrier()
+        return self._comm.gather(obj, root=root)
+
+    def allgather(self, obj):
+        self.barrier()
+        return self._comm.allgather(obj)
+
+    def allreduce(self, value, op: str = "sum"):
+        self.barrier()
+        return self._comm.allreduce(value, op=self._ops[op])
+
+    def reduce_array(self, array: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray:
+        send = np.ascontiguousarray(array)
+        recv = np.empty_like(send)
+        self._wait(self._comm.Ireduce(send, recv, op=self._ops[op], root=root))
+        return recv if self.rank == root else send.copy()
+
+    def node_comm(self) -> "MpiComm":
+        return MpiComm(self._comm.Split_type(self._MPI.COMM_TYPE_SHARED))
+
+    def hostname(self) -> str:
+        return self._MPI.Get_processor_name()
+
+    def abort(self, code: int) -> None:
+        self._comm.Abort(code)
+
+
+def world():
+    """COMM_WORLD when launched by mpirun and mpi4py is importable, else the serial stand-in."""
+    if launched_by_mpi():
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            from .errors import UsageError
+
+            raise UsageError("launched by mpirun but mpi4py is not installed (pip install 'iodl[mpi]')")
+        return MpiComm()
+    return SerialComm()

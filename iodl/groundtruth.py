@@ -1,0 +1,117 @@
+"""Storage whose truth is known, on one machine: loop-mounted filesystems, blkio throttles, drop_caches.
+
+Used by the tests and benches (and by anyone checking iodl on their own box). Needs root and
+cgroup v1 blkio; see DESIGN.md "Ground truth".
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+BLKIO_ROOT = "/sys/fs/cgroup/blkio"
+
+
+def _sh(*cmd: str) -> str:
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def drop_caches() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+class LoopMount:
+    """A fresh ext4/xfs filesystem on a loop device, mounted on a temporary directory.
+
+    direct_io=True (losetup --direct-io=on) makes the loop device bypass the backing file's page
+    cache, so what reaches it is what a real disk would see; direct_io=False serves repeat reads
+    from the host page cache (CPU-bound: useful to show software overhead in benches).
+    """
+
+    def __init__(self, size: int = 1 << 30, fstype: str = "ext4", direct_io: bool = True, workdir: str | None = None):
+        self.size, self.fstype, self.direct_io = size, fstype, direct_io
+        self.workdir = workdir or "/var/tmp"
+        self.image = self.device = self.path = None
+
+    def __enter__(self) -> "LoopMount":
+        self._tmp = tempfile.mkdtemp(prefix="iodl-loop-", dir=self.workdir)
+        try:
+            self.image = os.path.join(self._tmp, "fs.img")
+            with open(self.image, "wb") as f:
+                f.truncate(self.size)
+            if self.fstype == "xfs":
+                _sh("mkfs.xfs", "-q", "-f", self.image)
+            else:
+                _sh("mkfs." + self.fstype, "-q", "-F", self.image)
+            args = ["losetup", "--find", "--show"] + (["--direct-io=on"] if self.direct_io else []) + [self.image]
+            self.device = _sh(*args)
+            self.path = os.path.join(self._tmp, "mnt")
+            os.mkdir(self.path)
+            _sh("mount", self.device, self.path)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    @property
+    def majmin(self) -> str:
+        st = os.stat(self.device)
+        return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+
+    def __exit__(self, *exc) -> None:
+        if self.path and os.path.ismount(self.path):
+            subprocess.run(["umount", self.path], check=False)
+        if self.device:
+            subprocess.run(["losetup", "-d", self.device], check=False)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class BlkioGroup:
+    """A cgroup v1 blkio group: per-device read throttles and the bytes that reached each device.
+
+    Processes started with preexec_fn=group.enter (and all their children, e.g. every rank that
+    mpiexec starts) are throttled and counted.
+    """
+
+    def __init__(self, name: str = "iodl"):
+        self.path = os.path.join(BLKIO_ROOT, f"{name}-{os.getpid()}")
+
+    def __enter__(self) -> "BlkioGroup":
+        os.makedirs(self.path, exist_ok=True)
+        return self
+
+    def throttle_read(self, majmin: str, bytes_per_s: int) -> None:
+        with open(os.path.join(self.path, "blkio.throttle.read_bps_device"), "w") as f:
+            f.write(f"{majmin} {int(bytes_per_s)}\n")
+
+    def enter(self, pid: int | None = None) -> None:
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(f"{pid or os.getpid()}\n")
+
+    def read_bytes(self, majmin: str) -> int:
+        """Bytes read from the device by this group's processes (blkio.throttle.io_service_bytes)."""
+        with open(os.path.join(self.path, "blkio.throttle.io_service_bytes")) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == majmin and parts[1] == "Read":
+                    return int(parts[2])
+        return 0
+
+    def __exit__(self, *exc) -> None:
+        # A cgroup can only be removed once empty: move any survivors back to the root group.
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as f:
+                pids = f.read().split()
+            for pid in pids:
+                try:
+                    with open(os.path.join(BLKIO_ROOT, "cgroup.procs"), "w") as f:
+                        f.write(pid + "\n")
+                except OSError:
+                    pass
+            os.rmdir(self.path)
+        except OSError:
+            pass
