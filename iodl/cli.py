@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = _Parser(prog="iodl", description="Storage I/O workload generator for deep-learning data access.")
     parser.add_argument("--version", action="version", version=f"iodl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        if "--help" in sys.argv or "-h" in sys.argv or name in sys.argv:
+        if "--help" in argv or "-h" in argv or name in argv:
             # Only the chosen command's module is imported to add its options.
             importlib.import_module(module).add_arguments(p)
     return parser
@@ -58,11 +58,15 @@ def _abort_if_mpi(code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
     except IodlError as exc:
+        if getattr(exc, "collective", False):
+            # Every rank knows; rank 0 says it once and nobody needs to abort the job.
+            return _fail(str(exc), exc.exit_code) if launcher_rank() == 0 else exc.exit_code
         code = _fail(str(exc), exc.exit_code)
     except OSError as exc:
         code = _fail(str(exc), 1)

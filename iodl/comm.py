@@ -133,3 +133,28 @@ def world():
             raise UsageError("launched by mpirun but mpi4py is not installed (pip install 'iodl[mpi]')")
         return MpiComm()
     return SerialComm()
+
+
+def collective(comm, fn):
+    """Run `fn` on every rank; if it raised an IodlError on any, every rank raises one.
+
+    Bad input is usually seen by all ranks alike: rank 0 prints it once and all exit cleanly with
+    no MPI abort. A rank that alone fails (a root missing on one node) is named in the message.
+    """
+    from .errors import IodlError
+
+    try:
+        value, failure = fn(), None
+    except IodlError as exc:
+        value, failure = None, (type(exc).__name__, str(exc), exc.exit_code)
+    failures = comm.allgather(failure) if comm.size > 1 else [failure]
+    bad = [(r, f) for r, f in enumerate(failures) if f is not None]
+    if bad:
+        rank, (_kind, message, code) = bad[0]
+        if len({f[1] for _r, f in bad}) > 1 or len(bad) < comm.size:
+            message = f"rank {rank}: {message}" + (f" (and {len(bad) - 1} more rank(s))" if len(bad) > 1 else "")
+        err = IodlError(message)
+        err.exit_code = code
+        err.collective = True
+        raise err
+    return value

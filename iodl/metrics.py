@@ -1,0 +1,101 @@
+"""Per-rank counters and their reduction to rank 0 (DESIGN.md "Definitions").
+
+Times are seconds since the start barrier, taken on each rank's own monotonic clock: the barrier
+is the common origin, so ranks on different hosts need no synchronised clocks. Cross-rank
+windows follow IOR: MIN of starts, MAX of ends.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import histogram
+
+MB = 1e6
+
+
+@dataclass
+class RankResult:
+    rank: int
+    host: str
+    mount: int
+    bytes: int = 0
+    ios: int = 0
+    cached_bytes: int = 0
+    errors: int = 0
+    t_start: float = math.inf
+    t_end: float = -math.inf
+    hist: np.ndarray = field(default_factory=histogram.empty)
+    depth: np.ndarray = field(default_factory=lambda: np.zeros(histogram.DEPTH_BUCKETS, dtype=np.int64))
+
+    def add(self, stats: dict, t0_ns: int) -> None:
+        """Fold one engine run (whose histogram was accumulated into self.hist) into the counters."""
+        if not stats["ios"]:
+            return
+        self.bytes += stats["bytes"]
+        self.ios += stats["ios"]
+        self.cached_bytes += stats["cached_bytes"]
+        self.errors += stats["errors"]
+        self.t_start = min(self.t_start, (stats["t_start_ns"] - t0_ns) / 1e9)
+        self.t_end = max(self.t_end, (stats["t_end_ns"] - t0_ns) / 1e9)
+        self.depth += np.asarray(stats["depth"], dtype=np.int64)
+
+    def scalars(self) -> dict:
+        return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
+                                              "errors", "t_start", "t_end")}
+
+
+def summarize(parts: list[dict], hist: np.ndarray) -> dict:
+    """The DESIGN.md figures for a group of ranks (one mount, or all)."""
+    active = [p for p in parts if p["ios"]]
+    total_bytes = sum(p["bytes"] for p in parts)
+    cached = sum(p["cached_bytes"] for p in parts)
+    ios = sum(p["ios"] for p in parts)
+    window = (max(p["t_end"] for p in active) - min(p["t_start"] for p in active)) if active else 0.0
+    rate = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
+    return {
+        "bytes": total_bytes,
+        "ios": ios,
+        "window_s": window,
+        "bandwidth_MBps": rate(total_bytes) / MB,
+        "iops": rate(ios),
+        "latency_us": histogram.summary_us(hist),
+        "cache_hit_fraction": cached / total_bytes if total_bytes else 0.0,
+        "storage_bandwidth_MBps": rate(total_bytes - cached) / MB,
+        "errors": sum(p["errors"] for p in parts),
+    }
+
+
+def reduce_results(comm, mine: RankResult, mount_paths: list[str]) -> dict | None:
+    """Gather every rank's counters to rank 0; sum histograms per mount with a buffer collective."""
+    n = len(mount_paths)
+    hists = np.zeros((n, len(mine.hist)), dtype=np.int64)
+    hists[mine.mount] = mine.hist
+    depth = np.zeros((n, len(mine.depth)), dtype=np.int64)
+    depth[mine.mount] = mine.depth
+    hists = comm.reduce_array(hists, "sum")
+    depth = comm.reduce_array(depth, "sum")
+    parts = comm.gather(mine.scalars())
+    if comm.rank != 0:
+        return None
+    parts.sort(key=lambda p: p["rank"])
+    mounts = []
+    for m, path in enumerate(mount_paths):
+        group = [p for p in parts if p["mount"] == m]
+        entry = {"path": path, "ranks": [p["rank"] for p in group]}
+        entry.update(summarize(group, hists[m]))
+        entry["depth"] = depth[m].tolist()
+        mounts.append(entry)
+    total = summarize(parts, hists.sum(axis=0))
+    total["depth"] = depth.sum(axis=0).tolist()
+    return {
+        "ranks": len(parts),
+        "hosts": sorted({p["host"] for p in parts}),
+        "window_s": total["window_s"],
+        "total": total,
+        "mounts": mounts,
+        "per_rank": [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}
+                     for p in parts],
+    }

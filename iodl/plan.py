@@ -1,0 +1,67 @@
+"""Plans: what each rank reads, as numpy arrays the engine runs. Deterministic from one seed.
+
+Plans never do I/O and never know the engine. A shard is read whole and sequentially in
+block_size requests; the file column indexes the list of shards handed to the engine with it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PLAN_DTYPE = np.dtype([("file", "<u8"), ("offset", "<u8"), ("length", "<u8")])
+
+
+def mount_of(rank: int, n_mounts: int) -> int:
+    """Ranks map to mounts round-robin (DESIGN.md)."""
+    return rank % n_mounts
+
+
+def ranks_of_mount(mount: int, n_mounts: int, size: int) -> list[int]:
+    return list(range(mount, size, n_mounts))
+
+
+def shard_plan(sizes: list[int] | np.ndarray, block_size: int) -> np.ndarray:
+    """Rows that read each shard whole, in order, in block_size requests (the last one short)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    counts = (sizes + block_size - 1) // block_size
+    plan = np.empty(int(counts.sum()), dtype=PLAN_DTYPE)
+    plan["file"] = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    offset = (np.arange(len(plan), dtype=np.int64) - np.repeat(starts, counts)) * block_size
+    plan["offset"] = offset
+    plan["length"] = np.minimum(block_size, np.repeat(sizes, counts) - offset)
+    return plan
+
+
+def random_order(n_shards: int, seed: int, rank: int, epoch: int) -> np.ndarray:
+    """This rank's shard order for one pass: a seeded permutation, different per rank and epoch."""
+    return np.random.default_rng([seed, rank, epoch]).permutation(n_shards)
+
+
+def validate_share(n_shards: int, index_in_mount: int, ranks_in_mount: int) -> np.ndarray:
+    """One pass over a mount's shards split across the ranks that read it (every shard once)."""
+    return np.arange(index_in_mount, n_shards, ranks_in_mount)
+
+
+class ShardStream:
+    """Successive groups of whole shards for one rank, each group large enough that the engine
+    keeps its queue full across shard boundaries, but bounded in open files."""
+
+    def __init__(self, order_fn, sizes: np.ndarray, group_bytes: int = 256 << 20, group_files: int = 64):
+        self._order_fn = order_fn          # epoch -> array of shard indices, or None when exhausted
+        self._sizes = sizes
+        self._group_bytes, self._group_files = group_bytes, group_files
+        self._epoch, self._queue = 0, np.empty(0, dtype=np.int64)
+
+    def next_group(self) -> np.ndarray | None:
+        """Shard indices for the next engine call; None when the stream is exhausted."""
+        picked, total = [], 0
+        while total < self._group_bytes and len(picked) < self._group_files:
+            if not len(self._queue):
+                order = self._order_fn(self._epoch)
+                if order is None or not len(order):
+                    break
+                self._queue, self._epoch = np.asarray(order, dtype=np.int64), self._epoch + 1
+            picked.append(int(self._queue[0]))
+            total += int(self._sizes[self._queue[0]])
+            self._queue = self._queue[1:]
+        return np.asarray(picked, dtype=np.int64) if picked else None

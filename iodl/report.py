@@ -1,0 +1,56 @@
+"""What rank 0 shows and writes: the rich tables and the result file (DESIGN.md "Result file")."""
+from __future__ import annotations
+
+import json
+import os
+
+from rich.console import Console
+from rich.table import Table
+
+SCHEMA = "iodl.result/1"
+
+
+def _row(name: str, ranks: str, s: dict, buffered: bool) -> list[str]:
+    lat = s["latency_us"]
+    cells = [name, ranks, f"{s['bandwidth_MBps']:,.1f}", f"{s['iops']:,.0f}",
+             f"{lat['p50']:,.0f}", f"{lat['p99']:,.0f}", f"{lat['p999']:,.0f}", f"{lat['max']:,.0f}"]
+    if buffered:
+        cells += [f"{100 * s['cache_hit_fraction']:.1f}%", f"{s['storage_bandwidth_MBps']:,.1f}"]
+    return cells
+
+
+def print_result(result: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    buffered = not result["direct"]
+    title = (f"iodl {result['pattern']}: {result['ranks']} rank(s), engine {result['engine']}, "
+             f"{'buffered' if buffered else 'O_DIRECT'}, iodepth {result['iodepth']}, "
+             f"window {result['window_s']:.2f} s")
+    table = Table(title=title)
+    for col in ("mount", "ranks", "MB/s", "IOPS", "p50 µs", "p99 µs", "p99.9 µs", "max µs"):
+        table.add_column(col, justify="left" if col == "mount" else "right")
+    if buffered:
+        table.add_column("cache hit", justify="right")
+        table.add_column("storage MB/s", justify="right")
+    mounts = result["mounts"]
+    for m in mounts:
+        table.add_row(*_row(m["path"], _ranks(m["ranks"]), m, buffered))
+    if len(mounts) > 1:
+        table.add_section()
+        table.add_row(*_row("total", str(result["ranks"]), result["total"], buffered), style="bold")
+    console.print(table)
+    if result["total"]["errors"]:
+        console.print(f"[red]{result['total']['errors']} read error(s)[/]")
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks)) if len(ranks) <= 6 else f"{len(ranks)} ranks"
+
+
+def write_result(result: dict, path: str) -> None:
+    """Write atomically: a reader never sees half a file, and an existing file is replaced only
+    once the new one is complete."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)

@@ -1,0 +1,48 @@
+"""Shared test helpers: run the iodl CLI as a user would, make files, find mpiexec."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+BIN = os.path.dirname(sys.executable)
+
+
+def mpiexec() -> str | None:
+    return shutil.which("mpiexec", path=BIN + os.pathsep + os.environ.get("PATH", ""))
+
+
+def iodl(*args: str, ranks: int = 0, timeout: float = 300, preexec_fn=None, env=None) -> subprocess.CompletedProcess:
+    """Run `python -m iodl ARGS` (under `mpiexec -n RANKS` when ranks > 0)."""
+    cmd = [sys.executable, "-m", "iodl", *args]
+    if ranks:
+        exe = mpiexec()
+        assert exe, "mpiexec not found next to the test interpreter (pip install mpich)"
+        cmd = [exe, "-n", str(ranks), *cmd]
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn, env=full_env)
+
+
+def write_random_files(directory: str, count: int, size: int, prefix: str = "shard") -> list[str]:
+    """Incompressible files written and synced, so that reads must come from the device."""
+    paths = []
+    chunk = os.urandom(1 << 20)
+    for i in range(count):
+        path = os.path.join(directory, f"{prefix}-{i:04d}.bin")
+        with open(path, "wb") as f:
+            left = size
+            while left:
+                n = min(left, len(chunk))
+                f.write(chunk[:n])
+                left -= n
+            f.flush()
+            os.fsync(f.fileno())
+        paths.append(path)
+    return paths
+
+
+def load_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)

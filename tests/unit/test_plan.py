@@ -1,0 +1,47 @@
+import numpy as np
+import pytest
+
+from iodl import plan
+
+
+@pytest.mark.parametrize("sizes,bs", [([10, 4096, 0, 5000], 4096), ([1 << 20, (1 << 20) + 123, 1], 1 << 20), ([7] * 5, 3)])
+def test_shard_plan_reads_every_byte_once_in_order(sizes, bs):
+    p = plan.shard_plan(sizes, bs)
+    for i, size in enumerate(sizes):
+        rows = p[p["file"] == i]
+        assert int(rows["length"].sum()) == size
+        assert (rows["length"] <= bs).all() and (rows["length"] > 0).all()
+        ends = rows["offset"] + rows["length"]
+        assert (rows["offset"][1:] == ends[:-1]).all()          # sequential, no gap, no overlap
+    assert (np.diff(p["file"].astype(np.int64)) >= 0).all()      # shard after shard
+
+
+def test_random_order_is_seeded_and_differs_per_rank_and_epoch():
+    a = plan.random_order(100, 7, 0, 0)
+    assert (a == plan.random_order(100, 7, 0, 0)).all()
+    assert sorted(a) == list(range(100))
+    assert not (a == plan.random_order(100, 7, 1, 0)).all()
+    assert not (a == plan.random_order(100, 7, 0, 1)).all()
+    assert not (a == plan.random_order(100, 8, 0, 0)).all()
+
+
+@pytest.mark.parametrize("n_shards,n_ranks", [(8, 3), (3, 8), (1024, 72), (0, 2)])
+def test_validate_shares_cover_every_shard_once(n_shards, n_ranks):
+    shares = np.concatenate([plan.validate_share(n_shards, j, n_ranks) for j in range(n_ranks)])
+    assert sorted(shares.tolist()) == list(range(n_shards))
+
+
+def test_ranks_map_to_mounts_round_robin():
+    assert [plan.mount_of(r, 3) for r in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert plan.ranks_of_mount(1, 3, 7) == [1, 4]
+
+
+def test_shard_stream_groups_whole_shards_until_exhausted():
+    sizes = np.array([100, 200, 300, 400])
+    stream = plan.ShardStream(lambda e: np.arange(4) if e == 0 else None, sizes, group_bytes=350, group_files=64)
+    groups = []
+    while (g := stream.next_group()) is not None:
+        groups.append(g.tolist())
+    assert groups == [[0, 1, 2], [3]]
+    stream = plan.ShardStream(lambda e: np.arange(4), sizes, group_bytes=10**9, group_files=3)
+    assert [len(stream.next_group()) for _ in range(3)] == [3, 3, 3]    # endless, bounded in files
