@@ -15,7 +15,8 @@ from . import _native, plan
 from .errors import IodlError, UsageError
 from .metrics import RankResult
 
-PATTERNS = ("storage-only", "validate")
+PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
+STEP_PATTERNS = ("train-sync", "infer-async")
 
 
 @dataclass

@@ -38,8 +38,28 @@ def print_result(result: dict, console: Console | None = None) -> None:
         table.add_section()
         table.add_row(*_row("total", str(result["ranks"]), result["total"], buffered), style="bold")
     console.print(table)
+    if result.get("train"):
+        _print_train(result["train"], result["pattern"], console)
+    if result.get("partial"):
+        console.print("[yellow]stopped early by a signal: the result is partial[/]")
     if result["total"]["errors"]:
         console.print(f"[red]{result['total']['errors']} read error(s)[/]")
+
+
+def _print_train(t: dict, pattern: str, console: Console) -> None:
+    table = Table(title=f"{pattern}: accelerator view (AU leaves out: {t['au_excluded_steps']})")
+    for col in ("steps/rank", "AU", "samples/s", "step p50 s", "step p99 s", "compute s", "data wait s", "barrier wait s"):
+        table.add_column(col, justify="right")
+    au = f"{100 * t['au']:.1f}%"
+    au = f"[green]{au}[/]" if t["au"] >= t["au_threshold"] else f"[red]{au}[/]"
+    table.add_row(str(t["steps"]), au, f"{t['samples_per_s']:,.1f}", f"{t['step_time_s']['p50']:.4f}",
+                  f"{t['step_time_s']['p99']:.4f}", f"{t['compute_s_per_step']:.4f}",
+                  f"{t['data_wait_s_per_step']:.4f}", f"{t['barrier_wait_s_per_step']:.4f}")
+    console.print(table)
+    spread = t.get("per_rank_samples_per_s")
+    if spread:
+        console.print(f"per-rank samples/s: min {spread['min']:,.1f}, median {spread['median']:,.1f}, "
+                      f"max {spread['max']:,.1f} (the total is over the common window, not a sum of these)")
 
 
 def _ranks(ranks: list[int]) -> str:
