@@ -1,0 +1,94 @@
+"""`iodl fio-compare job.fio`: run a fio job file with fio and with iodl on the same files, side by side."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+HELP = "run a fio job file with fio and with iodl, side by side"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("jobfile", help="fio job file (read-path options; see docs/fio-compare.md)")
+    parser.add_argument("--directory", help="override every job's directory= (where the files are)")
+    parser.add_argument("--scale", type=float, help="multiply size=/io_size=/filesize= (e.g. 0.001 for a small machine)")
+    parser.add_argument("--runtime", type=float, metavar="S", help="override runtime= (seconds)")
+    parser.add_argument("--ramp-time", type=float, metavar="S", help="override ramp_time= (seconds)")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--fio-json", metavar="FILE", help="use this fio --output-format=json(+) result instead of running fio")
+    src.add_argument("--no-fio", action="store_true", help="run iodl alone")
+    parser.add_argument("--fio", default="fio", help="fio binary (default: fio on PATH)")
+    parser.add_argument("--out", metavar="FILE", help="write the comparison as JSON (schema iodl.fio-compare/1)")
+    parser.add_argument("--keep-jobfile", metavar="FILE", help="also write the derived job file both tools ran")
+
+
+def run(args) -> int:
+    from ..comm import world
+    from ..errors import UsageError
+    from ..fio import compare, layout
+    from ..fio import run as iodl_run
+
+    if args.scale is not None and not args.scale > 0:
+        raise UsageError("--scale must be > 0")
+    for name in ("runtime", "ramp_time"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
+    # Everything that can be wrong with the job file is found before any I/O, on every rank.
+    text, jobs = compare.derive_jobfile(args.jobfile, args.directory, args.scale, args.runtime, args.ramp_time)
+    plans = {i: iodl_run.plan_job(job) for i, job in enumerate(jobs)}
+    comm = world()
+    buffered = any(not p.direct for p in plans.values())
+    drop = buffered and os.geteuid() == 0
+
+    fio_data = None
+    if comm.rank == 0:
+        for p in plans.values():
+            layout.lay_out([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
+        if args.keep_jobfile:
+            with open(args.keep_jobfile, "w") as f:
+                f.write(text)
+        if args.fio_json:
+            fio_data = compare.load_fio_json(args.fio_json)
+        elif not args.no_fio:
+            with tempfile.NamedTemporaryFile("w", suffix=".fio", prefix="iodl-fio-") as f:
+                f.write(text)
+                f.flush()
+                _drop(drop)
+                fio_data = compare.run_fio(f.name, args.fio)
+
+    # iodl: one reporting group after another (stonewall), all clones of a group at once
+    groups = compare.groups_of(jobs)
+    results = []
+    for g in sorted(set(groups)):
+        if comm.rank == 0:
+            _drop(drop)
+        results += iodl_run.run_clones({i: p for i, p in plans.items() if groups[i] == g}, comm)
+    if comm.rank != 0:
+        return 0
+
+    iodl_job, iodl_group = compare.iodl_sides(results, jobs)
+    fio_job, fio_group = ({}, {})
+    if fio_data is not None:
+        fio_job, fio_group = compare.fio_sides(fio_data, jobs, [p.numjobs for p in plans.values()])
+    meta = {"jobfile": os.path.abspath(args.jobfile), "fio_version": (fio_data or {}).get("fio version"),
+            "ranks": comm.size, "caches_dropped": drop,
+            "overrides": {"directory": args.directory, "scale": args.scale, "runtime_s": args.runtime,
+                          "ramp_time_s": args.ramp_time}}
+    doc = compare.document(jobs, fio_job, iodl_job, fio_group, iodl_group, meta)
+
+    from rich.console import Console
+
+    compare.render(doc, Console())
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    return 0
+
+
+def _drop(enabled: bool) -> None:
+    if enabled:
+        from ..groundtruth import drop_caches
+
+        drop_caches()

@@ -1,0 +1,277 @@
+"""fio vs iodl on one job file: derive the job file both run, run them, put the numbers side by side.
+
+fio's JSON units (stat.c): `bw` KiB/s whatever kb_base says, `bw_bytes` B/s, `runtime` ms (after the
+ramp), latencies ns. Aggregates follow fio's group rule: sum(bytes) / max(runtime); percentiles come
+from merged histograms (json+ `bins` for fio, the engine's buckets for iodl), first bucket whose
+cumulative count reaches p% (stat.c calc_clat_percentiles).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from ..errors import IodlError, UsageError
+from .jobfile import Job, JobFileError, Percent, Section, read_sections, resolve
+
+SCHEMA = "iodl.fio-compare/1"
+PERCENTILES = {"p50": 50.0, "p99": 99.0, "p999": 99.9}
+DEPTH_KEYS = ["1", "2", "4", "8", "16", "32", ">=64"]   # fio's iodepth_level = the engine's DEPTH_BUCKETS
+
+
+# ---------------------------------------------------------------------------------------------
+# The job file both tools run
+
+def derive_jobfile(path: str, directory: str | None = None, scale: float | None = None,
+                   runtime_s: float | None = None, ramp_s: float | None = None, env=None) -> tuple[str, list[Job]]:
+    """The job file with includes inlined, variables expanded and overrides appended to each job.
+
+    Every job is checked against what iodl honours first, so errors name the user's file and line.
+
+    Overrides are written into every [job] section (below its [global]s, so they win) in units
+    that need no kb_base: sizes in bytes, times in microseconds. Returns (text, jobs parsed from it).
+    """
+    sections = read_sections(path, env=env)
+    jobs = resolve(sections)
+    if not jobs:
+        raise JobFileError(f"no jobs in {path}")
+    from .run import plan_job
+
+    for job in jobs:
+        plan_job(job)
+    extra: dict[str, list[str]] = {}
+    for job in jobs:
+        lines = []
+        if directory is not None:
+            lines.append(f"directory={directory}")
+        if scale is not None:
+            for key in ("size", "io_size"):
+                value = job.get(key)
+                if isinstance(value, Percent) or not value:
+                    continue
+                lines.append(f"{key}={max(1, int(value * scale))}")
+            if job.get("filesize"):
+                lo, hi = job.values["filesize"][0]
+                lines.append(f"filesize={max(1, int(lo * scale))}-{max(1, int(hi * scale))}")
+        if runtime_s is not None:
+            lines.append(f"runtime={int(runtime_s * 1e6)}us")
+        if ramp_s is not None:
+            lines.append(f"ramp_time={int(ramp_s * 1e6)}us")
+        extra[job.name + f"@{job.line}"] = lines
+    out = [f"; derived by iodl fio-compare from {os.path.abspath(path)}"]
+    for section in sections:
+        out.append(f"[{section.name}]")
+        for o in section.options:
+            if directory is not None and o.key == "directory":
+                # replaced where written, not only overridden: fio checks a [global] directory exists
+                out.append(f"directory={directory}")
+                continue
+            out.append(o.key if o.value is None else f"{o.key}={o.value}")
+        if not section.is_global:
+            out.extend(extra.get(section.name + f"@{section.line}", []))
+    text = "\n".join(out) + "\n"
+    return text, resolve(read_sections(path, text=text, env={}, keywords={}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-side results
+
+def percentile_values(values: np.ndarray, counts: np.ndarray) -> dict:
+    """fio's rule over (bucket value, count) pairs: the first value whose cumulative count >= p% of N."""
+    order = np.argsort(values)
+    values, counts = values[order], counts[order]
+    total = counts.sum()
+    if not total:
+        return {k: None for k in PERCENTILES}
+    cum = np.cumsum(counts)
+    return {k: float(values[np.searchsorted(cum, p / 100 * total, side="left")]) / 1000 for k, p in PERCENTILES.items()}
+
+
+def side(nbytes: int, ios: int, runtime_s: float, lat_us: dict, depth: list | None, cpu_pct: float | None) -> dict:
+    return {
+        "bytes": int(nbytes), "ios": int(ios), "runtime_s": runtime_s,
+        "bandwidth_MBps": nbytes / runtime_s / 1e6 if runtime_s else 0.0,
+        "iops": ios / runtime_s if runtime_s else 0.0,
+        "latency_us": lat_us,
+        "depth_pct": dict(zip(DEPTH_KEYS, depth)) if depth is not None else None,
+        "cpu_pct": cpu_pct,
+    }
+
+
+def _fio_merge(entries: list[dict]) -> dict:
+    """One [job] (its clones) or one group from fio's jobs[] entries, by fio's group rule."""
+    reads = [e["read"] for e in entries]
+    nbytes = sum(r["io_bytes"] for r in reads)
+    ios = sum(r["total_ios"] for r in reads)
+    runtime_s = max(r["runtime"] for r in reads) / 1000
+    bins = [r.get("clat_ns", {}).get("bins") for r in reads]
+    if all(bins):
+        values = np.array([int(k) for b in bins for k in b], dtype=np.float64)
+        counts = np.array([c for b in bins for c in b.values()], dtype=np.float64)
+        lat = percentile_values(values, counts)
+    elif len(reads) == 1 and "percentile" in reads[0].get("clat_ns", {}):
+        pct = reads[0]["clat_ns"]["percentile"]
+        lat = {k: pct.get(f"{p:f}", 0) / 1000 or None for k, p in PERCENTILES.items()}
+    else:
+        lat = {k: None for k in PERCENTILES}   # plain json of several clones: percentiles cannot be merged
+    n = sum(r["clat_ns"]["N"] for r in reads)
+    lat["mean"] = sum(r["clat_ns"]["mean"] * r["clat_ns"]["N"] for r in reads) / n / 1000 if n else None
+    weights = np.array([r["total_ios"] for r in reads], dtype=np.float64)
+    levels = np.array([[e.get("iodepth_level", {}).get(k, 0.0) for k in DEPTH_KEYS] for e in entries])
+    depth = list(np.average(levels, axis=0, weights=weights if weights.sum() else None))
+    cpu = float(np.mean([e.get("usr_cpu", 0) + e.get("sys_cpu", 0) for e in entries]))
+    return side(nbytes, ios, runtime_s, lat, [round(d, 3) for d in depth], cpu)
+
+
+def _iodl_percentiles(hist: np.ndarray) -> dict:
+    from .. import histogram   # fio's bucket function and percentile rule
+
+    got = histogram.percentiles(hist, PERCENTILES.values())
+    return {k: got[p] for k, p in PERCENTILES.items()}
+
+
+def _iodl_merge(results) -> dict:
+    hist = sum(r.hist for r in results)
+    depth = sum(r.depth for r in results)
+    runtime_s = max(r.window_ns for r in results) / 1e9
+    lat = _iodl_percentiles(hist)
+    lat["mean"] = None
+    pct = list(100 * depth / depth.sum()) if depth.sum() else [0.0] * len(DEPTH_KEYS)
+    cpu = float(np.mean([100 * r.cpu_s / (r.window_ns / 1e9) if r.window_ns else 0 for r in results]))
+    # fio's group rule, sum(bytes) / max(runtime); iodl's window ends at the clone's last completion
+    return side(sum(r.bytes for r in results), sum(r.ios for r in results), runtime_s, lat,
+                [round(float(p), 3) for p in pct], cpu)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running fio
+
+def groups_of(jobs: list[Job]) -> list[int]:
+    """fio's reporting group per job: a job with stonewall or new_group starts a new one."""
+    groups, current = [], 0
+    for i, job in enumerate(jobs):
+        if i and (job.get("stonewall") or job.get("new_group")):
+            current += 1
+        groups.append(current)
+    return groups
+
+
+def run_fio(jobfile: str, fio: str = "fio") -> dict:
+    binary = shutil.which(fio)
+    if binary is None:
+        raise UsageError(f"fio not found ({fio}); use --fio-json FILE or --no-fio")
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        proc = subprocess.run([binary, "--output-format=json+", f"--output={out.name}", jobfile],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+            raise IodlError(f"fio failed (exit {proc.returncode}): {lines[-1] if lines else 'no output'}")
+        return load_fio_json(out.name)
+
+
+def load_fio_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read fio result {path}: {exc.strerror}") from None
+    # fio may print notes before the JSON document when --output is not used
+    start = text.find("{")
+    try:
+        data = json.loads(text[start:]) if start >= 0 else None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not fio JSON output: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs", data.get("client_stats")), list):
+        raise UsageError(f"{path} is not fio JSON output (no jobs[])")
+    return data
+
+
+def fio_sides(data: dict, jobs: list[Job], numjobs: list[int]) -> tuple[dict, dict]:
+    """fio's results per job (by position: fio names every clone after its section) and per group."""
+    entries = [e for e in data.get("jobs", data.get("client_stats", [])) if e.get("jobname") != "All clients"]
+    groups = groups_of(jobs)
+    per_job: dict[int, dict] = {}
+    if len(entries) == sum(numjobs):
+        at = 0
+        for i, n in enumerate(numjobs):
+            per_job[i] = _fio_merge(entries[at:at + n])
+            at += n
+    elif len(entries) != len(set(groups)):
+        raise UsageError(f"fio result has {len(entries)} job entries, the job file makes {sum(numjobs)} clones")
+    by_group: dict[int, list] = {}
+    for e in entries:
+        by_group.setdefault(e.get("groupid", 0), []).append(e)
+    return per_job, {g: _fio_merge(es) for g, es in by_group.items()}
+
+
+def iodl_sides(results, jobs: list[Job]) -> tuple[dict, dict]:
+    groups = groups_of(jobs)
+    per_job, per_group = {}, {}
+    for i, job in enumerate(jobs):
+        mine = [r for r in results if r.job_index == i]
+        per_job[i] = _iodl_merge(mine)
+    for g in sorted(set(groups)):
+        per_group[g] = _iodl_merge([r for r in results if groups[r.job_index] == g])
+    return per_job, per_group
+
+
+def ratio(fio_side: dict | None, iodl_side: dict | None) -> dict | None:
+    if not fio_side or not iodl_side:
+        return None
+    return {k: (iodl_side[m] / fio_side[m] if fio_side[m] else None)
+            for k, m in (("bandwidth", "bandwidth_MBps"), ("iops", "iops"))}
+
+
+def document(jobs: list[Job], fio_job: dict, iodl_job: dict, fio_group: dict, iodl_group: dict, meta: dict) -> dict:
+    def entry(name, f, i):
+        return {"name": name, "fio": f, "iodl": i, "ratio": ratio(f, i)}
+
+    return {
+        "schema": SCHEMA, **meta,
+        "jobs": [entry(job.name, fio_job.get(n), iodl_job.get(n)) for n, job in enumerate(jobs)],
+        "groups": [entry(f"group {g}", fio_group.get(g), iodl_group.get(g))
+                   for g in sorted(set(fio_group) | set(iodl_group))],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Terminal report
+
+def _fmt(v, digits=1):
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _depth(d: dict | None) -> str:
+    if not d:
+        return "-"
+    top = sorted(d.items(), key=lambda kv: -kv[1])[:2]
+    return " ".join(f"{k}:{v:.0f}%" for k, v in top if v >= 0.5) or "-"
+
+
+def render(doc: dict, console) -> None:
+    from rich.table import Table
+
+    for entry in doc["jobs"] + (doc["groups"] if len(doc["jobs"]) > 1 else []):
+        f, i = entry["fio"] or {}, entry["iodl"] or {}
+        t = Table(title=f"[{entry['name']}]", title_justify="left")
+        t.add_column("metric")
+        t.add_column("fio", justify="right")
+        t.add_column("iodl", justify="right")
+        t.add_column("iodl/fio", justify="right")
+
+        def row(label, get, digits=1):
+            a, b = (get(f) if f else None), (get(i) if i else None)
+            r = f"{b / a:.3f}" if a and b is not None else "-"
+            t.add_row(label, _fmt(a, digits), _fmt(b, digits), r)
+
+        row("bandwidth MB/s", lambda s: s["bandwidth_MBps"])
+        row("IOPS", lambda s: s["iops"])
+        for key, label in (("p50", "clat p50 us"), ("p99", "clat p99 us"), ("p999", "clat p99.9 us")):
+            row(label, lambda s, key=key: s["latency_us"].get(key))
+        row("CPU % per worker", lambda s: s["cpu_pct"])
+        t.add_row("queue depth", _depth(f.get("depth_pct")), _depth(i.get("depth_pct")), "")
+        console.print(t)

@@ -1,0 +1,120 @@
+"""fio's option table as iodl needs it: every name fio 3.33 knows, its value type, and iodl's stance.
+
+The names and types come from `fio --cmdhelp=all` (fio 3.33) plus the engine options of libaio and
+io_uring, so an option fio knows but iodl cannot emulate is *unsupported*, while a name fio does not
+know either is *unknown* (with a did-you-mean, as fio's own "Bad option" does).
+"""
+from __future__ import annotations
+
+import difflib
+
+# Value types, as fio's parser treats them (parse.c __handle_option):
+#   int   integer with size suffix under kb_base, "r,w,t" / "r:w" / "r-w" split (OPT_INT, OPT_STR_VAL)
+#   time  integer with time suffix; bare numbers are seconds (is_seconds) -> microseconds
+#   utime integer with time suffix; bare numbers are microseconds (thinktime family)
+#   bool  0/1 only (OPT_BOOL); set = bool that may also appear bare, meaning 1 (OPT_STR_SET)
+#   range lo-hi or lo:hi, ends swapped if reversed (OPT_RANGE)
+#   str   free text or a keyword (OPT_STR, OPT_STR_STORE); float = ':'-separated floats
+_TYPES = {
+    "int": """bs ba iodepth iodepth_batch iodepth_batch_complete_min iodepth_batch_complete_max
+        iodepth_low offset_align percentage_random nrfiles openfiles fsync fdatasync write_barrier loops
+        numjobs verify_interval verify_offset verify_async verify_backlog_batch trim_percentage
+        trim_backlog_batch replay_scale replay_align replay_time_scale max_open_zones job_max_open_zones
+        rwmixread rwmixwrite nice prio prioclass thinktime_blocks rate rate_min rate_cycle
+        rate_iops rate_iops_min max_latency cpumask bwavgtime iopsavgtime log_entries log_avg_msec
+        log_hist_msec log_hist_coarseness log_compression log_alternate_epoch_clock_id
+        buffer_compress_percentage buffer_compress_chunk dedupe_percentage dedupe_working_set_percentage
+        significant_figures gtod_cpu cgroup_weight uid gid hugepage-size flow_id flow flow_sleep
+        size io_size offset offset_increment zoneskip number_ios sync_file_range zonesize zonecapacity
+        zonerange sqthread_poll_cpu force_async""",
+    "time": "startdelay runtime ramp_time latency_target latency_window steadystate_duration steadystate_ramp_time",
+    "utime": "thinktime thinktime_spin thinktime_iotime",
+    "bool": """unique_filename randrepeat serialize_overlap fill_device file_append allrandrepeat direct
+        atomic buffered overwrite do_verify verify_fatal verify_dump experimental_verify verify_state_load
+        verify_state_save trim_verify_zero read_iolog_chunked replay_no_stall read_beyond_wp
+        ignore_zone_limits rate_ignore_thinktime latency_run invalidate create_serialize create_fsync
+        create_on_open create_only allow_file_create allow_mounted_write pre_read end_fsync fsync_on_close
+        unlink unlink_each_loop per_job_logs log_max_value log_offset log_prio log_store_compressed
+        log_unix_epoch log_alternate_epoch block_error_percentiles stats scramble_buffers dedupe_global
+        clat_percentiles lat_percentiles slat_percentiles disk_util gtod_reduce disable_lat disable_clat
+        disable_slat disable_bw_measurement error_dump cgroup_nodelete nowait libaio_vectored
+        nonvectored uncached""",
+    "set": """bs_unaligned norandommap time_based verify_only exitall exitall_on_error stonewall new_group
+        thread group_reporting zero_buffers refill_buffers userspace_reap hipri fixedbufs registerfiles
+        sqthread_poll""",
+    "range": "bsrange filesize",
+    "float": "merge_blktrace_scalars merge_blktrace_iters zone_reset_threshold zone_reset_frequency latency_percentile percentile_list",
+    "str": """description name wait_for filename lockfile directory filename_format opendir rw bssplit randseed
+        ignore_error rw_sequencer ioengine io_submit_mode random_generator random_distribution fallocate
+        fadvise_hint clocksource mem verify verify_pattern verify_backlog trim_backlog write_iolog read_iolog
+        replay_redirect replay_skip merge_blktrace_file exec_prerun exec_postrun ioscheduler zonemode
+        lockmem rate_process sync write_hint cpus_allowed cpus_allowed_policy numa_cpu_nodes
+        numa_mem_policy exit_what write_bw_log write_lat_log write_iops_log write_hist_log
+        log_compression_cpus buffer_pattern dedupe_mode unified_rw_reporting continue_on_error profile
+        cgroup kb_base unit_base steadystate file_service_type thinktime_blocks_type""",
+}
+TYPE = {name: kind for kind, names in _TYPES.items() for name in names.split()}
+
+ALIASES = {
+    "readwrite": "rw", "blocksize": "bs", "blockalign": "ba", "blocksize_range": "bsrange",
+    "blocksize_unaligned": "bs_unaligned", "iodepth_batch_submit": "iodepth_batch",
+    "iodepth_batch_complete": "iodepth_batch_complete_min", "io_limit": "io_size", "fill_fs": "fill_device",
+    "fileoffset": "offset", "nr_files": "nrfiles", "timeout": "runtime", "iomem": "mem", "ratemin": "rate_min",
+    "ratecycle": "rate_cycle", "wait_for_previous": "stonewall", "disable_bw": "disable_bw_measurement",
+    "ss": "steadystate", "ss_dur": "steadystate_duration", "ss_ramp": "steadystate_ramp_time",
+}
+
+# fio parses a section's options sorted by priority (options.c .prio), stably: kb_base first, so it
+# governs the sizes of its own section wherever it is written; filename/filename_format last.
+PRIO = {"kb_base": 1, "unit_base": 1, "cpus_allowed_policy": 1, "lockfile": 1, "filename": -1, "filename_format": -1}
+
+# What iodl reproduces (the read path). Everything else fio knows is rejected by name.
+HONOURED = set("""
+    name directory filename filename_format unique_filename nrfiles size filesize io_size offset number_ios
+    loops numjobs rw rw_sequencer bs bsrange bssplit ba randrepeat randseed allrandrepeat norandommap
+    file_service_type time_based runtime ramp_time startdelay ioengine iodepth direct buffered invalidate
+    rate rate_iops rate_process create_serialize create_on_open allow_file_create fallocate overwrite
+    stonewall new_group group_reporting kb_base thread
+""".split())
+
+# Accepted without effect on what iodl does, with the reason shown by `--verbose` and in the docs.
+IGNORED = {
+    "description": "text only",
+    "sync": "write-only (O_SYNC/O_DSYNC); no effect on reads",
+    "unit_base": "only changes fio's printed units",
+    "iodepth_batch": "iodl's engine batches submissions itself",
+    "iodepth_batch_complete_min": "iodl's engine reaps what is ready",
+    "iodepth_batch_complete_max": "iodl's engine reaps what is ready",
+    "iodepth_low": "iodl's engine refills to iodepth at once",
+    "openfiles": "iodl opens all of a worker's files",
+    "fadvise_hint": "a hint; iodl issues none",
+    "clocksource": "iodl uses CLOCK_MONOTONIC",
+    "cpus_allowed": "CPU placement", "cpus_allowed_policy": "CPU placement", "cpumask": "CPU placement",
+    "numa_cpu_nodes": "NUMA placement", "numa_mem_policy": "NUMA placement", "gtod_cpu": "timing thread",
+    "clat_percentiles": "iodl always reports clat percentiles", "lat_percentiles": "statistics",
+    "slat_percentiles": "statistics", "percentile_list": "iodl reports p50/p99/p99.9",
+    "significant_figures": "statistics", "disable_lat": "statistics", "disable_clat": "statistics",
+    "disable_slat": "statistics", "disable_bw_measurement": "statistics", "gtod_reduce": "statistics",
+    "unified_rw_reporting": "reads only", "bwavgtime": "statistics", "iopsavgtime": "statistics",
+    "stats": "statistics", "disk_util": "statistics", "per_job_logs": "logs",
+    "create_fsync": "layout detail", "create_only": "layout detail", "mem": "buffer allocation",
+    "userspace_reap": "engine tuning", "hipri": "engine tuning", "fixedbufs": "engine tuning",
+    "registerfiles": "engine tuning", "sqthread_poll": "engine tuning", "sqthread_poll_cpu": "engine tuning",
+    "nonvectored": "engine tuning", "libaio_vectored": "engine tuning", "force_async": "engine tuning",
+    "nowait": "engine tuning", "uncached": "engine tuning", "lockmem": "memory locking",
+    "nice": "scheduling", "prio": "I/O priority", "prioclass": "I/O priority",
+}
+
+KNOWN = set(TYPE) | set(ALIASES)
+
+
+def canonical(key: str) -> str | None:
+    """fio's name for `key` (resolving aliases), or None if fio has no such option."""
+    if key in TYPE:
+        return key
+    return ALIASES.get(key)
+
+
+def did_you_mean(key: str) -> str:
+    close = difflib.get_close_matches(key, sorted(KNOWN), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""

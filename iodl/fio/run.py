@@ -1,0 +1,344 @@
+"""A fio job run by iodl: each clone a worker with its own native Engine, reading fio's files.
+
+Mapping (docs/fio-compare.md): ioengine -> engine, iodepth -> depth, direct -> O_DIRECT,
+rate/rate_iops -> rate_bps (fio's rate_iops x min bs, drain-when-ahead in the engine), time_based/
+runtime/ramp_time -> deadlines; per clone, one plan per pass over its files, interleaved per
+file_service_type. Workers are threads (the engine releases the GIL); under mpirun the clones are
+dealt over ranks and each rank runs its share as threads.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import IodlError
+from .jobfile import Job, JobFileError
+
+from ..plan import PLAN_DTYPE  # the engine's row type (numpy only: importable without the engine)
+from .layout import FileSpec, clone_files, min_bs
+
+def _engine_module():
+    """The C engine, imported when a run starts (parsing and job checks work without it)."""
+    try:
+        from .. import engine
+    except ImportError as exc:
+        raise IodlError(f"iodl's C engine is not built ({exc}); pip install -e . builds it") from None
+    return engine
+
+
+ENGINES = {"libaio": "aio", "io_uring": "uring", "psync": "psync", "sync": "psync", "pvsync": "psync",
+           "pvsync2": "psync", "null": "null"}
+SYNC_ENGINES = {"psync"}
+SERVICE_TYPES = ("roundrobin", "sequential", "random")
+MAX_PLAN_ROWS = 1 << 20   # one engine call per pass, split beyond this to bound memory
+
+
+@dataclass
+class JobPlan:
+    """What iodl will do for one [job]: everything resolved, nothing left to fio's defaults."""
+
+    job: Job
+    engine: str
+    depth: int
+    direct: bool
+    random: bool
+    seq_len: int          # rw=randread:N -> N sequential blocks per random pick; rw=read:N -> hole bytes
+    block_sizes: list     # [(size, weight)], weights sum to 1
+    align: int
+    rate_bps: int
+    time_based: bool
+    runtime_ns: int
+    ramp_ns: int
+    startdelay_ns: int
+    loops: int
+    io_limit: int         # bytes per clone (io_size; 0 = size)
+    number_ios: int
+    service: str
+    service_n: int
+    invalidate: bool
+    numjobs: int
+    seed: int
+    files: list = field(default_factory=list)   # per clone: [FileSpec]
+
+    @property
+    def max_bs(self) -> int:
+        return max(s for s, _ in self.block_sizes)
+
+
+def _reject(job: Job, key: str, what: str) -> JobFileError:
+    file, line = job.loc(key)
+    return JobFileError(f"unsupported {what} in [{job.name}]", file, line)
+
+
+def plan_job(job: Job, overrides: dict | None = None) -> JobPlan:
+    """Check a job against what iodl honours and resolve it; raises JobFileError naming file:line."""
+    from . import options as opts
+
+    for key, option in job.where.items():
+        if key not in opts.HONOURED and key not in opts.IGNORED:
+            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]", option.file, option.line)
+    rw, _, suffix = job.get("rw", "read").partition(":")
+    if rw not in ("read", "randread"):
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl reads only)")
+    ioengine = job.get("ioengine", "psync")
+    if ioengine not in ENGINES:
+        raise _reject(job, "ioengine", f"value 'ioengine={ioengine}'")
+    engine = ENGINES[ioengine]
+    service, _, service_n = job.get("file_service_type", "roundrobin").partition(":")
+    if service not in SERVICE_TYPES:
+        raise _reject(job, "file_service_type", f"value 'file_service_type={service}'")
+    if job.get("rate_process", "linear") != "linear":
+        raise _reject(job, "rate_process", f"value 'rate_process={job.values['rate_process']}'")
+    if "bssplit" in job.values:
+        block_sizes = [(s, p / 100) for s, p in job.values["bssplit"][0]]
+    elif "bsrange" in job.values:
+        lo, hi = job.values["bsrange"][0]
+        step = lo
+        sizes = list(range(lo, hi + 1, step)) if lo else [hi]
+        block_sizes = [(s, 1 / len(sizes)) for s in sizes]
+    else:
+        block_sizes = [(job.get("bs", [4096])[0], 1.0)]
+    if any(s <= 0 for s, _ in block_sizes):
+        raise _reject(job, "bs", "value: a block size of 0")
+    total = sum(w for _, w in block_sizes) or 1
+    block_sizes = [(s, w / total) for s, w in block_sizes]
+    try:
+        seq_len = int(suffix or 0) if rw == "randread" else (_size(suffix, job) if suffix else 0)
+        service_n = int(service_n or 1)
+    except ValueError:
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}'") from None
+    rate = job.get("rate", [0])[0]
+    rate_iops = job.get("rate_iops", [0])[0]
+    rate_bps = rate or rate_iops * min_bs(job)   # fio init.c: rate_iops becomes bytes/s of min bs
+    direct = bool(job.get("direct", 0)) or job.get("buffered", 1) == 0
+    overrides = overrides or {}
+    runtime_us = overrides.get("runtime_us", job.get("runtime", 0))
+    ramp_us = overrides.get("ramp_us", job.get("ramp_time", 0))
+    time_based = bool(job.get("time_based", 0))
+    if time_based and not runtime_us:
+        time_based = False   # fio: "time_based requires a runtime/timeout setting" and ignores it
+    seed = job.get("randseed")
+    plan = JobPlan(
+        job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
+        direct=direct, random=rw == "randread", seq_len=seq_len, block_sizes=block_sizes,
+        align=job.get("ba", [0])[0] or min_bs(job), rate_bps=rate_bps, time_based=time_based,
+        runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
+        loops=max(1, job.get("loops", 1)), io_limit=job.get("io_size", 0), number_ios=job.get("number_ios", 0),
+        service=service, service_n=max(1, service_n), invalidate=bool(job.get("invalidate", 1)),
+        numjobs=max(1, job.get("numjobs", 1)), seed=int(seed) if seed and str(seed).isdigit() else 0x1234,
+    )
+    plan.files = [clone_files(job, n) for n in range(plan.numjobs)]
+    return plan
+
+
+def _size(text: str, job: Job) -> int:
+    from .jobfile import parse_size
+
+    return int(parse_size(text, job.get("kb_base", 1024)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: one pass of one clone over its files
+
+def _file_stream(plan: JobPlan, spec: FileSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and lengths of one pass over one file (fio reads whole blocks only)."""
+    sizes = np.array([s for s, _ in plan.block_sizes], dtype=np.int64)
+    weights = np.array([w for _, w in plan.block_sizes])
+    if not plan.random:
+        # sequential: lengths drawn per request; stop when the next block does not fit
+        n_max = spec.io_size // int(sizes.min()) + 1
+        lengths = sizes[rng.choice(len(sizes), n_max, p=weights)] if len(sizes) > 1 else np.full(n_max, sizes[0])
+        starts = np.concatenate(([0], np.cumsum(lengths + plan.seq_len)[:-1]))
+        keep = starts + lengths <= spec.io_size
+        return spec.offset + starts[keep], lengths[keep]
+    # random: every align-sized slot once per pass (fio's random map), in a seeded order
+    unit = max(plan.align, int(sizes.max()))
+    n = spec.io_size // unit
+    picks = rng.permutation(n) if n else np.zeros(0, dtype=np.int64)
+    if plan.seq_len > 1:
+        # randread:N: a new random offset every N requests, the ones between follow sequentially
+        picks = picks[: max(1, n // plan.seq_len)]
+        picks = (picks[:, None] + np.arange(plan.seq_len)[None, :]).ravel()
+        picks = picks[picks < n]
+    lengths = sizes[rng.choice(len(sizes), len(picks), p=weights)] if len(sizes) > 1 else np.full(len(picks), sizes[0])
+    return spec.offset + picks.astype(np.int64) * unit, lengths
+
+
+def pass_plan(plan: JobPlan, files: list[FileSpec], rng: np.random.Generator) -> np.ndarray:
+    """One pass over a clone's files, interleaved as file_service_type says."""
+    streams = [_file_stream(plan, spec, rng) for spec in files]
+    counts = np.array([len(o) for o, _ in streams], dtype=np.int64)
+    file_ids = np.repeat(np.arange(len(files)), counts)
+    index_in_file = np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.zeros(0, np.int64)
+    chunk = index_in_file // plan.service_n
+    if plan.service == "sequential":
+        order = np.arange(len(file_ids))
+    elif plan.service == "roundrobin":
+        # N requests from each file in turn; files that are finished drop out of the rotation
+        order = np.lexsort((file_ids, chunk))
+    else:
+        # random file for each next chunk: a uniform shuffle of the chunk slots, chunks of a file in order
+        n_chunks = (counts + plan.service_n - 1) // plan.service_n
+        starts = np.concatenate(([0], np.cumsum(n_chunks)[:-1]))
+        slots = np.repeat(np.arange(len(files)), n_chunks)
+        rng.shuffle(slots)
+        by_file = np.argsort(slots, kind="stable")
+        nth = np.empty(len(slots), dtype=np.int64)       # slot p serves chunk nth[p] of file slots[p]
+        nth[by_file] = np.arange(len(slots)) - np.repeat(starts, n_chunks)
+        turn = np.empty(len(slots), dtype=np.int64)      # turn of each (file, chunk), chunks numbered by file
+        turn[starts[slots] + nth] = np.arange(len(slots))
+        order = np.lexsort((index_in_file, turn[np.repeat(starts, counts) + chunk]))
+    out = np.empty(len(order), dtype=PLAN_DTYPE)
+    out["file"] = file_ids[order]
+    out["offset"] = np.concatenate([o for o, _ in streams])[order] if len(order) else 0
+    out["length"] = np.concatenate([ln for _, ln in streams])[order] if len(order) else 0
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers
+
+@dataclass
+class CloneResult:
+    job_index: int   # position of the [job] in the file
+    jobnum: int
+    bytes: int = 0
+    ios: int = 0
+    window_ns: int = 0
+    cpu_s: float = 0.0
+    hist: np.ndarray | None = None
+    depth: np.ndarray | None = None
+    error: str = ""
+
+
+def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None = None) -> CloneResult:
+    """Run one clone as fio would: ramp, then the measured window; returns its counters."""
+    engine_mod = _engine_module()
+    from .. import histogram
+
+    res = CloneResult(index, jobnum, hist=histogram.empty(), depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64))
+    files = plan.files[jobnum]
+    rng = np.random.default_rng([plan.seed, jobnum])
+    fds = []
+    try:
+        fds = [engine_mod.open_for_read(f.path, plan.direct) for f in files]
+        with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
+                                    rate_bps=plan.rate_bps) as engine:
+            if start is not None:
+                start.wait()
+            _drive(plan, engine, fds, rng, res)
+            for fd in fds:
+                engine.forget(fd)
+    except threading.BrokenBarrierError:
+        pass   # another worker failed before the start; its error is reported
+    except (OSError, IodlError) as exc:
+        res.error = str(exc)
+        if start is not None:
+            start.abort()
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return res
+
+
+def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
+    from .._native import monotonic_ns as now
+
+    t0 = now() + plan.startdelay_ns
+    while now() < t0:
+        time.sleep((t0 - now()) / 1e9)
+    ramp_end = t0 + plan.ramp_ns
+    end = ramp_end + plan.runtime_ns if plan.runtime_ns else 0
+    ramp_hist = np.zeros_like(res.hist)
+    first_ns = last_ns = 0
+    cpu0 = None
+    budget_bytes = plan.io_limit or 0
+    budget_ios = plan.number_ios or 0
+    passes = 0
+    while True:
+        if not plan.time_based and passes >= plan.loops and not budget_bytes:
+            break
+        if plan.invalidate and not plan.direct:
+            # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
+            for fd in fds:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        rows = pass_plan(plan, plan.files[res.jobnum], rng)
+        if not len(rows):
+            raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
+        passes += 1
+        while len(rows):
+            t = now()
+            if end and t >= end:
+                return _finish(res, first_ns, last_ns, cpu0)
+            measuring = t >= ramp_end
+            deadline = end if measuring else ramp_end
+            part = rows[:MAX_PLAN_ROWS]
+            if measuring and budget_ios:
+                part = part[: max(0, budget_ios - res.ios)]
+            if measuring and cpu0 is None:
+                cpu0 = _cpu()
+            st = engine.run(fds, part, res.hist if measuring else ramp_hist, deadline_ns=deadline)
+            _engine_module().raise_for_errors(st, part, [f.path for f in plan.files[res.jobnum]])
+            if measuring and st["ios"]:
+                first_ns = first_ns or st["t_start_ns"]
+                last_ns = st["t_end_ns"]
+                res.bytes += st["bytes"]
+                res.ios += st["ios"]
+                res.depth += np.asarray(st["depth"], dtype=np.int64)
+                if budget_bytes and res.bytes >= budget_bytes and not plan.time_based:
+                    return _finish(res, first_ns, last_ns, cpu0)
+                if budget_ios and res.ios >= budget_ios:
+                    return _finish(res, first_ns, last_ns, cpu0)
+            rows = rows[st["done"]:]
+    return _finish(res, first_ns, last_ns, cpu0)
+
+
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_THREAD)   # this worker thread only: the engine runs in it
+    return ru.ru_utime + ru.ru_stime
+
+
+def _finish(res: CloneResult, first_ns: int, last_ns: int, cpu0) -> None:
+    res.window_ns = max(0, last_ns - first_ns)
+    res.cpu_s = _cpu() - cpu0 if cpu0 is not None else 0.0
+
+
+def run_clones(plans: dict[int, JobPlan], comm) -> list[CloneResult]:
+    """Run every clone of the given jobs at once (fio starts a group's jobs together); gathered on rank 0.
+
+    Clones are dealt over ranks round-robin; each rank runs its share as threads.
+    """
+    every = [(i, n) for i, p in plans.items() for n in range(p.numjobs)]
+    mine = every[comm.rank::comm.size]
+    barrier = threading.Barrier(len(mine)) if mine else None
+    results: list[CloneResult | None] = [None] * len(mine)
+
+    _engine_module()   # fail here, once, if the engine is missing
+
+    def work(slot, index, jobnum):
+        try:
+            results[slot] = run_clone(plans[index], index, jobnum, barrier)
+        except BaseException as exc:   # reported below as one line, never a thread traceback
+            results[slot] = CloneResult(index, jobnum, error=f"{type(exc).__name__}: {exc}")
+            barrier.abort()
+
+    comm.barrier()
+    threads = [threading.Thread(target=work, args=(s, i, n), name=f"{plans[i].job.name}.{n}")
+               for s, (i, n) in enumerate(mine)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gathered = comm.gather(results)
+    if comm.rank != 0:
+        return []
+    flat = [r for part in gathered for r in part]
+    errors = [r.error for r in flat if r.error]
+    if errors:
+        raise IodlError(errors[0])
+    return flat

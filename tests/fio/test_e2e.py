@@ -1,0 +1,68 @@
+"""fio and iodl on the same loop-mounted files: the numbers must agree (short runs; long ones in bench/).
+
+Tolerances are the issue's: rate-limited reference shape and throttled mount within 5% in bandwidth
+and IOPS; unthrottled 1 MiB QD32 reads >= 0.95x fio's bandwidth, 4 KiB QD32 randread >= 0.90x IOPS.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from iodl.groundtruth import BlkioGroup, LoopMount
+
+pytestmark = [pytest.mark.fio, pytest.mark.root, pytest.mark.loopdev, pytest.mark.aio, pytest.mark.odirect]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REFERENCE = os.path.join(REPO, "workloads", "fio", "reference-job1.fio")
+
+
+def compare(job, tmp_path, *args, preexec=None):
+    out = tmp_path / "cmp.json"
+    r = subprocess.run([sys.executable, "-m", "iodl", "fio-compare", str(job), "--out", str(out), *args],
+                       capture_output=True, text=True, preexec_fn=preexec, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    (entry,) = json.loads(out.read_text())["jobs"]
+    return entry
+
+
+def reference_without_rate(tmp_path):
+    path = tmp_path / "norate.fio"
+    path.write_text("".join(ln for ln in open(REFERENCE) if not ln.startswith("rate_iops")))
+    return path
+
+
+def test_reference_shape_rate_limited_agrees(tmp_path):
+    with LoopMount(1 << 30) as m:
+        e = compare(REFERENCE, tmp_path, "--directory", m.path, "--scale", "0.001", "--runtime", "3", "--ramp-time", "1")
+    # 8 clones x 83 IOPS x 1 MiB: both tools must be pinned to the rate, and to each other
+    assert e["fio"]["iops"] == pytest.approx(8 * 83, rel=0.05)
+    assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05)
+    assert e["ratio"]["iops"] == pytest.approx(1, abs=0.05)
+    # fio drains the queue when ahead of its rate: depth 1 dominates for both
+    assert e["iodl"]["depth_pct"]["1"] > 90 and e["fio"]["depth_pct"]["1"] > 90
+
+
+def test_reference_shape_on_throttled_mount_agrees(tmp_path):
+    limit = 150 * 10**6
+    with LoopMount(1 << 30) as m, BlkioGroup("fio-compare") as group:
+        group.throttle_read(m.majmin, limit)
+        e = compare(reference_without_rate(tmp_path), tmp_path, "--directory", m.path, "--scale", "0.001",
+                    "--runtime", "3", "--ramp-time", "1", preexec=group.enter)
+    assert e["fio"]["bandwidth_MBps"] == pytest.approx(limit / 1e6, rel=0.10)
+    assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05)
+    assert e["ratio"]["iops"] == pytest.approx(1, abs=0.05)
+
+
+def test_unthrottled_1m_qd32_bandwidth(tmp_path):
+    with LoopMount(1536 << 20) as m:
+        e = compare(os.path.join(REPO, "workloads/fio/seq-1m-qd32.fio"), tmp_path, "--directory", m.path,
+                    "--runtime", "3", "--ramp-time", "1")
+    assert e["ratio"]["bandwidth"] >= 0.95, e
+
+
+def test_unthrottled_4k_randread_qd32_iops(tmp_path):
+    with LoopMount(1 << 30) as m:
+        e = compare(os.path.join(REPO, "workloads/fio/randread-4k-qd32.fio"), tmp_path, "--directory", m.path,
+                    "--runtime", "3", "--ramp-time", "1")
+    assert e["ratio"]["iops"] >= 0.90, e
