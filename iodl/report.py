@@ -19,8 +19,14 @@ def _row(name: str, ranks: str, s: dict, buffered: bool) -> list[str]:
     return cells
 
 
+def make_console() -> Console:
+    """Rich narrows tables to 80 columns when output is not a terminal: give logs the full width."""
+    console = Console()
+    return console if console.is_terminal else Console(width=180)
+
+
 def print_result(result: dict, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     buffered = not result["direct"]
     title = (f"iodl {result['pattern']}: {result['ranks']} rank(s), engine {result['engine']}, "
              f"{'buffered' if buffered else 'O_DIRECT'}, iodepth {result['iodepth']}, "
