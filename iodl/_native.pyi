@@ -20,15 +20,20 @@ def hist_index(ns: int) -> int: ...            # bucket of a latency (for tests;
 def resident_bytes(fd: int, offset: int, length: int) -> int: ...  # page-cache bytes of a range (mincore/cachestat)
 
 class RunStats(TypedDict):
-    done: int            # plan rows completed (rows [0, done) are finished; a deadline or error stops early)
+    done: int            # rows [0, done) are finished; a deadline stops new rows (started ones are drained);
+                         # after an error, done == first_error_row
     ios: int             # completed requests (a short read re-issued for its remainder counts as one more)
-    bytes: int           # bytes delivered (exact; an O_DIRECT tail past EOF counts only what read returned)
+    bytes: int           # bytes delivered (exact; an O_DIRECT tail past EOF counts only what read returned;
+                         # null counts each row's full length)
     cached_bytes: int    # of `bytes`, those that were in the page cache before this engine first touched the file
+                         # (mincore snapshot per fd; 0 for direct/null; 0 if the caller neither owns nor may
+                         # write the file: mincore hides page-cache state then, Linux >= 5.2)
     errors: int
     first_errno: int     # 0 if no error
-    first_error_row: int # plan row of the first error, -1 if none
+    first_error_row: int # lowest plan row that failed (relative to the plan passed), -1 if none
     t_start_ns: int      # CLOCK_MONOTONIC at the first submit
-    t_end_ns: int        # CLOCK_MONOTONIC at the last completion
+    t_end_ns: int        # CLOCK_MONOTONIC at the last completion (both = call time when nothing was issued)
+    max_ns: int          # exact largest latency of this run (the histogram holds it within 1/128)
     depth: list[int]     # DEPTH_BUCKETS counts of in-flight depth sampled at each submit
 
 class Engine:
@@ -41,6 +46,17 @@ class Engine:
         # cache_check: buffered reads measure cached_bytes (residency snapshot per fd at its first use)
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
+        # latency = handed to the kernel (stamped just before io_submit/io_uring_enter/pread) -> completion
+        # reaped: fio's clat plus the submit call. One sample per completed request: hist.sum() == ios.
+        # plan: PLAN_DTYPE rows (or an (n, 3) uint64 array); ValueError if a row's file >= len(fds) or
+        # length > block_size. Rate pacing restarts at every run(). Ctrl-C stops, drains, then raises.
+        # An OSError "(originated from io_getevents)" etc. means the engine broke; it is closed then.
+    name: str
+    depth: int           # requests kept in flight (psync: 1)
+    block_size: int
+    direct: bool
+    fixed_buffers: bool  # uring: the pool is registered (READ_FIXED); False elsewhere or if refused
+    closed: bool
     def forget(self, fd: int) -> None: ...     # drop the residency snapshot of fd (call before closing it)
     def close(self) -> None: ...
     def __enter__(self) -> "Engine": ...

@@ -27,6 +27,7 @@ class RankResult:
     errors: int = 0
     t_start: float = math.inf
     t_end: float = -math.inf
+    max_ns: int = 0
     hist: np.ndarray = field(default_factory=histogram.empty)
     depth: np.ndarray = field(default_factory=lambda: np.zeros(histogram.DEPTH_BUCKETS, dtype=np.int64))
 
@@ -38,13 +39,14 @@ class RankResult:
         self.ios += stats["ios"]
         self.cached_bytes += stats["cached_bytes"]
         self.errors += stats["errors"]
+        self.max_ns = max(self.max_ns, stats["max_ns"])
         self.t_start = min(self.t_start, (stats["t_start_ns"] - t0_ns) / 1e9)
         self.t_end = max(self.t_end, (stats["t_end_ns"] - t0_ns) / 1e9)
         self.depth += np.asarray(stats["depth"], dtype=np.int64)
 
     def scalars(self) -> dict:
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
-                                              "errors", "t_start", "t_end")}
+                                              "errors", "t_start", "t_end", "max_ns")}
 
 
 def summarize(parts: list[dict], hist: np.ndarray) -> dict:
@@ -61,7 +63,7 @@ def summarize(parts: list[dict], hist: np.ndarray) -> dict:
         "window_s": window,
         "bandwidth_MBps": rate(total_bytes) / MB,
         "iops": rate(ios),
-        "latency_us": histogram.summary_us(hist),
+        "latency_us": histogram.summary_us(hist, max((p["max_ns"] for p in parts), default=0)),
         "cache_hit_fraction": cached / total_bytes if total_bytes else 0.0,
         "storage_bandwidth_MBps": rate(total_bytes - cached) / MB,
         "errors": sum(p["errors"] for p in parts),

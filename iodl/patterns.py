@@ -5,14 +5,14 @@ folds the engine's counters into a RankResult. Python works per group of shards,
 """
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import _native, plan
-from .errors import IodlError, UsageError
+from .engine import available_engines, check_engine, open_engine, open_for_read, raise_for_errors
+from .errors import UsageError
 from .metrics import RankResult
 
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
@@ -36,28 +36,14 @@ def choose_engine(requested: str, direct: bool) -> str:
     """`auto`: io_uring when usable (it is asynchronous for buffered reads too), else native AIO for
     O_DIRECT (Linux AIO is synchronous on buffered files), else psync."""
     if requested != "auto":
-        if requested not in _native.engines():
-            raise UsageError(f"unknown engine '{requested}' (choose from auto, {', '.join(_native.engines())})")
-        err = _native.probe(requested)
-        if err:
-            raise UsageError(f"engine '{requested}' is not usable here: {errno.errorcode.get(err, err)}"
-                             f" ({os.strerror(err)}); see `iodl probe`")
+        check_engine(requested)
         return requested
-    if not _native.probe("uring"):
+    usable = available_engines()
+    if usable.get("uring", "") is None:
         return "uring"
-    if direct and not _native.probe("aio"):
+    if direct and usable.get("aio", "") is None:
         return "aio"
     return "psync"
-
-
-def open_shard(path: str, direct: bool) -> int:
-    flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
-    try:
-        return os.open(path, flags)
-    except OSError as exc:
-        if direct and exc.errno == errno.EINVAL:
-            raise UsageError(f"{path}: this filesystem does not support O_DIRECT (run without --direct)") from None
-        raise IodlError(f"cannot open shard {path}: {exc.strerror}") from None
 
 
 class _Cursor:
@@ -78,7 +64,7 @@ class _Cursor:
         self.fds = []
         try:
             for i in group:
-                self.fds.append(open_shard(self.paths[i], self.cfg.direct))
+                self.fds.append(open_for_read(self.paths[i], self.cfg.direct))
         except BaseException:
             self.close()
             raise
@@ -92,22 +78,20 @@ class _Cursor:
             os.close(fd)
         self.group, self.fds, self.rows = None, [], None
 
-    def run(self, deadline_ns: int, into: RankResult, t0_ns: int) -> None:
-        """Read until the deadline (0: until the stream ends)."""
+    def run(self, into: RankResult, t0_ns: int, window: tuple[int, int] = (0, 0)) -> None:
+        """Read until the window's end (0: until the stream ends); count only inside the window."""
+        start, end = window
         while True:
             if self.group is None and not self._open_next():
                 return
-            stats = self.engine.run(self.fds, self.rows[self.pos:], into.hist, deadline_ns=deadline_ns)
+            stats = self.engine.run(self.fds, self.rows[self.pos:], into.hist, deadline_ns=end,
+                                    window_start_ns=start, window_end_ns=end)
             into.add(stats, t0_ns)
-            if stats["errors"]:
-                row = self.rows[self.pos + stats["first_error_row"]]
-                path = self.paths[self.group[int(row["file"])]]
-                raise IodlError(f"read of {path} at offset {int(row['offset'])} failed: "
-                                f"{os.strerror(stats['first_errno'])}")
+            raise_for_errors(stats, self.rows[self.pos:], [self.paths[i] for i in self.group])
             self.pos += stats["done"]
             if self.pos >= len(self.rows):
                 self.close()
-            if deadline_ns and _native.monotonic_ns() >= deadline_ns:
+            if end and _native.monotonic_ns() >= end:
                 return
 
 
@@ -129,19 +113,18 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
             return share if epoch == 0 else None
 
     result = RankResult(rank=comm.rank, host=host, mount=mount)
-    engine = _native.Engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
-                            delay_ns=cfg.delay_ns, cache_check=not cfg.direct)
+    engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
+                         delay_ns=cfg.delay_ns, cache_check=not cfg.direct)
     cursor = _Cursor(plan.ShardStream(order, sizes), shards_paths, sizes, cfg, engine)
     try:
-        comm.barrier()
+        comm.barrier()  # the common origin of every rank's clock
         t0 = _native.monotonic_ns()
         if cfg.pattern == "storage-only":
+            # the ramp is not a separate phase: I/O runs on through its end, counted from then
             measure_from = t0 + int(cfg.ramp_s * 1e9)
-            if cfg.ramp_s > 0:
-                cursor.run(measure_from, RankResult(rank=comm.rank, host=host, mount=mount), t0)
-            cursor.run(measure_from + int(cfg.duration_s * 1e9), result, t0)
+            cursor.run(result, t0, (measure_from, measure_from + int(cfg.duration_s * 1e9)))
         else:
-            cursor.run(0, result, t0)
+            cursor.run(result, t0)
     finally:
         cursor.close()
         engine.close()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _native, plan
-from .errors import IodlError
+from .engine import open_engine, open_for_read, raise_for_errors
 from .metrics import RankResult
 
 STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "ios", "cached", "samples", "epoch")
@@ -120,8 +120,7 @@ class _Reader(threading.Thread):
             if self.cfg.engine == "null" and self.paths is None:
                 self.fds[shard] = -1              # no dataset: the null engine never touches fds
             else:
-                from .patterns import open_shard
-                self.fds[shard] = open_shard(self.paths[shard], self.cfg.direct)
+                self.fds[shard] = open_for_read(self.paths[shard], self.cfg.direct)
         return self.fds[shard]
 
     def fetch(self) -> tuple[int, int, int]:
@@ -136,10 +135,7 @@ class _Reader(threading.Thread):
         rows = np.concatenate(parts) if parts else np.empty(0, dtype=plan.PLAN_DTYPE)
         stats = self.engine.run(fds, rows, self.result.hist)
         self.result.add(stats, self.t0)
-        if stats["errors"]:
-            bad = segments[int(rows[stats["first_error_row"]]["file"])][0]
-            name = self.paths[bad] if self.paths else f"shard {bad}"
-            raise IodlError(f"read of {name} failed: {os.strerror(stats['first_errno'])}")
+        raise_for_errors(stats, rows, [self.paths[s] if self.paths else f"shard {s}" for s, _r, _d in segments])
         for shard, _rows, done in segments:
             if done and shard in self.fds:
                 self._close(shard)
@@ -187,8 +183,8 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
 
     result = RankResult(rank=comm.rank, host=host, mount=mount)
     records = StepRecords()
-    engine = _native.Engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
-                            delay_ns=cfg.delay_ns, cache_check=not cfg.direct and paths is not None)
+    engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
+                         delay_ns=cfg.delay_ns, cache_check=not cfg.direct and paths is not None)
     sync = cfg.pattern == "train-sync"
     stop_flag = stop_flag or (lambda: False)
     comm.barrier()

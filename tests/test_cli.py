@@ -21,7 +21,7 @@ def _one_line_error(proc, code=2, must_name=()):
 @pytest.mark.parametrize("args,names", [
     (["read", "--root", "/nonexistent/iodl"], ["/nonexistent/iodl"]),
     (["read", "--workload", "no-such-workload"], ["no-such-workload"]),
-    (["read", "--block-size", "-1MiB", "--root", "/tmp"], ["-1MiB"]),
+    (["read", "--block-size=-1MiB", "--root", "/tmp"], ["-1MiB"]),
     (["read", "--iodepth", "0", "--root", "/tmp"], ["--iodepth"]),
     (["read", "--engine", "warp", "--root", "/tmp"], ["warp"]),
     (["read", "--pattern", "nope"], ["nope"]),

@@ -254,9 +254,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
         time.sleep((t0 - now()) / 1e9)
     ramp_end = t0 + plan.ramp_ns
     end = ramp_end + plan.runtime_ns if plan.runtime_ns else 0
-    ramp_hist = np.zeros_like(res.hist)
     first_ns = last_ns = 0
-    cpu0 = None
+    cpu0 = _cpu()
     budget_bytes = plan.io_limit or 0
     budget_ios = plan.number_ios or 0
     passes = 0
@@ -272,19 +271,16 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
         passes += 1
         while len(rows):
-            t = now()
-            if end and t >= end:
+            if end and now() >= end:
                 return _finish(res, first_ns, last_ns, cpu0)
-            measuring = t >= ramp_end
-            deadline = end if measuring else ramp_end
             part = rows[:MAX_PLAN_ROWS]
-            if measuring and budget_ios:
+            if budget_ios and now() >= ramp_end:
                 part = part[: max(0, budget_ios - res.ios)]
-            if measuring and cpu0 is None:
-                cpu0 = _cpu()
-            st = engine.run(fds, part, res.hist if measuring else ramp_hist, deadline_ns=deadline)
+            # one run spans the ramp's end: only completions in [ramp_end, end) count, and the
+            # queue stays full across the boundary, as in fio
+            st = engine.run(fds, part, res.hist, deadline_ns=end, window_start_ns=ramp_end, window_end_ns=end)
             _engine_module().raise_for_errors(st, part, [f.path for f in plan.files[res.jobnum]])
-            if measuring and st["ios"]:
+            if st["ios"]:
                 first_ns = first_ns or st["t_start_ns"]
                 last_ns = st["t_end_ns"]
                 res.bytes += st["bytes"]

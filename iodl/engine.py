@@ -1,0 +1,88 @@
+"""Opening engines and files for them: one-line errors instead of tracebacks.
+
+The engines themselves are C (iodl._native, contract in _native.pyi); this module only checks a
+name against the probes, opens files (O_DIRECT or not) and turns a run's first error into an
+OSError naming the file.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+
+from . import _native
+from .errors import IodlError, UsageError
+
+from .plan import PLAN_DTYPE  # noqa: F401  (re-exported: the engine's input format)
+
+_SYSCALL = {"aio": "io_setup", "uring": "io_uring_setup"}
+
+
+def _errname(err: int) -> str:
+    return errno.errorcode.get(err, str(err))
+
+
+def available_engines() -> dict[str, str | None]:
+    """Every compiled-in engine -> None if usable here, else why not ("io_uring_setup -> EPERM")."""
+    out = {}
+    for name in _native.engines():
+        err = _native.probe(name)
+        out[name] = f"{_SYSCALL.get(name, name)} -> {_errname(err)}" if err else None
+    return out
+
+
+def check_engine(name: str) -> None:
+    """A UsageError naming the choices, or why the engine cannot run here, in one line."""
+    names = _native.engines()
+    if name not in names:
+        raise UsageError(f"unknown engine '{name}' (choose from auto, {', '.join(names)})")
+    err = _native.probe(name)
+    if err:
+        raise UsageError(f"engine '{name}' is not usable here: {_SYSCALL.get(name, name)} -> {_errname(err)}")
+
+
+def open_engine(name: str, **options) -> _native.Engine:
+    """_native.Engine(name, **options), or a UsageError/IodlError that says why not in one line."""
+    check_engine(name)
+    try:
+        return _native.Engine(name, **options)
+    except ValueError as exc:
+        raise UsageError(f"engine '{name}': {exc}") from None
+    except OSError as exc:
+        raise IodlError(f"engine '{name}' could not start: {exc.strerror}") from None
+
+
+def as_plan(rows) -> np.ndarray:
+    """A contiguous PLAN_DTYPE array from rows of (file, offset, length) or a plan-like array."""
+    if isinstance(rows, np.ndarray) and rows.dtype == PLAN_DTYPE:
+        return np.ascontiguousarray(rows)
+    arr = np.asarray(rows, dtype=np.uint64).reshape(-1, 3)
+    plan = np.empty(len(arr), dtype=PLAN_DTYPE)
+    plan["file"], plan["offset"], plan["length"] = arr[:, 0], arr[:, 1], arr[:, 2]
+    return plan
+
+
+def open_for_read(path: str, direct: bool) -> int:
+    """os.open for reading, with O_DIRECT when asked; a filesystem that refuses it gets a clear error."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    if direct:
+        flags |= os.O_DIRECT
+    try:
+        return os.open(path, flags)
+    except OSError as exc:
+        if direct and exc.errno == errno.EINVAL:
+            raise IodlError(f"{path}: the filesystem refuses O_DIRECT (open -> EINVAL); "
+                            f"run without --direct") from None
+        raise
+
+
+def raise_for_errors(stats: dict, plan: np.ndarray, paths: list[str]) -> None:
+    """After Engine.run: raise OSError(errno, ..., path) for the first failed row, if any."""
+    if not stats["errors"]:
+        return
+    row = plan[stats["first_error_row"]]
+    path = paths[int(row["file"])]
+    err = stats["first_errno"]
+    raise OSError(err, f"{os.strerror(err)} (read of {int(row['length'])} bytes at offset "
+                       f"{int(row['offset'])})", path)

@@ -1,0 +1,387 @@
+/*
+ * The per-I/O loop: keep `depth` requests of a plan in flight through an engine, stamp
+ * submit/completion on CLOCK_MONOTONIC, count bytes, ios, page-cache hits and errors, and
+ * fill the latency and depth histograms. Engines never see the plan, the clock or the stats.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <linux/fs.h>
+
+#include "core.h"
+#include "sys.h"
+
+#define UNKNOWN_SIZE UINT64_MAX
+/*
+ * How often the loop looks for a pending signal (Ctrl-C). It cannot rely on EINTR: the
+ * process-directed signal may be taken by any thread (numpy's BLAS threads, MPI's progress
+ * thread), leaving our wait untouched. Looking costs taking the GIL, so only every 100 ms.
+ */
+#define SIGNAL_CHECK_NS 100000000ull
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
+		  size_t block_size, int direct, uint64_t delay_ns, const char **failed)
+{
+	struct iodl_ctx *c;
+	int rc;
+
+	if (ops->flags & IODL_ENG_SYNC)
+		depth = 1;	/* one pread at a time: a deeper pool would only waste memory */
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->ops = ops;
+	c->depth = depth;
+	c->slot_size = round_up(block_size ? block_size : 1, IODL_ALIGN);
+	c->direct = direct;
+	c->delay_ns = delay_ns;
+	c->reqs = calloc(depth, sizeof(*c->reqs));
+	rc = posix_memalign((void **)&c->pool, IODL_ALIGN, (size_t)depth * c->slot_size);
+	if (rc || !c->reqs) {
+		c->pool = rc ? NULL : c->pool;
+		*failed = "posix_memalign";
+		iodl_ctx_close(c);
+		return -ENOMEM;
+	}
+	/* Fault the pool in now, once, so that the first run does not pay for it inside the clock. */
+	memset(c->pool, 0, (size_t)depth * c->slot_size);
+	for (unsigned i = 0; i < depth; i++) {
+		c->reqs[i].slot = i;
+		c->reqs[i].buf = c->pool + (size_t)i * c->slot_size;
+	}
+	rc = ops->init(c);
+	if (rc < 0) {
+		*failed = c->failed_syscall ? c->failed_syscall : ops->name;
+		c->ops = NULL;	/* init cleans up after itself on failure */
+		iodl_ctx_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void iodl_ctx_close(struct iodl_ctx *c)
+{
+	if (!c)
+		return;
+	if (c->ops)
+		c->ops->cleanup(c);
+	free(c->pool);
+	free(c->reqs);
+	free(c);
+}
+
+struct file_state {
+	int seen;
+	uint64_t size;			/* EOF: a short read that reaches it ends the row */
+	const struct iodl_snap *snap;	/* residency before our first read, when cache_check */
+};
+
+struct loop {
+	struct iodl_ctx *c;
+	const struct iodl_run_args *a;
+	struct iodl_stats *st;
+	struct file_state *files;
+	uint32_t *free_slots;
+	struct iodl_req **reissue;	/* rows whose short read must be continued */
+	struct iodl_req **staged;
+	unsigned nfree, nreissue, nstaged, inflight;
+	uint64_t next_row;
+	uint64_t paced_bytes;		/* planned bytes issued so far: the rate schedule */
+	uint64_t t_origin;		/* when the first row was issued: the schedule's zero */
+	int stop;			/* no new rows (deadline, error or signal) */
+};
+
+static void first_use(struct loop *L, uint32_t file)
+{
+	struct file_state *f = &L->files[file];
+	int fd = L->a->fds[file];
+	struct stat sb;
+
+	f->seen = 1;
+	f->size = UNKNOWN_SIZE;
+	if (L->c->ops->flags & IODL_ENG_FAKE || fstat(fd, &sb) < 0)
+		return;		/* a bad fd is reported by the read itself */
+	if (S_ISREG(sb.st_mode)) {
+		const char *failed;
+
+		f->size = (uint64_t)sb.st_size;
+		/* O_DIRECT never reads from the page cache, so there is nothing to measure */
+		if (L->a->cache_check && !L->c->direct)
+			iodl_snap_get(L->a->snaps, fd, sb.st_dev, sb.st_ino, f->size, &f->snap, &failed);
+	} else if (S_ISBLK(sb.st_mode)) {
+		uint64_t bytes;
+
+		if (ioctl(fd, BLKGETSIZE64, &bytes) == 0)
+			f->size = bytes;
+	}
+}
+
+static struct iodl_req *take_row(struct loop *L)
+{
+	const struct iodl_plan_row *row = &L->a->plan[L->next_row];
+	struct iodl_req *r = &L->c->reqs[L->free_slots[--L->nfree]];
+
+	if (!L->files[row->file].seen)
+		first_use(L, (uint32_t)row->file);
+	r->row = L->next_row++;
+	r->file = (uint32_t)row->file;
+	r->fd = L->a->fds[row->file];
+	r->offset = row->offset;
+	r->want = row->length;
+	r->got = 0;
+	r->len = L->c->direct ? round_up(row->length, IODL_ALIGN) : row->length;
+	r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size;
+	L->paced_bytes += row->length;
+	return r;
+}
+
+static void untake(struct loop *L, struct iodl_req *r, int was_reissue)
+{
+	if (was_reissue) {
+		L->reissue[L->nreissue++] = r;
+		return;
+	}
+	L->next_row--;
+	L->paced_bytes -= L->a->plan[L->next_row].length;
+	L->free_slots[L->nfree++] = r->slot;
+}
+
+static int in_window(const struct iodl_run_args *a, uint64_t t)
+{
+	return (!a->window_start_ns || t >= a->window_start_ns) && (!a->window_end_ns || t < a->window_end_ns);
+}
+
+static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
+{
+	struct iodl_stats *st = L->st;
+	const struct file_state *f = &L->files[r->file];
+	uint64_t n, lat, end;
+
+	if (r->res == -EINTR) {		/* nothing was read: ask again */
+		L->reissue[L->nreissue++] = r;
+		return;
+	}
+	if (r->res < 0) {
+		st->errors++;
+		if (!st->first_errno || (int64_t)r->row < st->first_error_row) {
+			st->first_errno = (int)-r->res;
+			st->first_error_row = (int64_t)r->row;
+		}
+		L->stop = 1;
+		L->free_slots[L->nfree++] = r->slot;
+		return;
+	}
+	/* O_DIRECT rounds the length up: what the plan did not ask for is not delivered */
+	n = (uint64_t)r->res < r->want ? (uint64_t)r->res : r->want;
+	if (in_window(L->a, now)) {
+		lat = now - r->t_submit_ns;
+		L->a->hist[iodl_hist_index(lat)]++;
+		if (lat > st->max_ns)
+			st->max_ns = lat;
+		st->ios++;
+		if (f->snap)
+			st->cached_bytes += iodl_snap_cached(f->snap, r->offset, n);
+		st->bytes += n;
+		if (!st->t_first_ns)
+			st->t_first_ns = now;
+		st->t_last_ns = now;
+	}
+	r->got += n;
+	r->want -= n;
+	end = r->offset + (uint64_t)r->res;
+	if (r->want && r->res > 0 && end < f->size) {
+		/* short read before EOF: read the rest into the rest of the slot */
+		r->offset = end;
+		r->len = L->c->direct ? round_up(r->want, IODL_ALIGN) : r->want;
+		r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size + r->got;
+		L->reissue[L->nreissue++] = r;
+		return;
+	}
+	L->free_slots[L->nfree++] = r->slot;
+}
+
+static int was_interrupted(struct loop *L)
+{
+	if (L->a->interrupted && L->a->interrupted(L->a->interrupted_arg)) {
+		L->st->interrupted = 1;
+		L->stop = 1;
+		return 1;
+	}
+	return 0;
+}
+
+int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stats *st)
+{
+	const struct iodl_engine_ops *ops = c->ops;
+	const int sync = ops->flags & IODL_ENG_SYNC;
+	struct loop L = { .c = c, .a = a, .st = st };
+	int ret = 0, slack = -1;
+	uint64_t now;
+
+	memset(st, 0, sizeof(*st));
+	st->first_error_row = -1;
+	L.files = calloc(a->nfds ? a->nfds : 1, sizeof(*L.files));
+	L.free_slots = calloc(c->depth, sizeof(*L.free_slots));
+	L.reissue = calloc(c->depth, sizeof(*L.reissue));
+	L.staged = calloc(c->depth, sizeof(*L.staged));
+	if (!L.files || !L.free_slots || !L.reissue || !L.staged) {
+		ret = -ENOMEM;
+		c->failed_syscall = "malloc";
+		goto out;
+	}
+	for (unsigned i = 0; i < c->depth; i++)
+		L.free_slots[L.nfree++] = c->depth - 1 - i;
+	/*
+	 * Sleeps (null delay, rate pacing) must end on time: the default 50 us timer slack would
+	 * bias every delayed completion and every paced gap. Per thread, restored below.
+	 */
+	if (c->delay_ns || a->rate_bps) {
+		slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+		prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+	}
+
+	uint64_t next_signal_check = iodl_now_ns() + SIGNAL_CHECK_NS;
+
+	for (;;) {
+		uint64_t pace_until = 0;
+
+		now = iodl_now_ns();
+		if (a->deadline_ns && now >= a->deadline_ns)
+			L.stop = 1;
+		if (now >= next_signal_check && !L.stop) {
+			was_interrupted(&L);
+			next_signal_check = now + SIGNAL_CHECK_NS;
+		}
+
+		while (L.nreissue || (!L.stop && L.next_row < a->nrows && L.nfree)) {
+			struct iodl_req *r;
+			int reissue = L.nreissue > 0;
+
+			if (reissue) {
+				r = L.reissue[--L.nreissue];
+			} else {
+				if (a->rate_bps && L.t_origin) {
+					/* fio's rate: due when the bytes issued so far were allowed */
+					uint64_t due = L.t_origin + (uint64_t)((unsigned __int128)L.paced_bytes
+									* 1000000000u / a->rate_bps);
+					if (due > now) {
+						pace_until = due;
+						break;
+					}
+				}
+				r = take_row(&L);
+				if (!L.t_origin)
+					L.t_origin = now;
+			}
+			if (sync) {
+				r->t_submit_ns = now;
+				if (!st->t_start_ns)
+					st->t_start_ns = now;
+				st->depth[0]++;
+				ops->queue(c, r);
+				now = iodl_now_ns();
+				st->t_end_ns = now;
+				complete(&L, r, now);
+				if (a->deadline_ns && now >= a->deadline_ns)
+					L.stop = 1;
+				if (now >= next_signal_check)
+					break;	/* back to the top, which looks for signals */
+				continue;
+			}
+			if (ops->queue(c, r) == IODL_Q_BUSY) {
+				untake(&L, r, reissue);
+				break;
+			}
+			L.staged[L.nstaged++] = r;
+		}
+
+		if (L.nstaged) {
+			now = iodl_now_ns();
+			if (!st->t_start_ns)
+				st->t_start_ns = now;
+			for (unsigned i = 0; i < L.nstaged; i++)
+				L.staged[i]->t_submit_ns = now;
+			L.inflight += L.nstaged;
+			/* as fio: every request of the batch sees the depth the batch brought us to */
+			if (in_window(a, now))
+				st->depth[iodl_depth_index(L.inflight)] += L.nstaged;
+			L.nstaged = 0;
+			ret = ops->commit(c);
+			if (ret < 0) {
+				/* the engine hands back what it could not submit as failed requests */
+				L.stop = 1;
+				ret = 0;
+			}
+		}
+
+		if (!L.inflight) {
+			if (pace_until) {
+				/* in slices, so that a signal is noticed while we sleep */
+				if (pace_until > next_signal_check)
+					pace_until = next_signal_check;
+				if (iodl_sleep_until(pace_until) == -EINTR)
+					was_interrupted(&L);
+				continue;
+			}
+			if (L.nreissue || (!L.stop && L.next_row < a->nrows))
+				continue;
+			break;
+		}
+
+		/* under pacing fio quiesces: drain everything in flight before sleeping */
+		int n = ops->getevents(c, pace_until ? L.inflight : 1, c->depth);
+		if (n == -EINTR) {
+			was_interrupted(&L);
+			continue;
+		}
+		if (n < 0) {
+			ret = n;
+			if (!c->failed_syscall)
+				c->failed_syscall = "getevents";
+			break;
+		}
+		if (n == 0)
+			continue;
+		now = iodl_now_ns();
+		st->t_end_ns = now;
+		for (int i = 0; i < n; i++) {
+			struct iodl_req *r = ops->event(c, (unsigned)i);
+
+			L.inflight--;
+			complete(&L, r, now);
+		}
+	}
+
+	st->done = st->errors ? (uint64_t)st->first_error_row : L.next_row;
+	if (!st->t_start_ns)
+		st->t_start_ns = st->t_end_ns = iodl_now_ns();
+	if (a->window_start_ns || a->window_end_ns) {
+		/* what was measured: from the window's start (or the first submit, if later) to the
+		 * last counted completion, or the window's end if requests were still in flight then */
+		if (!st->ios) {
+			st->t_start_ns = st->t_end_ns = 0;
+		} else {
+			if (st->t_start_ns < a->window_start_ns)
+				st->t_start_ns = a->window_start_ns;
+			st->t_end_ns = a->window_end_ns && st->t_end_ns >= a->window_end_ns ? a->window_end_ns
+											: st->t_last_ns;
+		}
+	}
+out:
+	if (slack >= 0)
+		prctl(PR_SET_TIMERSLACK, slack ? slack : 1, 0, 0, 0);
+	free(L.files);
+	free(L.free_slots);
+	free(L.reissue);
+	free(L.staged);
+	return ret;
+}

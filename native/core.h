@@ -1,0 +1,105 @@
+/* The run loop, its accounting, and the helpers module.c exposes. */
+#ifndef IODL_CORE_H
+#define IODL_CORE_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "engine.h"
+
+/*
+ * Latency histogram: fio's plat_val_to_idx with 6 sub-bucket bits, extended to 32 groups so
+ * that it reaches 2^37 ns (~137 s). Values < 128 ns have their own bucket; above that each
+ * power of two is split into 64 linear buckets, so a bucket midpoint is within 1/128 (0.78%)
+ * of any value in it. iodl/histogram.py mirrors this function; tests hold them together.
+ */
+#define IODL_HIST_BITS 6
+#define IODL_HIST_VAL (1u << IODL_HIST_BITS)
+#define IODL_HIST_GROUPS 32
+#define IODL_HIST_BUCKETS (IODL_HIST_GROUPS * IODL_HIST_VAL)
+#define IODL_DEPTH_BUCKETS 7	/* fio iodepth_level: 1, 2, 4, 8, 16, 32, >=64 */
+
+static inline unsigned iodl_hist_index(uint64_t ns)
+{
+	unsigned msb, error_bits, idx;
+
+	if (ns < 2 * IODL_HIST_VAL)
+		return (unsigned)ns;
+	msb = 63u - (unsigned)__builtin_clzll(ns);
+	error_bits = msb - IODL_HIST_BITS;
+	idx = ((error_bits + 1) << IODL_HIST_BITS) + (unsigned)((ns >> error_bits) & (IODL_HIST_VAL - 1));
+	return idx < IODL_HIST_BUCKETS ? idx : IODL_HIST_BUCKETS - 1;
+}
+
+/* fio's io_u_mark_depth bins: floor(log2(depth)), capped at ">= 64". */
+static inline unsigned iodl_depth_index(unsigned depth)
+{
+	unsigned i = depth <= 1 ? 0 : 31u - (unsigned)__builtin_clz(depth);
+	return i < IODL_DEPTH_BUCKETS - 1 ? i : IODL_DEPTH_BUCKETS - 1;
+}
+
+/* pagecache.c: which pages of a file were resident before the engine first read it */
+struct iodl_snap {
+	int fd;
+	dev_t dev;
+	ino_t ino;
+	uint64_t size;
+	size_t npages;
+	unsigned char *vec;	/* mincore() vector: bit 0 = resident */
+};
+
+struct iodl_snaps {
+	struct iodl_snap **v;	/* each allocated alone: a run keeps pointers to them */
+	size_t n, cap;
+};
+
+int iodl_snap_get(struct iodl_snaps *s, int fd, dev_t dev, ino_t ino, uint64_t size,
+		  const struct iodl_snap **out, const char **failed);
+void iodl_snap_forget(struct iodl_snaps *s, int fd);
+void iodl_snaps_free(struct iodl_snaps *s);
+uint64_t iodl_snap_cached(const struct iodl_snap *snap, uint64_t offset, uint64_t len);
+int iodl_resident_bytes(int fd, uint64_t offset, uint64_t len, uint64_t *out, const char **failed);
+
+struct iodl_plan_row {		/* iodl.engine.PLAN_DTYPE */
+	uint64_t file, offset, length;
+};
+
+struct iodl_run_args {
+	const int *fds;
+	size_t nfds;
+	const struct iodl_plan_row *plan;
+	size_t nrows;
+	int64_t *hist;			/* IODL_HIST_BUCKETS, accumulated into */
+	uint64_t deadline_ns;		/* 0: none */
+	/*
+	 * The measured window (0: unbounded). Only completions inside it are counted, and the
+	 * start/end reported are clipped to it, so a ramp needs no separate run: the queue stays
+	 * full across the ramp's end instead of draining, and a drain after the window's end does
+	 * not stretch it.
+	 */
+	uint64_t window_start_ns, window_end_ns;
+	uint64_t rate_bps;		/* 0: unpaced */
+	int cache_check;
+	struct iodl_snaps *snaps;
+	/* called (GIL released) every 100 ms and after EINTR: nonzero = a signal wants the run to stop */
+	int (*interrupted)(void *arg);
+	void *interrupted_arg;
+};
+
+struct iodl_stats {
+	uint64_t done, ios, bytes, cached_bytes, errors;
+	int first_errno;
+	int64_t first_error_row;
+	uint64_t t_start_ns, t_end_ns, max_ns;
+	uint64_t t_first_ns, t_last_ns;	/* first and last counted completion */
+	uint64_t depth[IODL_DEPTH_BUCKETS];
+	int interrupted;
+};
+
+int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
+		  size_t block_size, int direct, uint64_t delay_ns, const char **failed);
+void iodl_ctx_close(struct iodl_ctx *c);
+/* 0, or -errno when the engine itself broke (c->failed_syscall says where) */
+int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stats *st);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * The engine interface: one small versioned ops table, shaped like fio's ioengine_ops.
+ * core.c owns the loop, the clocks and the accounting; an engine only turns a request into
+ * syscalls and hands completed requests back. Every request an engine accepts with
+ * IODL_Q_QUEUED comes back exactly once through getevents/event, errors included.
+ */
+#ifndef IODL_ENGINE_H
+#define IODL_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IODL_OPS_VERSION 1
+#define IODL_ALIGN 4096		/* O_DIRECT buffer/offset/length alignment */
+
+enum iodl_q_status {
+	IODL_Q_COMPLETED = 0,	/* done inline (sync engines): req->res is set */
+	IODL_Q_QUEUED = 1,	/* staged: ->commit() submits it */
+	IODL_Q_BUSY = 2,	/* no more room, call ->commit() and reap first */
+};
+
+enum {
+	IODL_ENG_SYNC = 1u << 0,	/* ->queue completes inline; depth is 1 */
+	IODL_ENG_FIXED_BUFS = 1u << 1,	/* may register the pool once (io_uring) */
+	IODL_ENG_FAKE = 1u << 2,	/* does no I/O (null): no fds are looked at */
+};
+
+/* One in-flight request; `depth` of them are preallocated, request i always uses pool slot i. */
+struct iodl_req {
+	int fd;
+	uint32_t slot;
+	uint64_t offset;	/* of this issue */
+	uint64_t len;		/* asked of the kernel: rounded up to IODL_ALIGN when direct */
+	void *buf;
+	int64_t res;		/* bytes or -errno, set by the engine at completion */
+	uint64_t t_submit_ns;	/* set by core before ->commit() (or ->queue() for sync engines) */
+
+	/* core-only: the plan row this request belongs to, and how much of it is left */
+	uint64_t row;
+	uint32_t file;
+	uint64_t got;		/* bytes of the row delivered so far (short reads re-issue the rest) */
+	uint64_t want;		/* bytes of the row still wanted */
+};
+
+struct iodl_ctx {
+	const struct iodl_engine_ops *ops;
+	unsigned depth;
+	size_t slot_size;		/* pool bytes per request, a multiple of IODL_ALIGN */
+	unsigned char *pool;		/* depth * slot_size, IODL_ALIGN-aligned, allocated once */
+	struct iodl_req *reqs;
+	int direct;
+	uint64_t delay_ns;		/* null engine: completion is due this long after submit */
+	int fixed_bufs;			/* set by an engine that registered the pool */
+	void *eng;			/* engine-private state, owned by ->init()/->cleanup() */
+	const char *failed_syscall;	/* set when a call fails, for "(originated from X)" */
+};
+
+struct iodl_engine_ops {
+	const char *name;
+	int version;		/* must equal IODL_OPS_VERSION */
+	unsigned flags;
+	int (*probe)(void);	/* 0 if usable on this kernel, else -errno */
+	int (*init)(struct iodl_ctx *);
+	enum iodl_q_status (*queue)(struct iodl_ctx *, struct iodl_req *);
+	int (*commit)(struct iodl_ctx *);	/* 0 or -errno (fatal); NULL for sync engines */
+	/* wait until >= min completions are ready, return how many (<= max) or -errno;
+	 * a bounded wait (null's 100 ms sleep slices) may return fewer than min */
+	int (*getevents)(struct iodl_ctx *, unsigned min, unsigned max);
+	struct iodl_req *(*event)(struct iodl_ctx *, unsigned i);
+	void (*cleanup)(struct iodl_ctx *);
+};
+
+extern const struct iodl_engine_ops iodl_engine_null;
+extern const struct iodl_engine_ops iodl_engine_psync;
+extern const struct iodl_engine_ops iodl_engine_aio;
+extern const struct iodl_engine_ops iodl_engine_uring;
+
+/* engines.c: the compiled-in table, NULL-terminated, every entry checked at import */
+extern const struct iodl_engine_ops *const iodl_engines[];
+const struct iodl_engine_ops *iodl_engine_find(const char *name);
+const char *iodl_check_engine_ops(const struct iodl_engine_ops *ops);
+
+#endif

@@ -1,0 +1,494 @@
+/*
+ * iodl._native: the Python face of the C loop (see iodl/_native.pyi for the contract).
+ * Parses arguments, releases the GIL around the loop, turns errno into OSError naming the
+ * syscall (psutil style). Everything else lives in core.c and the engines.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#include "core.h"
+#include "sys.h"
+
+#define MAX_DEPTH 65536
+#define MAX_BLOCK_SIZE (1u << 30)
+
+/* OSError(errno, "<strerror> (originated from <syscall>)"); errno picks the subclass. */
+static PyObject *oserror_wsyscall(int err, const char *syscall)
+{
+	PyObject *msg = PyUnicode_FromFormat("%s (originated from %s)", strerror(err), syscall);
+	PyObject *exc = msg ? PyObject_CallFunction(PyExc_OSError, "iO", err, msg) : NULL;
+
+	Py_XDECREF(msg);
+	if (exc) {
+		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+		Py_DECREF(exc);
+	}
+	return NULL;
+}
+
+typedef struct {
+	PyObject_HEAD
+	struct iodl_ctx *ctx;		/* NULL once closed */
+	const struct iodl_engine_ops *ops;
+	Py_ssize_t block_size;
+	unsigned depth;			/* as the engine runs it (psync: 1) */
+	long long rate_bps;
+	int direct, cache_check, busy;
+	struct iodl_snaps snaps;	/* per-fd residency before first use */
+} EngineObject;
+
+static void engine_release(EngineObject *self)
+{
+	iodl_ctx_close(self->ctx);
+	self->ctx = NULL;
+	iodl_snaps_free(&self->snaps);
+}
+
+static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
+				  "cache_check", NULL };
+	const char *name;
+	Py_ssize_t depth = 1, block_size = 1 << 20;
+	int direct = 0, cache_check = 0, rc;
+	long long delay_ns = 0, rate_bps = 0;
+	const struct iodl_engine_ops *ops;
+	const char *failed = NULL;
+	EngineObject *self;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLp:Engine", kwlist, &name, &depth,
+					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check))
+		return NULL;
+	ops = iodl_engine_find(name);
+	if (!ops)
+		return PyErr_Format(PyExc_ValueError, "unknown engine '%s'", name);
+	if (depth < 1 || depth > MAX_DEPTH)
+		return PyErr_Format(PyExc_ValueError, "depth must be 1..%d, not %zd", MAX_DEPTH, depth);
+	if (block_size < 1 || block_size > MAX_BLOCK_SIZE)
+		return PyErr_Format(PyExc_ValueError, "block_size must be 1..%u, not %zd", MAX_BLOCK_SIZE,
+				    block_size);
+	if (delay_ns < 0 || rate_bps < 0)
+		return PyErr_Format(PyExc_ValueError, "delay_ns and rate_bps must be >= 0");
+	if (delay_ns && !(ops->flags & IODL_ENG_FAKE))
+		return PyErr_Format(PyExc_ValueError, "delay_ns is for the null engine only");
+
+	self = (EngineObject *)type->tp_alloc(type, 0);
+	if (!self)
+		return NULL;
+	self->ops = ops;
+	self->block_size = block_size;
+	self->rate_bps = rate_bps;
+	self->direct = direct;
+	self->cache_check = cache_check;
+	Py_BEGIN_ALLOW_THREADS
+	rc = iodl_ctx_open(&self->ctx, ops, (unsigned)depth, (size_t)block_size, direct,
+			   (uint64_t)delay_ns, &failed);
+	Py_END_ALLOW_THREADS
+	if (rc < 0) {
+		Py_DECREF(self);
+		return oserror_wsyscall(-rc, failed ? failed : name);
+	}
+	self->depth = self->ctx->depth;
+	return (PyObject *)self;
+}
+
+static void Engine_dealloc(EngineObject *self)
+{
+	engine_release(self);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int check_open(EngineObject *self)
+{
+	if (!self->ctx) {
+		PyErr_SetString(PyExc_ValueError, "engine is closed");
+		return -1;
+	}
+	if (self->busy) {
+		PyErr_SetString(PyExc_RuntimeError, "engine is running in another thread");
+		return -1;
+	}
+	return 0;
+}
+
+/* A wait came back with EINTR: take the GIL, run Python's signal handlers (Ctrl-C). */
+struct interrupt_state {
+	PyThreadState *tstate;
+	PyObject *type, *value, *tb;
+};
+
+static int interrupted(void *arg)
+{
+	struct interrupt_state *s = arg;
+	int stop;
+
+	if (s->type)
+		return 1;
+	PyEval_RestoreThread(s->tstate);
+	stop = PyErr_CheckSignals() < 0;
+	if (stop)
+		PyErr_Fetch(&s->type, &s->value, &s->tb);
+	s->tstate = PyEval_SaveThread();
+	return stop;
+}
+
+static int get_plan(PyObject *obj, Py_buffer *view, size_t *nrows)
+{
+	if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+		return -1;
+	/* a 1-d PLAN_DTYPE array, or an (n, 3) array of uint64 with the same bytes */
+	if ((view->ndim == 1 && view->itemsize == sizeof(struct iodl_plan_row)) ||
+	    (view->ndim == 2 && view->shape[1] == 3 && view->itemsize == 8)) {
+		*nrows = (size_t)view->len / sizeof(struct iodl_plan_row);
+		return 0;
+	}
+	PyBuffer_Release(view);
+	PyErr_SetString(PyExc_TypeError, "plan must be a contiguous array of PLAN_DTYPE rows "
+			"(file, offset, length as uint64)");
+	return -1;
+}
+
+static int get_hist(PyObject *obj, Py_buffer *view)
+{
+	if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+		return -1;
+	if (view->itemsize == 8 && view->len == IODL_HIST_BUCKETS * 8 && view->format &&
+	    strchr("qlQL", view->format[strlen(view->format) - 1]))
+		return 0;
+	PyBuffer_Release(view);
+	PyErr_Format(PyExc_TypeError, "hist must be a writable contiguous int64 array of %d buckets",
+		     IODL_HIST_BUCKETS);
+	return -1;
+}
+
+static int *get_fds(PyObject *obj, size_t *n)
+{
+	PyObject *seq = PySequence_Fast(obj, "fds must be a sequence of file descriptors");
+	int *fds;
+
+	if (!seq)
+		return NULL;
+	*n = (size_t)PySequence_Fast_GET_SIZE(seq);
+	fds = PyMem_Calloc(*n ? *n : 1, sizeof(int));
+	if (!fds) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return NULL;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
+
+		if (v == -1 && PyErr_Occurred()) {
+			PyMem_Free(fds);
+			Py_DECREF(seq);
+			return NULL;
+		}
+		fds[i] = (int)v;
+	}
+	Py_DECREF(seq);
+	return fds;
+}
+
+static PyObject *stats_dict(const struct iodl_stats *st)
+{
+	PyObject *depth = PyList_New(IODL_DEPTH_BUCKETS);
+
+	if (!depth)
+		return NULL;
+	for (int i = 0; i < IODL_DEPTH_BUCKETS; i++)
+		PyList_SET_ITEM(depth, i, PyLong_FromUnsignedLongLong(st->depth[i]));
+	return Py_BuildValue("{sKsKsKsKsKsisLsKsKsKsN}",
+			     "done", st->done, "ios", st->ios, "bytes", st->bytes,
+			     "cached_bytes", st->cached_bytes, "errors", st->errors,
+			     "first_errno", st->first_errno, "first_error_row", (long long)st->first_error_row,
+			     "t_start_ns", st->t_start_ns, "t_end_ns", st->t_end_ns, "max_ns", st->max_ns,
+			     "depth", depth);
+}
+
+static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns", NULL };
+	PyObject *fds_obj, *plan_obj, *hist_obj, *result = NULL;
+	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
+	Py_buffer plan = { 0 }, hist = { 0 };
+	struct iodl_run_args a = { 0 };
+	struct interrupt_state intr = { 0 };
+	struct iodl_stats st;
+	int *fds = NULL, rc;
+	size_t nfds = 0, nrows = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLL:run", kwlist, &fds_obj, &plan_obj,
+					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns))
+		return NULL;
+	if (check_open(self) < 0)
+		return NULL;
+	if (deadline_ns < 0 || window_start_ns < 0 || window_end_ns < 0)
+		return PyErr_Format(PyExc_ValueError, "deadline_ns and the window must be >= 0");
+	fds = get_fds(fds_obj, &nfds);
+	if (!fds)
+		return NULL;
+	if (get_plan(plan_obj, &plan, &nrows) < 0)
+		goto out;
+	if (get_hist(hist_obj, &hist) < 0)
+		goto out;
+	a.plan = plan.buf;
+	for (size_t i = 0; i < nrows; i++) {
+		if (a.plan[i].file >= nfds) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: file %llu but only %zu fds", i,
+				     (unsigned long long)a.plan[i].file, nfds);
+			goto out;
+		}
+		if (a.plan[i].length > (uint64_t)self->block_size) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: length %llu exceeds block_size %zd", i,
+				     (unsigned long long)a.plan[i].length, self->block_size);
+			goto out;
+		}
+	}
+	a.fds = fds;
+	a.nfds = nfds;
+	a.nrows = nrows;
+	a.hist = hist.buf;
+	a.deadline_ns = (uint64_t)deadline_ns;
+	a.window_start_ns = (uint64_t)window_start_ns;
+	a.window_end_ns = (uint64_t)window_end_ns;
+	a.rate_bps = (uint64_t)self->rate_bps;
+	a.cache_check = self->cache_check;
+	a.snaps = &self->snaps;
+	a.interrupted = interrupted;
+	a.interrupted_arg = &intr;
+
+	self->busy = 1;
+	intr.tstate = PyEval_SaveThread();
+	rc = iodl_run(self->ctx, &a, &st);
+	PyEval_RestoreThread(intr.tstate);
+	self->busy = 0;
+
+	if (rc < 0) {
+		const char *syscall = self->ctx->failed_syscall;
+
+		/* the engine's kernel state is unknown now: tear it down rather than reuse it */
+		engine_release(self);
+		oserror_wsyscall(-rc, syscall ? syscall : self->ops->name);
+		goto out;
+	}
+	if (intr.type) {
+		PyErr_Restore(intr.type, intr.value, intr.tb);
+		goto out;
+	}
+	result = stats_dict(&st);
+out:
+	if (plan.obj)
+		PyBuffer_Release(&plan);
+	if (hist.obj)
+		PyBuffer_Release(&hist);
+	PyMem_Free(fds);
+	return result;
+}
+
+static PyObject *Engine_forget(EngineObject *self, PyObject *arg)
+{
+	int fd = (int)PyLong_AsLong(arg);
+
+	if (fd == -1 && PyErr_Occurred())
+		return NULL;
+	if (self->busy) {
+		PyErr_SetString(PyExc_RuntimeError, "engine is running in another thread");
+		return NULL;
+	}
+	iodl_snap_forget(&self->snaps, fd);
+	Py_RETURN_NONE;
+}
+
+static PyObject *Engine_close(EngineObject *self, PyObject *Py_UNUSED(ignored))
+{
+	if (self->busy) {
+		PyErr_SetString(PyExc_RuntimeError, "engine is running in another thread");
+		return NULL;
+	}
+	engine_release(self);
+	Py_RETURN_NONE;
+}
+
+static PyObject *Engine_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+	return Py_NewRef(self);
+}
+
+static PyObject *Engine_exit(EngineObject *self, PyObject *Py_UNUSED(args))
+{
+	return Engine_close(self, NULL);
+}
+
+static PyObject *Engine_get_name(EngineObject *self, void *Py_UNUSED(c))
+{
+	return PyUnicode_FromString(self->ops->name);
+}
+
+static PyObject *Engine_get_depth(EngineObject *self, void *Py_UNUSED(c))
+{
+	return PyLong_FromUnsignedLong(self->depth);
+}
+
+static PyObject *Engine_get_block_size(EngineObject *self, void *Py_UNUSED(c))
+{
+	return PyLong_FromSsize_t(self->block_size);
+}
+
+static PyObject *Engine_get_direct(EngineObject *self, void *Py_UNUSED(c))
+{
+	return PyBool_FromLong(self->direct);
+}
+
+static PyObject *Engine_get_fixed_buffers(EngineObject *self, void *Py_UNUSED(c))
+{
+	return PyBool_FromLong(self->ctx && self->ctx->fixed_bufs);
+}
+
+static PyObject *Engine_get_closed(EngineObject *self, void *Py_UNUSED(c))
+{
+	return PyBool_FromLong(!self->ctx);
+}
+
+static PyMethodDef Engine_methods[] = {
+	{ "run", (PyCFunction)(void (*)(void))Engine_run, METH_VARARGS | METH_KEYWORDS,
+	  "run(fds, plan, hist, *, deadline_ns=0, window_start_ns=0, window_end_ns=0) -> RunStats: the whole plan, GIL released" },
+	{ "forget", (PyCFunction)Engine_forget, METH_O,
+	  "forget(fd): drop fd's page-cache snapshot (call before closing it)" },
+	{ "close", (PyCFunction)Engine_close, METH_NOARGS, "free the buffers and kernel contexts" },
+	{ "__enter__", Engine_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)Engine_exit, METH_VARARGS, NULL },
+	{ NULL }
+};
+
+static PyGetSetDef Engine_getset[] = {
+	{ "name", (getter)Engine_get_name, NULL, "engine name", NULL },
+	{ "depth", (getter)Engine_get_depth, NULL, "requests kept in flight (1 for psync)", NULL },
+	{ "block_size", (getter)Engine_get_block_size, NULL, "largest request a plan may hold", NULL },
+	{ "direct", (getter)Engine_get_direct, NULL, "fds are O_DIRECT: lengths rounded up to ALIGN", NULL },
+	{ "fixed_buffers", (getter)Engine_get_fixed_buffers, NULL, "the pool is registered (uring)", NULL },
+	{ "closed", (getter)Engine_get_closed, NULL, NULL, NULL },
+	{ NULL }
+};
+
+static PyTypeObject EngineType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "iodl._native.Engine",
+	.tp_doc = "Engine(name, *, depth=1, block_size=1<<20, direct=False, delay_ns=0, rate_bps=0, "
+		  "cache_check=False): keeps `depth` requests of a plan in flight",
+	.tp_basicsize = sizeof(EngineObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_new = Engine_new,
+	.tp_dealloc = (destructor)Engine_dealloc,
+	.tp_methods = Engine_methods,
+	.tp_getset = Engine_getset,
+};
+
+static PyObject *py_engines(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+	PyObject *list = PyList_New(0);
+
+	for (const struct iodl_engine_ops *const *e = iodl_engines; list && *e; e++) {
+		PyObject *s = PyUnicode_FromString((*e)->name);
+
+		if (!s || PyList_Append(list, s) < 0)
+			Py_CLEAR(list);
+		Py_XDECREF(s);
+	}
+	return list;
+}
+
+static PyObject *py_probe(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+	const char *name = PyUnicode_AsUTF8(arg);
+	const struct iodl_engine_ops *ops;
+	int rc;
+
+	if (!name)
+		return NULL;
+	ops = iodl_engine_find(name);
+	if (!ops)
+		return PyErr_Format(PyExc_ValueError, "unknown engine '%s'", name);
+	Py_BEGIN_ALLOW_THREADS
+	rc = ops->probe();
+	Py_END_ALLOW_THREADS
+	return PyLong_FromLong(-rc);
+}
+
+static PyObject *py_hist_index(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+	unsigned long long ns = PyLong_AsUnsignedLongLong(arg);
+
+	if (ns == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	return PyLong_FromUnsignedLong(iodl_hist_index(ns));
+}
+
+static PyObject *py_resident_bytes(PyObject *Py_UNUSED(m), PyObject *args)
+{
+	int fd, rc;
+	long long offset, length;
+	uint64_t out = 0;
+	const char *failed = NULL;
+
+	if (!PyArg_ParseTuple(args, "iLL:resident_bytes", &fd, &offset, &length))
+		return NULL;
+	if (offset < 0 || length < 0)
+		return PyErr_Format(PyExc_ValueError, "offset and length must be >= 0");
+	Py_BEGIN_ALLOW_THREADS
+	rc = iodl_resident_bytes(fd, (uint64_t)offset, (uint64_t)length, &out, &failed);
+	Py_END_ALLOW_THREADS
+	if (rc < 0)
+		return oserror_wsyscall(-rc, failed ? failed : "mincore");
+	return PyLong_FromUnsignedLongLong(out);
+}
+
+static PyObject *py_monotonic_ns(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+	return PyLong_FromUnsignedLongLong(iodl_now_ns());
+}
+
+static PyMethodDef module_methods[] = {
+	{ "engines", py_engines, METH_NOARGS, "compiled-in engine names" },
+	{ "probe", py_probe, METH_O, "probe(engine) -> 0 if usable here, else an errno" },
+	{ "hist_index", py_hist_index, METH_O, "latency histogram bucket of a value in ns" },
+	{ "resident_bytes", py_resident_bytes, METH_VARARGS,
+	  "resident_bytes(fd, offset, length) -> bytes of the range in the page cache (mincore)" },
+	{ "monotonic_ns", py_monotonic_ns, METH_NOARGS, "the engine's clock: CLOCK_MONOTONIC in ns" },
+	{ NULL }
+};
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "iodl._native",
+	.m_doc = "The per-I/O loop in C; see iodl/_native.pyi.",
+	.m_size = -1,
+	.m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+	PyObject *m;
+
+	/* refuse to load with an ops table the core cannot drive (fio check_engine_ops) */
+	for (const struct iodl_engine_ops *const *e = iodl_engines; *e; e++) {
+		const char *why = iodl_check_engine_ops(*e);
+
+		if (why)
+			return PyErr_Format(PyExc_ImportError, "engine '%s': %s", (*e)->name, why);
+	}
+	if (PyType_Ready(&EngineType) < 0)
+		return NULL;
+	m = PyModule_Create(&module_def);
+	if (!m)
+		return NULL;
+	if (PyModule_AddIntConstant(m, "HIST_BITS", IODL_HIST_BITS) < 0 ||
+	    PyModule_AddIntConstant(m, "HIST_BUCKETS", IODL_HIST_BUCKETS) < 0 ||
+	    PyModule_AddIntConstant(m, "DEPTH_BUCKETS", IODL_DEPTH_BUCKETS) < 0 ||
+	    PyModule_AddIntConstant(m, "ALIGN", IODL_ALIGN) < 0 ||
+	    PyModule_AddObjectRef(m, "Engine", (PyObject *)&EngineType) < 0) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}

@@ -1,0 +1,410 @@
+"""One contract, every engine x {buffered, direct}: exact bytes and ios, EOF tails, deadlines,
+errors, pacing, histogram truth and page-cache hits. Real files on /tmp (ext4), no mocks.
+
+Engines the kernel refuses are skipped with the probe's reason (tests/conftest.py markers).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from iodl import _native, groundtruth, histogram
+from iodl.engine import PLAN_DTYPE, as_plan, open_for_read
+
+ALIGN = _native.ALIGN
+BS = 64 << 10
+DEPTH = 8
+# sizes that are not multiples of the block or the page: the EOF tail must be counted exactly
+SIZES = [(1 << 20) + 123, 4095, 1, 0, 3 * BS, 5 * BS + ALIGN]
+
+_MARKS = {"aio": [pytest.mark.aio], "uring": [pytest.mark.uring]}
+ENGINES = [
+    pytest.param(name, direct, id=f"{name}-{'direct' if direct else 'buffered'}",
+                 marks=_MARKS.get(name, []) + ([pytest.mark.odirect] if direct else []))
+    for name in _native.engines() for direct in (False, True)
+]
+
+
+def make_files(tmp_path, sizes):
+    paths = []
+    for i, size in enumerate(sizes):
+        p = tmp_path / f"f{i}.bin"
+        with open(p, "wb") as f:
+            f.write(os.urandom(size))
+            f.flush()
+            os.fsync(f.fileno())   # else the first O_DIRECT read of a range waits for its writeback
+        paths.append(str(p))
+    return paths
+
+
+def whole_file_plan(sizes, bs=BS):
+    """Each file read whole in bs requests; a 0-byte file still gets one request (it must return 0)."""
+    rows = []
+    for f, size in enumerate(sizes):
+        for off in range(0, max(size, 1), bs):
+            rows.append((f, off, bs))
+    return as_plan(rows)
+
+
+class Opened:
+    def __init__(self, paths, direct):
+        self.fds = [open_for_read(p, direct) for p in paths]
+
+    def __enter__(self):
+        return self.fds
+
+    def __exit__(self, *exc):
+        for fd in self.fds:
+            os.close(fd)
+
+
+def engine(name, direct, **kw):
+    kw.setdefault("depth", DEPTH)
+    kw.setdefault("block_size", BS)
+    return _native.Engine(name, direct=direct, **kw)
+
+
+def expected_bytes(name, plan, sizes):
+    if name == "null":       # no file behind it: every request returns its full length
+        return int(plan["length"].sum())
+    ends = np.minimum(plan["offset"] + plan["length"], np.asarray(sizes, dtype=np.uint64)[plan["file"]])
+    return int(np.maximum(ends.astype(np.int64) - plan["offset"].astype(np.int64), 0).sum())
+
+
+@pytest.mark.parametrize("name,direct", ENGINES)
+def test_reads_every_byte_exactly(tmp_path, name, direct):
+    paths = make_files(tmp_path, SIZES)
+    plan = whole_file_plan(SIZES)
+    hist = histogram.empty()
+    with Opened(paths, direct) as fds, engine(name, direct) as eng:
+        st = eng.run(fds, plan, hist)
+    assert st["errors"] == 0 and st["first_errno"] == 0 and st["first_error_row"] == -1
+    assert st["done"] == len(plan)
+    # no short read before EOF on a local file: one request per row, the tails included
+    assert st["ios"] == len(plan)
+    assert st["bytes"] == expected_bytes(name, plan, SIZES)
+    assert int(hist.sum()) == st["ios"]
+    assert sum(st["depth"]) == st["ios"]
+    assert st["t_end_ns"] >= st["t_start_ns"] > 0
+    assert histogram.index(st["max_ns"]) == np.flatnonzero(hist)[-1]
+    if eng.depth > 1:   # the async engines really kept DEPTH requests in flight
+        assert st["depth"][3] > 0          # fio bin "8"
+    else:
+        assert st["depth"][0] == st["ios"]
+
+
+@pytest.mark.parametrize("name,direct", ENGINES)
+def test_random_rows_and_rerun(tmp_path, name, direct):
+    """Random aligned 4 KiB..BS reads over two files, then the same engine again: counters per run."""
+    sizes = [(2 << 20) + 777, (1 << 20)]
+    paths = make_files(tmp_path, sizes)
+    rng = np.random.default_rng(7)
+    n = 500
+    files = rng.integers(0, 2, n)
+    offsets = rng.integers(0, np.asarray(sizes)[files] // ALIGN + 1) * ALIGN
+    lengths = rng.integers(1, BS // ALIGN + 1, n) * ALIGN
+    plan = as_plan(np.stack([files, offsets, lengths], axis=1))
+    with Opened(paths, direct) as fds, engine(name, direct) as eng:
+        for _ in range(2):
+            hist = histogram.empty()
+            st = eng.run(fds, plan, hist)
+            assert (st["done"], st["ios"], st["errors"]) == (n, n, 0)
+            assert st["bytes"] == expected_bytes(name, plan, sizes)
+            assert int(hist.sum()) == n
+
+
+@pytest.mark.parametrize("name,direct", ENGINES)
+def test_deadline_stops_submitting_and_drains(tmp_path, name, direct):
+    size = 4 << 20
+    paths = make_files(tmp_path, [size])
+    rows = 200_000
+    plan = np.empty(rows, dtype=PLAN_DTYPE)
+    plan["file"] = 0
+    plan["offset"] = (np.arange(rows) * ALIGN) % size
+    plan["length"] = ALIGN
+    kw = {"delay_ns": 100_000} if name == "null" else {}
+    with Opened(paths, direct) as fds, engine(name, direct, **kw) as eng:
+        deadline = _native.monotonic_ns() + 50_000_000
+        st = eng.run(fds, plan, histogram.empty(), deadline_ns=deadline)
+    assert 0 < st["done"] < rows
+    assert st["errors"] == 0
+    # started rows are drained, none is left half done
+    assert st["ios"] == st["done"]
+    assert st["bytes"] == st["done"] * ALIGN
+    # nothing was submitted after the deadline: the drain is at most one batch of DEPTH requests
+    # (~1 ms here; 50 ms leaves room for a loaded 2-core VM, the run itself would take seconds)
+    assert st["t_end_ns"] - deadline < 50_000_000
+
+
+@pytest.mark.parametrize("name,direct", [p for p in ENGINES if p.values[0] != "null"])
+def test_first_error_stops_the_run(tmp_path, name, direct):
+    paths = make_files(tmp_path, [1 << 20])
+    rows = [(0, i * BS, BS) for i in range(10)] + [(1, 0, BS)] + [(0, i * BS, BS) for i in range(10)]
+    plan = as_plan(rows)
+    with Opened(paths, direct) as fds, engine(name, direct) as eng:
+        bad = os.open(os.devnull, os.O_RDONLY)
+        os.close(bad)                               # a closed descriptor: EBADF
+        st = eng.run([fds[0], bad], plan, histogram.empty())
+        assert st["errors"] >= 1
+        assert st["first_errno"] == errno.EBADF
+        assert st["first_error_row"] == 10
+        assert st["done"] == 10
+        # the rows before it were read whole
+        assert st["bytes"] >= 10 * BS
+        # and the engine is still usable after an error
+        ok = eng.run(fds, plan[:10], histogram.empty())
+        assert (ok["errors"], ok["bytes"]) == (0, 10 * BS)
+
+
+@pytest.mark.odirect
+@pytest.mark.parametrize("name", [p.values[0] for p in ENGINES if p.values[0] != "null" and p.values[1]])
+def test_direct_misaligned_offset_is_an_error(tmp_path, name):
+    paths = make_files(tmp_path, [1 << 20])
+    with Opened(paths, True) as fds, engine(name, True) as eng:
+        st = eng.run(fds, as_plan([(0, 0, BS), (0, 100, BS)]), histogram.empty())
+    assert (st["errors"], st["first_errno"], st["first_error_row"], st["done"]) == (1, errno.EINVAL, 1, 1)
+
+
+@pytest.mark.parametrize("name,direct", ENGINES[:1])
+def test_bad_plans_are_refused_before_any_io(tmp_path, name, direct):
+    with engine(name, direct) as eng:
+        with pytest.raises(ValueError, match="only 1 fds"):
+            eng.run([0], as_plan([(0, 0, 1), (1, 0, 1)]), histogram.empty())
+        with pytest.raises(ValueError, match="exceeds block_size"):
+            eng.run([0], as_plan([(0, 0, BS + 1)]), histogram.empty())
+        with pytest.raises(TypeError):
+            eng.run([0], as_plan([(0, 0, 1)]), np.zeros(10, dtype=np.int64))
+    with pytest.raises(ValueError, match="closed"):
+        eng.run([0], as_plan([(0, 0, 1)]), histogram.empty())
+    with pytest.raises(ValueError, match="unknown engine"):
+        _native.Engine("nope")
+    with pytest.raises(ValueError, match="null engine only"):
+        _native.Engine("psync", delay_ns=5)
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_null_delay_is_histogram_truth(depth):
+    """N requests of delay D at depth d take N/d * D; the histogram's p50 is D within 5%.
+
+    Error budget: bucket midpoint <= 0.78%, plus the wake-up latency of clock_nanosleep on this
+    VM (timer slack is set to 1 ns during sleeps; measured ~50-120 us, i.e. 1-2.5% of 5 ms).
+    """
+    delay, n = 5_000_000, 40
+    plan = as_plan([(0, 0, 4096)] * n)
+    hist = histogram.empty()
+    with _native.Engine("null", depth=depth, block_size=4096, delay_ns=delay) as eng:
+        st = eng.run([-1], plan, hist)
+    elapsed = st["t_end_ns"] - st["t_start_ns"]
+    ideal = n // depth * delay
+    # never early; late only by wake-ups (loose: the 2-core VM is shared with other work)
+    assert ideal <= elapsed < ideal * 1.5
+    if depth == 1:   # back to back: the latencies the histogram holds add up to the elapsed time
+        assert abs(float((hist * histogram.MID).sum()) - elapsed) / elapsed < 0.03
+    p = histogram.percentiles(hist, [50, 99])
+    assert abs(p[50] * 1e3 - delay) / delay < 0.05
+    assert st["max_ns"] >= delay and st["ios"] == n
+    assert st["depth"][{1: 0, 4: 2}[depth]] == n
+
+
+GAP_NS = 10_000_000     # 100 requests/s
+
+
+@pytest.mark.parametrize("name,direct", ENGINES)
+def test_rate_pacing_quiesces_to_depth_one(tmp_path, name, direct):
+    """fio's rate: achieved rate within 5% of rate_bps, and the depth histogram collapses to 1.
+
+    The gap between requests is 10 ms, far above a 64 KiB read here (~0.2 ms), so each request
+    finds the previous one done. If the device is contended (other work on this shared VM) a
+    read can outlast the gap; requests then fall behind schedule and are rightly issued at
+    once, so the depth check needs quiet storage: it is skipped, saying so, when the p99
+    latency was not below gap/4. test_rate_pacing_null covers the quiesce deterministically.
+    """
+    size = 8 << 20
+    paths = make_files(tmp_path, [size])
+    n = 50
+    rate = BS * 1_000_000_000 // GAP_NS
+    plan = as_plan([(0, (i * BS) % size, BS) for i in range(n)])
+    hist = histogram.empty()
+    with Opened(paths, direct) as fds, engine(name, direct, rate_bps=rate) as eng:
+        st = eng.run(fds, plan, hist)
+    assert st["ios"] == n and st["bytes"] == n * BS
+    # the first request goes at t_start, request i at t_start + i*BS/rate: the window holds
+    # n-1 gaps plus the last latency, hence the (n - 1)/n
+    achieved = st["bytes"] / ((st["t_end_ns"] - st["t_start_ns"]) / 1e9)
+    assert abs(achieved * (n - 1) / n - rate) / rate < 0.05
+    if name != "psync":
+        with Opened(paths, direct) as fds, engine(name, direct) as eng:
+            unpaced = eng.run(fds, plan, histogram.empty())
+        assert unpaced["depth"][0] / sum(unpaced["depth"]) < 0.25    # unpaced it runs deep
+    p99_ms = histogram.percentiles(hist, [99])[99] / 1e3
+    if p99_ms * 1e6 >= GAP_NS / 4:
+        pytest.skip(f"device contended: p99 read latency {p99_ms:.1f} ms vs a {GAP_NS / 1e6:.0f} ms gap")
+    # late wake-ups on a loaded VM can still put a few behind schedule (null has no latency to
+    # skip on); the strict check with known latencies is test_rate_pacing_null
+    assert st["depth"][0] / sum(st["depth"]) >= 0.8
+
+
+@pytest.mark.parametrize("delay_ms,depth_one", [(1, True), (35, False)])
+def test_rate_pacing_null(delay_ms, depth_one):
+    """Ahead of schedule -> quiesce, depth 1; behind (latency 35 ms > 10 ms gap) -> issue at once,
+    depth grows to ~4 and the rate is still met. Wake-up lateness on this VM is << the gap."""
+    n = 60
+    rate = 4096 * 1_000_000_000 // GAP_NS
+    plan = as_plan([(0, 0, 4096)] * n)
+    with _native.Engine("null", depth=8, block_size=4096, delay_ns=delay_ms * 1_000_000, rate_bps=rate) as eng:
+        st = eng.run([-1], plan, histogram.empty())
+    achieved = st["bytes"] / ((st["t_end_ns"] - st["t_start_ns"]) / 1e9)
+    # window = (n-1) gaps + one latency
+    expected = n * 4096 / (((n - 1) * GAP_NS + delay_ms * 1_000_000) / 1e9)
+    assert abs(achieved - expected) / expected < 0.05
+    ones = st["depth"][0] / sum(st["depth"])
+    if depth_one:
+        assert ones >= 0.95
+    else:
+        assert ones < 0.2 and st["depth"][2] > 0     # fio bin "4": ~35/10 requests in flight
+
+
+def fincore_bytes(path):
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                         check=True, capture_output=True, text=True).stdout
+    return int(out.split()[0])
+
+
+def settled_fincore_bytes(path, timeout=10.0):
+    """Residency once asynchronous readahead has landed (two equal samples 200 ms apart)."""
+    deadline = time.monotonic() + timeout
+    last = fincore_bytes(path)
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = fincore_bytes(path)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"page-cache residency of {path} did not settle in {timeout} s")
+
+
+def read_ahead_bytes(path):
+    dev = os.stat(path).st_dev
+    try:
+        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/queue/read_ahead_kb") as f:
+            return int(f.read()) * 1024
+    except OSError:        # a partition: the queue is on the parent disk
+        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/../queue/read_ahead_kb") as f:
+            return int(f.read()) * 1024
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("name", [p.values[0] for p in ENGINES if p.values[0] != "null" and not p.values[1]])
+def test_cache_check_counts_only_what_was_cached_before(tmp_path, name):
+    """Warm half a file with plain reads, then read it all buffered: cached_bytes is the half.
+
+    Truth: fincore (mincore from another process) just before the run, which the engine must
+    match to the byte. Tolerance against "half": + two readahead windows of the device
+    (read_ahead_kb): the warming reads make the kernel read ahead past the half, the current
+    window plus the asynchronous look-ahead window it starts when the reader reaches the
+    PG_readahead mark; that look-ahead lands after read() returns, so we wait until residency
+    stops changing. The engine's own readahead must not count: cached_bytes stays at the snapshot.
+    """
+    size = 32 << 20
+    paths = make_files(tmp_path, [size])
+    for attempt in range(5):
+        try:
+            return _cache_check_once(paths, size, name)
+        except ExternalDrop:
+            continue
+    pytest.fail("the page cache was dropped under the test 5 times (another process runs drop_caches)")
+
+
+class ExternalDrop(Exception):
+    """Some other process dropped the page cache mid-test (drop_caches is machine-wide)."""
+
+
+def _cache_check_once(paths, size, name):
+    path = paths[0]
+    groundtruth.drop_caches()
+    assert fincore_bytes(path) == 0
+    with open(path, "rb", buffering=0) as f:
+        left = size // 2
+        while left:
+            left -= len(f.read(min(left, 1 << 20)))
+    truth = settled_fincore_bytes(path)
+    if truth < size // 2:
+        raise ExternalDrop
+    assert truth <= size // 2 + 2 * read_ahead_bytes(path)
+    plan = whole_file_plan([size], bs=1 << 20)
+    with Opened(paths, False) as fds, _native.Engine(name, depth=4, block_size=1 << 20, cache_check=True) as eng:
+        before = _native.resident_bytes(fds[0], 0, size)
+        st = eng.run(fds, plan, histogram.empty())
+        if before != truth or fincore_bytes(path) != size:
+            raise ExternalDrop
+        assert st["bytes"] == size
+        assert st["cached_bytes"] == truth
+        again = eng.run(fds, plan, histogram.empty())
+        assert again["cached_bytes"] == truth   # the snapshot is per fd's first use...
+        eng.forget(fds[0])
+        if fincore_bytes(path) != size:
+            raise ExternalDrop
+        fresh = eng.run(fds, plan, histogram.empty())
+        if fincore_bytes(path) != size:
+            raise ExternalDrop
+        assert fresh["cached_bytes"] == size    # ...and forget() starts a new one
+
+
+def test_resident_bytes_against_fincore(tmp_path):
+    size = (4 << 20) + 100
+    path = make_files(tmp_path, [size])[0]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)                                          # dirty pages cannot be dropped
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        assert _native.resident_bytes(fd, 0, size) == 0
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)     # no readahead: exactly what we read
+        os.pread(fd, 8192, 4096)
+        os.pread(fd, 100, size - 100)
+        assert _native.resident_bytes(fd, 0, size) == 8192 + (size % 4096)
+        assert fincore_bytes(path) == 8192 + 4096
+        assert _native.resident_bytes(fd, 4096 + 1000, 10_000) == 8192 - 1000
+        assert _native.resident_bytes(fd, size, 10) == 0
+        with pytest.raises(OSError, match="originated from fstat"):
+            _native.resident_bytes(-1, 0, 1)
+    finally:
+        os.close(fd)
+
+
+def test_engine_errors_name_the_syscall():
+    assert _native.probe("null") == 0
+    with pytest.raises(ValueError):
+        _native.probe("nope")
+    with pytest.raises(ValueError, match="depth"):
+        _native.Engine("aio", depth=0)
+
+
+def test_a_signal_stops_the_run_promptly():
+    """Ctrl-C must not wait for the plan: the loop looks for signals every 100 ms (GIL released,
+    and the signal may land on another thread, so EINTR alone cannot be relied on)."""
+    import signal
+
+    class Stop(Exception):
+        pass
+
+    def handler(*_):
+        raise Stop
+
+    old = signal.signal(signal.SIGALRM, handler)
+    eng = _native.Engine("null", depth=1, block_size=4096, delay_ns=10_000_000)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        t0 = time.monotonic()
+        with pytest.raises(Stop):
+            eng.run([-1], as_plan([(0, 0, 4096)] * 1000), histogram.empty())   # 10 s of work
+        assert time.monotonic() - t0 < 0.2 + 0.5
+        assert eng.run([-1], as_plan([(0, 0, 1)]), histogram.empty())["ios"] == 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        eng.close()
