@@ -44,8 +44,11 @@ class Engine:
         # rate_bps: 0 = unpaced; else fio's rate semantics: behind schedule -> issue at once,
         #           ahead -> drain everything in flight, then sleep until the schedule allows the next one
         # cache_check: buffered reads measure cached_bytes (residency snapshot per fd at its first use)
-    def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0) -> RunStats: ...
+    def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
+            window_start_ns: int = 0, window_end_ns: int = 0) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
+        # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
+        # t_start_ns/t_end_ns are clipped to it: a ramp runs on into the window without draining
         # latency = handed to the kernel (stamped just before io_submit/io_uring_enter/pread) -> completion
         # reaped: fio's clat plus the submit call. One sample per completed request: hist.sum() == ios.
         # plan: PLAN_DTYPE rows (or an (n, 3) uint64 array); ValueError if a row's file >= len(fds) or

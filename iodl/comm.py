@@ -143,11 +143,13 @@ def collective(comm, fn):
     """
     from .errors import IodlError
 
+    if comm.size == 1:
+        return fn()  # alone: the error keeps its own type for callers of the API
     try:
         value, failure = fn(), None
     except IodlError as exc:
         value, failure = None, (type(exc).__name__, str(exc), exc.exit_code)
-    failures = comm.allgather(failure) if comm.size > 1 else [failure]
+    failures = comm.allgather(failure)
     bad = [(r, f) for r, f in enumerate(failures) if f is not None]
     if bad:
         rank, (_kind, message, code) = bad[0]

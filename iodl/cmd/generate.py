@@ -1,0 +1,34 @@
+"""`iodl generate`: write a workload's dataset under one or more roots (ranks share the shards)."""
+from __future__ import annotations
+
+HELP = "write a workload's dataset under one or more roots"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--workload", default="tiny", metavar="NAME|FILE", help="built-in workload name or TOML file (default tiny)")
+    p.add_argument("--root", action="append", default=[], metavar="DIR", required=True,
+                   help="dataset root (repeatable: every root gets the whole dataset; one per mount)")
+    p.add_argument("--files", type=int, metavar="N", help="shards per copy (default: the workload's)")
+    p.add_argument("--copies", type=int, metavar="N", help="copies of the dataset, in copy-NNNN/ directories (default: the workload's)")
+    p.add_argument("--format", choices=("tfrecord", "hdf5", "npz", "raw"), help="shard format (default: the workload's)")
+    p.add_argument("--seed", type=int, metavar="S", help="seed of sample sizes and content (default: the workload's)")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+
+def run(args) -> int:
+    from .. import comm as comm_mod
+    from ..dataset import collective, generate
+    from ..units import format_size
+    from ..workload import load_workload
+
+    comm = comm_mod.world()
+    wl = collective(comm, lambda: load_workload(args.workload).with_overrides(
+        files=args.files, copies=args.copies, format=args.format, seed=args.seed))
+    talk = comm.rank == 0 and not args.quiet
+    result = generate(wl, args.root, comm, say=(lambda line: print(line, flush=True)) if talk else None)
+    if talk:
+        files = (result.shards_written + result.shards_skipped)
+        print(f"iodl generate: {files} files ({result.shards_written} written, {result.shards_skipped} already there), "
+              f"{format_size(result.total_bytes)} per root, wrote {format_size(result.bytes_written)} "
+              f"in {result.seconds:.2f} s = {result.mbps:.0f} MB/s", flush=True)
+    return 0

@@ -1,0 +1,458 @@
+"""Datasets on disk: generating a workload's shards under one or more roots, and opening a root.
+
+Layout of a root written by `iodl generate`:
+    ROOT/iodl-dataset.json            manifest (schema iodl.dataset/1); its presence marks the root as iodl's
+    ROOT/iodl-sample-sizes.npy        (files, samples_per_file) sample sizes in bytes, shared by all copies
+    ROOT/iodl-extents.npy             (files, samples_per_file, 2) extents, npz/hdf5 only
+    ROOT/copy-0000/train-00000-of-01024.tfrecord ...   one directory per copy, same names in each
+A root without a manifest is a foreign dataset: every regular file under it (recursive, sorted) is
+a shard with one extent, the whole file; iodl never writes there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import __version__
+from .comm import collective
+from .errors import IodlError, UsageError
+from .formats import BLOCK, FORMATS, content_buffer
+
+SCHEMA = "iodl.dataset/1"
+MANIFEST = "iodl-dataset.json"
+SIZES_FILE = "iodl-sample-sizes.npy"
+EXTENTS_FILE = "iodl-extents.npy"
+_TMP = ".iodl-tmp"          # suffix of a shard being written; renamed when complete
+_SIZES_STREAM = 0x5A3E      # seed-sequence tag of the sample-size stream (content streams use copy, file)
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: str      # absolute
+    size: int      # bytes
+    samples: int
+
+
+def sample_sizes(spec, seed: int) -> np.ndarray:
+    """(files, samples_per_file) int64 sample sizes: normal(mean, stdev), rounded, at least 1 byte.
+
+    Drawn row by row from one stream, so fewer files give a prefix of the same sizes.
+    """
+    shape = (spec.files, spec.samples_per_file)
+    if spec.sample_size_stdev == 0:
+        return np.full(shape, spec.sample_size, dtype=np.int64)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, _SIZES_STREAM])))
+    drawn = rng.normal(spec.sample_size, spec.sample_size_stdev, size=spec.files * spec.samples_per_file)
+    return np.clip(np.rint(drawn), 1, None).astype(np.int64).reshape(shape)
+
+
+def shard_name(fmt: str, index: int, files: int) -> str:
+    width = max(5, len(str(files)))
+    return f"train-{index:0{width}d}-of-{files:0{width}d}.{FORMATS[fmt].suffix}"
+
+
+def copy_dir(copy: int) -> str:
+    return f"copy-{copy:04d}"
+
+
+# ---------------------------------------------------------------- opening --------------------
+
+class Dataset:
+    """A root opened for reading: its shards (in a fixed order) and where samples sit in them."""
+
+    def __init__(self, root: str, manifest: dict | None, shards: list[Shard], sizes: np.ndarray | None = None,
+                 extents: np.ndarray | None = None):
+        self.root = root
+        self.manifest = manifest
+        self.shards = shards
+        self.total_bytes = sum(s.size for s in shards)
+        self.format = manifest["format"] if manifest else None
+        self._sizes = sizes        # (files, samples_per_file) or None
+        self._extents = extents    # (files, samples_per_file, 2) or None
+        self._files = len(manifest["files"]) if manifest else 0
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.root!r}, {len(self.shards)} shards, {self.total_bytes} bytes, format={self.format})"
+
+    def sample_extents(self, i: int) -> np.ndarray:
+        """(n, 2) uint64 [offset, length] of each sample's record in shard i (see iodl.formats)."""
+        shard = self.shards[i]  # IndexError for a bad i
+        if self.manifest is None:
+            return np.array([[0, shard.size]], dtype=np.uint64)
+        base = i % self._files   # copies repeat the files in the same order and layout
+        if self._extents is not None:
+            return self._extents[base].copy()
+        return FORMATS[self.format].extents(self._sizes[base])
+
+    def sample_sizes(self, i: int) -> np.ndarray:
+        """Payload bytes of each sample in shard i (a foreign shard is one sample: the whole file)."""
+        if self.manifest is None:
+            return np.array([self.shards[i].size], dtype=np.int64)
+        return self._sizes[i % self._files].copy()
+
+
+def _read_manifest(root: str) -> dict | None:
+    path = os.path.join(root, MANIFEST)
+    try:
+        with open(path, "rb") as f:
+            manifest = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: unreadable dataset manifest ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        got = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
+        raise UsageError(f"{path}: not an iodl dataset manifest (schema {got!r}, expected {SCHEMA!r})")
+    return manifest
+
+
+def open_dataset(root: str) -> Dataset:
+    """Open an iodl dataset root, or any directory of files as a foreign dataset (read-only)."""
+    root = os.path.abspath(root)
+    if not os.path.exists(root):
+        raise UsageError(f"dataset root {root}: no such directory")
+    if not os.path.isdir(root):
+        raise UsageError(f"dataset root {root}: not a directory")
+    manifest = _read_manifest(root)
+    if manifest is None:
+        return _open_foreign(root)
+    try:
+        return _open_iodl(root, manifest)
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        raise UsageError(f"{os.path.join(root, MANIFEST)}: unreadable dataset manifest ({type(exc).__name__}: {exc})") from None
+
+
+def _open_iodl(root: str, manifest: dict) -> Dataset:
+    if manifest.get("status") != "complete":
+        raise UsageError(f"dataset under {root} is incomplete (generation interrupted?): run iodl generate again "
+                         "with the same options to finish it")
+    files = manifest["files"]
+    copies = manifest["copies"]
+    shards = [Shard(os.path.join(root, c, f["path"]), int(f["size"]), int(f["samples"])) for c in copies for f in files]
+    sizes = np.load(os.path.join(root, manifest["sample_sizes"]), allow_pickle=False)
+    extents = None
+    if manifest.get("extents"):
+        extents = np.load(os.path.join(root, manifest["extents"]), allow_pickle=False)
+    if sizes.shape[0] != len(files):
+        raise ValueError(f"{manifest['sample_sizes']} has {sizes.shape[0]} rows for {len(files)} files")
+    return Dataset(root, manifest, shards, sizes, extents)
+
+
+def _open_foreign(root: str) -> Dataset:
+    shards = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_raise):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # dangling link
+            if os.path.isfile(path):
+                shards.append(Shard(path, st.st_size, 1))
+    if not shards:
+        raise UsageError(f"dataset root {root} is empty: no files to read (run iodl generate --root {root})")
+    return Dataset(root, None, shards)
+
+
+def _raise(exc: OSError) -> None:
+    raise UsageError(f"dataset root: {exc}")
+
+
+# ---------------------------------------------------------------- generating -----------------
+
+def _spec_key(manifest_or_spec: dict) -> dict:
+    """What must match for a re-run to continue an existing dataset (copies may change)."""
+    return {k: manifest_or_spec[k] for k in ("format", "files", "samples_per_file", "sample_size", "sample_size_stdev")}
+
+
+def _prepare_root(root: str, spec: dict, seed: int) -> str | None:
+    """Rank 0: check or create one root. Returns an error message, or None if fine."""
+    if not os.path.exists(root):
+        parent = os.path.dirname(root.rstrip(os.sep)) or "."
+        if not os.path.isdir(parent):
+            return f"--root {root}: parent directory {parent} does not exist"
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return f"--root {root}: parent directory {parent} is not writable"
+        try:
+            os.mkdir(root)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            return f"--root {root}: cannot create it: {exc.strerror}"
+        return None
+    if not os.path.isdir(root):
+        return f"--root {root}: not a directory"
+    try:
+        manifest = _read_manifest(root)
+    except UsageError as exc:
+        return f"--root {root}: {exc}"
+    if manifest is None:
+        # A fresh filesystem's lost+found is the only thing allowed: a mount point is a natural root.
+        if [n for n in os.listdir(root) if n != "lost+found"]:
+            return (f"--root {root} holds files that iodl did not create (no {MANIFEST}); "
+                    "choose an empty or new directory")
+    else:
+        try:
+            same = _spec_key(manifest["spec"]) == _spec_key(spec) and manifest["seed"] == seed
+        except (KeyError, TypeError):
+            return f"--root {root}: unreadable dataset manifest {MANIFEST}"
+        if not same:
+            old = manifest["spec"]
+            return (f"--root {root} holds another iodl dataset ({old.get('files')} {old.get('format')} files, "
+                    f"seed {manifest.get('seed')}, workload {manifest.get('workload')}); use another root")
+    if not os.access(root, os.W_OK | os.X_OK):
+        return f"--root {root}: not writable"
+    return None
+
+
+def _write_json(path: str, obj) -> None:
+    tmp = path + _TMP
+    with open(tmp, "w") as f:
+        json.dump(obj, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def _save_npy(path: str, array: np.ndarray) -> None:
+    tmp = path + _TMP
+    with open(tmp, "wb") as f:
+        np.save(f, array, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+@dataclass
+class GenerateResult:
+    roots: list[str]
+    shards_written: int        # by all ranks, all roots
+    shards_skipped: int        # already complete
+    bytes_written: int
+    total_bytes: int           # per root
+    seconds: float             # the slowest rank's
+    written_by_rank: list[int]
+
+    @property
+    def mbps(self) -> float:
+        return self.bytes_written / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+
+def generate(workload, roots, comm, files: int | None = None, copies: int | None = None, fmt: str | None = None,
+             seed: int | None = None, progress=None, say=None) -> GenerateResult:
+    """Write the workload's dataset under every root; ranks share the shards round-robin.
+
+    Re-running continues: shards already present with the right size are skipped. progress, if
+    given, is called on every rank as progress(done_bytes, rank_total_bytes) after each shard; say,
+    if given, on rank 0 with a one-line description once the roots are checked.
+    """
+    wl = workload.with_overrides(files=files, copies=copies, format=fmt, seed=seed)
+    spec = wl.to_dict()["dataset"]
+    seed_ = wl.train.seed
+    ds = wl.dataset
+    form = FORMATS[ds.format]
+    roots = [os.path.abspath(r) for r in roots]
+    if not roots:
+        raise UsageError("generate: give at least one --root")
+    if len(set(roots)) != len(roots):
+        raise UsageError("generate: the same --root is given twice")
+
+    def check_roots():
+        # Rank 0 alone looks and creates; collective() then raises the same error on every rank.
+        if comm.rank == 0:
+            for root in roots:
+                try:
+                    problem = _prepare_root(root, spec, seed_)
+                except OSError as exc:
+                    problem = f"--root {root}: {exc.strerror or exc}"
+                if problem:
+                    raise UsageError(problem)
+
+    collective(comm, check_roots)
+    if say and comm.rank == 0:
+        from .units import format_size
+
+        say(f"iodl generate: {wl.name}: {ds.copies} x {ds.files} {ds.format} files x {ds.samples_per_file} samples "
+            f"of ~{format_size(ds.sample_size)} (seed {seed_}) under {len(roots)} root(s), {comm.size} rank(s)")
+    sizes = sample_sizes(ds, seed_)
+    names = [shard_name(ds.format, i, ds.files) for i in range(ds.files)]
+    manifest = {
+        "schema": SCHEMA, "status": "incomplete", "generator": f"iodl {__version__}",
+        "workload": wl.name, "spec": spec, "seed": seed_, "format": ds.format,
+        "copies": [copy_dir(c) for c in range(ds.copies)],
+        "files": [{"path": n, "size": form.size_of(sizes[i]), "samples": ds.samples_per_file} for i, n in enumerate(names)],
+        "sample_sizes": SIZES_FILE, "extents": None, "total_bytes": None,
+    }
+
+    def start_roots():
+        if comm.rank == 0:
+            for root in roots:
+                _save_npy(os.path.join(root, SIZES_FILE), sizes)
+                old = _read_manifest(root)
+                if old is None or old.get("status") != "complete":
+                    _write_json(os.path.join(root, MANIFEST), manifest)
+                for c in range(ds.copies):
+                    os.makedirs(os.path.join(root, copy_dir(c)), exist_ok=True)
+
+    collective(comm, lambda: _oserror_to_iodl(start_roots))
+
+    # Work items over all roots, copies and files; rank r takes items k with k % size == r.
+    items = [(r, c, i) for r in range(len(roots)) for c in range(ds.copies) for i in range(ds.files)]
+    mine = items[comm.rank::comm.size]
+    rank_total = sum(form.size_of(sizes[i]) or int(sizes[i].sum()) for _r, _c, i in mine)
+
+    t0 = time.perf_counter()
+    written = skipped = nbytes = 0
+    file_sizes: dict[int, int] = {}
+    extents: dict[int, np.ndarray] = {}
+    pending = []
+
+    def finish(item, fd, tmp, final):
+        os.close(fd)
+        os.replace(tmp, final)
+        return item, os.path.getsize(final)
+
+    def append(fd, view):
+        mv = memoryview(view).cast("B")
+        pos = 0
+        while pos < len(mv):
+            pos += os.write(fd, mv[pos:])
+
+    def drain(limit):
+        nonlocal nbytes
+        while len(pending) > limit:
+            done = pending.pop(0).result()
+            if done is None:
+                continue
+            (r, c, i), size = done
+            nbytes += size
+            file_sizes[i] = size
+            if progress:
+                progress(nbytes, rank_total)
+
+    # Two reused buffers: the writer thread writes from one while this thread fills the other.
+    buffers = [np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)]
+    turn = [0]
+
+    def buffer(nbytes_needed):
+        slot = turn[0] = 1 - turn[0]
+        if len(buffers[slot]) < nbytes_needed:
+            buffers[slot] = content_buffer(int(nbytes_needed * 1.1))
+        return buffers[slot]
+
+    def work():
+        nonlocal written, skipped
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="iodl-writer") as writer:
+            try:
+                for r, c, i in mine:
+                    final = os.path.join(roots[r], copy_dir(c), names[i])
+                    if os.path.exists(final) and form.check_file(final, sizes[i]):
+                        skipped += 1
+                        file_sizes[i] = os.path.getsize(final)
+                        continue
+                    tmp = final + _TMP
+                    key = (seed_, c, i)
+                    if form.streams:
+                        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+                        for piece in form.pieces(sizes[i], key, buffer):
+                            pending.append(writer.submit(append, fd, piece))
+                            drain(1)  # the piece before this one is written: its buffer is free
+                        pending.append(writer.submit(finish, (r, c, i), fd, tmp, final))
+                    else:
+                        content = form.prepare(sizes[i], key, buffer(int(sizes[i].sum()) + BLOCK))
+                        pending.append(writer.submit(
+                            lambda ct=content, t=tmp, f=final, it=(r, c, i): (form.write(ct, t), _rename(it, t, f))[1]))
+                    written += 1
+                    drain(1)
+                drain(0)
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                raise
+        # Extents that must be read from the files (npz, hdf5): once per file index, from a copy this rank holds.
+        if form.extents(sizes[0]) is None:
+            for r, c, i in mine:
+                if i not in extents:
+                    try:
+                        extents[i] = form.extents_from_file(os.path.join(roots[r], copy_dir(c), names[i]),
+                                                            ds.samples_per_file)
+                    except ValueError as exc:
+                        raise IodlError(f"reading back a written shard: {exc}") from None
+
+    collective(comm, lambda: _oserror_to_iodl(work))
+    elapsed_local = time.perf_counter() - t0
+    gathered = comm.gather((written, skipped, nbytes, elapsed_local, file_sizes, extents), root=0)
+
+    def finish_roots():
+        result = None
+        if comm.rank == 0:
+            all_sizes: dict[int, int] = {}
+            all_ext: dict[int, np.ndarray] = {}
+            for _w, _s, _b, _t, fs, ex in gathered:
+                for i, size in fs.items():
+                    if all_sizes.setdefault(i, size) != size:
+                        raise IodlError(f"shard {names[i]} has different sizes in different copies or roots "
+                                        f"({all_sizes[i]} and {size} bytes)")
+                all_ext.update(ex)
+            for i, entry in enumerate(manifest["files"]):
+                entry["size"] = all_sizes[i]
+            manifest["status"] = "complete"
+            manifest["total_bytes"] = sum(all_sizes.values()) * ds.copies
+            if all_ext:
+                manifest["extents"] = EXTENTS_FILE
+            for root in roots:
+                if all_ext:
+                    _save_npy(os.path.join(root, EXTENTS_FILE), np.stack([all_ext[i] for i in range(ds.files)]))
+                _write_json(os.path.join(root, MANIFEST), manifest)
+            result = GenerateResult(
+                roots=roots, shards_written=sum(g[0] for g in gathered), shards_skipped=sum(g[1] for g in gathered),
+                bytes_written=sum(g[2] for g in gathered), total_bytes=manifest["total_bytes"],
+                seconds=max(g[3] for g in gathered), written_by_rank=[g[0] for g in gathered])
+        return result
+
+    result = collective(comm, lambda: _oserror_to_iodl(finish_roots))
+    return comm.bcast(result, root=0)
+
+
+def _rename(item, tmp, final):
+    os.replace(tmp, final)
+    return item, os.path.getsize(final)
+
+
+def _oserror_to_iodl(fn):
+    try:
+        return fn()
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        raise IodlError(f"writing the dataset:{where}: {exc.strerror or exc}") from None
+
+
+# ---------------------------------------------------------------- the default dataset --------
+
+def default_data_dir() -> str:
+    """$IODL_DATA, else ~/.cache/iodl/data."""
+    return os.environ.get("IODL_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "iodl", "data")
+
+
+def ensure_default_dataset(comm, say=print) -> str:
+    """The root of the `tiny` dataset in the data directory, generated on first use (all ranks share it)."""
+    from .workload import load_workload
+
+    root = os.path.join(default_data_dir(), "tiny")
+    manifest = None
+    try:
+        manifest = _read_manifest(root) if os.path.isdir(root) else None
+    except UsageError:
+        pass
+    ready = manifest is not None and manifest.get("status") == "complete"
+    if not comm.allreduce(int(ready), op="min"):
+        def announce():
+            if comm.rank == 0:
+                os.makedirs(default_data_dir(), exist_ok=True)
+                say(f"iodl: generating the default dataset (workload tiny) in {root} ...")
+
+        collective(comm, lambda: _oserror_to_iodl(announce))
+        generate(load_workload("tiny"), [root], comm)
+    return root

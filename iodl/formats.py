@@ -1,0 +1,476 @@
+"""Shard formats: how samples are laid out in a file, and where each sample's bytes sit.
+
+A format only decides the layout; reading is the engines' business (DESIGN.md). Sample bytes come
+from Content (incompressible, no two 4 KiB blocks alike). tfrecord and raw shards are streamed in
+pieces of about 8 MiB of whole records from two reused buffers; npz and hdf5 shards are built whole
+and written by numpy / h5py. Each format reports the extent (offset, length) of every sample's
+record in the file:
+
+- tfrecord: the record with its framing (8-byte length, masked CRC32C of the length, data, masked
+  CRC32C of the data); consecutive extents tile the file.
+- raw:      the sample bytes; samples are concatenated, extents tile the file.
+- npz:      np.savez, one member "sample_NNNNNN.npy" per sample; the extent is the whole zip member
+            (local header, npy header, array bytes), read back from the written file. The zip's
+            central directory at the end is in no extent.
+- hdf5:     one contiguous 1-D uint8 dataset "data" holding the samples back to back, with
+            "offsets" and "lengths" datasets indexing it; the extent is the sample's bytes inside
+            "data" (located with get_offset() on the written file). Headers and the index are in
+            no extent.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zipfile
+
+import numpy as np
+
+# ---------------------------------------------------------------- CRC32C (Castagnoli) --------
+
+_POLY = 0x82F63B78  # reflected 0x1EDC6F41
+_MASK_DELTA = 0xA282EAD8
+
+
+def _byte_table() -> np.ndarray:
+    t = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        t = np.where(t & 1, (t >> 1) ^ np.uint32(_POLY), t >> 1).astype(np.uint32)
+    return t
+
+
+_T8 = _byte_table()
+
+
+def _slice8_tables16() -> list[np.ndarray]:
+    """Four 64 Ki-entry tables: the raw CRC contribution of each 16-bit half-word of an 8-byte word."""
+    s = [_T8]  # s[k][b]: raw CRC of byte b followed by k zero bytes
+    for _ in range(7):
+        p = s[-1]
+        s.append((_T8[p & 0xFF] ^ (p >> 8)).astype(np.uint32))
+    v = np.arange(65536, dtype=np.uint32)
+    return [(s[7 - 2 * j][v & 0xFF] ^ s[6 - 2 * j][v >> 8]).astype(np.uint32) for j in range(4)]
+
+
+_W16: list[np.ndarray] | None = None
+_CHUNK = 1024          # bytes per lane in the numpy CRC
+_LANES = 16384         # lanes per pass: ~16 MiB of data, cache-friendly tables
+
+
+def _lanes_raw(words: np.ndarray) -> np.ndarray:
+    """Raw CRC (init 0, no final xor) of each column of words (steps, lanes) uint64, in step order."""
+    global _W16
+    if _W16 is None:
+        _W16 = _slice8_tables16()
+    w0, w1, w2, w3 = _W16
+    steps, lanes = words.shape
+    crc = np.zeros(lanes, dtype=np.uint64)
+    acc = np.empty(lanes, dtype=np.uint32)
+    tmp = np.empty(lanes, dtype=np.uint32)
+    mixed = np.empty(lanes, dtype=np.uint64)
+    halves = mixed.view(np.uint16).reshape(lanes, 4)
+    for s in range(steps):
+        np.bitwise_xor(words[s], crc, out=mixed)
+        np.take(w0, halves[:, 0], out=acc)
+        np.take(w1, halves[:, 1], out=tmp)
+        acc ^= tmp
+        np.take(w2, halves[:, 2], out=tmp)
+        acc ^= tmp
+        np.take(w3, halves[:, 3], out=tmp)
+        acc ^= tmp
+        crc[:] = acc
+    return crc.astype(np.uint32)
+
+
+class _Shift:
+    """The linear map 'append n zero bytes' on a raw CRC register, as four byte tables."""
+
+    _cache: dict[int, "_Shift"] = {}
+
+    def __init__(self, tables: np.ndarray):
+        self.t = tables  # (4, 256) uint32
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.uint32, copy=False)
+        return (self.t[0][x & 0xFF] ^ self.t[1][(x >> 8) & 0xFF] ^ self.t[2][(x >> 16) & 0xFF]
+                ^ self.t[3][x >> 24]).astype(np.uint32)
+
+    def then(self, other: "_Shift") -> "_Shift":
+        return _Shift(np.stack([other(self.t[j]) for j in range(4)]))
+
+    @classmethod
+    def by(cls, nbytes: int) -> "_Shift":
+        """Shift by nbytes, a power of two."""
+        if nbytes not in cls._cache:
+            if nbytes == 1:
+                b = np.arange(256, dtype=np.uint32)
+                vals = [b << (8 * j) for j in range(4)]
+                cls._cache[1] = _Shift(np.stack([(_T8[v & 0xFF] ^ (v >> 8)).astype(np.uint32) for v in vals]))
+            else:
+                half = cls.by(nbytes // 2)
+                cls._cache[nbytes] = half.then(half)
+        return cls._cache[nbytes]
+
+
+def _crc32c_numpy(buf: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """CRC32C of each record buf[offset:offset+length], vectorised over 1 KiB lanes of all records."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    out = np.zeros(n, dtype=np.uint32)
+    if n == 0:
+        return out
+    # Short records (< 4 bytes cannot take the init trick below) go through the byte table.
+    short = np.flatnonzero(lengths < 4)
+    for i in short:
+        c = 0xFFFFFFFF
+        for byte in buf[offsets[i]:offsets[i] + lengths[i]].tolist():
+            c = int(_T8[(c ^ byte) & 0xFF]) ^ (c >> 8)
+        out[i] = c ^ 0xFFFFFFFF
+    long_ = np.flatnonzero(lengths >= 4)
+    if len(long_) == 0:
+        return out
+    off, ln = offsets[long_], lengths[long_]
+    # Each record is left-padded with zeros to whole chunks (leading zeros leave a raw CRC at 0) and
+    # its first 4 bytes are xored with the 0xFFFFFFFF init, so raw CRC ^ 0xFFFFFFFF = CRC32C.
+    nchunks = (ln + _CHUNK - 1) // _CHUNK
+    first_chunk = np.concatenate([[0], np.cumsum(nchunks)[:-1]])
+    total_chunks = int(nchunks.sum())
+    chunk_crc = np.empty(total_chunks, dtype=np.uint32)
+    # Process records in groups of about _LANES chunks so the staging buffer stays small.
+    start = 0
+    while start < len(ln):
+        stop = start
+        chunks = 0
+        while stop < len(ln) and (chunks == 0 or chunks + nchunks[stop] <= _LANES):
+            chunks += int(nchunks[stop])
+            stop += 1
+        stage = np.zeros(chunks * _CHUNK, dtype=np.uint8)
+        base = int(first_chunk[start])
+        for r in range(start, stop):
+            end = (int(first_chunk[r]) - base + int(nchunks[r])) * _CHUNK
+            o, k = int(off[r]), int(ln[r])
+            stage[end - k:end] = buf[o:o + k]
+            stage[end - k:end - k + 4] ^= 0xFF
+        words = np.ascontiguousarray(stage.view(np.uint64).reshape(chunks, _CHUNK // 8).T)
+        chunk_crc[base:base + chunks] = _lanes_raw(words)
+        start = stop
+    # raw(record) = XOR over its chunks k of shift(chunk_crc[k], CHUNK * chunks-after-k): apply the
+    # shift bit by bit of the distance, then xor-reduce each record's chunks.
+    record_of_chunk = np.repeat(np.arange(len(ln)), nchunks)
+    distance = (first_chunk + nchunks)[record_of_chunk] - 1 - np.arange(total_chunks)
+    bit = 0
+    while (distance >> bit).any():
+        sel = np.flatnonzero((distance >> bit) & 1)
+        if len(sel):
+            chunk_crc[sel] = _Shift.by(_CHUNK << bit)(chunk_crc[sel])
+        bit += 1
+    raw = np.bitwise_xor.reduceat(chunk_crc, first_chunk)
+    out[long_] = raw ^ np.uint32(0xFFFFFFFF)
+    return out
+
+
+def _crc32c_backend():
+    """(name, fn(bytes-like) -> int) of a C implementation, or None; IODL_CRC32C=numpy forces ours."""
+    if os.environ.get("IODL_CRC32C", "").lower() == "numpy":
+        return None
+    try:
+        import crc32c as _c  # ICRAR crc32c: SSE4.2 / ARMv8 CRC instructions
+
+        return "crc32c", _c.crc32c
+    except ImportError:
+        pass
+    try:
+        import google_crc32c as _g
+
+        return "google-crc32c", _g.value
+    except ImportError:
+        return None
+
+
+def crc32c_backend_name() -> str:
+    b = _crc32c_backend()
+    return b[0] if b else "numpy"
+
+
+def crc32c_records(buf: np.ndarray, offsets, lengths) -> np.ndarray:
+    """CRC32C of every record buf[offset:offset+length] (uint32 array)."""
+    backend = _crc32c_backend()
+    if backend is None:
+        return _crc32c_numpy(buf, offsets, lengths)
+    fn = backend[1]
+    mv = memoryview(buf)
+    return np.fromiter((fn(mv[o:o + n]) for o, n in zip(np.asarray(offsets).tolist(), np.asarray(lengths).tolist())),
+                       dtype=np.uint32, count=len(lengths))
+
+
+def crc32c(data) -> int:
+    """CRC32C of one bytes-like object."""
+    arr = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+    return int(crc32c_records(arr, [0], [len(arr)])[0])
+
+
+def masked_crc(crc):
+    """TFRecord's mask: rotate right by 15 and add a constant, mod 2^32 (works on ints and arrays)."""
+    if isinstance(crc, np.ndarray):
+        c = crc.astype(np.uint64)
+        return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + _MASK_DELTA & 0xFFFFFFFF).astype(np.uint32)
+    crc &= 0xFFFFFFFF
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _length_crcs(sizes: np.ndarray) -> np.ndarray:
+    """CRC32C of each 8-byte little-endian length: one lane step per record, always vectorised."""
+    words = sizes.astype("<u8") ^ np.uint64(0xFFFFFFFF)  # the init, xored into the first 4 bytes
+    return _lanes_raw(words.reshape(1, -1)) ^ np.uint32(0xFFFFFFFF)
+
+
+# ---------------------------------------------------------------- random content -------------
+
+BLOCK = 4096                 # content unit: every 4 KiB block of every shard is distinct
+_POOL_BLOCKS = 8192          # a 32 MiB pool of random blocks per seed
+_pools: dict[int, np.ndarray] = {}
+
+
+def _pool(seed: int) -> np.ndarray:
+    if seed not in _pools:
+        bits = np.random.SFC64(np.random.SeedSequence([seed, 0x9001]))
+        _pools[seed] = bits.random_raw(_POOL_BLOCKS * BLOCK // 8).reshape(_POOL_BLOCKS, BLOCK // 8)
+    return _pools[seed]
+
+
+def content_buffer(nbytes: int) -> np.ndarray:
+    """A uint8 buffer random_bytes can fill with nbytes (rounded up to whole blocks, 8-byte aligned)."""
+    return np.empty(-(-nbytes // BLOCK) * BLOCK, dtype=np.uint8)
+
+
+class Content:
+    """A shard's bytes, addressable by range: block j is pool block (start + j) XOR a 64-bit word
+    repeated over the block. The pool (32 MiB per seed) and the per-block words come from numpy's
+    SFC64 seeded by the key (seed, copy, file). Every 4 KiB block is thus uniformly random to a
+    compressor and distinct from every other block (a 2^-64 chance of a repeat), at one XOR pass
+    (~5 GB/s) instead of one generator call per byte: on 2 cores the CPU left for the kernel's write
+    path is what keeps generation near dd's speed. Any range can be built alone, so a shard is
+    written in pieces from small reused buffers (fresh pages cost a fault per 4 KiB).
+    """
+
+    def __init__(self, key: tuple[int, ...], nbytes: int):
+        self.nbytes = nbytes
+        self.pool = _pool(key[0])
+        nblocks = -(-nbytes // BLOCK)
+        words = np.random.SFC64(np.random.SeedSequence(list(key))).random_raw(nblocks + 1)
+        self.start = int(words[-1] % _POOL_BLOCKS)
+        self.words = words[:nblocks]
+
+    def fill(self, a: int, b: int, buf: np.ndarray) -> np.ndarray:
+        """Bytes [a, b) built in buf (len >= b - a + 2 * BLOCK); returns the view of them."""
+        j0, j1 = a // BLOCK, -(-b // BLOCK)
+        if len(buf) < (j1 - j0) * BLOCK:
+            raise ValueError("content buffer too small")
+        blocks = buf[:(j1 - j0) * BLOCK].view(np.uint64).reshape(j1 - j0, BLOCK // 8)
+        done = 0
+        while done < j1 - j0:
+            p = (self.start + j0 + done) % _POOL_BLOCKS
+            n = min(j1 - j0 - done, _POOL_BLOCKS - p)
+            np.bitwise_xor(self.pool[p:p + n], self.words[j0 + done:j0 + done + n, None], out=blocks[done:done + n])
+            done += n
+        return buf[a - j0 * BLOCK:a - j0 * BLOCK + (b - a)]
+
+
+def random_bytes(nbytes: int, key: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+    """A whole shard's content (see Content), in out if it is big enough (from content_buffer())."""
+    if out is None or len(out) < -(-nbytes // BLOCK) * BLOCK:
+        out = content_buffer(nbytes)
+    return Content(key, nbytes).fill(0, nbytes, out)
+
+
+def _put(buf: np.ndarray, offsets: np.ndarray, values: np.ndarray, width: int) -> None:
+    """Store little-endian `width`-byte values at arbitrary (unaligned) byte offsets."""
+    dtype = {4: "<u4", 8: "<u8"}[width]
+    cols = values.astype(dtype).view(np.uint8).reshape(-1, width)
+    buf[offsets[:, None] + np.arange(width)] = cols
+
+
+# ---------------------------------------------------------------- formats --------------------
+
+class Format:
+    name = ""
+    suffix = ""
+    tiles = False  # whether consecutive extents cover the whole file
+
+    def size_of(self, sizes: np.ndarray) -> int | None:
+        """The file size for these sample sizes, when it follows from them alone."""
+        return None
+
+    def extents(self, sizes: np.ndarray) -> np.ndarray | None:
+        """Extents computable from the sample sizes alone (else None: read them from the file)."""
+        return None
+
+    streams = False  # True: written as pieces(), else prepare() then write()
+    PIECE = 8 << 20  # bytes per piece of a streamed shard (at least one whole record)
+
+    def pieces(self, sizes: np.ndarray, key: tuple[int, ...], buffer):
+        """Yield the shard's bytes in order, as views into buffer(nbytes) arrays (streamed formats)."""
+        raise NotImplementedError
+
+    def prepare(self, sizes: np.ndarray, key: tuple[int, ...], out: np.ndarray | None = None):
+        """Build the shard's content in memory, in out if given (runs on the generating thread)."""
+        raise NotImplementedError
+
+    def write(self, prepared, path: str) -> None:
+        """Write prepared content to path (runs on the writer thread)."""
+        raise NotImplementedError
+
+    def extents_from_file(self, path: str, samples: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def check_file(self, path: str, sizes: np.ndarray) -> bool:
+        """Whether an existing shard is complete and has these samples (for re-runs)."""
+        expected = self.size_of(sizes)
+        try:
+            return os.path.getsize(path) == expected
+        except OSError:
+            return False
+
+
+def _tile(lengths: np.ndarray) -> np.ndarray:
+    ext = np.empty((len(lengths), 2), dtype=np.uint64)
+    ext[:, 1] = lengths
+    ext[:, 0] = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.uint64)
+    return ext
+
+
+def _groups(record_bytes: np.ndarray, piece: int):
+    """(first, stop) record ranges of about `piece` bytes each, at least one record per group."""
+    ends = np.cumsum(record_bytes)
+    i, n = 0, len(record_bytes)
+    while i < n:
+        base = int(ends[i - 1]) if i else 0
+        j = max(int(np.searchsorted(ends, base + piece, side="right")), i + 1)
+        yield i, min(j, n)
+        i = j
+
+
+class _Stream(Format):
+    streams, tiles = True, True
+    overhead = 0  # framing bytes per record
+
+    def size_of(self, sizes):
+        return int(sizes.sum()) + self.overhead * len(sizes)
+
+    def extents(self, sizes):
+        return _tile(sizes.astype(np.uint64) + self.overhead)
+
+    def pieces(self, sizes, key, buffer):
+        sizes = sizes.astype(np.int64)
+        ext = self.extents(sizes).astype(np.int64)
+        content = Content(key, self.size_of(sizes))
+        for i, j in _groups(ext[:, 1], self.PIECE):
+            a, b = int(ext[i, 0]), int(ext[j - 1].sum())
+            view = content.fill(a, b, buffer(b - a + 2 * BLOCK))
+            self.frame(view, ext[i:j, 0] - a, sizes[i:j])
+            yield view
+
+    def frame(self, view, starts, sizes) -> None:
+        pass
+
+    def prepare(self, sizes, key, out=None):
+        """The whole shard in one buffer (tests; generation streams pieces())."""
+        return np.concatenate([p.copy() for p in self.pieces(sizes, key, content_buffer)])
+
+
+class TFRecord(_Stream):
+    name, suffix, overhead = "tfrecord", "tfrecord", 16
+
+    def frame(self, view, starts, sizes):
+        data = starts + 12
+        _put(view, starts, sizes, 8)
+        _put(view, starts + 8, masked_crc(_length_crcs(sizes)), 4)
+        _put(view, data + sizes, masked_crc(crc32c_records(view, data, sizes)), 4)
+
+
+class Raw(_Stream):
+    name, suffix = "raw", "bin"
+
+
+_ZIP_LOCAL = struct.Struct("<4sHHHHHIIIHH")
+
+
+class Npz(Format):
+    name, suffix = "npz", "npz"
+
+    def prepare(self, sizes, key, out=None):
+        return random_bytes(int(sizes.sum()), key, out), sizes
+
+    def write(self, prepared, path):
+        buf, sizes = prepared
+        ends = np.cumsum(sizes).tolist()
+        starts = [0] + ends[:-1]
+        arrays = {f"sample_{j:06d}": buf[s:e] for j, (s, e) in enumerate(zip(starts, ends))}
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+
+    def extents_from_file(self, path, samples):
+        ext = np.empty((samples, 2), dtype=np.uint64)
+        with open(path, "rb") as f, zipfile.ZipFile(f) as z:
+            infos = z.infolist()
+            if len(infos) != samples:
+                raise ValueError(f"{path}: {len(infos)} members, expected {samples}")
+            for j, info in enumerate(infos):
+                f.seek(info.header_offset)
+                fields = _ZIP_LOCAL.unpack(f.read(_ZIP_LOCAL.size))
+                data_start = info.header_offset + _ZIP_LOCAL.size + fields[-2] + fields[-1]
+                ext[j] = (info.header_offset, data_start + info.compress_size - info.header_offset)
+        return ext
+
+    def check_file(self, path, sizes):
+        try:
+            with zipfile.ZipFile(path) as z:
+                infos = z.infolist()
+            return len(infos) == len(sizes) and all(
+                i.file_size > int(n) for i, n in zip(infos, sizes.tolist()))
+        except (OSError, zipfile.BadZipFile, ValueError):
+            return False
+
+
+class Hdf5(Format):
+    name, suffix = "hdf5", "h5"
+
+    def prepare(self, sizes, key, out=None):
+        return random_bytes(int(sizes.sum()), key, out), sizes
+
+    def write(self, prepared, path):
+        import h5py
+
+        buf, sizes = prepared
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint64)
+        with h5py.File(path, "w") as f:
+            f.create_dataset("data", data=buf)  # contiguous: the samples' bytes sit at known offsets
+            f.create_dataset("offsets", data=offsets)
+            f.create_dataset("lengths", data=sizes.astype(np.uint64))
+            f.attrs["samples"] = len(sizes)
+
+    def extents_from_file(self, path, samples):
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            base = f["data"].id.get_offset()
+            offsets = f["offsets"][()]
+            lengths = f["lengths"][()]
+        if base is None or len(lengths) != samples:
+            raise ValueError(f"{path}: not an iodl hdf5 shard with {samples} samples")
+        ext = np.empty((samples, 2), dtype=np.uint64)
+        ext[:, 0] = offsets + np.uint64(base)
+        ext[:, 1] = lengths
+        return ext
+
+    def check_file(self, path, sizes):
+        import h5py
+
+        try:
+            with h5py.File(path, "r") as f:
+                return bool(np.array_equal(f["lengths"][()], sizes.astype(np.uint64)))
+        except (OSError, KeyError, ValueError):
+            return False
+
+
+FORMATS: dict[str, Format] = {f.name: f for f in (TFRecord(), Hdf5(), Npz(), Raw())}

@@ -1,0 +1,335 @@
+"""Workload specs: TOML files, built in (iodl/workloads/*.toml) or given by path.
+
+Every bad value is a UsageError that names the file, the line, the section and the key:
+    resnet50.toml:7: [dataset] files: must be a positive integer, got -3
+tomllib gives no line numbers for values, so the key's line is found by scanning the text.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from .errors import UsageError
+from .units import parse_size
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+FORMATS = ("tfrecord", "hdf5", "npz", "raw")
+PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
+SHUFFLES = ("none", "file", "sample", "file+sample")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    format: str
+    files: int
+    samples_per_file: int
+    sample_size: int          # bytes, mean
+    sample_size_stdev: int    # bytes
+    copies: int
+
+    @property
+    def samples(self) -> int:
+        """Samples in one copy."""
+        return self.files * self.samples_per_file
+
+    @property
+    def mean_bytes(self) -> int:
+        """Expected payload bytes of all copies (framing and headers not counted)."""
+        return self.samples * self.sample_size * self.copies
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    batch_size: int
+    compute_time_s: float     # emulated accelerator time per step
+    epochs: int
+    shuffle: str
+    seed: int
+    prefetch: int             # steps read ahead of compute (tf.data prefetch)
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    block_size: int           # bytes per request
+    iodepth: int
+    read_threads: int
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    au_threshold: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    pattern: str
+    dataset: DatasetSpec
+    train: TrainSpec
+    read: ReadSpec
+    metric: MetricSpec
+    source: str               # "builtin:NAME" or the file's path
+
+    def to_dict(self) -> dict:
+        """The resolved spec in plain JSON types, sizes in bytes (for result files and manifests)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "pattern": self.pattern,
+            "source": self.source,
+            "dataset": dataclasses.asdict(self.dataset),
+            "train": dataclasses.asdict(self.train),
+            "read": dataclasses.asdict(self.read),
+            "metric": dataclasses.asdict(self.metric),
+        }
+
+    def with_overrides(self, files: int | None = None, copies: int | None = None, format: str | None = None,
+                       seed: int | None = None) -> "Workload":
+        """The same workload with command-line overrides, checked like the file's values."""
+        ds, tr = self.dataset, self.train
+        if files is not None:
+            ds = dataclasses.replace(ds, files=_check(_positive_int, files, "--files"))
+        if copies is not None:
+            ds = dataclasses.replace(ds, copies=_check(_positive_int, copies, "--copies"))
+        if format is not None:
+            ds = dataclasses.replace(ds, format=_check(_enum(FORMATS), format, "--format"))
+        if seed is not None:
+            tr = dataclasses.replace(tr, seed=_check(_nonneg_int, seed, "--seed"))
+        return dataclasses.replace(self, dataset=ds, train=tr)
+
+
+# ---- value checkers: each returns the resolved value or raises ValueError(reason) ----
+
+def _positive_int(v):
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ValueError(f"must be a positive integer, got {v!r}")
+    return v
+
+
+def _nonneg_int(v):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"must be a non-negative integer, got {v!r}")
+    return v
+
+
+def _nonneg_float(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
+        raise ValueError(f"must be a non-negative number, got {v!r}")
+    return float(v)
+
+
+def _fraction(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise ValueError(f"must be a number in (0, 1], got {v!r}")
+    return float(v)
+
+
+def _text(v):
+    if not isinstance(v, str):
+        raise ValueError(f"must be a string, got {v!r}")
+    return v
+
+
+def _name(v):
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"must be a non-empty string, got {v!r}")
+    return v
+
+
+def _size(positive: bool):
+    def check(v):
+        try:
+            n = parse_size(v, "size")
+        except UsageError as exc:
+            raise ValueError(str(exc).removeprefix("size: ")) from None
+        if positive and n == 0:
+            raise ValueError(f"must be a positive size, got {v!r}")
+        return n
+    return check
+
+
+def _enum(choices):
+    def check(v):
+        if v not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}; got {v!r}")
+        return v
+    return check
+
+
+def _check(checker, value, what):
+    try:
+        return checker(value)
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+_REQUIRED = object()
+
+# section -> key -> (checker, default). Documented key by key in workloads/README.md.
+SCHEMA = {
+    "workload": {
+        "name": (_name, _REQUIRED),
+        "description": (_text, ""),
+        "pattern": (_enum(PATTERNS), "train-sync"),
+    },
+    "dataset": {
+        "format": (_enum(FORMATS), _REQUIRED),
+        "files": (_positive_int, _REQUIRED),
+        "samples_per_file": (_positive_int, _REQUIRED),
+        "sample_size": (_size(True), _REQUIRED),
+        "sample_size_stdev": (_size(False), 0),
+        "copies": (_positive_int, 1),
+    },
+    "train": {
+        "batch_size": (_positive_int, _REQUIRED),
+        "compute_time_s": (_nonneg_float, _REQUIRED),
+        "epochs": (_positive_int, 1),
+        "shuffle": (_enum(SHUFFLES), "file"),
+        "seed": (_nonneg_int, 1),
+        "prefetch": (_nonneg_int, 2),
+    },
+    "read": {
+        "block_size": (_size(True), "1MiB"),
+        "iodepth": (_positive_int, 8),
+        "read_threads": (_positive_int, 4),
+    },
+    "metric": {
+        "au_threshold": (_fraction, 0.90),
+    },
+}
+
+_CLASSES = {"dataset": DatasetSpec, "train": TrainSpec, "read": ReadSpec, "metric": MetricSpec}
+
+
+# ---- finding lines: tomllib reports none for values ----
+
+_HEADER_RE = re.compile(r"""^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$""")
+_KEY_RE = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_\-]+(?:\s*\.\s*[A-Za-z0-9_\-]+)*)\s*=""")
+
+
+def _unquote(part: str) -> str:
+    part = part.strip()
+    return part[1:-1] if len(part) >= 2 and part[0] == part[-1] and part[0] in "\"'" else part
+
+
+class _Lines:
+    """(section, key) -> line number, found by a section-aware scan of the TOML text."""
+
+    def __init__(self, text: str):
+        self.keys: dict[tuple[str, str], int] = {}
+        self.sections: dict[str, int] = {}
+        section = ""
+        in_multiline = None
+        for number, line in enumerate(text.splitlines(), start=1):
+            if in_multiline:
+                if line.count(in_multiline) % 2 == 1:
+                    in_multiline = None
+                continue
+            m = _HEADER_RE.match(line)
+            if m:
+                section = ".".join(_unquote(p) for p in m.group(1).split("."))
+                self.sections.setdefault(section, number)
+                continue
+            m = _KEY_RE.match(line)
+            if m:
+                parts = [_unquote(p) for p in m.group(1).split(".")]
+                full = ".".join([section, *parts[:-1]]) if section else ".".join(parts[:-1])
+                self.keys.setdefault((full, parts[-1]), number)
+                if not section and len(parts) > 1:
+                    self.sections.setdefault(parts[0], number)
+                rest = line[m.end():]
+                for quote in ('"""', "'''"):
+                    if rest.count(quote) % 2 == 1:
+                        in_multiline = quote
+
+    def of(self, section: str, key: str | None = None) -> int | None:
+        if key is not None and (section, key) in self.keys:
+            return self.keys[(section, key)]
+        return self.sections.get(section)
+
+
+def _where(label: str, line: int | None) -> str:
+    return f"{label}:{line}" if line else label
+
+
+def parse_workload(text: str, label: str, source: str | None = None) -> Workload:
+    """A Workload from TOML text; label names the file in error messages."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = re.search(r"\(at line (\d+), column \d+\)", msg)
+        where = _where(label, int(m.group(1)) if m else None)
+        reason = re.sub(r" *\(at line.*?\)", "", msg)
+        raise UsageError(f"{where}: invalid TOML: {reason}") from None
+    lines = _Lines(text)
+    resolved: dict[str, dict] = {}
+    for section, value in data.items():
+        if section not in SCHEMA:
+            hint = difflib.get_close_matches(section, SCHEMA, n=1)
+            extra = f" (did you mean [{hint[0]}]?)" if hint else f" (known: {', '.join(SCHEMA)})"
+            raise UsageError(f"{_where(label, lines.of(section))}: [{section}]: unknown section{extra}")
+        if not isinstance(value, dict):
+            raise UsageError(f"{_where(label, lines.of('', section))}: {section}: must be a table [{section}]")
+    for section, keys in SCHEMA.items():
+        table = data.get(section, {})
+        for key in table:
+            if key not in keys:
+                hint = difflib.get_close_matches(key, keys, n=1)
+                extra = f" (did you mean '{hint[0]}'?)" if hint else f" (known: {', '.join(keys)})"
+                raise UsageError(f"{_where(label, lines.of(section, key))}: [{section}] {key}: unknown key{extra}")
+        out = resolved[section] = {}
+        for key, (checker, default) in keys.items():
+            if key in table:
+                try:
+                    out[key] = checker(table[key])
+                except ValueError as exc:
+                    raise UsageError(f"{_where(label, lines.of(section, key))}: [{section}] {key}: {exc}") from None
+    # Missing keys after wrong ones: a file's own mistakes are reported first.
+    for section, keys in SCHEMA.items():
+        out = resolved[section]
+        for key, (checker, default) in keys.items():
+            if key not in out:
+                if default is _REQUIRED:
+                    raise UsageError(f"{_where(label, lines.of(section))}: [{section}] {key}: required key is missing")
+                out[key] = checker(default)
+    w = resolved.pop("workload")
+    parts = {s: _CLASSES[s](**v) for s, v in resolved.items()}
+    return Workload(name=w["name"], description=w["description"], pattern=w["pattern"],
+                    source=source or label, **parts)
+
+
+def builtin_names() -> list[str]:
+    """Names of the workloads shipped inside the package."""
+    root = resources.files("iodl.workloads")
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_workload(name_or_path: str) -> Workload:
+    """A built-in workload by name ("resnet50") or a TOML file by path."""
+    looks_like_path = os.sep in name_or_path or name_or_path.endswith(".toml") or os.path.exists(name_or_path)
+    if not looks_like_path:
+        resource = resources.files("iodl.workloads").joinpath(name_or_path + ".toml")
+        if not resource.is_file():
+            raise UsageError(f"unknown workload {name_or_path!r} (built-in: {', '.join(builtin_names())}; "
+                             "or give the path of a .toml file)")
+        return parse_workload(resource.read_text(encoding="utf-8"), name_or_path + ".toml", f"builtin:{name_or_path}")
+    try:
+        with open(name_or_path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise UsageError(f"workload {name_or_path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{name_or_path}: invalid TOML: not UTF-8 text") from None
+    return parse_workload(text, name_or_path, os.path.abspath(name_or_path))
