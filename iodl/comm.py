@@ -85,7 +85,7 @@ class MpiComm:
         pause = 20e-6
         while not request.Test():
             time.sleep(pause)
-            pause = min(pause * 2, 2e-3)
+            pause = min(pause * 2, 1e-3)
 
     def barrier(self) -> None:
         self._wait(self._comm.Ibarrier())
@@ -103,6 +103,12 @@ class MpiComm:
         return self._comm.allgather(obj)
 
     def allreduce(self, value, op: str = "sum"):
+        """One non-blocking collective, sleep-polled: train-sync pays this once per step."""
+        if isinstance(value, (bool, int, float, np.integer, np.floating)):
+            send = np.array([value], dtype=np.float64 if isinstance(value, (float, np.floating)) else np.int64)
+            recv = np.empty_like(send)
+            self._wait(self._comm.Iallreduce(send, recv, op=self._ops[op]))
+            return recv[0].item()
         self.barrier()
         return self._comm.allreduce(value, op=self._ops[op])
 

@@ -56,7 +56,9 @@ def test_storage_only_stops_at_the_deadline_on_every_rank(mpi_tmp_path):
     cfg = ReadConfig(pattern="storage-only", engine="null", direct=False, iodepth=2, block_size=1 << 16,
                      duration_s=1.0, ramp_s=0.2, seed=3, delay_ns=1_000_000)
     mine = run_reads(comm, cfg, paths, np.array(SIZES), 0, 1, comm.hostname())
-    # 2 in flight, 1 ms each: about 2,000 requests a second (less timer slack); the window is the duration
-    assert mine.t_start == pytest.approx(0.2, abs=0.05)
-    assert mine.t_end == pytest.approx(1.2, abs=0.05)
-    assert mine.ios == pytest.approx(2 * 1.0 / 1e-3, rel=0.15)
+    # the window is exactly [ramp, ramp + duration]: requests in flight at either edge keep running
+    assert mine.t_start == pytest.approx(0.2, abs=0.01)
+    assert mine.t_end == pytest.approx(1.2, abs=0.01)
+    # 2 in flight, 1 ms each: at most 2,000 completions fit in the 1 s window; a busy box wakes the
+    # sleeping engine late, so only a loose floor is asserted here (null latency has its own tests)
+    assert 1000 <= mine.ios <= 2000 + 2
