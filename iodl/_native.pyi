@@ -47,6 +47,7 @@ class Engine:
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
             window_start_ns: int = 0, window_end_ns: int = 0) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
+        # a signal whose handler raises stops the run within 100 ms; the exception carries .stats
         # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
         # t_start_ns/t_end_ns are clipped to it: a ramp runs on into the window without draining
         # latency = handed to the kernel (stamped just before io_submit/io_uring_enter/pread) -> completion

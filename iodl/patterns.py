@@ -84,8 +84,13 @@ class _Cursor:
         while True:
             if self.group is None and not self._open_next():
                 return
-            stats = self.engine.run(self.fds, self.rows[self.pos:], into.hist, deadline_ns=end,
-                                    window_start_ns=start, window_end_ns=end)
+            try:
+                stats = self.engine.run(self.fds, self.rows[self.pos:], into.hist, deadline_ns=end,
+                                        window_start_ns=start, window_end_ns=end)
+            except KeyboardInterrupt as exc:
+                if getattr(exc, "stats", None):
+                    into.add(exc.stats, t0_ns)  # what the interrupted run had counted
+                raise
             into.add(stats, t0_ns)
             raise_for_errors(stats, self.rows[self.pos:], [self.paths[i] for i in self.group])
             self.pos += stats["done"]
@@ -119,12 +124,15 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
     try:
         comm.barrier()  # the common origin of every rank's clock
         t0 = _native.monotonic_ns()
-        if cfg.pattern == "storage-only":
-            # the ramp is not a separate phase: I/O runs on through its end, counted from then
-            measure_from = t0 + int(cfg.ramp_s * 1e9)
-            cursor.run(result, t0, (measure_from, measure_from + int(cfg.duration_s * 1e9)))
-        else:
-            cursor.run(result, t0)
+        try:
+            if cfg.pattern == "storage-only":
+                # the ramp is not a separate phase: I/O runs on through its end, counted from then
+                measure_from = t0 + int(cfg.ramp_s * 1e9)
+                cursor.run(result, t0, (measure_from, measure_from + int(cfg.duration_s * 1e9)))
+            else:
+                cursor.run(result, t0)
+        except KeyboardInterrupt:
+            pass  # a signal: keep what was counted; the caller marks the result partial
     finally:
         cursor.close()
         engine.close()

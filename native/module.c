@@ -273,6 +273,13 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		goto out;
 	}
 	if (intr.type) {
+		/* the signal's exception carries what was counted, so a partial result keeps it */
+		PyObject *stats = stats_dict(&st);
+
+		PyErr_NormalizeException(&intr.type, &intr.value, &intr.tb);
+		if (stats && intr.value && PyObject_SetAttrString(intr.value, "stats", stats) < 0)
+			PyErr_Clear();
+		Py_XDECREF(stats);
 		PyErr_Restore(intr.type, intr.value, intr.tb);
 		goto out;
 	}

@@ -46,7 +46,9 @@ def _setup(comm, args):
         block_size = parse_size(args.block_size) if args.block_size else wl.read.block_size
     except ValueError as exc:
         raise UsageError(f"--block-size {args.block_size}: {exc}") from None
-    iodepth = args.iodepth if args.iodepth is not None else wl.read.iodepth
+    # the asyncio engine's concurrency is its reader tasks: the workload's read_threads
+    default_depth = wl.read.read_threads if args.engine == "asyncio" else wl.read.iodepth
+    iodepth = args.iodepth if args.iodepth is not None else default_depth
     checks = [
         (block_size > 0, f"--block-size must be positive, got {args.block_size}"),
         (iodepth >= 1, f"--iodepth must be at least 1, got {iodepth}"),
@@ -74,12 +76,23 @@ def _setup(comm, args):
 
 
 class _Interrupt:
-    """SIGINT/SIGTERM ask the run to stop at the next step and still write a (partial) result."""
+    """SIGINT/SIGTERM stop the run and still write its result, marked partial.
 
-    def __init__(self):
+    Step patterns stop at the next step boundary (ranks agree on it at the barrier); the others
+    raise KeyboardInterrupt, which the engine notices within 100 ms, and the pattern keeps what
+    was counted so far.
+    """
+
+    def __init__(self, raise_now: bool):
         self.event = threading.Event()
+
+        def handler(*_):
+            self.event.set()
+            if raise_now:
+                raise KeyboardInterrupt
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: self.event.set())
+            signal.signal(sig, handler)
 
     def __call__(self) -> bool:
         return self.event.is_set()
@@ -109,7 +122,7 @@ def run(args) -> int:
 
     comm = comm_mod.world()
     wl, cfg = collective(comm, lambda: _setup(comm, args))
-    stop = _Interrupt()
+    stop = _Interrupt(raise_now=cfg.pattern not in STEP_PATTERNS)
     roots = [os.path.abspath(r) for r in args.root]
     synthetic = cfg.engine == "null" and not roots and cfg.pattern in STEP_PATTERNS
     if synthetic:
@@ -145,6 +158,7 @@ def run(args) -> int:
         partial = bool(comm.allreduce(int(partial), "max"))
     else:
         mine = run_reads(comm, cfg, paths, np.asarray(sizes), mount, len(roots), host)
+        partial = bool(comm.allreduce(int(stop()), "max"))
     reduced = reduce_results(comm, mine, roots)
     if comm.rank != 0:
         return 0
@@ -174,4 +188,6 @@ def run(args) -> int:
     print_result(result)
     if args.out:
         write_result(result, args.out)
-    return 1 if result["total"]["errors"] else 0
+    if result["total"]["errors"]:
+        return 1
+    return 130 if partial else 0  # the shell's code for "ended by SIGINT": the result is incomplete

@@ -1,0 +1,113 @@
+"""The DL patterns end to end under mpiexec: tool overhead, throttled mounts, 72 ranks on 2 cores,
+and how a run ends when a rank fails or the user interrupts it."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from iodl.groundtruth import BlkioGroup, LoopMount
+from tests.helpers import iodl, load_json, mpiexec
+
+MB = 1_000_000
+
+
+def test_tool_overhead_8_ranks_on_2_cores_keeps_au_above_97_percent(tmp_path):
+    """Null engine (no I/O, no dataset), 40 ms compute, 60 steps: everything iodl itself adds
+    (reader thread, barrier, bookkeeping) must cost under 3% of the step."""
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--pattern", "train-sync", "--engine", "null", "--steps", "60", "--compute-time", "0.04",
+                "--out", str(out), ranks=8, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = load_json(out)
+    assert result["ranks"] == 8 and result["train"]["steps"] == 60
+    assert result["train"]["au"] >= 0.97, result["train"]
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+@pytest.mark.blkio
+@pytest.mark.aio
+@pytest.mark.odirect
+def test_infer_async_per_mount_bandwidth_matches_two_throttles(tmp_path):
+    throttles = (40 * MB, 80 * MB)
+    with LoopMount(512 << 20) as a, LoopMount(512 << 20) as b, BlkioGroup("iodl-test") as group:
+        gen = iodl("generate", "--workload", "tiny", "--root", a.path, "--root", b.path, "--quiet")
+        assert gen.returncode == 0, gen.stderr
+        for m, bps in zip((a, b), throttles):
+            group.throttle_read(m.majmin, bps)
+        out = tmp_path / "r.json"
+        proc = iodl("read", "--pattern", "infer-async", "--root", a.path, "--root", b.path, "--direct",
+                    "--engine", "aio", "--compute-time", "0.001", "--duration", "8", "--out", str(out),
+                    ranks=4, preexec_fn=group.enter, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    result = load_json(out)
+    for mount, bps in zip(result["mounts"], throttles):
+        assert mount["window"] == "common"
+        assert mount["bandwidth_MBps"] * MB == pytest.approx(bps, rel=0.05), (mount["path"], mount["bandwidth_MBps"])
+    spread = result["train"]["per_rank_samples_per_s"]
+    assert spread["min"] <= spread["median"] <= spread["max"]
+    # two ranks share each mount: the 80 MB/s mount's ranks run about twice as fast
+    assert spread["max"] / spread["min"] == pytest.approx(2.0, rel=0.2)
+
+
+@pytest.mark.slow
+def test_72_ranks_train_sync_resnet50_within_two_minutes(tmp_path):
+    root = tmp_path / "resnet50"
+    gen = iodl("generate", "--workload", "resnet50", "--files", "8", "--root", str(root), "--quiet", timeout=300)
+    assert gen.returncode == 0, gen.stderr
+    out = tmp_path / "r.json"
+    start = time.monotonic()
+    proc = iodl("read", "--pattern", "train-sync", "--workload", "resnet50", "--root", str(root), "--steps", "10",
+                "--out", str(out), ranks=72, timeout=300)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = load_json(out)
+    assert result["ranks"] == 72 and len(result["per_rank"]) == 72
+    assert result["train"]["steps"] == 10
+    assert 0 < result["train"]["au"] <= 1 and result["train"]["samples_per_s"] > 0
+    # every rank read whole batches: 10 steps x 256 samples each, no idle rank, no trimming
+    assert result["train"]["samples"] == 72 * 10 * 256
+    assert elapsed < 120, elapsed
+
+
+def _two_mount_dataset(tmp_path):
+    roots = [str(tmp_path / "a"), str(tmp_path / "b")]
+    gen = iodl("generate", "--workload", "tiny", "--root", roots[0], "--root", roots[1], "--quiet")
+    assert gen.returncode == 0, gen.stderr
+    return roots
+
+
+def test_a_rank_that_fails_ends_the_whole_job_quickly_with_one_clear_line(tmp_path):
+    roots = _two_mount_dataset(tmp_path)
+    shard_dir = os.path.join(roots[1], "copy-0000")
+    victim = sorted(os.listdir(shard_dir))[4]
+    os.unlink(os.path.join(shard_dir, victim))      # one mount loses a shard after generation
+    start = time.monotonic()
+    proc = iodl("read", "--pattern", "train-sync", "--root", roots[0], "--root", roots[1], "--steps", "200",
+                "--compute-time", "0.05", ranks=4, timeout=60)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert elapsed < 10, elapsed
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("iodl: error")]
+    assert len(errors) >= 1 and victim in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("pattern", ["train-sync", "storage-only"])
+def test_sigint_to_mpiexec_leaves_a_partial_result(tmp_path, pattern):
+    roots = _two_mount_dataset(tmp_path)
+    out = tmp_path / "r.json"
+    cmd = [mpiexec(), "-n", "3", sys.executable, "-m", "iodl", "read", "--pattern", pattern, "--root", roots[0],
+           "--steps" if pattern == "train-sync" else "--duration", "1000", "--compute-time", "0.02",
+           "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    _stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    result = load_json(out)
+    assert result["partial"] is True and result["ranks"] == 3
+    assert result["total"]["bytes"] > 0
