@@ -2,7 +2,8 @@
 
 The engines themselves are C (iodl._native, contract in _native.pyi); this module only checks a
 name against the probes, opens files (O_DIRECT or not) and turns a run's first error into an
-OSError naming the file.
+OSError naming the file. The one exception is `asyncio` (iodl/asyncio_engine.py): aiofiles on
+uvloop, the framework-like Python path, with the same interface and metrics contract.
 """
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ from .errors import IodlError, UsageError
 from .plan import PLAN_DTYPE  # noqa: F401  (re-exported: the engine's input format)
 
 _SYSCALL = {"aio": "io_setup", "uring": "io_uring_setup"}
+ASYNCIO = "asyncio"   # not compiled in: iodl.asyncio_engine.AsyncioEngine
+
+
+def _asyncio_unavailable() -> str | None:
+    from .asyncio_engine import unavailable
+    return unavailable()
 
 
 def _errname(err: int) -> str:
@@ -29,23 +36,33 @@ def available_engines() -> dict[str, str | None]:
     for name in _native.engines():
         err = _native.probe(name)
         out[name] = f"{_SYSCALL.get(name, name)} -> {_errname(err)}" if err else None
+    out[ASYNCIO] = _asyncio_unavailable()
     return out
 
 
 def check_engine(name: str) -> None:
     """A UsageError naming the choices, or why the engine cannot run here, in one line."""
-    names = _native.engines()
+    names = _native.engines() + [ASYNCIO]
     if name not in names:
         raise UsageError(f"unknown engine '{name}' (choose from auto, {', '.join(names)})")
+    if name == ASYNCIO:
+        why = _asyncio_unavailable()
+        if why:
+            raise UsageError(f"engine '{name}' is not usable here: {why}")
+        return
     err = _native.probe(name)
     if err:
         raise UsageError(f"engine '{name}' is not usable here: {_SYSCALL.get(name, name)} -> {_errname(err)}")
 
 
 def open_engine(name: str, **options) -> _native.Engine:
-    """_native.Engine(name, **options), or a UsageError/IodlError that says why not in one line."""
+    """_native.Engine(name, **options) (asyncio: an AsyncioEngine with the same interface), or a
+    UsageError/IodlError that says why not in one line."""
     check_engine(name)
     try:
+        if name == ASYNCIO:
+            from .asyncio_engine import AsyncioEngine
+            return AsyncioEngine(**options)
         return _native.Engine(name, **options)
     except ValueError as exc:
         raise UsageError(f"engine '{name}': {exc}") from None

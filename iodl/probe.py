@@ -10,6 +10,7 @@ import mmap
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
@@ -33,6 +34,11 @@ def _native():
 
 
 def engine(name: str) -> Capability:
+    if name == "asyncio":
+        from .engine import available_engines
+
+        why = available_engines().get("asyncio", "not available")
+        return Capability(name, why is None, "aiofiles on uvloop" if why is None else why)
     native, why = _native()
     if native is None:
         return Capability(name, False, why)
@@ -153,14 +159,16 @@ def mpi() -> Capability:
     """mpi4py importable and an mpiexec on PATH; MPI itself is not initialised."""
     if importlib.util.find_spec("mpi4py") is None:
         return Capability("mpi", False, "mpi4py not installed (pip install 'iodl[mpi]')")
-    exe = shutil.which("mpiexec") or shutil.which("mpirun")
+    # pip's mpich wheel puts mpiexec beside the interpreter, which need not be on PATH
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    exe = shutil.which("mpiexec", path=path) or shutil.which("mpirun", path=path)
     if not exe:
         return Capability("mpi", False, "mpi4py present but no mpiexec on PATH")
     return Capability("mpi", True, f"mpi4py with {exe}")
 
 
 def all_capabilities(roots: list[str] | None = None) -> list[Capability]:
-    caps = [root(), drop_caches(), engine("null"), engine("psync"), engine("aio"), engine("uring")]
+    caps = [root(), drop_caches(), engine("null"), engine("psync"), engine("aio"), engine("uring"), engine("asyncio")]
     for r in roots or [tempfile.gettempdir()]:
         caps.append(odirect(r))
     caps += [loopdev(), blkio(), fio(), mpi()]

@@ -19,6 +19,9 @@ def add_arguments(parser) -> None:
     src.add_argument("--no-fio", action="store_true", help="run iodl alone")
     parser.add_argument("--fio", default="fio", help="fio binary (default: fio on PATH)")
     parser.add_argument("--out", metavar="FILE", help="write the comparison as JSON (schema iodl.fio-compare/1)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run fio and iodl N times each, interleaved (fio,iodl,iodl,fio,...); report medians "
+                             "and the median of the per-round ratios (a noisy device)")
     parser.add_argument("--keep-jobfile", metavar="FILE", help="also write the derived job file both tools ran")
 
 
@@ -41,41 +44,72 @@ def run(args) -> int:
     buffered = any(not p.direct for p in plans.values())
     drop = buffered and os.geteuid() == 0
 
-    fio_data = None
+    if args.repeat < 1:
+        raise UsageError("--repeat must be >= 1")
+    if args.repeat > 1 and args.fio_json:
+        raise UsageError("--repeat runs fio again each round; it does not combine with --fio-json")
+    run_fio = comm.rank == 0 and not args.no_fio and not args.fio_json
+    fio_file = None
     if comm.rank == 0:
         for p in plans.values():
             layout.lay_out([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
+        os.sync()   # the lay-out's writeback is not left to fall into the first timed run
         if args.keep_jobfile:
             with open(args.keep_jobfile, "w") as f:
                 f.write(text)
-        if args.fio_json:
-            fio_data = compare.load_fio_json(args.fio_json)
-        elif not args.no_fio:
-            with tempfile.NamedTemporaryFile("w", suffix=".fio", prefix="iodl-fio-") as f:
-                f.write(text)
-                f.flush()
-                _drop(drop)
-                fio_data = compare.run_fio(f.name, args.fio)
+        if run_fio:
+            fio_file = tempfile.NamedTemporaryFile("w", suffix=".fio", prefix="iodl-fio-")
+            fio_file.write(text)
+            fio_file.flush()
 
-    # iodl: one reporting group after another (stonewall), all clones of a group at once
-    groups = compare.groups_of(jobs)
-    results = []
-    for g in sorted(set(groups)):
-        if comm.rank == 0:
-            _drop(drop)
-        results += iodl_run.run_clones({i: p for i, p in plans.items() if groups[i] == g}, comm)
+    def fio_round():
+        if comm.rank != 0:
+            return None
+        if args.fio_json:
+            return compare.load_fio_json(args.fio_json)
+        if not run_fio:
+            return None
+        _drop(drop)
+        return compare.run_fio(fio_file.name, args.fio)
+
+    def iodl_round():
+        # one reporting group after another (stonewall), all clones of a group at once
+        groups = compare.groups_of(jobs)
+        results = []
+        for g in sorted(set(groups)):
+            if comm.rank == 0:
+                _drop(drop)
+            results += iodl_run.run_clones({i: p for i, p in plans.items() if groups[i] == g}, comm)
+        return results
+
+    rounds = []   # [(fio_data, iodl results)]; ABBA order so that a drifting device favours neither
+    try:
+        for r in range(args.repeat):
+            if r % 2 == 0:
+                f = fio_round()
+                rounds.append((f, iodl_round()))
+            else:
+                i = iodl_round()
+                rounds.append((fio_round(), i))
+    finally:
+        if fio_file is not None:
+            fio_file.close()
     if comm.rank != 0:
         return 0
 
-    iodl_job, iodl_group = compare.iodl_sides(results, jobs)
-    fio_job, fio_group = ({}, {})
-    if fio_data is not None:
-        fio_job, fio_group = compare.fio_sides(fio_data, jobs, [p.numjobs for p in plans.values()])
+    sides = []
+    for fio_data, results in rounds:
+        iodl_job, iodl_group = compare.iodl_sides(results, jobs)
+        fio_job, fio_group = ({}, {})
+        if fio_data is not None:
+            fio_job, fio_group = compare.fio_sides(fio_data, jobs, [p.numjobs for p in plans.values()])
+        sides.append((fio_job, iodl_job, fio_group, iodl_group))
+    fio_data = rounds[0][0]
     meta = {"jobfile": os.path.abspath(args.jobfile), "fio_version": (fio_data or {}).get("fio version"),
-            "ranks": comm.size, "caches_dropped": drop,
+            "ranks": comm.size, "caches_dropped": drop, "repeat": args.repeat,
             "overrides": {"directory": args.directory, "scale": args.scale, "runtime_s": args.runtime,
                           "ramp_time_s": args.ramp_time}}
-    doc = compare.document(jobs, fio_job, iodl_job, fio_group, iodl_group, meta)
+    doc = compare.document_rounds(jobs, sides, meta)
 
     from rich.console import Console
 

@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
     p.add_argument("--workload", default="tiny", metavar="NAME|FILE", help="built-in workload name or TOML file (default tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="dataset root (repeatable: ranks map to roots round-robin); default: the tiny dataset in the data directory")
-    p.add_argument("--engine", default="auto", help="auto, uring, aio, psync or null (default auto: see docs)")
+    p.add_argument("--engine", default="auto", help="auto, uring, aio, psync, asyncio or null (default auto: see docs/engines.md)")
     p.add_argument("--direct", action="store_true", help="open with O_DIRECT (bypass the page cache)")
     p.add_argument("--iodepth", type=int, help="requests in flight per rank (default: the workload's)")
     p.add_argument("--block-size", metavar="SIZE", help="request size, e.g. 1MiB (default: the workload's)")

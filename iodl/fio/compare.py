@@ -238,6 +238,53 @@ def document(jobs: list[Job], fio_job: dict, iodl_job: dict, fio_group: dict, io
     }
 
 
+
+def _median(values):
+    got = [v for v in values if v is not None]
+    return float(np.median(got)) if got else None
+
+
+def median_side(runs: list) -> dict | None:
+    """Several runs of one side: the median of every number (each metric on its own)."""
+    runs = [r for r in runs if r]
+    if len(runs) <= 1:
+        return runs[0] if runs else None
+    out = {}
+    for key, value in runs[0].items():
+        if isinstance(value, dict):
+            out[key] = {k: _median([r[key].get(k) for r in runs if r.get(key)]) for k in value}
+        elif value is None or isinstance(value, (int, float)):
+            out[key] = _median([r.get(key) for r in runs])
+        else:
+            out[key] = value
+    return out
+
+
+def document_rounds(jobs: list[Job], rounds: list, meta: dict) -> dict:
+    """The document over interleaved rounds [(fio_job, iodl_job, fio_group, iodl_group)].
+
+    Each side is the per-metric median over rounds; the ratio is the median of the rounds' own
+    ratios (fio and iodl of a round ran back to back, so slow drift of the device cancels);
+    every round's numbers are kept under "rounds".
+    """
+    if len(rounds) == 1:
+        return document(jobs, *rounds[0], meta)
+
+    def entry(name, fs, is_):
+        rs = [ratio(f, i) for f, i in zip(fs, is_)]
+        rs = [r for r in rs if r]
+        return {"name": name, "fio": median_side(fs), "iodl": median_side(is_),
+                "ratio": {k: _median([r[k] for r in rs]) for k in ("bandwidth", "iops")} if rs else None,
+                "rounds": [{"fio": f, "iodl": i, "ratio": ratio(f, i)} for f, i in zip(fs, is_)]}
+
+    groups = sorted({g for r in rounds for g in set(r[2]) | set(r[3])})
+    return {
+        "schema": SCHEMA, **meta,
+        "jobs": [entry(job.name, [r[0].get(n) for r in rounds], [r[1].get(n) for r in rounds])
+                 for n, job in enumerate(jobs)],
+        "groups": [entry(f"group {g}", [r[2].get(g) for r in rounds], [r[3].get(g) for r in rounds]) for g in groups],
+    }
+
 # ---------------------------------------------------------------------------------------------
 # Terminal report
 
@@ -255,21 +302,25 @@ def _depth(d: dict | None) -> str:
 def render(doc: dict, console) -> None:
     from rich.table import Table
 
+    n = doc.get("repeat", 1)
     for entry in doc["jobs"] + (doc["groups"] if len(doc["jobs"]) > 1 else []):
         f, i = entry["fio"] or {}, entry["iodl"] or {}
-        t = Table(title=f"[{entry['name']}]", title_justify="left")
+        title = f"[{entry['name']}]" + (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
+        t = Table(title=title, title_justify="left")
         t.add_column("metric")
         t.add_column("fio", justify="right")
         t.add_column("iodl", justify="right")
         t.add_column("iodl/fio", justify="right")
 
-        def row(label, get, digits=1):
+        def row(label, get, digits=1, r=None):
             a, b = (get(f) if f else None), (get(i) if i else None)
-            r = f"{b / a:.3f}" if a and b is not None else "-"
-            t.add_row(label, _fmt(a, digits), _fmt(b, digits), r)
+            if r is None:
+                r = b / a if a and b is not None else None
+            t.add_row(label, _fmt(a, digits), _fmt(b, digits), "-" if r is None else f"{r:.3f}")
 
-        row("bandwidth MB/s", lambda s: s["bandwidth_MBps"])
-        row("IOPS", lambda s: s["iops"])
+        q = entry.get("ratio") or {}
+        row("bandwidth MB/s", lambda s: s["bandwidth_MBps"], r=q.get("bandwidth"))
+        row("IOPS", lambda s: s["iops"], r=q.get("iops"))
         for key, label in (("p50", "clat p50 us"), ("p99", "clat p99 us"), ("p999", "clat p99.9 us")):
             row(label, lambda s, key=key: s["latency_us"].get(key))
         row("CPU % per worker", lambda s: s["cpu_pct"])

@@ -35,7 +35,9 @@ ENGINES = {"libaio": "aio", "io_uring": "uring", "psync": "psync", "sync": "psyn
            "pvsync2": "psync", "null": "null"}
 SYNC_ENGINES = {"psync"}
 SERVICE_TYPES = ("roundrobin", "sequential", "random")
-MAX_PLAN_ROWS = 1 << 20   # one engine call per pass, split beyond this to bound memory
+MAX_PLAN_ROWS = 1 << 20   # rows per engine call at most (memory: 24 B a row)
+PLAN_TARGET_ROWS = 1 << 16   # time_based, unpaced: passes joined into one call up to this many rows
+DISTINCT_PASSES = 32         # of which at most this many are drawn anew (Python time before the run)
 
 
 @dataclass
@@ -246,7 +248,36 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     return res
 
 
+def _passes_per_run(plan: JobPlan, pass_rows: int, left_ns: int) -> int:
+    """How many passes one engine call gets (time_based: fio wraps its files without draining).
+
+    fio, time_based, resets a file's position or random map when it reaches the end and goes on
+    (io_u.c get_next_seq_offset / get_next_rand_block): its queue stays full and its rate schedule
+    runs on. Each Engine.run drains at its end and restarts its rate schedule, so a time_based
+    clone gets enough passes in one call to last to the deadline (a rate limit says how many), or
+    at least PLAN_TARGET_ROWS when unpaced. Buffered reads with invalidate keep one pass per call:
+    the fadvise between passes is fio's loop_cache_invalidate.
+    """
+    if not plan.time_based or (plan.invalidate and not plan.direct) or not pass_rows:
+        return 1
+    if plan.rate_bps:
+        mean_bs = sum(s * w for s, w in plan.block_sizes)
+        want = int(plan.rate_bps / mean_bs * left_ns / 1e9 * 1.05) + plan.depth + 1
+    else:
+        want = PLAN_TARGET_ROWS
+    want = min(want, MAX_PLAN_ROWS)
+    return max(1, -(-want // pass_rows))
+
+
 def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
+    """Ramp, then the measured window [ramp_end, end): one Engine.run spans the ramp's end, so the
+    queue stays full across it as in fio, and only completions inside the window count.
+
+    fio's own counters differ at the edges (docs/fio-compare.md): it ends a clone's ramp at that
+    clone's first completion after ramp_time (io_u.c should_account -> ramp_time_over), counts in
+    io_bytes what the ramp left in flight but not in total_ios (counted at issue). These matter
+    only when a request's queue time is comparable to the ramp (a throttled mount, deep queues).
+    """
     from .._native import monotonic_ns as now
 
     t0 = now() + plan.startdelay_ns
@@ -270,14 +301,22 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
         if not len(rows):
             raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
         passes += 1
+        k = _passes_per_run(plan, len(rows), (end - now()) if end else 0)
+        if k > 1:
+            # up to DISTINCT_PASSES freshly drawn passes, repeated to k (small files: many passes)
+            block = [rows] + [pass_plan(plan, plan.files[res.jobnum], rng) for _ in range(min(k, DISTINCT_PASSES) - 1)]
+            n = len(rows)
+            rows = np.concatenate(block)
+            if k > len(block):
+                rows = np.tile(rows, -(-k // len(block)))[: k * n]
+            passes += k - 1
         while len(rows):
             if end and now() >= end:
                 return _finish(res, first_ns, last_ns, cpu0)
             part = rows[:MAX_PLAN_ROWS]
             if budget_ios and now() >= ramp_end:
                 part = part[: max(0, budget_ios - res.ios)]
-            # one run spans the ramp's end: only completions in [ramp_end, end) count, and the
-            # queue stays full across the boundary, as in fio
+            # one run spans the ramp's end: the queue stays full across the boundary, as in fio
             st = engine.run(fds, part, res.hist, deadline_ns=end, window_start_ns=ramp_end, window_end_ns=end)
             _engine_module().raise_for_errors(st, part, [f.path for f in plan.files[res.jobnum]])
             if st["ios"]:

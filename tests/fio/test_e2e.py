@@ -2,6 +2,11 @@
 
 Tolerances are the issue's: rate-limited reference shape and throttled mount within 5% in bandwidth
 and IOPS; unthrottled 1 MiB QD32 reads >= 0.95x fio's bandwidth, 4 KiB QD32 randread >= 0.90x IOPS.
+
+The loop mounts sit on the VM's disk, shared with other VMs: one run of the same tool varies by
++-40% minutes apart. So each test runs fio and iodl 3 times each, interleaved (fio,iodl,iodl,fio,
+fio,iodl: --repeat 3) and checks the median of the per-round ratios; medians of each side for
+the absolute checks.
 """
 import json
 import os
@@ -19,7 +24,7 @@ REFERENCE = os.path.join(REPO, "workloads", "fio", "reference-job1.fio")
 
 def compare(job, tmp_path, *args, preexec=None):
     out = tmp_path / "cmp.json"
-    r = subprocess.run([sys.executable, "-m", "iodl", "fio-compare", str(job), "--out", str(out), *args],
+    r = subprocess.run([sys.executable, "-m", "iodl", "fio-compare", str(job), "--out", str(out), "--repeat", "3", *args],
                        capture_output=True, text=True, preexec_fn=preexec, cwd=REPO)
     assert r.returncode == 0, r.stderr
     (entry,) = json.loads(out.read_text())["jobs"]
@@ -34,7 +39,7 @@ def reference_without_rate(tmp_path):
 
 def test_reference_shape_rate_limited_agrees(tmp_path):
     with LoopMount(1 << 30) as m:
-        e = compare(REFERENCE, tmp_path, "--directory", m.path, "--scale", "0.001", "--runtime", "3", "--ramp-time", "1")
+        e = compare(REFERENCE, tmp_path, "--directory", m.path, "--scale", "0.001", "--runtime", "2", "--ramp-time", "1")
     # 8 clones x 83 IOPS x 1 MiB: both tools must be pinned to the rate, and to each other
     assert e["fio"]["iops"] == pytest.approx(8 * 83, rel=0.05)
     assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05)
@@ -44,12 +49,18 @@ def test_reference_shape_rate_limited_agrees(tmp_path):
 
 
 def test_reference_shape_on_throttled_mount_agrees(tmp_path):
+    """No ramp here: 8 clones x 32 x 1 MiB in flight is 1.8 s of queue at 150 MB/s, longer than a
+    short ramp, and fio ends each clone's ramp at that clone's next completion (io_u.c
+    should_account), so its clones' windows start up to ~1.8 s apart while its group figure
+    divides by the longest one: 160-188 MB/s reported on a 150 MB/s throttle, and io_bytes
+    (counting what the ramp left in flight) disagreeing with total_ios (counted at issue)."""
     limit = 150 * 10**6
     with LoopMount(1 << 30) as m, BlkioGroup("fio-compare") as group:
         group.throttle_read(m.majmin, limit)
         e = compare(reference_without_rate(tmp_path), tmp_path, "--directory", m.path, "--scale", "0.001",
-                    "--runtime", "3", "--ramp-time", "1", preexec=group.enter)
-    assert e["fio"]["bandwidth_MBps"] == pytest.approx(limit / 1e6, rel=0.10)
+                    "--runtime", "3", "--ramp-time", "0", preexec=group.enter)
+    assert e["fio"]["bandwidth_MBps"] == pytest.approx(limit / 1e6, rel=0.05)
+    assert e["iodl"]["bandwidth_MBps"] == pytest.approx(limit / 1e6, rel=0.05)
     assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05)
     assert e["ratio"]["iops"] == pytest.approx(1, abs=0.05)
 
@@ -57,12 +68,12 @@ def test_reference_shape_on_throttled_mount_agrees(tmp_path):
 def test_unthrottled_1m_qd32_bandwidth(tmp_path):
     with LoopMount(1536 << 20) as m:
         e = compare(os.path.join(REPO, "workloads/fio/seq-1m-qd32.fio"), tmp_path, "--directory", m.path,
-                    "--runtime", "3", "--ramp-time", "1")
+                    "--runtime", "2", "--ramp-time", "1")
     assert e["ratio"]["bandwidth"] >= 0.95, e
 
 
 def test_unthrottled_4k_randread_qd32_iops(tmp_path):
     with LoopMount(1 << 30) as m:
         e = compare(os.path.join(REPO, "workloads/fio/randread-4k-qd32.fio"), tmp_path, "--directory", m.path,
-                    "--runtime", "3", "--ramp-time", "1")
+                    "--runtime", "2", "--ramp-time", "1")
     assert e["ratio"]["iops"] >= 0.90, e

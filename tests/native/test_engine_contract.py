@@ -2,6 +2,8 @@
 errors, pacing, histogram truth and page-cache hits. Real files on /tmp (ext4), no mocks.
 
 Engines the kernel refuses are skipped with the probe's reason (tests/conftest.py markers).
+The native engines and `asyncio` (iodl/asyncio_engine.py: aiofiles on uvloop, same interface)
+run the same bodies.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 from iodl import _native, groundtruth, histogram
+from iodl.asyncio_engine import AsyncioEngine, unavailable
 from iodl.engine import PLAN_DTYPE, as_plan, open_for_read
 
 ALIGN = _native.ALIGN
@@ -22,11 +25,12 @@ DEPTH = 8
 # sizes that are not multiples of the block or the page: the EOF tail must be counted exactly
 SIZES = [(1 << 20) + 123, 4095, 1, 0, 3 * BS, 5 * BS + ALIGN]
 
-_MARKS = {"aio": [pytest.mark.aio], "uring": [pytest.mark.uring]}
+_MARKS = {"aio": [pytest.mark.aio], "uring": [pytest.mark.uring],
+          "asyncio": [pytest.mark.skipif(bool(unavailable()), reason=f"asyncio: {unavailable()}")]}
 ENGINES = [
     pytest.param(name, direct, id=f"{name}-{'direct' if direct else 'buffered'}",
                  marks=_MARKS.get(name, []) + ([pytest.mark.odirect] if direct else []))
-    for name in _native.engines() for direct in (False, True)
+    for name in _native.engines() + ["asyncio"] for direct in (False, True)
 ]
 
 
@@ -66,6 +70,8 @@ class Opened:
 def engine(name, direct, **kw):
     kw.setdefault("depth", DEPTH)
     kw.setdefault("block_size", BS)
+    if name == "asyncio":
+        return AsyncioEngine(direct=direct, **kw)
     return _native.Engine(name, direct=direct, **kw)
 
 
@@ -170,7 +176,7 @@ def test_direct_misaligned_offset_is_an_error(tmp_path, name):
     assert (st["errors"], st["first_errno"], st["first_error_row"], st["done"]) == (1, errno.EINVAL, 1, 1)
 
 
-@pytest.mark.parametrize("name,direct", ENGINES[:1])
+@pytest.mark.parametrize("name,direct", [p for p in ENGINES if p.values[0] in ("null", "asyncio") and not p.values[1]])
 def test_bad_plans_are_refused_before_any_io(tmp_path, name, direct):
     with engine(name, direct) as eng:
         with pytest.raises(ValueError, match="only 1 fds"):
@@ -337,7 +343,7 @@ def _cache_check_once(paths, size, name):
         raise ExternalDrop
     assert truth <= size // 2 + 2 * read_ahead_bytes(path)
     plan = whole_file_plan([size], bs=1 << 20)
-    with Opened(paths, False) as fds, _native.Engine(name, depth=4, block_size=1 << 20, cache_check=True) as eng:
+    with Opened(paths, False) as fds, engine(name, False, depth=4, block_size=1 << 20, cache_check=True) as eng:
         before = _native.resident_bytes(fds[0], 0, size)
         st = eng.run(fds, plan, histogram.empty())
         if before != truth or fincore_bytes(path) != size:

@@ -1,0 +1,509 @@
+"""The `asyncio` engine: aiofiles on uvloop, `depth` concurrent reader tasks — the framework-like
+Python path, with the metrics contract of the native engines (iodl/_native.pyi).
+
+It exists to show what a Python data loader costs against the native path on the same storage,
+so the per-I/O loop is deliberately Python: each reader task takes the next plan row, stamps the
+clock, awaits the read and stamps it again, exactly as an asyncio loader awaiting aiofiles would.
+
+How a read is issued. aiofiles opens files by path and reads through its file objects' executor
+wrappers (`await f.read(n)` = `loop.run_in_executor(executor, f._file.read, n)`), but a file
+object has a shared file offset: concurrent tasks on one fd would race on seek + read. The engine
+is handed fds, so it uses aiofiles' own executor wrapper on the positional syscall instead:
+`aiofiles.os.wrap(os.pread)` (buffered) or `aiofiles.os.wrap(os.preadv)` (O_DIRECT, into a
+page-aligned mmap slot). That is the same mechanism (`run_in_executor` on a thread pool, one
+thread hop per read, the result handed back to the loop) minus the seek. The executor is a
+ThreadPoolExecutor of exactly `depth` threads, passed explicitly (`executor=`): the loop's
+default executor has min(32, cpus + 4) threads, which would silently cap the concurrency.
+Buffered reads return a fresh bytes object per request, as `await f.read(n)` does: a Python
+loader pays that allocation and copy, so the engine does too. The threads are started when the
+engine is made, so the first run does not pay for them inside the clock.
+
+Measured, per request: latency = just before the `await` of the read -> just after it returns
+to the task (thread hand-off both ways included: that is what the loader waits for), on
+time.monotonic_ns() (CLOCK_MONOTONIC, the clock of _native.monotonic_ns()). Bytes, ios, window,
+deadline, errors, short reads and depth are counted as core.c does. Rate pacing follows fio's
+rate as the native loop does (behind schedule: issue at once; ahead: drain, then sleep), with the
+event loop's timer resolution (libuv: 1 ms) instead of clock_nanosleep.
+
+cache_check: the native engine snapshots a file's page-cache residency with mincore() at the
+fd's first use (native/pagecache.c). _native does not export that per-page snapshot (only
+resident_bytes(fd, off, len), a count), and a count taken per request at its submit would count
+pages brought in by this run's own readahead as hits. So the same mincore() snapshot is taken
+here through ctypes (mmap PROT_READ/MAP_SHARED without touching it, mincore, munmap): identical
+semantics, including "0 when the caller may not see page-cache state" (Linux >= 5.2).
+
+The engine owns its event loop (uvloop.new_event_loop()) and runs it forever in one thread of its
+own; run(), from any thread (training calls it from its reader thread), hands the plan to it and
+waits, as _native.Engine.run waits with the GIL released. Running the loop in the caller's thread
+instead would, in the main thread, make uvloop open a self-pipe socketpair and swap the signal
+wakeup fd at every run: two fds per run (a stale fd number in a plan could then alias the loop's
+socket) and signal plumbing per training step. The caller's wait is interruptible: a signal
+handler that raises (Ctrl-C) stops the run, which drains its in-flight reads, then re-raises, as
+the native engines do. One run at a time (RuntimeError otherwise).
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import stat
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+import numpy as np
+
+from . import histogram
+
+NAME = "asyncio"
+ALIGN = 4096
+MAX_DEPTH = 1024              # one OS thread per reader: more is a misconfiguration, not a workload
+MAX_BLOCK_SIZE = 1 << 30
+_BLKGETSIZE64 = 0x80081272
+_PAGE = mmap.PAGESIZE
+
+
+def unavailable() -> str | None:
+    """None when aiofiles and uvloop import, else why not, in one line."""
+    for mod in ("aiofiles", "uvloop"):
+        try:
+            __import__(mod)
+        except ImportError as exc:
+            return f"import {mod} -> {type(exc).__name__}"
+    return None
+
+
+def _round_up(v: int, a: int) -> int:
+    return (v + a - 1) // a * a
+
+
+def _depth_index(depth: int) -> int:
+    """fio's iodepth_level bins (core.h iodl_depth_index): floor(log2(depth)), capped at >= 64."""
+    return min(depth.bit_length() - 1, histogram.DEPTH_BUCKETS - 1) if depth > 1 else 0
+
+
+# --- page-cache residency: the mincore() snapshot of native/pagecache.c, through ctypes ---------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def residency(fd: int, size: int) -> np.ndarray:
+    """Which pages of fd's first `size` bytes are in the page cache (bool per page), touching none."""
+    npages = -(-size // _PAGE)
+    vec = np.zeros(npages, dtype=np.uint8)
+    if not npages:
+        return vec.astype(bool)
+    length = npages * _PAGE
+    addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{os.strerror(err)} (originated from mmap)")
+    try:
+        if _libc.mincore(addr, length, vec.ctypes.data) < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{os.strerror(err)} (originated from mincore)")
+    finally:
+        _libc.munmap(addr, length)
+    return (vec & 1).astype(bool)
+
+
+class _Snapshot:
+    """Residency of one file before the engine first read it; cached(off, n) counts its bytes."""
+
+    __slots__ = ("dev", "ino", "res", "cum", "npages")
+
+    def __init__(self, dev: int, ino: int, res: np.ndarray):
+        self.dev, self.ino, self.res = dev, ino, res.tolist()
+        self.npages = len(res)
+        self.cum = np.concatenate([[0], np.cumsum(res, dtype=np.int64)]).tolist()
+
+    def cached(self, offset: int, n: int) -> int:
+        if not n:
+            return 0
+        end = offset + n
+        p0, p1 = offset // _PAGE, (end - 1) // _PAGE
+        last = min(p1, self.npages - 1)
+        if p0 > last:
+            return 0
+        total = (self.cum[last + 1] - self.cum[p0]) * _PAGE
+        if self.res[p0]:
+            total -= offset - p0 * _PAGE
+        if last == p1 and self.res[p1]:
+            total -= (p1 + 1) * _PAGE - end
+        return total
+
+
+def _file_size(fd: int, st: os.stat_result) -> int | None:
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size
+    if stat.S_ISBLK(st.st_mode):
+        try:
+            return struct.unpack("Q", fcntl.ioctl(fd, _BLKGETSIZE64, b"\0" * 8))[0]
+        except OSError:
+            return None
+    return None
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+class _Rows:
+    """The plan as Python ints, converted a chunk at a time as the readers reach it: converting a
+    200k-row plan up front costs ~20 ms here, which would sit between run() and the first read."""
+
+    CHUNK = 4096
+
+    def __init__(self, cols: np.ndarray):
+        self.cols, self.rows = cols, []
+
+    def __getitem__(self, i: int) -> list:
+        rows = self.rows
+        if i >= len(rows):
+            rows.extend(self.cols[len(rows):i + self.CHUNK].tolist())
+        return rows[i]
+
+
+class _Run:
+    """One run's counters (the fields of core.c's struct iodl_stats) and loop state."""
+
+    def __init__(self, nrows: int):
+        self.nrows = nrows
+        self.next_row = 0
+        self.stop = False
+        self.inflight = 0
+        self.ios = self.bytes = self.cached = self.errors = 0
+        self.first_errno = 0
+        self.first_error_row = -1
+        self.t_start = self.t_end = self.t_first = self.t_last = 0
+        self.depth = [0] * histogram.DEPTH_BUCKETS
+        self.lats: list[int] = []
+        self.paced = 0
+        self.t_origin = 0
+        self.tasks: list[asyncio.Task] = []
+        self.idle: asyncio.Event | None = None
+
+
+class AsyncioEngine:
+    """_native.Engine's interface (see _native.pyi) with reads through aiofiles on a uvloop loop."""
+
+    def __init__(self, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
+                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False) -> None:
+        why = unavailable()
+        if why:
+            raise OSError(errno.ENOSYS, f"the asyncio engine needs aiofiles and uvloop ({why})")
+        import aiofiles.os
+        import uvloop
+
+        depth, block_size = int(depth), int(block_size)
+        if not 1 <= depth <= MAX_DEPTH:
+            raise ValueError(f"depth must be 1..{MAX_DEPTH}, not {depth}")
+        if not 1 <= block_size <= MAX_BLOCK_SIZE:
+            raise ValueError(f"block_size must be 1..{MAX_BLOCK_SIZE}, not {block_size}")
+        if delay_ns < 0 or rate_bps < 0:
+            raise ValueError("delay_ns and rate_bps must be >= 0")
+        if delay_ns:
+            raise ValueError("delay_ns is for the null engine only")
+        self._depth, self._block_size, self._direct = depth, block_size, bool(direct)
+        self._rate = int(rate_bps)
+        self._cache_check = bool(cache_check)
+        self._snaps: dict[int, _Snapshot] = {}
+        self._busy = False
+        self._closed = False
+        self._pread = aiofiles.os.wrap(os.pread)
+        self._preadv = aiofiles.os.wrap(os.preadv)
+        self._slot = _round_up(block_size, ALIGN)
+        self._buf = None
+        self._slots: list[memoryview] = []
+        if self._direct:
+            # page-aligned (mmap), one slot per reader task, faulted in now (as core.c's memset)
+            self._buf = mmap.mmap(-1, depth * self._slot)
+            np.frombuffer(self._buf, dtype=np.uint8)[:] = 0
+            whole = memoryview(self._buf)
+            self._slots = [whole[i * self._slot:(i + 1) * self._slot] for i in range(depth)]
+            del whole
+        self._pool = self._new_pool()
+        self._loop = uvloop.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="iodl-asyncio-loop", daemon=True)
+        self._thread.start()
+
+    def _new_pool(self) -> ThreadPoolExecutor:
+        """`depth` threads, all started now: each start task waits until every thread exists."""
+        pool = ThreadPoolExecutor(max_workers=self._depth, thread_name_prefix="iodl-asyncio")
+        barrier = threading.Barrier(self._depth)
+        for f in [pool.submit(barrier.wait) for _ in range(self._depth)]:
+            f.result()
+        return pool
+
+    # properties of _native.Engine
+    name = property(lambda self: NAME)
+    depth = property(lambda self: self._depth)
+    block_size = property(lambda self: self._block_size)
+    direct = property(lambda self: self._direct)
+    fixed_buffers = property(lambda self: False)
+    closed = property(lambda self: self._closed)
+
+    def __repr__(self) -> str:
+        return f"<AsyncioEngine depth={self._depth} block_size={self._block_size} direct={self._direct}>"
+
+    # --- argument checks, as module.c -----------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("engine is closed")
+        if self._busy:
+            raise RuntimeError("engine is running in another thread")
+
+    @staticmethod
+    def _plan_columns(plan) -> np.ndarray:
+        a = plan if isinstance(plan, np.ndarray) else None
+        if a is not None and a.flags.c_contiguous:
+            if a.ndim == 1 and a.dtype.itemsize == 24:
+                return a.view(np.uint64).reshape(-1, 3) if len(a) else np.empty((0, 3), np.uint64)
+            if a.ndim == 2 and a.shape[1] == 3 and a.dtype.itemsize == 8:
+                return a.view(np.uint64)
+        raise TypeError("plan must be a contiguous array of PLAN_DTYPE rows (file, offset, length as uint64)")
+
+    @staticmethod
+    def _check_hist(hist) -> np.ndarray:
+        h = hist if isinstance(hist, np.ndarray) else None
+        if (h is None or h.ndim != 1 or h.size != histogram.HIST_BUCKETS or h.dtype.itemsize != 8
+                or h.dtype.kind not in "iu" or not h.flags.c_contiguous or not h.flags.writeable):
+            raise TypeError(f"hist must be a writable contiguous int64 array of {histogram.HIST_BUCKETS} buckets")
+        return h
+
+    # --- run ------------------------------------------------------------------------------------
+
+    def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
+            window_start_ns: int = 0, window_end_ns: int = 0) -> dict:
+        self._check_open()
+        if deadline_ns < 0 or window_start_ns < 0 or window_end_ns < 0:
+            raise ValueError("deadline_ns and the window must be >= 0")
+        try:
+            fds = [int(fd) for fd in fds]
+        except TypeError:
+            raise TypeError("fds must be a sequence of file descriptors") from None
+        cols = self._plan_columns(plan)
+        hist = self._check_hist(hist)
+        if len(cols):
+            bad = np.flatnonzero(cols[:, 0] >= len(fds))
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(f"plan row {i}: file {int(cols[i, 0])} but only {len(fds)} fds")
+            bad = np.flatnonzero(cols[:, 2] > self._block_size)
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(f"plan row {i}: length {int(cols[i, 2])} exceeds block_size {self._block_size}")
+        st = _Run(len(cols))
+        rows = _Rows(cols)
+        self._busy = True
+        try:
+            fut = asyncio.run_coroutine_threadsafe(
+                self._main(st, fds, rows, int(deadline_ns), int(window_start_ns), int(window_end_ns)), self._loop)
+            interrupt = None
+            while True:
+                try:
+                    fut.result()
+                    break
+                except BaseException as exc:
+                    if fut.done():
+                        raise
+                    # a signal handler raised in this thread (Ctrl-C): no new rows, let the reads
+                    # in flight finish (their buffers are ours), then raise it
+                    st.stop = True
+                    interrupt = interrupt or exc
+            if interrupt is not None:
+                raise interrupt
+        finally:
+            self._busy = False
+            if st.lats:
+                histogram.add(hist, st.lats)
+        return self._stats(st, window_start_ns, window_end_ns)
+
+    async def _main(self, st: _Run, fds, rows, deadline, w0, w1) -> None:
+        st.idle = asyncio.Event()
+        st.idle.set()
+        sizes: list = [None] * len(fds)
+        snaps: list = [None] * len(fds)
+        seen = [False] * len(fds)
+
+        def first_use(f: int) -> None:
+            seen[f] = True
+            fd = fds[f]
+            try:
+                sb = os.fstat(fd)
+            except OSError:
+                return                      # a bad fd is reported by the read itself
+            sizes[f] = _file_size(fd, sb)
+            if self._cache_check and not self._direct and stat.S_ISREG(sb.st_mode):
+                snap = self._snaps.get(fd)
+                if snap is None or (snap.dev, snap.ino) != (sb.st_dev, sb.st_ino):
+                    try:
+                        snap = _Snapshot(sb.st_dev, sb.st_ino, residency(fd, sb.st_size))
+                    except OSError:
+                        self._snaps.pop(fd, None)
+                        return
+                    self._snaps[fd] = snap
+                snaps[f] = snap
+
+        st.tasks = [asyncio.ensure_future(self._reader(i, st, fds, rows, deadline, w0, w1, sizes, snaps, seen,
+                                                       first_use)) for i in range(min(self._depth, st.nrows))]
+        if st.tasks:
+            await asyncio.wait(st.tasks)        # all of them: none may outlive the run
+        for t in st.tasks:
+            if t.exception() is not None:
+                raise t.exception()
+
+    async def _pace(self, st: _Run, due: int, deadline: int) -> None:
+        """fio's rate, ahead of schedule: drain everything in flight, then sleep until due."""
+        while st.inflight:
+            await st.idle.wait()
+        until = min(due, deadline) if deadline else due
+        now = time.monotonic_ns()
+        if until > now:     # in slices, so that a stop (Ctrl-C) is noticed while we sleep
+            await asyncio.sleep(min(until - now, 100_000_000) / 1e9)
+
+    async def _reader(self, *args) -> None:
+        st = args[1]
+        try:
+            await self._read_rows(*args)
+        except BaseException:
+            st.stop = True                      # a bug, not an I/O error: stop the others too
+            raise
+
+    async def _read_rows(self, slot, st: _Run, fds, rows, deadline, w0, w1, sizes, snaps, seen, first_use) -> None:
+        """One reader task: take the next row, read it (and the rest of a short read), count it."""
+        clock = time.monotonic_ns
+        direct, pool, rate = self._direct, self._pool, self._rate
+        pread, preadv = self._pread, self._preadv
+        buf = self._slots[slot] if direct else None
+        depth_hist, lats = st.depth, st.lats
+        while True:
+            if st.stop or st.next_row >= st.nrows:
+                return
+            now = clock()
+            if deadline and now >= deadline:
+                st.stop = True
+                return
+            if rate and st.t_origin:
+                due = st.t_origin + st.paced * 1_000_000_000 // rate
+                if due > now:
+                    await self._pace(st, due, deadline)
+                    continue
+            row = st.next_row
+            st.next_row += 1
+            f, offset, want = rows[row]
+            st.paced += want
+            if not st.t_origin:
+                st.t_origin = now
+            if not seen[f]:
+                first_use(f)
+            fd, size, snap = fds[f], sizes[f], snaps[f]
+            got = 0
+            while True:
+                st.inflight += 1
+                st.idle.clear()
+                t0 = clock()
+                if not st.t_start:
+                    st.t_start = t0
+                if (not w0 or t0 >= w0) and (not w1 or t0 < w1):
+                    depth_hist[_depth_index(st.inflight)] += 1
+                err = 0
+                try:
+                    if direct:
+                        res = await preadv(fd, [buf[got:got + _round_up(want, ALIGN)]], offset, executor=pool)
+                    else:
+                        res = len(await pread(fd, want, offset, executor=pool))
+                except OSError as exc:
+                    err = exc.errno or errno.EIO
+                now = clock()
+                st.inflight -= 1
+                if not st.inflight:
+                    st.idle.set()
+                st.t_end = now
+                if err:
+                    st.errors += 1
+                    if not st.first_errno or row < st.first_error_row:
+                        st.first_errno, st.first_error_row = err, row
+                    st.stop = True
+                    break
+                # O_DIRECT rounds the length up: what the plan did not ask for is not delivered
+                n = res if res < want else want
+                if (not w0 or now >= w0) and (not w1 or now < w1):
+                    lats.append(now - t0)
+                    st.ios += 1
+                    st.bytes += n
+                    if snap is not None:
+                        st.cached += snap.cached(offset, n)
+                    if not st.t_first:
+                        st.t_first = now
+                    st.t_last = now
+                got += n
+                want -= n
+                if want and res > 0 and (size is None or offset + res < size):
+                    offset += res           # short read before EOF: read the rest
+                    continue
+                break
+
+    @staticmethod
+    def _stats(st: _Run, w0: int, w1: int) -> dict:
+        t_start, t_end = st.t_start, st.t_end
+        if not t_start:
+            t_start = t_end = time.monotonic_ns()
+        if w0 or w1:
+            if not st.ios:
+                t_start = t_end = 0
+            else:
+                t_start = max(t_start, w0)
+                t_end = w1 if w1 and t_end >= w1 else st.t_last
+        return {"done": st.first_error_row if st.errors else st.next_row, "ios": st.ios, "bytes": st.bytes,
+                "cached_bytes": st.cached, "errors": st.errors, "first_errno": st.first_errno,
+                "first_error_row": st.first_error_row, "t_start_ns": t_start, "t_end_ns": t_end,
+                "max_ns": max(st.lats) if st.lats else 0, "depth": list(st.depth)}
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def forget(self, fd: int) -> None:
+        """Drop the residency snapshot of fd (call before closing it)."""
+        if self._busy:
+            raise RuntimeError("engine is running in another thread")
+        self._snaps.pop(int(fd), None)
+
+    def close(self) -> None:
+        if self._busy:
+            raise RuntimeError("engine is running in another thread")
+        if self._closed:
+            return
+        self._closed = True
+        self._snaps.clear()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        self._pool.shutdown(wait=True)
+        for s in self._slots:
+            s.release()
+        self._slots = []
+        if self._buf is not None:
+            self._buf.close()
+            self._buf = None
+
+    def __enter__(self) -> "AsyncioEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed and not self._busy:
+                self.close()
+        except Exception:
+            pass

@@ -1,0 +1,280 @@
+"""The asyncio engine beyond the shared contract (tests/native/test_engine_contract.py): wiring,
+threads, the measurement window, the error path, Ctrl-C, the page-cache snapshot and the CLI.
+Real files, no mocks; truths are the kernel's (/proc, mincore via _native) or the plan itself.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from iodl import _native, histogram
+from iodl.asyncio_engine import AsyncioEngine, residency, unavailable
+from iodl.engine import (PLAN_DTYPE, as_plan, available_engines, check_engine, open_engine, open_for_read,
+                         raise_for_errors)
+from iodl.errors import UsageError
+from tests.helpers import iodl, load_json, write_random_files
+
+pytestmark = pytest.mark.skipif(bool(unavailable()), reason=f"asyncio: {unavailable()}")
+
+BS = 64 << 10
+
+
+@pytest.fixture
+def datafile(tmp_path):
+    return write_random_files(str(tmp_path), 1, 8 << 20, prefix="data")[0]
+
+
+def seq_plan(size, bs=BS, repeat=1):
+    return as_plan([(0, off, bs) for off in range(0, size, bs)] * repeat)
+
+
+def test_wiring():
+    assert available_engines()["asyncio"] is None
+    check_engine("asyncio")
+    with open_engine("asyncio", depth=3, block_size=BS, direct=False, cache_check=True) as eng:
+        assert isinstance(eng, AsyncioEngine)
+        assert (eng.name, eng.depth, eng.block_size, eng.direct, eng.closed) == ("asyncio", 3, BS, False, False)
+    assert eng.closed
+    with pytest.raises(UsageError, match="null engine only"):
+        open_engine("asyncio", delay_ns=1)
+    with pytest.raises(UsageError, match="depth must be"):
+        open_engine("asyncio", depth=0)
+    with pytest.raises(UsageError, match=r"unknown engine 'nope' \(choose from auto, .*asyncio"):
+        open_engine("nope")
+
+
+def _threads() -> tuple[int, int]:
+    """(OS threads of this process per the kernel, Python threads named as the engine's readers)."""
+    return (len(os.listdir("/proc/self/task")),
+            sum(t.name.startswith("iodl-asyncio_") for t in threading.enumerate()))
+
+
+def test_depth_reader_threads_really_overlap(datafile):
+    """depth = concurrent readers: exactly `depth` executor threads exist (plus the loop's own:
+    the kernel's count of this process's threads), the depth histogram sits at `depth`, and the
+    requests overlap: the latencies add up to far more than the elapsed time (back to back they
+    would add up to it)."""
+    size = os.path.getsize(datafile)
+    os_before, readers_before = _threads()
+    fd = open_for_read(datafile, False)
+    try:
+        with AsyncioEngine(depth=8, block_size=BS) as eng:
+            assert _threads() == (os_before + 8 + 1, readers_before + 8)
+            hist = histogram.empty()
+            st = eng.run([fd], seq_plan(size, repeat=4), hist)
+            assert _threads() == (os_before + 8 + 1, readers_before + 8)   # no thread per request
+        assert _threads()[1] == readers_before                             # close() ends them...
+        deadline = time.monotonic() + 5
+        while _threads()[0] != os_before and time.monotonic() < deadline:
+            time.sleep(0.01)                 # ...joined, they leave the kernel's list a moment later
+        assert _threads()[0] == os_before
+    finally:
+        os.close(fd)
+    n = 4 * size // BS
+    assert (st["ios"], st["bytes"], int(hist.sum())) == (n, 4 * size, n)
+    assert st["depth"][3] >= n - 8                           # fio bin "8": all but the ramp-up
+    busy = float((hist * histogram.MID).sum())
+    assert busy > 3 * (st["t_end_ns"] - st["t_start_ns"])
+
+
+def test_runs_from_another_thread_and_refuses_a_second_run(datafile):
+    """training.py runs the engine in its reader thread: run() works there, and while it runs the
+    engine refuses run/forget/close from elsewhere, as _native.Engine does."""
+    size = os.path.getsize(datafile)
+    fd = open_for_read(datafile, False)
+    eng = AsyncioEngine(depth=4, block_size=BS, rate_bps=BS * 50)     # 50 requests/s: ~0.6 s
+    out, started = {}, threading.Event()
+
+    def worker():
+        started.set()
+        out["st"] = eng.run([fd], seq_plan(size, bs=BS)[:30], histogram.empty())
+
+    try:
+        t = threading.Thread(target=worker)
+        t.start()
+        started.wait()
+        time.sleep(0.1)
+        with pytest.raises(RuntimeError, match="another thread"):
+            eng.run([fd], seq_plan(size)[:1], histogram.empty())
+        with pytest.raises(RuntimeError, match="another thread"):
+            eng.forget(fd)
+        with pytest.raises(RuntimeError, match="another thread"):
+            eng.close()
+        t.join(timeout=30)
+        assert (out["st"]["ios"], out["st"]["bytes"]) == (30, 30 * BS)
+        assert eng.run([fd], seq_plan(size)[:3], histogram.empty())["bytes"] == 3 * BS
+    finally:
+        eng.close()
+        os.close(fd)
+
+
+def test_window_counts_only_completions_inside_it(datafile):
+    """A window inside the run: start/end are clipped to it (requests were in flight at both
+    edges), and only its completions count: of the rows done over the run's 0.1 s ramp + 0.3 s
+    window, about 3/4 (the run's own rate, so the VM's load largely cancels)."""
+    size = os.path.getsize(datafile)
+    rows = 200_000
+    plan = np.empty(rows, dtype=PLAN_DTYPE)
+    plan["file"], plan["offset"], plan["length"] = 0, (np.arange(rows) * 4096) % size, 4096
+    fd = open_for_read(datafile, False)
+    try:
+        with AsyncioEngine(depth=4, block_size=4096) as eng:
+            hist = histogram.empty()
+            now = _native.monotonic_ns()
+            w0, w1 = now + 100_000_000, now + 400_000_000
+            st = eng.run([fd], plan, hist, deadline_ns=w1, window_start_ns=w0, window_end_ns=w1)
+            # outside the run entirely: nothing counted, times 0, but the rows were read
+            hist2 = histogram.empty()
+            past = eng.run([fd], plan[:100], hist2, window_start_ns=1, window_end_ns=2)
+    finally:
+        os.close(fd)
+    assert (st["t_start_ns"], st["t_end_ns"]) == (w0, w1)
+    assert st["errors"] == 0 and 0 < st["ios"] < st["done"]
+    assert int(hist.sum()) == st["ios"] and st["bytes"] == 4096 * st["ios"]
+    assert sum(st["depth"]) <= st["done"]                    # submits before w0 are not sampled
+    assert 0.45 < st["ios"] / st["done"] < 0.95
+    assert (past["done"], past["ios"], past["bytes"], past["t_start_ns"], past["t_end_ns"]) == (100, 0, 0, 0, 0)
+    assert int(hist2.sum()) == 0 and sum(past["depth"]) == 0
+
+
+def test_error_path_names_the_lowest_failing_row(tmp_path, datafile):
+    """A directory fd fails with EISDIR at row 5: the run stops issuing there, done == 5, the
+    rows before it were read whole, raise_for_errors names the path, and the engine goes on."""
+    d = tmp_path / "adir"
+    d.mkdir()
+    dfd = os.open(d, os.O_RDONLY)
+    fd = open_for_read(datafile, False)
+    rows = [(0, i * BS, BS) for i in range(5)] + [(1, 0, BS)] + [(0, i * BS, BS) for i in range(5, 40)]
+    plan = as_plan(rows)
+    try:
+        with AsyncioEngine(depth=4, block_size=BS) as eng:
+            st = eng.run([fd, dfd], plan, histogram.empty())
+            assert (st["errors"], st["first_errno"], st["first_error_row"], st["done"]) == (1, errno.EISDIR, 5, 5)
+            assert 5 * BS <= st["bytes"] <= (5 + 3) * BS          # the rest of the batch in flight drains
+            with pytest.raises(IsADirectoryError) as exc:
+                raise_for_errors(st, plan, [datafile, str(d)])
+            assert exc.value.filename == str(d) and "offset 0" in str(exc.value)
+            ok = eng.run([fd], plan[:5], histogram.empty())
+            assert (ok["errors"], ok["first_error_row"], ok["bytes"]) == (0, -1, 5 * BS)
+    finally:
+        os.close(fd)
+        os.close(dfd)
+
+
+def test_a_signal_stops_the_run_promptly_and_drains(datafile):
+    """Ctrl-C (here: SIGALRM whose handler raises) ends a 10 s paced run within 0.5 s, after the
+    reads in flight finished; the engine is usable afterwards."""
+
+    class Stop(Exception):
+        pass
+
+    def handler(*_):
+        raise Stop
+
+    size = os.path.getsize(datafile)
+    fd = open_for_read(datafile, False)
+    old = signal.signal(signal.SIGALRM, handler)
+    eng = AsyncioEngine(depth=4, block_size=4096, rate_bps=4096 * 100)    # 100 requests/s
+    hist = histogram.empty()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        t0 = time.monotonic()
+        with pytest.raises(Stop):
+            eng.run([fd], as_plan([(0, (i * 4096) % size, 4096) for i in range(1000)]), hist)
+        assert time.monotonic() - t0 < 0.2 + 0.5
+        assert 5 <= int(hist.sum()) <= 100                     # what ran was still filed
+        assert eng.run([fd], as_plan([(0, 0, 4096)]), histogram.empty())["ios"] == 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        eng.close()
+        os.close(fd)
+
+
+def test_cache_snapshot_is_mincore_truth(datafile):
+    """cached_bytes = residency at the fd's first use, to the byte: truth is _native.resident_bytes
+    (mincore in C) just before the run. Readahead is off on the fd (FADV_RANDOM), so the pages
+    resident are exactly those read. The snapshot holds per fd until forget()."""
+    size = os.path.getsize(datafile)
+    fd = os.open(datafile, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        assert _native.resident_bytes(fd, 0, size) == 0
+        for off in (0, 5 * 4096, 1 << 20, size - 4096):
+            os.pread(fd, 3 * 4096, off)
+        truth = _native.resident_bytes(fd, 0, size)
+        if truth != 4096 * (3 + 3 + 3 + 1):
+            pytest.skip(f"page cache changed under the test (another process dropped caches): {truth}")
+        res = residency(fd, size)
+        assert int(res.sum()) * 4096 == truth
+        # odd, unaligned requests: the partial pages at both ends count by their bytes
+        plan = as_plan([(0, off, min(BS - 1000, size - off)) for off in range(500, size, BS - 1000)])
+        with AsyncioEngine(depth=4, block_size=BS, cache_check=True) as eng:
+            st = eng.run([fd], plan, histogram.empty())
+            expect = sum(_count(res, int(o), int(n)) for o, n in zip(plan["offset"], plan["length"]))
+            assert st["bytes"] == size - 500
+            assert st["cached_bytes"] == expect
+            again = eng.run([fd], plan, histogram.empty())
+            assert again["cached_bytes"] == expect
+            eng.forget(fd)
+            fresh = eng.run([fd], plan, histogram.empty())
+            assert fresh["cached_bytes"] == size - 500
+        with AsyncioEngine(depth=1, block_size=BS, cache_check=True, direct=False) as eng:
+            with pytest.raises(ValueError, match="exceeds block_size"):
+                eng.run([fd], as_plan([(0, 0, BS + 1)]), histogram.empty())
+    finally:
+        os.close(fd)
+
+
+def _count(res, off, n):
+    """Bytes of [off, off+n) on resident pages, byte by byte (the slow, obvious way)."""
+    byte_pages = np.arange(off, off + n) // 4096
+    return int(res[np.minimum(byte_pages, len(res) - 1)].sum())
+
+
+# --- the CLI --------------------------------------------------------------------------------------
+
+def test_cli_validate_asyncio_counts_exactly_and_defaults_to_read_threads(tmp_path):
+    root = tmp_path / "ds"
+    root.mkdir()
+    write_random_files(str(root), 3, (1 << 20) + 17)
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--pattern", "validate", "--root", str(root), "--engine", "asyncio", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    r = load_json(out)
+    assert r["engine"] == "asyncio" and r["iodepth"] == 2          # tiny: read_threads = 2 (iodepth 8)
+    assert (r["total"]["bytes"], r["total"]["ios"]) == (3 * ((1 << 20) + 17), 3 * 2)
+    proc = iodl("read", "--pattern", "validate", "--root", str(root), "--engine", "asyncio", "--iodepth", "5",
+                "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert load_json(out)["iodepth"] == 5
+    proc = iodl("read", "--pattern", "validate", "--root", str(root), "--engine", "psync", "--out", str(out))
+    assert proc.returncode == 0 and load_json(out)["iodepth"] == 8  # other engines: iodepth as before
+
+
+def test_cli_train_sync_asyncio_reads_what_psync_reads(tmp_path):
+    """Same seed, same schedule: without prefetch the two engines read the same bytes and ios;
+    with prefetch (the engine in training's reader thread) the run completes its steps."""
+    env = {"IODL_DATA": str(tmp_path / "data")}
+    totals = {}
+    for engine in ("psync", "asyncio"):
+        out = tmp_path / f"{engine}.json"
+        proc = iodl("read", "--pattern", "train-sync", "--engine", engine, "--steps", "6", "--prefetch", "0",
+                    "--out", str(out), env=env, timeout=240)
+        assert proc.returncode == 0, proc.stderr
+        r = load_json(out)
+        totals[engine] = (r["total"]["bytes"], r["total"]["ios"], r["train"]["steps"])
+    assert totals["asyncio"] == totals["psync"] and totals["psync"][0] > 0
+    out = tmp_path / "prefetch.json"
+    proc = iodl("read", "--pattern", "train-sync", "--engine", "asyncio", "--steps", "6", "--out", str(out),
+                env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    r = load_json(out)
+    assert r["train"]["steps"] == 6 and r["total"]["bytes"] >= totals["psync"][0]
