@@ -59,6 +59,9 @@ class SerialComm:
     def node_comm(self) -> "SerialComm":
         return self
 
+    def step_sync(self, flag: int = 0) -> int:
+        return flag
+
     def hostname(self) -> str:
         return socket.gethostname()
 
@@ -78,7 +81,8 @@ class MpiComm:
         self._comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
-        self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
+        self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "bor": MPI.BOR}
+        self._node_barrier = None
 
     def _wait(self, request) -> None:
         # Sleep-poll instead of MPI's busy-wait: an oversubscribed node must not burn its cores here.
@@ -121,11 +125,88 @@ class MpiComm:
     def node_comm(self) -> "MpiComm":
         return MpiComm(self._comm.Split_type(self._MPI.COMM_TYPE_SHARED))
 
+    def step_sync(self, flag: int = 0) -> int:
+        """A barrier that also ORs a small flag over all ranks, once per training step.
+
+        Ranks of a node wait in the kernel on a shared page (see NodeBarrier); only one leader per
+        node takes part in the MPI collective, sleep-polled.
+        """
+        if self._node_barrier is None:
+            self._node_barrier = NodeBarrier(self)
+        return self._node_barrier.sync(flag)
+
     def hostname(self) -> str:
         return self._MPI.Get_processor_name()
 
     def abort(self, code: int) -> None:
         self._comm.Abort(code)
+
+
+class NodeBarrier:
+    """Ranks of one node meet on a futex in a shared page (iodl._native.node_barrier); node
+    leaders then combine the flag over nodes with MPI and a second local round hands it out.
+    Where no shared page can be made, every rank sleep-polls an MPI Iallreduce instead."""
+
+    PAGE = 4096
+    GLOBAL = 16  # byte offset of the word the leader writes the all-nodes flag to
+
+    def __init__(self, comm: "MpiComm"):
+        import mmap
+
+        self._comm = comm
+        self._mm = None
+        node = comm._comm.Split_type(comm._MPI.COMM_TYPE_SHARED)
+        self._node_size, self._leader = node.Get_size(), node.Get_rank() == 0
+        color = 0 if self._leader else comm._MPI.UNDEFINED
+        leaders = comm._comm.Split(color, comm.rank)
+        self._leaders = MpiComm(leaders) if self._leader else None
+        self._nodes = comm.allreduce(1 if self._leader else 0, "sum")
+        path, err = None, None
+        if self._leader:
+            try:
+                fd, path = _shared_page(self.PAGE)
+                os.close(fd)
+            except OSError as exc:
+                err = str(exc)
+        path = node.bcast(path, root=0)
+        ok = False
+        if path:
+            try:
+                with open(path, "r+b") as f:
+                    self._mm = mmap.mmap(f.fileno(), self.PAGE)
+                ok = True
+            except OSError:
+                ok = False
+        ok = bool(comm.allreduce(int(ok), "min"))  # all ranks, all nodes: same choice everywhere
+        if self._leader and path:
+            os.unlink(path)  # every rank has it mapped (or gave up): nothing is left in /dev/shm
+        if not ok:
+            self._mm = None
+        node.Free()
+        del err
+
+    def sync(self, flag: int) -> int:
+        if self._mm is None:
+            return int(self._comm.allreduce(int(flag), "bor"))
+        from . import _native
+
+        local = _native.node_barrier(self._mm, self._node_size, int(flag))
+        if self._nodes == 1:
+            return local
+        if self._leader:
+            everywhere = int(self._leaders.allreduce(local, "bor"))
+            self._mm[self.GLOBAL:self.GLOBAL + 4] = everywhere.to_bytes(4, "little")
+        _native.node_barrier(self._mm, self._node_size, 0)  # released once the leader wrote it
+        return int.from_bytes(self._mm[self.GLOBAL:self.GLOBAL + 4], "little")
+
+
+def _shared_page(size: int):
+    """A zeroed page in /dev/shm (tmpfs: memory shared by the node's processes)."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="iodl-barrier-", dir="/dev/shm")
+    os.ftruncate(fd, size)
+    return fd, path
 
 
 def world():

@@ -7,6 +7,7 @@ windows follow IOR: MIN of starts, MAX of ends.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,9 @@ class RankResult:
     t_start: float = math.inf
     t_end: float = -math.inf
     max_ns: int = 0
+    startup_s: float = 0.0    # process start -> ready to run (imports, MPI init, setup)
+    cpu_s: float = 0.0        # user + system CPU of the whole process
+    max_rss_mb: float = 0.0
     hist: np.ndarray = field(default_factory=histogram.empty)
     depth: np.ndarray = field(default_factory=lambda: np.zeros(histogram.DEPTH_BUCKETS, dtype=np.int64))
 
@@ -46,7 +50,28 @@ class RankResult:
 
     def scalars(self) -> dict:
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
-                                              "errors", "t_start", "t_end", "max_ns")}
+                                              "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb")}
+
+    def note_process(self, startup_s: float) -> None:
+        """What this rank's process cost: start-up time, CPU, peak memory."""
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        self.startup_s = startup_s
+        self.cpu_s = ru.ru_utime + ru.ru_stime
+        self.max_rss_mb = ru.ru_maxrss / 1024.0
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (from /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def summarize(parts: list[dict], hist: np.ndarray) -> dict:

@@ -4,8 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from rich.console import Console
-from rich.table import Table
+# rich is imported inside the functions: only rank 0 prints, and 72 ranks need not pay for it
 
 SCHEMA = "iodl.result/1"
 
@@ -19,13 +18,17 @@ def _row(name: str, ranks: str, s: dict, buffered: bool) -> list[str]:
     return cells
 
 
-def make_console() -> Console:
+def make_console():
     """Rich narrows tables to 80 columns when output is not a terminal: give logs the full width."""
+    from rich.console import Console
+
     console = Console()
     return console if console.is_terminal else Console(width=180)
 
 
-def print_result(result: dict, console: Console | None = None) -> None:
+def print_result(result: dict, console=None) -> None:
+    from rich.table import Table
+
     console = console or make_console()
     buffered = not result["direct"]
     title = (f"iodl {result['pattern']}: {result['ranks']} rank(s), engine {result['engine']}, "
@@ -52,7 +55,9 @@ def print_result(result: dict, console: Console | None = None) -> None:
         console.print(f"[red]{result['total']['errors']} read error(s)[/]")
 
 
-def _print_train(t: dict, pattern: str, console: Console) -> None:
+def _print_train(t: dict, pattern: str, console) -> None:
+    from rich.table import Table
+
     table = Table(title=f"{pattern}: accelerator view (AU leaves out: {t['au_excluded_steps']})")
     for col in ("steps/rank", "AU", "samples/s", "step p50 s", "step p99 s", "compute s", "data wait s", "barrier wait s"):
         table.add_column(col, justify="right")

@@ -214,8 +214,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
             interrupted = stop_flag()
             if sync:
                 # the barrier stands in for the gradient all-reduce; it also agrees on stopping
-                flags = comm.allreduce(int(bool(want_stop)) | (2 if interrupted else 0), "max") if comm.size > 1 \
-                    else int(bool(want_stop)) | (2 if interrupted else 0)
+                flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0))
                 want_stop, interrupted = bool(flags & 1), bool(flags & 2)
             end = clock()
             records.add(t_start=start, t_end=end, data_wait=fetched - start, compute=computed - fetched,

@@ -96,6 +96,19 @@ struct iodl_stats {
 	int interrupted;
 };
 
+/* barrier.c: lives in a page shared by the ranks of a node, zeroed by its creator */
+struct iodl_node_barrier {
+	uint32_t arrived;
+	uint32_t generation;	/* the futex word: bumped when a round completes */
+	uint32_t flags;		/* OR of this round's flags so far */
+	uint32_t result;	/* OR of the last completed round's flags */
+};
+
+/* 1: we were last and released the round; 0: wait for *gen to change */
+int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t flag, uint32_t *gen);
+/* 1: released; 0: timeout_ns passed first; -EINTR */
+int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeout_ns);
+
 int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
 		  size_t block_size, int direct, uint64_t delay_ns, const char **failed);
 void iodl_ctx_close(struct iodl_ctx *c);

@@ -455,7 +455,43 @@ static PyObject *py_monotonic_ns(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 	return PyLong_FromUnsignedLongLong(iodl_now_ns());
 }
 
+/* node_barrier(shared_buffer, nranks, flag) -> OR of every rank's flag for this round */
+static PyObject *py_node_barrier(PyObject *Py_UNUSED(m), PyObject *args)
+{
+	Py_buffer buf;
+	unsigned int nranks, flag;
+	uint32_t gen, result;
+	struct iodl_node_barrier *b;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "w*II:node_barrier", &buf, &nranks, &flag))
+		return NULL;
+	if (buf.len < (Py_ssize_t)sizeof(*b) || ((uintptr_t)buf.buf % 8) || nranks < 1) {
+		PyBuffer_Release(&buf);
+		return PyErr_Format(PyExc_ValueError, "node_barrier needs an aligned shared buffer and nranks >= 1");
+	}
+	b = buf.buf;
+	rc = iodl_barrier_arrive(b, nranks, flag, &gen);
+	while (!rc) {
+		Py_BEGIN_ALLOW_THREADS
+		/* in 100 ms slices, so that a signal (Ctrl-C) is seen while we wait */
+		rc = iodl_barrier_wait(b, gen, 100000000u);
+		Py_END_ALLOW_THREADS
+		if (rc <= 0 && PyErr_CheckSignals() < 0) {
+			PyBuffer_Release(&buf);
+			return NULL;
+		}
+		if (rc < 0)
+			rc = 0;
+	}
+	result = __atomic_load_n(&b->result, __ATOMIC_ACQUIRE);
+	PyBuffer_Release(&buf);
+	return PyLong_FromUnsignedLong(result);
+}
+
 static PyMethodDef module_methods[] = {
+	{ "node_barrier", py_node_barrier, METH_VARARGS,
+	  "node_barrier(shared_buffer, nranks, flag) -> OR of the round's flags; waits in the kernel" },
 	{ "engines", py_engines, METH_NOARGS, "compiled-in engine names" },
 	{ "probe", py_probe, METH_O, "probe(engine) -> 0 if usable here, else an errno" },
 	{ "hist_index", py_hist_index, METH_O, "latency histogram bucket of a value in ns" },

@@ -115,7 +115,7 @@ def run(args) -> int:
     from .. import dataset
     from ..comm import collective
     from ..errors import UsageError
-    from ..metrics import reduce_results
+    from ..metrics import process_age_s, reduce_results
     from ..patterns import STEP_PATTERNS, run_reads
     from ..plan import mount_of, ranks_of_mount
     from ..report import SCHEMA, print_result, write_result
@@ -139,6 +139,7 @@ def run(args) -> int:
         paths, sizes = [s.path for s in ds.shards], [s.size for s in ds.shards]
         sample_ends = lambda i: (lambda e: e[:, 0] + e[:, 1])(ds.sample_extents(i))  # noqa: E731
     partial = False
+    startup_s = process_age_s()
     if cfg.pattern in STEP_PATTERNS:
         from ..training import StepConfig, common_window, run_steps, summarize_steps, window_io
 
@@ -159,6 +160,7 @@ def run(args) -> int:
     else:
         mine = run_reads(comm, cfg, paths, np.asarray(sizes), mount, len(roots), host)
         partial = bool(comm.allreduce(int(stop()), "max"))
+    mine.note_process(startup_s)
     reduced = reduce_results(comm, mine, roots)
     if comm.rank != 0:
         return 0
