@@ -42,15 +42,6 @@ ENGINES = {True: ["asyncio", "aio", "uring"], False: ["asyncio", "uring", "psync
 NATIVE_REF = {True: "uring", False: "uring"}     # the ratio column: asyncio / this engine
 
 
-def make_file(path: str) -> None:
-    chunk = os.urandom(1 << 20)
-    with open(path, "wb") as f:
-        for _ in range(FILE_SIZE >> 20):
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def whole_file_plan(bs: int = 1 << 20) -> np.ndarray:
     plan = np.empty(FILE_SIZE // bs, dtype=PLAN_DTYPE)
     plan["file"], plan["offset"], plan["length"] = 0, np.arange(len(plan), dtype=np.uint64) * bs, bs
@@ -73,15 +64,6 @@ def fully_cached(path: str) -> bool:
         return _native.resident_bytes(fd, 0, FILE_SIZE) == FILE_SIZE
     finally:
         os.close(fd)
-
-
-def page_cache_drops() -> int:
-    """How many times anyone wrote drop_caches (machine-wide, /proc/vmstat drop_pagecache)."""
-    with open("/proc/vmstat") as f:
-        for line in f:
-            if line.startswith("drop_pagecache "):
-                return int(line.split()[1])
-    return 0
 
 
 def plan_for(case: str, seconds: float) -> np.ndarray:
@@ -133,7 +115,7 @@ def main() -> int:
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     with groundtruth.LoopMount(size=FILE_SIZE + (512 << 20), direct_io=False) as mnt:
         path = os.path.join(mnt.path, "data.bin")
-        make_file(path)
+        groundtruth.write_incompressible(path, FILE_SIZE)
         for rep in range(args.reps):
             for direct in (True, False):
                 mode = "direct" if direct else "buffered"
@@ -144,9 +126,9 @@ def main() -> int:
                     # drops them meanwhile, the round is re-warmed and run again
                     for _attempt in range(10):
                         warm(path, buffered=not direct)
-                        drops = page_cache_drops()
+                        drops = groundtruth.page_cache_drops()
                         got = {e: run_one(e, case, direct, path, plans[case], args.seconds) for e in order}
-                        if page_cache_drops() == drops and (direct or fully_cached(path)):
+                        if groundtruth.page_cache_drops() == drops and (direct or fully_cached(path)):
                             break
                         print(f"rep {rep} {mode}/{case}: page cache dropped by another process, again", flush=True)
                     else:

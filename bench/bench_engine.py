@@ -38,15 +38,6 @@ PAIRS = [("aio", "libaio"), ("uring", "io_uring")]
 DEPTH = 32
 
 
-def make_file(path: str) -> None:
-    chunk = os.urandom(1 << 20)
-    with open(path, "wb") as f:
-        for _ in range(FILE_SIZE >> 20):
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def warm(path: str) -> None:
     """Read the file once through O_DIRECT so that the loop's backing file is in the host cache."""
     fd = open_for_read(path, True)
@@ -55,15 +46,6 @@ def warm(path: str) -> None:
     with _native.Engine("aio", depth=8, block_size=1 << 20, direct=True) as eng:
         eng.run([fd], plan, histogram.empty())
     os.close(fd)
-
-
-def page_cache_drops() -> int:
-    """How many times anyone wrote drop_caches (machine-wide, /proc/vmstat drop_pagecache)."""
-    with open("/proc/vmstat") as f:
-        for line in f:
-            if line.startswith("drop_pagecache "):
-                return int(line.split()[1])
-    return 0
 
 
 def iodl_plan(case: str, seconds: float) -> np.ndarray:
@@ -125,7 +107,7 @@ def main() -> int:
     runs: dict = {}
     with groundtruth.LoopMount(size=FILE_SIZE + (512 << 20), direct_io=False) as mnt:
         path = os.path.join(mnt.path, "data.bin")
-        make_file(path)
+        groundtruth.write_incompressible(path, FILE_SIZE)
         warm(path)
         for rep in range(args.reps):
             for case in CASES:
@@ -136,10 +118,10 @@ def main() -> int:
                     # page cache during a pair, the pair is re-warmed and run again.
                     for _attempt in range(10):
                         warm(path)
-                        drops = page_cache_drops()
+                        drops = groundtruth.page_cache_drops()
                         f = run_fio(ioengine, case, path, args.seconds)
                         i = run_iodl(engine, case, path, args.seconds)
-                        if page_cache_drops() == drops:
+                        if groundtruth.page_cache_drops() == drops:
                             break
                         print(f"rep {rep} {key}: page cache dropped by another process, again", flush=True)
                     else:

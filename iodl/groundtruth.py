@@ -24,6 +24,29 @@ def drop_caches() -> None:
         f.write("3\n")
 
 
+def page_cache_drops() -> int:
+    """How many times anyone wrote drop_caches (machine-wide, /proc/vmstat drop_pagecache): a
+    bench that compares cached runs repeats a pair when this changed under it."""
+    with open("/proc/vmstat") as f:
+        for line in f:
+            if line.startswith("drop_pagecache "):
+                return int(line.split()[1])
+    return 0
+
+
+def write_incompressible(path: str, size: int) -> None:
+    """A file of random (incompressible) bytes, synced, so that reads must come from the device."""
+    chunk = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, len(chunk))
+            f.write(chunk[:n])
+            left -= n
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class LoopMount:
     """A fresh ext4/xfs filesystem on a loop device, mounted on a temporary directory.
 

@@ -27,19 +27,11 @@ def iodl(*args: str, ranks: int = 0, timeout: float = 300, preexec_fn=None, env=
 
 def write_random_files(directory: str, count: int, size: int, prefix: str = "shard") -> list[str]:
     """Incompressible files written and synced, so that reads must come from the device."""
-    paths = []
-    chunk = os.urandom(1 << 20)
-    for i in range(count):
-        path = os.path.join(directory, f"{prefix}-{i:04d}.bin")
-        with open(path, "wb") as f:
-            left = size
-            while left:
-                n = min(left, len(chunk))
-                f.write(chunk[:n])
-                left -= n
-            f.flush()
-            os.fsync(f.fileno())
-        paths.append(path)
+    from iodl.groundtruth import write_incompressible
+
+    paths = [os.path.join(directory, f"{prefix}-{i:04d}.bin") for i in range(count)]
+    for path in paths:
+        write_incompressible(path, size)
     return paths
 
 
