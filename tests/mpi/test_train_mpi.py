@@ -36,7 +36,8 @@ def test_au_without_prefetch_is_compute_over_compute_plus_data_time():
         train = summarize_steps(gathered, "train-sync", 0.9)
         assert train["steps"] == 8
         assert train["au"] == pytest.approx(C / (C + 0.080), rel=0.02)
-        assert train["data_wait_s_per_step"] == pytest.approx(0.080, rel=0.05)
+        # each of the two 40 ms sleeps may wake a few ms late when the 2 cores are busy
+        assert train["data_wait_s_per_step"] == pytest.approx(0.080, rel=0.10)
 
 
 def test_prefetch_hides_data_time_shorter_than_compute():
