@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 import traceback
 
 from . import __version__
@@ -54,6 +55,9 @@ def _abort_if_mpi(code: int) -> None:
     """Under MPI, one failing rank ends the whole job now instead of leaving the others in a collective."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        # MPI_Abort makes the launcher kill every rank, sometimes before it has forwarded this
+        # rank's stderr: give it a moment to pass the error line on, or the user sees nothing.
+        time.sleep(0.3)
         mpi.COMM_WORLD.Abort(code)
 
 

@@ -47,9 +47,22 @@ class SampleStream:
     last sample is taken), then the next shard begins.
     """
 
+    CACHED_SHARDS = 64   # layouts kept per rank: an epoch revisits shards, 72 ranks share the RAM
+
     def __init__(self, next_shard, sample_ends, sizes: np.ndarray, block_size: int):
         self._next_shard, self._sample_ends, self._sizes, self._bs = next_shard, sample_ends, sizes, block_size
         self._shard, self._ends, self._rows, self._sample, self._row = None, None, None, 0, 0
+        self._layouts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _layout(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sample end offsets, read plan) of a shard, computed once while it stays in use."""
+        layout = self._layouts.get(shard)
+        if layout is None:
+            if len(self._layouts) >= self.CACHED_SHARDS:
+                self._layouts.pop(next(iter(self._layouts)))
+            layout = (np.asarray(self._sample_ends(shard)), plan.shard_plan([self._sizes[shard]], self._bs))
+            self._layouts[shard] = layout
+        return layout
 
     def take(self, n: int) -> list[tuple[int, np.ndarray, bool]]:
         """[(shard, rows, shard_finished)] for the next n samples."""
@@ -57,8 +70,7 @@ class SampleStream:
         while n > 0:
             if self._shard is None:
                 self._shard = self._next_shard()
-                self._ends = self._sample_ends(self._shard)
-                self._rows = plan.shard_plan([self._sizes[self._shard]], self._bs)
+                self._ends, self._rows = self._layout(self._shard)
                 self._sample = self._row = 0
                 if not len(self._ends):            # a shard without samples adds nothing
                     self._shard = None
@@ -126,16 +138,20 @@ class _Reader(threading.Thread):
     def fetch(self) -> tuple[int, int, int]:
         """Read one batch; returns (bytes, ios, cached bytes)."""
         segments = self.stream.take(self.cfg.batch_size)
-        fds, parts = [], []
-        for shard, rows, _done in segments:
-            rows = rows.copy()
-            rows["file"] = len(fds)
-            fds.append(self._fd(shard))
-            parts.append(rows)
-        rows = np.concatenate(parts) if parts else np.empty(0, dtype=plan.PLAN_DTYPE)
+        fds = [self._fd(shard) for shard, _rows, _done in segments]
+        if len(segments) == 1:
+            rows = segments[0][1]            # one shard's plan: its file column is already 0
+        else:
+            parts = []
+            for i, (_shard, part, _done) in enumerate(segments):
+                part = part.copy()
+                part["file"] = i
+                parts.append(part)
+            rows = np.concatenate(parts) if parts else np.empty(0, dtype=plan.PLAN_DTYPE)
         stats = self.engine.run(fds, rows, self.result.hist)
         self.result.add(stats, self.t0)
-        raise_for_errors(stats, rows, [self.paths[s] if self.paths else f"shard {s}" for s, _r, _d in segments])
+        if stats["errors"]:
+            raise_for_errors(stats, rows, [self.paths[s] if self.paths else f"shard {s}" for s, _r, _d in segments])
         for shard, _rows, done in segments:
             if done and shard in self.fds:
                 self._close(shard)
