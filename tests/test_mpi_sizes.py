@@ -7,6 +7,9 @@ import pytest
 from tests.helpers import mpiexec
 
 
+# Timing claims (AU within 2%) on a shared 2-core VM: one rerun of the whole suite absorbs a
+# neighbour's burst; a real regression fails both runs.
+@pytest.mark.flaky(reruns=1)
 @pytest.mark.parametrize("ranks", [1, 3])
 def test_mpi_suite(ranks):
     exe = mpiexec()

@@ -255,6 +255,7 @@ def test_rate_pacing_quiesces_to_depth_one(tmp_path, name, direct):
     assert st["depth"][0] / sum(st["depth"]) >= 0.8
 
 
+@pytest.mark.flaky(reruns=1)  # sleeps that wake late on a busy VM; a pacing bug fails both runs
 @pytest.mark.parametrize("delay_ms,depth_one", [(1, True), (35, False)])
 def test_rate_pacing_null(delay_ms, depth_one):
     """Ahead of schedule -> quiesce, depth 1; behind (latency 35 ms > 10 ms gap) -> issue at once,
