@@ -161,13 +161,13 @@ class NodeBarrier:
         leaders = comm._comm.Split(color, comm.rank)
         self._leaders = MpiComm(leaders) if self._leader else None
         self._nodes = comm.allreduce(1 if self._leader else 0, "sum")
-        path, err = None, None
+        path = None
         if self._leader:
             try:
                 fd, path = _shared_page(self.PAGE)
                 os.close(fd)
-            except OSError as exc:
-                err = str(exc)
+            except OSError:
+                path = None  # no /dev/shm here: every rank falls back to the MPI collective
         path = node.bcast(path, root=0)
         ok = False
         if path:
@@ -183,7 +183,6 @@ class NodeBarrier:
         if not ok:
             self._mm = None
         node.Free()
-        del err
 
     def sync(self, flag: int) -> int:
         if self._mm is None:

@@ -288,7 +288,8 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 				r->t_submit_ns = now;
 				if (!st->t_start_ns)
 					st->t_start_ns = now;
-				st->depth[0]++;
+				if (in_window(a, now))
+					st->depth[0]++;
 				ops->queue(c, r);
 				now = iodl_now_ns();
 				st->t_end_ns = now;

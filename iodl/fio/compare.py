@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 
 from ..errors import IodlError, UsageError
-from .jobfile import Job, JobFileError, Percent, Section, read_sections, resolve
+from .jobfile import Job, JobFileError, Percent, read_sections, resolve
 
 SCHEMA = "iodl.fio-compare/1"
 PERCENTILES = {"p50": 50.0, "p99": 99.0, "p999": 99.9}

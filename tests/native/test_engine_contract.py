@@ -417,3 +417,20 @@ def test_a_signal_stops_the_run_promptly():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
         eng.close()
+
+
+def test_window_counts_depth_and_requests_alike():
+    """Requests submitted during the ramp are neither counted nor sampled for depth, so the depth
+    histogram stays one sample per counted request (give or take the one in flight at each edge)."""
+    plan = as_plan([(0, 0, 4096)] * 200_000)     # more than either engine finishes: the deadline ends it
+    for name in ("null", "psync"):
+        fd = os.open(__file__, os.O_RDONLY)
+        try:
+            with _native.Engine(name, depth=1, block_size=4096, delay_ns=200_000 if name == "null" else 0) as eng:
+                t = _native.monotonic_ns()
+                st = eng.run([fd], plan, histogram.empty(), deadline_ns=t + 60_000_000,
+                             window_start_ns=t + 20_000_000, window_end_ns=t + 60_000_000)
+        finally:
+            os.close(fd)
+        assert st["ios"] > 0
+        assert abs(sum(st["depth"]) - st["ios"]) <= 1, (name, st["depth"], st["ios"])

@@ -1,7 +1,5 @@
 """`iodl read` held against storage whose truth is known: blkio-throttled loop mounts and the
 blkio counters of what reached the device."""
-import os
-
 import pytest
 
 from iodl.groundtruth import BlkioGroup, LoopMount, drop_caches
