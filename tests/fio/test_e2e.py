@@ -37,6 +37,7 @@ def reference_without_rate(tmp_path):
     return path
 
 
+@pytest.mark.flaky(reruns=1)  # the disk's latency drifts between rounds; a real gap fails both runs
 def test_reference_shape_rate_limited_agrees(tmp_path):
     with LoopMount(1 << 30) as m:
         e = compare(REFERENCE, tmp_path, "--directory", m.path, "--scale", "0.001", "--runtime", "2", "--ramp-time", "1")

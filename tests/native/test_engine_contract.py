@@ -193,6 +193,7 @@ def test_bad_plans_are_refused_before_any_io(tmp_path, name, direct):
         _native.Engine("psync", delay_ns=5)
 
 
+@pytest.mark.flaky(reruns=1)  # the 5% budget holds wake-up latency of a quiet box, not a load spike
 @pytest.mark.parametrize("depth", [1, 4])
 def test_null_delay_is_histogram_truth(depth):
     """N requests of delay D at depth d take N/d * D; the histogram's p50 is D within 5%.
