@@ -13,6 +13,9 @@ HIST_BITS: int        # 6: 64 linear sub-buckets per power of two (bucket midpoi
 HIST_BUCKETS: int     # 2048: covers 0 .. 2**37 ns; larger values land in the last bucket
 DEPTH_BUCKETS: int    # 7: in-flight depth at submit, binned as fio's iodepth_level: 1,2,4,8,16,32,>=64
 ALIGN: int            # 4096: buffer/offset/length alignment used for O_DIRECT
+SERIES_SHIFT: int     # 3: a series row's coarse latency bucket c = fine buckets [c << 3, (c + 1) << 3) (~6% wide)
+SERIES_WIDTH: int     # 259: int64 columns of a series row: bytes, ios, cached bytes, then HIST_BUCKETS >> SERIES_SHIFT
+                      # (256) coarse latency counts (iodl.histogram: SERIES_* column names, series_p99_us)
 
 def engines() -> list[str]: ...                # compiled-in engine names: null, psync, aio, uring
 def probe(engine: str) -> int: ...             # 0 if usable on this kernel, else an errno (ENOSYS, EPERM...)
@@ -35,17 +38,26 @@ class RunStats(TypedDict):
     t_end_ns: int        # CLOCK_MONOTONIC at the last completion (both = call time when nothing was issued)
     max_ns: int          # exact largest latency of this run (the histogram holds it within 1/128)
     depth: list[int]     # DEPTH_BUCKETS counts of in-flight depth sampled at each submit
+    series_clamped: int  # counted completions later than the series' last row (filed in that row); 0 without series
 
 class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
-                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False) -> None: ...
+                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None) -> None: ...
         # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
         # delay_ns: null engine only, each request completes delay_ns after submit (sleeping, not spinning)
+        # device: null engine only (ValueError otherwise). A writable, 8-byte aligned buffer of >= 8 bytes
+        #   (zeroed once by its creator): a uint64 "busy until" (CLOCK_MONOTONIC ns) of an emulated device
+        #   that every engine given the same memory shares: threads, or processes through a shared mapping
+        #   (an mmap of a /dev/shm file, or an anonymous MAP_SHARED mmap made before fork). Requests are then
+        #   served one at a time across all of them: at submit each reserves [max(now, busy until), +delay_ns)
+        #   with an atomic compare-and-swap and completes at the end of it, so latency = queueing + delay_ns.
+        #   The engine holds the buffer (an mmap cannot be closed) until close(). None: independent delays.
         # rate_bps: 0 = unpaced; else fio's rate semantics: behind schedule -> issue at once,
         #           ahead -> drain everything in flight, then sleep until the schedule allows the next one
         # cache_check: buffered reads measure cached_bytes (residency snapshot per fd at its first use)
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
-            window_start_ns: int = 0, window_end_ns: int = 0) -> RunStats: ...
+            window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,
+            series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live: object = None) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
         # a signal whose handler raises stops the run within 100 ms; the exception carries .stats
         # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
@@ -55,6 +67,17 @@ class Engine:
         # plan: PLAN_DTYPE rows (or an (n, 3) uint64 array); ValueError if a row's file >= len(fds) or
         # length > block_size. Rate pacing restarts at every run(). Ctrl-C stops, drains, then raises.
         # An OSError "(originated from io_getevents)" etc. means the engine broke; it is closed then.
+        # series: None or a writable C-contiguous int64 array of shape (n, SERIES_WIDTH), n >= 1, accumulated
+        #   into (never cleared). Every counted completion (exactly those in bytes/ios/hist) adds to row
+        #   b = (completion - series_origin_ns) // series_bucket_ns (before the origin: row 0; past the end:
+        #   row n-1, counted in series_clamped): its bytes, 1 io, its cached bytes, and 1 in the coarse
+        #   latency column 3 + (hist_index(latency) >> SERIES_SHIFT). So over all rows the columns sum to
+        #   bytes, ios, cached_bytes, and the latency columns to ios. ValueError on a wrong dtype, shape or
+        #   a read-only array, or series_bucket_ns <= 0.
+        # live: None or a writable, 8-byte aligned buffer of >= 3 int64 (a numpy view of a shared mmap):
+        #   at EVERY completion, counted or not (a ramp moves it too), [0] += bytes, [1] += 1, [2] += cached
+        #   bytes; relaxed atomic loads and stores, no lock: one writer per counter (give each engine its
+        #   own three), any number of readers in other processes, each seeing a whole value.
     name: str
     depth: int           # requests kept in flight (psync: 1)
     block_size: int

@@ -21,7 +21,9 @@ engine is made, so the first run does not pay for them inside the clock.
 Measured, per request: latency = just before the `await` of the read -> just after it returns
 to the task (thread hand-off both ways included: that is what the loader waits for), on
 time.monotonic_ns() (CLOCK_MONOTONIC, the clock of _native.monotonic_ns()). Bytes, ios, window,
-deadline, errors, short reads and depth are counted as core.c does. Rate pacing follows fio's
+deadline, errors, short reads, depth, the time series and the live counters are counted as core.c
+does. The series is filed at the end of the run (histogram.series_add, vectorised), the live
+counters at every completion (another process reads them while we run). Rate pacing follows fio's
 rate as the native loop does (behind schedule: issue at once; ahead: drain, then sleep), with the
 event loop's timer resolution (libuv: 1 ms) instead of clock_nanosleep.
 
@@ -186,6 +188,12 @@ class _Run:
         self.t_start = self.t_end = self.t_first = self.t_last = 0
         self.depth = [0] * histogram.DEPTH_BUCKETS
         self.lats: list[int] = []
+        # counted completions for the series, filed at the end: (time, bytes, cached bytes)
+        self.ends: list[int] | None = None
+        self.sizes: list[int] = []
+        self.cached_each: list[int] = []
+        self.series_clamped = 0
+        self.live: np.ndarray | None = None
         self.paced = 0
         self.t_origin = 0
         self.tasks: list[asyncio.Task] = []
@@ -196,7 +204,7 @@ class AsyncioEngine:
     """_native.Engine's interface (see _native.pyi) with reads through aiofiles on a uvloop loop."""
 
     def __init__(self, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
-                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False) -> None:
+                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device=None) -> None:
         why = unavailable()
         if why:
             raise OSError(errno.ENOSYS, f"the asyncio engine needs aiofiles and uvloop ({why})")
@@ -212,6 +220,8 @@ class AsyncioEngine:
             raise ValueError("delay_ns and rate_bps must be >= 0")
         if delay_ns:
             raise ValueError("delay_ns is for the null engine only")
+        if device is not None:
+            raise ValueError("device= is for the null engine only")
         self._depth, self._block_size, self._direct = depth, block_size, bool(direct)
         self._rate = int(rate_bps)
         self._cache_check = bool(cache_check)
@@ -280,19 +290,46 @@ class AsyncioEngine:
             raise TypeError(f"hist must be a writable contiguous int64 array of {histogram.HIST_BUCKETS} buckets")
         return h
 
+    @staticmethod
+    def _check_series(series) -> np.ndarray:
+        a = series if isinstance(series, np.ndarray) else None
+        if (a is None or a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != histogram.SERIES_WIDTH
+                or a.dtype != np.int64 or not a.flags.c_contiguous or not a.flags.writeable):
+            raise ValueError(f"series must be a writable C-contiguous int64 array of shape "
+                             f"(n, SERIES_WIDTH={histogram.SERIES_WIDTH}), n >= 1")
+        return a
+
+    @staticmethod
+    def _live_view(live) -> np.ndarray:
+        """The first three int64 of a writable buffer (an mmap, a numpy view of one), as module.c."""
+        try:
+            mv = memoryview(live)
+            view = None if mv.readonly or mv.nbytes < 24 else np.frombuffer(mv.cast("B"), dtype=np.int64, count=3)
+        except (TypeError, ValueError):
+            view = None
+        if view is None or view.ctypes.data % 8:
+            raise ValueError("live must be a writable, 8-byte aligned buffer of at least 24 bytes")
+        return view
+
     # --- run ------------------------------------------------------------------------------------
 
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
-            window_start_ns: int = 0, window_end_ns: int = 0) -> dict:
+            window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,
+            series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live=None) -> dict:
         self._check_open()
         if deadline_ns < 0 or window_start_ns < 0 or window_end_ns < 0:
             raise ValueError("deadline_ns and the window must be >= 0")
+        if series_origin_ns < 0 or series_bucket_ns <= 0:
+            raise ValueError("series_origin_ns must be >= 0 and series_bucket_ns > 0")
         try:
             fds = [int(fd) for fd in fds]
         except TypeError:
             raise TypeError("fds must be a sequence of file descriptors") from None
         cols = self._plan_columns(plan)
         hist = self._check_hist(hist)
+        if series is not None:
+            series = self._check_series(series)
+        live = self._live_view(live) if live is not None else None
         if len(cols):
             bad = np.flatnonzero(cols[:, 0] >= len(fds))
             if len(bad):
@@ -303,6 +340,9 @@ class AsyncioEngine:
                 i = int(bad[0])
                 raise ValueError(f"plan row {i}: length {int(cols[i, 2])} exceeds block_size {self._block_size}")
         st = _Run(len(cols))
+        st.live = live
+        if series is not None:
+            st.ends = []
         rows = _Rows(cols)
         self._busy = True
         try:
@@ -326,6 +366,9 @@ class AsyncioEngine:
             self._busy = False
             if st.lats:
                 histogram.add(hist, st.lats)
+            if st.ends:
+                st.series_clamped = histogram.series_add(series, st.ends, st.sizes, st.cached_each, st.lats,
+                                                         int(series_origin_ns), int(series_bucket_ns))
         return self._stats(st, window_start_ns, window_end_ns)
 
     async def _main(self, st: _Run, fds, rows, deadline, w0, w1) -> None:
@@ -385,7 +428,7 @@ class AsyncioEngine:
         direct, pool, rate = self._direct, self._pool, self._rate
         pread, preadv = self._pread, self._preadv
         buf = self._slots[slot] if direct else None
-        depth_hist, lats = st.depth, st.lats
+        depth_hist, lats, ends, live = st.depth, st.lats, st.ends, st.live
         while True:
             if st.stop or st.next_row >= st.nrows:
                 return
@@ -437,15 +480,25 @@ class AsyncioEngine:
                     break
                 # O_DIRECT rounds the length up: what the plan did not ask for is not delivered
                 n = res if res < want else want
-                if (not w0 or now >= w0) and (not w1 or now < w1):
+                counted = (not w0 or now >= w0) and (not w1 or now < w1)
+                cached = snap.cached(offset, n) if snap is not None and (counted or live is not None) else 0
+                if counted:
                     lats.append(now - t0)
                     st.ios += 1
                     st.bytes += n
-                    if snap is not None:
-                        st.cached += snap.cached(offset, n)
+                    st.cached += cached
                     if not st.t_first:
                         st.t_first = now
                     st.t_last = now
+                    if ends is not None:
+                        ends.append(now)
+                        st.sizes.append(n)
+                        st.cached_each.append(cached)
+                if live is not None:
+                    # the loop's thread is the only writer: each store is one aligned 8-byte write
+                    live[0] += n
+                    live[1] += 1
+                    live[2] += cached
                 got += n
                 want -= n
                 if want and res > 0 and (size is None or offset + res < size):
@@ -467,7 +520,8 @@ class AsyncioEngine:
         return {"done": st.first_error_row if st.errors else st.next_row, "ios": st.ios, "bytes": st.bytes,
                 "cached_bytes": st.cached, "errors": st.errors, "first_errno": st.first_errno,
                 "first_error_row": st.first_error_row, "t_start_ns": t_start, "t_end_ns": t_end,
-                "max_ns": max(st.lats) if st.lats else 0, "depth": list(st.depth)}
+                "max_ns": max(st.lats) if st.lats else 0, "depth": list(st.depth),
+                "series_clamped": st.series_clamped}
 
     # --- lifecycle ------------------------------------------------------------------------------
 

@@ -17,6 +17,10 @@ COMMANDS = {
     "generate": ("iodl.cmd.generate", "write a workload's dataset under one or more roots"),
     "probe": ("iodl.cmd.probe", "show what this machine supports (O_DIRECT, aio, io_uring, fio, MPI)"),
     "fio-compare": ("iodl.cmd.fio_compare", "run a fio job file with fio and with iodl, side by side"),
+    "sweep": ("iodl.cmd.sweep", "run a pattern at several rank counts and find how many accelerators the storage supports"),
+    "sizing": ("iodl.cmd.sizing", "per-accelerator storage demand of workloads, and how many a measured run can feed"),
+    "report": ("iodl.cmd.report", "print result files again, write their time series as CSV, or plot them"),
+    "compare": ("iodl.cmd.compare", "put two result files side by side"),
 }
 
 

@@ -142,6 +142,55 @@ class MpiComm:
         self._comm.Abort(code)
 
 
+class NodeShared:
+    """A zeroed block of memory mapped by every rank of one node (a /dev/shm file, unlinked as soon
+    as all ranks mapped it, so nothing is left behind). `mm` is None where no rank could map it;
+    the choice is the same on every rank of every node. node_rank/node_size place this rank."""
+
+    TAIL = 64   # bytes after the per-rank slots, for one node-wide word (the null engine's device)
+
+    def __init__(self, comm, size: int = 4096, per_rank: int = 0):
+        import mmap
+
+        self.mm = None
+        if comm.is_mpi:
+            node = comm._comm.Split_type(comm._MPI.COMM_TYPE_SHARED)
+            self.node_rank, self.node_size, self._node = node.Get_rank(), node.Get_size(), MpiComm(node)
+        else:
+            self.node_rank, self.node_size, self._node = 0, 1, None
+        self.device_offset = per_rank * self.node_size
+        size = -(-max(size, self.device_offset + self.TAIL) // mmap.PAGESIZE) * mmap.PAGESIZE
+        if not comm.is_mpi:
+            self.mm = mmap.mmap(-1, size)
+            return
+        path = None
+        if self.node_rank == 0:
+            try:
+                fd, path = _shared_file(size)
+                os.close(fd)
+            except OSError:
+                path = None  # no /dev/shm here
+        path = self._node.bcast(path, root=0)
+        ok = False
+        if path:
+            try:
+                with open(path, "r+b") as f:
+                    self.mm = mmap.mmap(f.fileno(), size)
+                ok = True
+            except OSError:
+                ok = False
+        ok = bool(comm.allreduce(int(ok), "min"))  # all ranks, all nodes: same choice everywhere
+        if self.node_rank == 0 and path:
+            os.unlink(path)
+        if not ok:
+            self.mm = None
+
+    @property
+    def node(self):
+        """The node's communicator (the serial stand-in's own when alone)."""
+        return self._node if self._node is not None else SerialComm()
+
+
 class NodeBarrier:
     """Ranks of one node meet on a futex in a shared page (iodl._native.node_barrier); node
     leaders then combine the flag over nodes with MPI and a second local round hands it out.
@@ -151,38 +200,14 @@ class NodeBarrier:
     GLOBAL = 16  # byte offset of the word the leader writes the all-nodes flag to
 
     def __init__(self, comm: "MpiComm"):
-        import mmap
-
         self._comm = comm
-        self._mm = None
-        node = comm._comm.Split_type(comm._MPI.COMM_TYPE_SHARED)
-        self._node_size, self._leader = node.Get_size(), node.Get_rank() == 0
+        shared = NodeShared(comm, self.PAGE)
+        self._mm, self._node_size = shared.mm, shared.node_size
+        self._leader = shared.node_rank == 0
         color = 0 if self._leader else comm._MPI.UNDEFINED
         leaders = comm._comm.Split(color, comm.rank)
         self._leaders = MpiComm(leaders) if self._leader else None
         self._nodes = comm.allreduce(1 if self._leader else 0, "sum")
-        path = None
-        if self._leader:
-            try:
-                fd, path = _shared_page(self.PAGE)
-                os.close(fd)
-            except OSError:
-                path = None  # no /dev/shm here: every rank falls back to the MPI collective
-        path = node.bcast(path, root=0)
-        ok = False
-        if path:
-            try:
-                with open(path, "r+b") as f:
-                    self._mm = mmap.mmap(f.fileno(), self.PAGE)
-                ok = True
-            except OSError:
-                ok = False
-        ok = bool(comm.allreduce(int(ok), "min"))  # all ranks, all nodes: same choice everywhere
-        if self._leader and path:
-            os.unlink(path)  # every rank has it mapped (or gave up): nothing is left in /dev/shm
-        if not ok:
-            self._mm = None
-        node.Free()
 
     def sync(self, flag: int) -> int:
         if self._mm is None:
@@ -199,11 +224,11 @@ class NodeBarrier:
         return int.from_bytes(self._mm[self.GLOBAL:self.GLOBAL + 4], "little")
 
 
-def _shared_page(size: int):
-    """A zeroed page in /dev/shm (tmpfs: memory shared by the node's processes)."""
+def _shared_file(size: int):
+    """A zeroed file in /dev/shm (tmpfs: memory shared by the node's processes)."""
     import tempfile
 
-    fd, path = tempfile.mkstemp(prefix="iodl-barrier-", dir="/dev/shm")
+    fd, path = tempfile.mkstemp(prefix="iodl-shm-", dir="/dev/shm")
     os.ftruncate(fd, size)
     return fd, path
 

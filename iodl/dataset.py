@@ -79,6 +79,11 @@ class Dataset:
     def __repr__(self) -> str:
         return f"Dataset({self.root!r}, {len(self.shards)} shards, {self.total_bytes} bytes, format={self.format})"
 
+    @property
+    def copies(self) -> int:
+        """Copies of the generated files this root holds (1 for a foreign dataset)."""
+        return max(1, len(self.shards) // self._files) if self._files else 1
+
     def sample_extents(self, i: int) -> np.ndarray:
         """(n, 2) uint64 [offset, length] of each sample's record in shard i (see iodl.formats)."""
         shard = self.shards[i]  # IndexError for a bad i

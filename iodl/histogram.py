@@ -4,6 +4,11 @@ Values are nanoseconds. Below 128 ns every value has its own bucket; above, each
 split into 64 linear buckets, so a bucket's midpoint is within 1/128 (0.78%) of any value in it.
 Merging runs or ranks = adding the arrays. Percentiles follow fio (stat.c calc_clat_percentiles):
 the first bucket whose cumulative count reaches p/100 * N, reported as that bucket's midpoint.
+
+Time series (Engine.run(series=...)): rows of SERIES_WIDTH int64, one per series_bucket_ns of
+completion time: bytes, ios, cached bytes, then SERIES_LAT_BUCKETS coarse latency buckets, coarse
+bucket c = fine buckets [c << SERIES_SHIFT, (c + 1) << SERIES_SHIFT). A coarse bucket's midpoint
+is within 1/16 (6.25%) of any value >= 128 ns in it: enough for a per-second p99.
 """
 from __future__ import annotations
 
@@ -17,6 +22,11 @@ HIST_BUCKETS = HIST_GROUPS << HIST_BITS      # 2048, reaching 2**37 ns (~137 s)
 DEPTH_BUCKETS = 7
 DEPTH_LABELS = ("1", "2", "4", "8", "16", "32", ">=64")   # fio's "IO depths" bins
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+
+SERIES_SHIFT = 3
+SERIES_LAT_BUCKETS = HIST_BUCKETS >> SERIES_SHIFT           # 256
+SERIES_BYTES, SERIES_IOS, SERIES_CACHED, SERIES_LAT = 0, 1, 2, 3   # columns; SERIES_LAT is the first latency one
+SERIES_WIDTH = SERIES_LAT + SERIES_LAT_BUCKETS               # 259
 
 _VAL = 1 << HIST_BITS
 
@@ -36,6 +46,32 @@ LOWER.flags.writeable = WIDTH.flags.writeable = False
 UPPER = LOWER + WIDTH - 1            # largest value (ns) a bucket holds (the last one also holds all above)
 MID = np.where(WIDTH == 1, LOWER, LOWER + WIDTH / 2.0)   # fio plat_idx_to_val
 UPPER.flags.writeable = MID.flags.writeable = False
+
+
+_SPAN = 1 << SERIES_SHIFT
+# the value range of a coarse bucket is that of its first fine bucket to that of its last
+COARSE_LOWER = LOWER[::_SPAN]
+COARSE_WIDTH = UPPER[_SPAN - 1::_SPAN] + 1 - COARSE_LOWER
+COARSE_MID = COARSE_LOWER + COARSE_WIDTH / 2.0                 # as MID: the middle of the range
+COARSE_WIDTH.flags.writeable = COARSE_MID.flags.writeable = False
+
+
+def _check_native() -> None:
+    """The constants above are the C engine's (native/core.h): a build made from other sources
+    would file latencies in other buckets, so refuse it at import rather than misreport."""
+    try:
+        from . import _native
+    except ImportError:                 # not built (reading result files needs no engine)
+        return
+    names = ("HIST_BITS", "HIST_BUCKETS", "DEPTH_BUCKETS", "SERIES_SHIFT", "SERIES_WIDTH")
+    ours = tuple(globals()[k] for k in names)
+    theirs = tuple(getattr(_native, k, None) for k in names)
+    if ours != theirs:
+        raise ImportError(f"iodl._native was built with {dict(zip(names, theirs))}, iodl.histogram has "
+                          f"{dict(zip(names, ours))}: rebuild it (python setup.py build_ext --inplace)")
+
+
+_check_native()
 
 
 def empty() -> np.ndarray:
@@ -95,3 +131,57 @@ def summary_us(hist: np.ndarray, max_ns: int | None = None) -> dict[str, float]:
     p = percentiles(hist, DEFAULT_PERCENTILES)
     return {"p50": p[50.0], "p90": p[90.0], "p99": p[99.0], "p999": p[99.9],
             "max": max_ns / 1e3 if max_ns is not None else max_us(hist)}
+
+
+# --- time series ----------------------------------------------------------------------------------
+
+def series_empty(rows: int) -> np.ndarray:
+    """Zeroed rows for Engine.run(series=...)."""
+    return np.zeros((rows, SERIES_WIDTH), dtype=np.int64)
+
+
+def coarse_index(ns) -> np.ndarray:
+    """Coarse latency bucket of each value (ns), as the engine files it in a series row."""
+    return index(ns) >> SERIES_SHIFT
+
+
+def series_add(series: np.ndarray, end_ns, nbytes, cached, lat_ns, origin_ns: int = 0,
+               bucket_ns: int = 1_000_000_000) -> int:
+    """File counted completions (arrays of completion time, bytes, cached bytes, latency) into
+    series in place, as the C engine does (core.c series_add); returns how many fell past the last
+    row (they are filed in it)."""
+    end = np.asarray(end_ns, dtype=np.int64)
+    b = np.maximum(end - int(origin_ns), 0) // int(bucket_ns)
+    clamped = int((b >= len(series)).sum())
+    b = np.minimum(b, len(series) - 1)
+    np.add.at(series[:, SERIES_BYTES], b, np.asarray(nbytes, dtype=np.int64))
+    np.add.at(series[:, SERIES_IOS], b, 1)
+    np.add.at(series[:, SERIES_CACHED], b, np.asarray(cached, dtype=np.int64))
+    np.add.at(series, (b, SERIES_LAT + coarse_index(lat_ns)), 1)
+    return clamped
+
+
+def series_percentile_us(coarse_counts, q: float) -> float:
+    """The q-th percentile (q in %) of SERIES_LAT_BUCKETS coarse counts (one series row's latency
+    columns), µs, fio's way: the first bucket whose cumulative count reaches q/100 * N, reported as
+    its midpoint; 0.0 when empty."""
+    counts = np.asarray(coarse_counts, dtype=np.int64)
+    n = int(counts.sum())
+    if not n:
+        return 0.0
+    i = int(np.searchsorted(np.cumsum(counts), q / 100.0 * n, side="left"))
+    return float(COARSE_MID[min(i, SERIES_LAT_BUCKETS - 1)]) / 1e3
+
+
+def series_percentiles_us(series_rows, q: float) -> np.ndarray:
+    """series_percentile_us of every row (an (n, SERIES_WIDTH) array); 0.0 where a row has no ios."""
+    lat = np.asarray(series_rows, dtype=np.int64).reshape(-1, SERIES_WIDTH)[:, SERIES_LAT:]
+    cum = np.cumsum(lat, axis=1)
+    n = cum[:, -1]
+    i = np.minimum((cum >= (q / 100.0 * n)[:, None]).argmax(axis=1), SERIES_LAT_BUCKETS - 1)
+    return np.where(n > 0, COARSE_MID[i] / 1e3, 0.0)
+
+
+def series_p99_us(series_rows) -> np.ndarray:
+    """Per row p99 latency, µs (0.0 where a row has no ios)."""
+    return series_percentiles_us(series_rows, 99.0)

@@ -15,6 +15,19 @@ import numpy as np
 from . import histogram
 
 MB = 1e6
+SERIES_BUCKET_NS = 1_000_000_000   # the time series has one row per second (DESIGN.md: CSV, plots)
+# a rank's live counters (int64 slots of a node-shared block): bytes, ios, cached bytes are the
+# engine's (Engine.run(live=...)); the step count is training's; LIVE_SLOT bytes per rank keep
+# ranks off each other's cache lines
+LIVE_BYTES, LIVE_IOS, LIVE_CACHED, LIVE_STEPS = range(4)
+LIVE_SLOT = 64
+SERIES_HOURS = 24                  # rows kept when the run's length is not known in advance
+
+
+def new_series(seconds: float | None = None) -> np.ndarray:
+    """Zeroed per-second rows for Engine.run(series=...). np.zeros takes fresh pages from the
+    kernel, so the rows a run never reaches cost address space, not memory."""
+    return histogram.series_empty(int(seconds) + 2 if seconds else SERIES_HOURS * 3600)
 
 
 @dataclass
@@ -34,6 +47,19 @@ class RankResult:
     max_rss_mb: float = 0.0
     hist: np.ndarray = field(default_factory=histogram.empty)
     depth: np.ndarray = field(default_factory=lambda: np.zeros(histogram.DEPTH_BUCKETS, dtype=np.int64))
+    # per-second rows of counted completions since the start barrier (new_series), and
+    # the node-shared counters that the progress display reads while we run; None: not kept
+    series: np.ndarray | None = None
+    live: np.ndarray | None = None
+
+    def engine_args(self, t0_ns: int) -> dict:
+        """The keywords that make an Engine.run feed this rank's series and live counters."""
+        out = {}
+        if self.series is not None:
+            out.update(series=self.series, series_origin_ns=t0_ns, series_bucket_ns=SERIES_BUCKET_NS)
+        if self.live is not None:
+            out["live"] = self.live
+        return out
 
     def add(self, stats: dict, t0_ns: int) -> None:
         """Fold one engine run (whose histogram was accumulated into self.hist) into the counters."""
@@ -95,6 +121,45 @@ def summarize(parts: list[dict], hist: np.ndarray) -> dict:
     }
 
 
+def latency_hist(hist: np.ndarray) -> dict:
+    """The non-empty buckets of a histogram: {"ns": [bucket value], "count": [requests]}."""
+    idx = np.flatnonzero(hist)
+    return {"ns": histogram.MID[idx].tolist(), "count": hist[idx].tolist()}
+
+
+def reduce_series(comm, mine: RankResult, n_mounts: int) -> np.ndarray | None:
+    """(mount, second, column) sums over ranks on rank 0; None when no rank kept a series.
+
+    Only the seconds some rank reached are sent: the rows after this rank's last completion are
+    zero and were never touched (the array is allocated lazily), and must stay so.
+    """
+    used = 0
+    if mine.series is not None and mine.ios:
+        used = min(int(mine.t_end * 1e9 // SERIES_BUCKET_NS) + 1, len(mine.series))
+    used = int(comm.allreduce(used, "max"))
+    kept = int(comm.allreduce(int(mine.series is not None), "max"))
+    if not kept:
+        return None
+    arr = np.zeros((n_mounts, max(used, 1), histogram.SERIES_WIDTH), dtype=np.int64)
+    if mine.series is not None and used:
+        arr[mine.mount] = mine.series[:used]
+    return comm.reduce_array(arr, "sum")
+
+
+def series_block(series: np.ndarray, mount_paths: list[str]) -> dict:
+    """The result's `series`: per mount, one row per second from the first second with a completion."""
+    busy = np.flatnonzero(series[:, :, 1].sum(axis=0))
+    lo, hi = (int(busy[0]), int(busy[-1]) + 1) if len(busy) else (0, 0)
+    step = SERIES_BUCKET_NS / 1e9
+    mounts = []
+    for m, path in enumerate(mount_paths):
+        rows = series[m, lo:hi]
+        mounts.append({"path": path, "t_s": [i * step for i in range(lo, hi)], "bytes": rows[:, 0].tolist(),
+                       "ios": rows[:, 1].tolist(), "cached_bytes": rows[:, 2].tolist(),
+                       "p99_us": [float(v) for v in histogram.series_p99_us(rows)]})
+    return {"bucket_s": step, "mounts": mounts}
+
+
 def reduce_results(comm, mine: RankResult, mount_paths: list[str]) -> dict | None:
     """Gather every rank's counters to rank 0; sum histograms per mount with a buffer collective."""
     n = len(mount_paths)
@@ -104,6 +169,7 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str]) -> dict | Non
     depth[mine.mount] = mine.depth
     hists = comm.reduce_array(hists, "sum")
     depth = comm.reduce_array(depth, "sum")
+    series = reduce_series(comm, mine, n)
     parts = comm.gather(mine.scalars())
     if comm.rank != 0:
         return None
@@ -114,10 +180,13 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str]) -> dict | Non
         entry = {"path": path, "ranks": [p["rank"] for p in group]}
         entry.update(summarize(group, hists[m]))
         entry["depth"] = depth[m].tolist()
+        entry["latency_hist"] = latency_hist(hists[m])
         mounts.append(entry)
     total = summarize(parts, hists.sum(axis=0))
     total["depth"] = depth.sum(axis=0).tolist()
+    total["latency_hist"] = latency_hist(hists.sum(axis=0))
     return {
+        "series": series_block(series, mount_paths) if series is not None else None,
         "ranks": len(parts),
         "hosts": sorted({p["host"] for p in parts}),
         "window_s": total["window_s"],

@@ -6,7 +6,7 @@ folds the engine's counters into a RankResult. Python works per group of shards,
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,6 +30,7 @@ class ReadConfig:
     ramp_s: float
     seed: int
     delay_ns: int = 0
+    engine_extra: dict = field(default_factory=dict)   # e.g. the null engine's shared device
 
 
 def choose_engine(requested: str, direct: bool) -> str:
@@ -86,7 +87,7 @@ class _Cursor:
                 return
             try:
                 stats = self.engine.run(self.fds, self.rows[self.pos:], into.hist, deadline_ns=end,
-                                        window_start_ns=start, window_end_ns=end)
+                                        window_start_ns=start, window_end_ns=end, **into.engine_args(t0_ns))
             except KeyboardInterrupt as exc:
                 if getattr(exc, "stats", None):
                     into.add(exc.stats, t0_ns)  # what the interrupted run had counted
@@ -101,8 +102,9 @@ class _Cursor:
 
 
 def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.ndarray, mount: int,
-              n_mounts: int, host: str) -> RankResult:
-    """Run storage-only or validate on this rank against its mount's shards."""
+              n_mounts: int, host: str, result: RankResult | None = None) -> RankResult:
+    """Run storage-only or validate on this rank against its mount's shards (into `result`, which
+    may come with a series and live counters to feed)."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     if cfg.pattern == "storage-only":
         if not len(sizes) or not sizes.sum():
@@ -117,9 +119,9 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
         def order(epoch):
             return share if epoch == 0 else None
 
-    result = RankResult(rank=comm.rank, host=host, mount=mount)
+    result = result or RankResult(rank=comm.rank, host=host, mount=mount)
     engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
-                         delay_ns=cfg.delay_ns, cache_check=not cfg.direct)
+                         delay_ns=cfg.delay_ns, cache_check=not cfg.direct, **cfg.engine_extra)
     cursor = _Cursor(plan.ShardStream(order, sizes), shards_paths, sizes, cfg, engine)
     try:
         comm.barrier()  # the common origin of every rank's clock

@@ -9,12 +9,17 @@ import os
 SCHEMA = "iodl.result/1"
 
 
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
 def _row(name: str, ranks: str, s: dict, buffered: bool) -> list[str]:
     lat = s["latency_us"]
     cells = [name, ranks, f"{s['bandwidth_MBps']:,.1f}", f"{s['iops']:,.0f}",
              f"{lat['p50']:,.0f}", f"{lat['p99']:,.0f}", f"{lat['p999']:,.0f}", f"{lat['max']:,.0f}"]
     if buffered:
-        cells += [f"{100 * s['cache_hit_fraction']:.1f}%", f"{s['storage_bandwidth_MBps']:,.1f}"]
+        predicted = s.get("cache", {}).get("predicted_hit_fraction")
+        cells += [_pct(s["cache_hit_fraction"]), _pct(predicted), f"{s['storage_bandwidth_MBps']:,.1f}"]
     return cells
 
 
@@ -39,6 +44,7 @@ def print_result(result: dict, console=None) -> None:
         table.add_column(col, justify="left" if col == "mount" else "right")
     if buffered:
         table.add_column("cache hit", justify="right")
+        table.add_column("predicted", justify="right")
         table.add_column("storage MB/s", justify="right")
     mounts = result["mounts"]
     for m in mounts:
@@ -47,8 +53,12 @@ def print_result(result: dict, console=None) -> None:
         table.add_section()
         table.add_row(*_row("total", str(result["ranks"]), result["total"], buffered), style="bold")
     console.print(table)
+    if result.get("nodes"):
+        _print_nodes(result["nodes"], console)
     if result.get("train"):
         _print_train(result["train"], result["pattern"], console)
+    if result.get("sizing"):
+        _print_sizing(result["sizing"], result["workload"].get("name", "?"), console)
     if result.get("partial"):
         console.print("[yellow]stopped early by a signal: the result is partial[/]")
     if result["total"]["errors"]:
@@ -71,6 +81,41 @@ def _print_train(t: dict, pattern: str, console) -> None:
     if spread:
         console.print(f"per-rank samples/s: min {spread['min']:,.1f}, median {spread['median']:,.1f}, "
                       f"max {spread['max']:,.1f} (the total is over the common window, not a sum of these)")
+
+
+def _print_nodes(nodes: list[dict], console) -> None:
+    """Page cache per host: what it could hold, what it held, what it was predicted to serve, and did."""
+    from rich.table import Table
+
+    table = Table(title="page cache per node (predicted = min(1, page cache / dataset bytes the node reads))")
+    for col in ("host", "mount", "RAM GB", "page cache GB", "dataset GB", "at start", "predicted", "cache hit"):
+        table.add_column(col, justify="left" if col in ("host", "mount") else "right")
+    for h in nodes:
+        for m in h["mounts"]:
+            table.add_row(h["host"], m["path"], f"{h['mem_total_bytes'] / 1e9:,.1f}", f"{h['page_cache_bytes'] / 1e9:,.1f}",
+                          f"{m['dataset_bytes'] / 1e9:,.3f}", _pct(m["resident_at_start_fraction"]),
+                          _pct(m["predicted_hit_fraction"]), _pct(m["cache_hit_fraction"]))
+    console.print(table)
+
+
+def _print_sizing(sizing: dict, workload: str, console) -> None:
+    from rich.table import Table
+
+    demand = sizing["demand_MBps_per_accelerator"]
+    table = Table(title=f"sizing: one {workload} accelerator at full utilisation reads {demand:,.1f} MB/s "
+                        "(batch x mean sample / compute time)")
+    for col in ("mount", "storage MB/s", "accelerators fed"):
+        table.add_column(col, justify="left" if col == "mount" else "right")
+    for m in sizing["mounts"]:
+        # not storage-bound: the ranks never waited, the storage could have given more
+        if m["storage_MBps"] <= 0:
+            fed = "- (every byte came from the page cache)"
+        elif m["storage_bound"]:
+            fed = f"{m['accelerators_fed']}"
+        else:
+            fed = f">= {m['accelerators_fed']} (not storage-bound)"
+        table.add_row(m["path"], f"{m['storage_MBps']:,.1f}", fed)
+    console.print(table)
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _native, plan
 from .engine import open_engine, open_for_read, raise_for_errors
-from .metrics import RankResult
+from .metrics import LIVE_STEPS, RankResult
 
 STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "ios", "cached", "samples", "epoch")
 
@@ -37,6 +37,7 @@ class StepConfig:
     steps: int = 0               # total steps; 0: as many as the epochs need
     duration_s: float = 0.0      # stop at the first step boundary after this (0: no limit)
     delay_ns: int = 0
+    engine_extra: dict = field(default_factory=dict)   # e.g. the null engine's shared device
 
 
 class SampleStream:
@@ -148,7 +149,7 @@ class _Reader(threading.Thread):
                 part["file"] = i
                 parts.append(part)
             rows = np.concatenate(parts) if parts else np.empty(0, dtype=plan.PLAN_DTYPE)
-        stats = self.engine.run(fds, rows, self.result.hist)
+        stats = self.engine.run(fds, rows, self.result.hist, **self.result.engine_args(self.t0))
         self.result.add(stats, self.t0)
         if stats["errors"]:
             raise_for_errors(stats, rows, [self.paths[s] if self.paths else f"shard {s}" for s, _r, _d in segments])
@@ -183,24 +184,31 @@ class _Reader(threading.Thread):
             self._close(shard)
 
 
+def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple[int, int]:
+    """(steps to run, 0 when only a duration bounds them; steps per epoch) for one rank."""
+    steps_per_epoch = max(1, -(-n_samples // (ranks_in_mount * cfg.batch_size)))
+    return cfg.steps or (0 if cfg.duration_s else steps_per_epoch * cfg.epochs), steps_per_epoch
+
+
 def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, index_in_mount: int,
-              ranks_in_mount: int, host: str, stop_flag=None):
+              ranks_in_mount: int, host: str, stop_flag=None, result: RankResult | None = None, on_epoch=None):
     """Run train-sync or infer-async on this rank. Returns (RankResult, step records array).
 
     paths None with the null engine: no dataset, the shard layout comes from the workload spec.
     stop_flag: a callable returning True when the user asked to stop (SIGINT/SIGTERM).
+    result: where to count (it may carry a series and live counters); on_epoch(epoch): called
+    between the last step of an epoch and the first of the next (after the barrier in train-sync).
     """
     sizes = np.asarray(sizes, dtype=np.int64)
     next_shard, _ = shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank)
     stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size)
     total_samples = sum(len(sample_ends(i)) for i in range(len(sizes)))
-    steps_per_epoch = max(1, -(-total_samples // (ranks_in_mount * cfg.batch_size)))
-    steps = cfg.steps or (0 if cfg.duration_s else steps_per_epoch * cfg.epochs)
+    steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
 
-    result = RankResult(rank=comm.rank, host=host, mount=mount)
+    result = result or RankResult(rank=comm.rank, host=host, mount=mount)
     records = StepRecords()
     engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
-                         delay_ns=cfg.delay_ns, cache_check=not cfg.direct and paths is not None)
+                         delay_ns=cfg.delay_ns, cache_check=not cfg.direct and paths is not None, **cfg.engine_extra)
     sync = cfg.pattern == "train-sync"
     stop_flag = stop_flag or (lambda: False)
     comm.barrier()
@@ -236,11 +244,15 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
             records.add(t_start=start, t_end=end, data_wait=fetched - start, compute=computed - fetched,
                         barrier=end - computed, bytes=nbytes, ios=ios, cached=cached, samples=cfg.batch_size,
                         epoch=(step - 1) // steps_per_epoch)
+            if result.live is not None:
+                result.live[LIVE_STEPS] = step
             if interrupted:
                 partial = True
                 break
             if want_stop:
                 break
+            if on_epoch and step % steps_per_epoch == 0:
+                on_epoch(step // steps_per_epoch)
     finally:
         reader.close() if prefetching else None
         for shard in list(reader.fds):

@@ -28,7 +28,7 @@ static uint64_t round_up(uint64_t v, uint64_t a)
 }
 
 int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
-		  size_t block_size, int direct, uint64_t delay_ns, const char **failed)
+		  size_t block_size, int direct, uint64_t delay_ns, uint64_t *device, const char **failed)
 {
 	struct iodl_ctx *c;
 	int rc;
@@ -43,6 +43,7 @@ int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsi
 	c->slot_size = round_up(block_size ? block_size : 1, IODL_ALIGN);
 	c->direct = direct;
 	c->delay_ns = delay_ns;
+	c->device = device;
 	c->reqs = calloc(depth, sizeof(*c->reqs));
 	rc = posix_memalign((void **)&c->pool, IODL_ALIGN, (size_t)depth * c->slot_size);
 	if (rc || !c->reqs) {
@@ -162,11 +163,42 @@ static int in_window(const struct iodl_run_args *a, uint64_t t)
 	return (!a->window_start_ns || t >= a->window_start_ns) && (!a->window_end_ns || t < a->window_end_ns);
 }
 
+static void series_add(struct loop *L, uint64_t now, uint64_t n, uint64_t cached, unsigned hist_idx)
+{
+	const struct iodl_run_args *a = L->a;
+	uint64_t b = now > a->series_origin_ns ? (now - a->series_origin_ns) / a->series_bucket_ns : 0;
+	int64_t *row;
+
+	if (b >= a->series_rows) {
+		/* filed in the last row rather than dropped, so the columns still add up to the stats */
+		b = a->series_rows - 1;
+		L->st->series_clamped++;
+	}
+	row = a->series + b * IODL_SERIES_WIDTH;
+	row[IODL_SERIES_BYTES] += (int64_t)n;
+	row[IODL_SERIES_IOS]++;
+	row[IODL_SERIES_CACHED] += (int64_t)cached;
+	row[IODL_SERIES_LAT + (hist_idx >> IODL_SERIES_SHIFT)]++;
+}
+
+/*
+ * Another process reads these while we run. We are the only writer of our counters, so a
+ * relaxed load and store (no read-modify-write, no lock) is enough: a reader sees each
+ * counter whole, old or new.
+ */
+static void live_add(int64_t *live, unsigned i, uint64_t v)
+{
+	__atomic_store_n(&live[i], __atomic_load_n(&live[i], __ATOMIC_RELAXED) + (int64_t)v, __ATOMIC_RELAXED);
+}
+
 static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 {
+	const struct iodl_run_args *a = L->a;
 	struct iodl_stats *st = L->st;
 	const struct file_state *f = &L->files[r->file];
-	uint64_t n, lat, end;
+	uint64_t n, lat, end, cached = 0;
+	unsigned idx;
+	int counted;
 
 	if (r->res == -EINTR) {		/* nothing was read: ask again */
 		L->reissue[L->nreissue++] = r;
@@ -184,18 +216,28 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 	}
 	/* O_DIRECT rounds the length up: what the plan did not ask for is not delivered */
 	n = (uint64_t)r->res < r->want ? (uint64_t)r->res : r->want;
-	if (in_window(L->a, now)) {
+	counted = in_window(a, now);
+	if (f->snap && (counted || a->live))
+		cached = iodl_snap_cached(f->snap, r->offset, n);
+	if (counted) {
 		lat = now - r->t_submit_ns;
-		L->a->hist[iodl_hist_index(lat)]++;
+		idx = iodl_hist_index(lat);
+		a->hist[idx]++;
 		if (lat > st->max_ns)
 			st->max_ns = lat;
 		st->ios++;
-		if (f->snap)
-			st->cached_bytes += iodl_snap_cached(f->snap, r->offset, n);
+		st->cached_bytes += cached;
 		st->bytes += n;
 		if (!st->t_first_ns)
 			st->t_first_ns = now;
 		st->t_last_ns = now;
+		if (a->series)
+			series_add(L, now, n, cached, idx);
+	}
+	if (a->live) {
+		live_add(a->live, IODL_LIVE_BYTES, n);
+		live_add(a->live, IODL_LIVE_IOS, 1);
+		live_add(a->live, IODL_LIVE_CACHED, cached);
 	}
 	r->got += n;
 	r->want -= n;
@@ -246,7 +288,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 	 * Sleeps (null delay, rate pacing) must end on time: the default 50 us timer slack would
 	 * bias every delayed completion and every paced gap. Per thread, restored below.
 	 */
-	if (c->delay_ns || a->rate_bps) {
+	if (c->delay_ns || c->device || a->rate_bps) {
 		slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 		prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
 	}

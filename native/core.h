@@ -19,6 +19,20 @@
 #define IODL_HIST_BUCKETS (IODL_HIST_GROUPS * IODL_HIST_VAL)
 #define IODL_DEPTH_BUCKETS 7	/* fio iodepth_level: 1, 2, 4, 8, 16, 32, >=64 */
 
+/*
+ * Time series: one row per series_bucket_ns of completion time, holding bytes, ios, cached
+ * bytes and a coarse latency histogram. A coarse bucket merges 2^IODL_SERIES_SHIFT fine ones
+ * (~6% wide): enough for a per-second p99 at 1/8 of the memory, which matters at one row per
+ * second per rank over a long run.
+ */
+#define IODL_SERIES_SHIFT 3
+#define IODL_SERIES_LAT_BUCKETS (IODL_HIST_BUCKETS >> IODL_SERIES_SHIFT)
+enum { IODL_SERIES_BYTES, IODL_SERIES_IOS, IODL_SERIES_CACHED, IODL_SERIES_LAT };
+#define IODL_SERIES_WIDTH (IODL_SERIES_LAT + IODL_SERIES_LAT_BUCKETS)
+
+/* The live counters another process may read while we run (progress, also during a ramp). */
+enum { IODL_LIVE_BYTES, IODL_LIVE_IOS, IODL_LIVE_CACHED, IODL_LIVE_N };
+
 static inline unsigned iodl_hist_index(uint64_t ns)
 {
 	unsigned msb, error_bits, idx;
@@ -79,6 +93,12 @@ struct iodl_run_args {
 	 */
 	uint64_t window_start_ns, window_end_ns;
 	uint64_t rate_bps;		/* 0: unpaced */
+	/* NULL or series_rows x IODL_SERIES_WIDTH, accumulated into for counted completions */
+	int64_t *series;
+	size_t series_rows;
+	uint64_t series_origin_ns, series_bucket_ns;	/* row = (completion - origin) / bucket */
+	/* NULL or IODL_LIVE_N counters, shared: bumped at every completion, window or not */
+	int64_t *live;
 	int cache_check;
 	struct iodl_snaps *snaps;
 	/* called (GIL released) every 100 ms and after EINTR: nonzero = a signal wants the run to stop */
@@ -93,6 +113,7 @@ struct iodl_stats {
 	uint64_t t_start_ns, t_end_ns, max_ns;
 	uint64_t t_first_ns, t_last_ns;	/* first and last counted completion */
 	uint64_t depth[IODL_DEPTH_BUCKETS];
+	uint64_t series_clamped;	/* counted completions past the series' last row, filed there */
 	int interrupted;
 };
 
@@ -110,7 +131,7 @@ int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t f
 int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeout_ns);
 
 int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
-		  size_t block_size, int direct, uint64_t delay_ns, const char **failed);
+		  size_t block_size, int direct, uint64_t delay_ns, uint64_t *device, const char **failed);
 void iodl_ctx_close(struct iodl_ctx *c);
 /* 0, or -errno when the engine itself broke (c->failed_syscall says where) */
 int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stats *st);

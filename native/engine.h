@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IODL_OPS_VERSION 1
+#define IODL_OPS_VERSION 2	/* 2: iodl_req.t_due_ns, iodl_ctx.device */
 #define IODL_ALIGN 4096		/* O_DIRECT buffer/offset/length alignment */
 
 enum iodl_q_status {
@@ -34,6 +34,7 @@ struct iodl_req {
 	void *buf;
 	int64_t res;		/* bytes or -errno, set by the engine at completion */
 	uint64_t t_submit_ns;	/* set by core before ->commit() (or ->queue() for sync engines) */
+	uint64_t t_due_ns;	/* engine-owned: when an engine that makes up its latency (null) completes it */
 
 	/* core-only: the plan row this request belongs to, and how much of it is left */
 	uint64_t row;
@@ -50,6 +51,12 @@ struct iodl_ctx {
 	struct iodl_req *reqs;
 	int direct;
 	uint64_t delay_ns;		/* null engine: completion is due this long after submit */
+	/*
+	 * null engine: an emulated device shared with other engines (other processes, through a
+	 * shared mapping): the CLOCK_MONOTONIC ns until which it is busy. NULL: no device, each
+	 * request is delayed on its own. Owned by the caller, who keeps it mapped while we run.
+	 */
+	uint64_t *device;
 	int fixed_bufs;			/* set by an engine that registered the pool */
 	void *eng;			/* engine-private state, owned by ->init()/->cleanup() */
 	const char *failed_syscall;	/* set when a call fails, for "(originated from X)" */

@@ -36,6 +36,7 @@ typedef struct {
 	long long rate_bps;
 	int direct, cache_check, busy;
 	struct iodl_snaps snaps;	/* per-fd residency before first use */
+	Py_buffer device;		/* null's shared device word, held (kept mapped) while open */
 } EngineObject;
 
 static void engine_release(EngineObject *self)
@@ -43,22 +44,44 @@ static void engine_release(EngineObject *self)
 	iodl_ctx_close(self->ctx);
 	self->ctx = NULL;
 	iodl_snaps_free(&self->snaps);
+	if (self->device.obj)
+		PyBuffer_Release(&self->device);
+}
+
+/*
+ * A writable buffer of at least `len` bytes, 8-byte aligned: a shared word or counters that
+ * other processes see (an mmap, a numpy view of one). Any format: an mmap's is bytes.
+ */
+static int get_shared(PyObject *obj, Py_buffer *view, Py_ssize_t len, const char *what)
+{
+	if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE | PyBUF_WRITABLE) < 0) {
+		PyErr_Clear();
+		view->obj = NULL;
+	} else if (view->len >= len && !((uintptr_t)view->buf % 8)) {
+		return 0;
+	} else {
+		PyBuffer_Release(view);
+	}
+	PyErr_Format(PyExc_ValueError, "%s must be a writable, 8-byte aligned buffer of at least %zd bytes",
+		     what, len);
+	return -1;
 }
 
 static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
-				  "cache_check", NULL };
+				  "cache_check", "device", NULL };
 	const char *name;
 	Py_ssize_t depth = 1, block_size = 1 << 20;
 	int direct = 0, cache_check = 0, rc;
 	long long delay_ns = 0, rate_bps = 0;
+	PyObject *device = Py_None;
 	const struct iodl_engine_ops *ops;
 	const char *failed = NULL;
 	EngineObject *self;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLp:Engine", kwlist, &name, &depth,
-					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpO:Engine", kwlist, &name, &depth,
+					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device))
 		return NULL;
 	ops = iodl_engine_find(name);
 	if (!ops)
@@ -72,10 +95,16 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return PyErr_Format(PyExc_ValueError, "delay_ns and rate_bps must be >= 0");
 	if (delay_ns && !(ops->flags & IODL_ENG_FAKE))
 		return PyErr_Format(PyExc_ValueError, "delay_ns is for the null engine only");
+	if (device != Py_None && !(ops->flags & IODL_ENG_FAKE))
+		return PyErr_Format(PyExc_ValueError, "device= is for the null engine only");
 
 	self = (EngineObject *)type->tp_alloc(type, 0);
 	if (!self)
 		return NULL;
+	if (device != Py_None && get_shared(device, &self->device, sizeof(uint64_t), "device") < 0) {
+		Py_DECREF(self);
+		return NULL;
+	}
 	self->ops = ops;
 	self->block_size = block_size;
 	self->rate_bps = rate_bps;
@@ -83,7 +112,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->cache_check = cache_check;
 	Py_BEGIN_ALLOW_THREADS
 	rc = iodl_ctx_open(&self->ctx, ops, (unsigned)depth, (size_t)block_size, direct,
-			   (uint64_t)delay_ns, &failed);
+			   (uint64_t)delay_ns, self->device.obj ? self->device.buf : NULL, &failed);
 	Py_END_ALLOW_THREADS
 	if (rc < 0) {
 		Py_DECREF(self);
@@ -162,6 +191,34 @@ static int get_hist(PyObject *obj, Py_buffer *view)
 	return -1;
 }
 
+/* int64 as numpy spells it in the buffer protocol: "l" or "q", native byte order */
+static int is_int64(const Py_buffer *view)
+{
+	const char *fmt = view->format;
+
+	if (!fmt || view->itemsize != 8)
+		return 0;
+	if (*fmt == '@' || *fmt == '=')
+		fmt++;
+	return (*fmt == 'l' || *fmt == 'q') && !fmt[1];
+}
+
+static int get_series(PyObject *obj, Py_buffer *view)
+{
+	if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+		PyErr_Clear();
+		view->obj = NULL;
+		goto bad;
+	}
+	if (view->ndim == 2 && view->shape[0] >= 1 && view->shape[1] == IODL_SERIES_WIDTH && is_int64(view))
+		return 0;
+	PyBuffer_Release(view);
+bad:
+	PyErr_Format(PyExc_ValueError, "series must be a writable C-contiguous int64 array of shape "
+		     "(n, SERIES_WIDTH=%d), n >= 1", IODL_SERIES_WIDTH);
+	return -1;
+}
+
 static int *get_fds(PyObject *obj, size_t *n)
 {
 	PyObject *seq = PySequence_Fast(obj, "fds must be a sequence of file descriptors");
@@ -198,39 +255,48 @@ static PyObject *stats_dict(const struct iodl_stats *st)
 		return NULL;
 	for (int i = 0; i < IODL_DEPTH_BUCKETS; i++)
 		PyList_SET_ITEM(depth, i, PyLong_FromUnsignedLongLong(st->depth[i]));
-	return Py_BuildValue("{sKsKsKsKsKsisLsKsKsKsN}",
+	return Py_BuildValue("{sKsKsKsKsKsisLsKsKsKsNsK}",
 			     "done", st->done, "ios", st->ios, "bytes", st->bytes,
 			     "cached_bytes", st->cached_bytes, "errors", st->errors,
 			     "first_errno", st->first_errno, "first_error_row", (long long)st->first_error_row,
 			     "t_start_ns", st->t_start_ns, "t_end_ns", st->t_end_ns, "max_ns", st->max_ns,
-			     "depth", depth);
+			     "depth", depth, "series_clamped", st->series_clamped);
 }
 
 static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns", NULL };
-	PyObject *fds_obj, *plan_obj, *hist_obj, *result = NULL;
+	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns",
+				  "series", "series_origin_ns", "series_bucket_ns", "live", NULL };
+	PyObject *fds_obj, *plan_obj, *hist_obj, *series_obj = Py_None, *live_obj = Py_None, *result = NULL;
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
-	Py_buffer plan = { 0 }, hist = { 0 };
+	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
+	Py_buffer plan = { 0 }, hist = { 0 }, series = { 0 }, live = { 0 };
 	struct iodl_run_args a = { 0 };
 	struct interrupt_state intr = { 0 };
 	struct iodl_stats st;
 	int *fds = NULL, rc;
 	size_t nfds = 0, nrows = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLL:run", kwlist, &fds_obj, &plan_obj,
-					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLO:run", kwlist, &fds_obj, &plan_obj,
+					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns, &series_obj,
+					 &series_origin_ns, &series_bucket_ns, &live_obj))
 		return NULL;
 	if (check_open(self) < 0)
 		return NULL;
 	if (deadline_ns < 0 || window_start_ns < 0 || window_end_ns < 0)
 		return PyErr_Format(PyExc_ValueError, "deadline_ns and the window must be >= 0");
+	if (series_origin_ns < 0 || series_bucket_ns <= 0)
+		return PyErr_Format(PyExc_ValueError, "series_origin_ns must be >= 0 and series_bucket_ns > 0");
 	fds = get_fds(fds_obj, &nfds);
 	if (!fds)
 		return NULL;
 	if (get_plan(plan_obj, &plan, &nrows) < 0)
 		goto out;
 	if (get_hist(hist_obj, &hist) < 0)
+		goto out;
+	if (series_obj != Py_None && get_series(series_obj, &series) < 0)
+		goto out;
+	if (live_obj != Py_None && get_shared(live_obj, &live, IODL_LIVE_N * sizeof(int64_t), "live") < 0)
 		goto out;
 	a.plan = plan.buf;
 	for (size_t i = 0; i < nrows; i++) {
@@ -253,6 +319,13 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	a.window_start_ns = (uint64_t)window_start_ns;
 	a.window_end_ns = (uint64_t)window_end_ns;
 	a.rate_bps = (uint64_t)self->rate_bps;
+	if (series.obj) {
+		a.series = series.buf;
+		a.series_rows = (size_t)series.shape[0];
+		a.series_origin_ns = (uint64_t)series_origin_ns;
+		a.series_bucket_ns = (uint64_t)series_bucket_ns;
+	}
+	a.live = live.obj ? live.buf : NULL;
 	a.cache_check = self->cache_check;
 	a.snaps = &self->snaps;
 	a.interrupted = interrupted;
@@ -289,6 +362,10 @@ out:
 		PyBuffer_Release(&plan);
 	if (hist.obj)
 		PyBuffer_Release(&hist);
+	if (series.obj)
+		PyBuffer_Release(&series);
+	if (live.obj)
+		PyBuffer_Release(&live);
 	PyMem_Free(fds);
 	return result;
 }
@@ -359,7 +436,8 @@ static PyObject *Engine_get_closed(EngineObject *self, void *Py_UNUSED(c))
 
 static PyMethodDef Engine_methods[] = {
 	{ "run", (PyCFunction)(void (*)(void))Engine_run, METH_VARARGS | METH_KEYWORDS,
-	  "run(fds, plan, hist, *, deadline_ns=0, window_start_ns=0, window_end_ns=0) -> RunStats: the whole plan, GIL released" },
+	  "run(fds, plan, hist, *, deadline_ns=0, window_start_ns=0, window_end_ns=0, series=None, "
+	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None) -> RunStats: the whole plan, GIL released" },
 	{ "forget", (PyCFunction)Engine_forget, METH_O,
 	  "forget(fd): drop fd's page-cache snapshot (call before closing it)" },
 	{ "close", (PyCFunction)Engine_close, METH_NOARGS, "free the buffers and kernel contexts" },
@@ -382,7 +460,7 @@ static PyTypeObject EngineType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "iodl._native.Engine",
 	.tp_doc = "Engine(name, *, depth=1, block_size=1<<20, direct=False, delay_ns=0, rate_bps=0, "
-		  "cache_check=False): keeps `depth` requests of a plan in flight",
+		  "cache_check=False, device=None): keeps `depth` requests of a plan in flight",
 	.tp_basicsize = sizeof(EngineObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_new = Engine_new,
@@ -528,6 +606,8 @@ PyMODINIT_FUNC PyInit__native(void)
 	if (PyModule_AddIntConstant(m, "HIST_BITS", IODL_HIST_BITS) < 0 ||
 	    PyModule_AddIntConstant(m, "HIST_BUCKETS", IODL_HIST_BUCKETS) < 0 ||
 	    PyModule_AddIntConstant(m, "DEPTH_BUCKETS", IODL_DEPTH_BUCKETS) < 0 ||
+	    PyModule_AddIntConstant(m, "SERIES_SHIFT", IODL_SERIES_SHIFT) < 0 ||
+	    PyModule_AddIntConstant(m, "SERIES_WIDTH", IODL_SERIES_WIDTH) < 0 ||
 	    PyModule_AddIntConstant(m, "ALIGN", IODL_ALIGN) < 0 ||
 	    PyModule_AddObjectRef(m, "Engine", (PyObject *)&EngineType) < 0) {
 		Py_DECREF(m);

@@ -50,3 +50,69 @@ def test_direct_reads_count_odd_tails_exactly(tmp_path):
     total = load_json(out)["total"]
     assert total["bytes"] == 2 * (3 * 4096 + 5) and total["ios"] == 2 * 2
     assert total["cache_hit_fraction"] == 0.0
+
+
+def test_time_series_csv_has_one_row_per_second_and_adds_up(tmp_path):
+    """Null engine, each request 2 ms, for 3 s: the per-second rows add up exactly to the totals,
+    there is one per second of the window, the full seconds run at the run's IOPS, and no
+    second's p99 is below the delay every request took."""
+    import numpy as np
+
+    out, csv = tmp_path / "r.json", tmp_path / "r.csv"
+    proc = iodl("read", "--pattern", "infer-async", "--engine", "null", "--delay-us", "2000", "--iodepth", "4",
+                "--batch-size", "128", "--compute-time", "0", "--duration", "3", "--out", str(out), "--csv", str(csv))
+    assert proc.returncode == 0, proc.stderr
+    result = load_json(out)
+    series = result["series"]
+    assert series["bucket_s"] == 1.0
+    [m] = series["mounts"]
+    rank = result["per_rank"][0]
+    assert sum(m["bytes"]) == rank["bytes"] and sum(m["ios"]) == rank["ios"]
+    rows = np.genfromtxt(csv, delimiter=",", names=True, dtype=None, encoding="utf-8")
+    assert len(rows) == len(m["t_s"])
+    assert list(rows["t_s"]) == [float(t) for t in range(int(rows["t_s"][0]), int(rows["t_s"][0]) + len(rows))]
+    assert abs(len(rows) - (rank["t_end"] - rank["t_start"])) <= 2
+    assert rows["bytes"].sum() == rank["bytes"] and rows["ios"].sum() == rank["ios"]
+    iops = rank["ios"] / (rank["t_end"] - rank["t_start"])
+    full = rows["ios"][1:-1]                                            # the first and last are partial seconds
+    assert len(full) and np.all(np.abs(full - iops) / iops < 0.25), (rows["ios"], iops)
+    max_us = rank["max_ns"] / 1000
+    busy = rows["p99_us"][rows["ios"] > 0]
+    assert np.all(busy >= 2000 * 0.97) and np.all(busy <= max_us * 1.07), (busy, max_us)
+
+
+def test_result_carries_latency_histogram_of_every_request(tmp_path):
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--pattern", "train-sync", "--engine", "null", "--delay-us", "500", "--steps", "4",
+                "--compute-time", "0.01", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = load_json(out)
+    hist = result["total"]["latency_hist"]
+    assert sum(hist["count"]) == result["total"]["ios"] > 0
+    assert hist["ns"] == sorted(hist["ns"])
+    # no request is faster than the delay every one of them took
+    assert hist["ns"][0] >= 500_000 * 0.99
+    # the buckets are the ones the percentiles came from (fio's rule: first bucket reaching p%)
+    import numpy as np
+    cum = np.cumsum(hist["count"])
+    for key, q in (("p50", 50), ("p99", 99)):
+        assert hist["ns"][int(np.searchsorted(cum, q / 100 * cum[-1]))] / 1000 == pytest.approx(result["total"]["latency_us"][key])
+
+
+@pytest.mark.root
+def test_drop_caches_without_root_is_one_line_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "import iodl", ]
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd],
+                           capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    if probe.returncode != 0:
+        pytest.skip(f"this interpreter or checkout is not readable by an unprivileged user: {probe.stderr.strip()[-200:]}")
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "iodl",
+                           "read", "--engine", "null", "--steps", "1", "--drop-caches"],
+                          capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "--drop-caches needs root" in proc.stderr

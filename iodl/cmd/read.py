@@ -31,12 +31,19 @@ def add_arguments(p) -> None:
     p.add_argument("--prefetch", type=int, metavar="N", help="batches read ahead of compute (default: the workload's; 0 = off)")
     p.add_argument("--seed", type=int, help="seed of the shard order (default: the workload's)")
     p.add_argument("--delay-us", type=float, default=0.0, metavar="US", help="null engine: latency of each request")
+    p.add_argument("--delay-shared", action="store_true",
+                   help="null engine: the ranks of a node take turns on one emulated device, each request holding it --delay-us")
+    p.add_argument("--drop-caches", nargs="?", const="start", choices=("start", "epoch"),
+                   help="empty each node's page cache before the run (start) or also before every epoch (epoch); needs root")
+    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="rank 0's live per-mount MB/s (auto: on a terminal; on without one: a line per second)")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
+    p.add_argument("--csv", metavar="FILE", help="write the per-second time series here (one row per second per mount)")
 
 
 def _setup(comm, args):
     """Everything that can fail on bad input, done before any I/O, on every rank."""
-    from .. import workload
+    from .. import cache, workload
     from ..errors import UsageError
     from ..patterns import ReadConfig, choose_engine
     from ..units import parse_size
@@ -60,6 +67,7 @@ def _setup(comm, args):
         (args.batch_size is None or args.batch_size > 0, "--batch-size must be positive"),
         (args.compute_time is None or args.compute_time >= 0, "--compute-time must not be negative"),
         (args.prefetch is None or args.prefetch >= 0, "--prefetch must not be negative"),
+        (not args.delay_shared or args.engine == "null", "--delay-shared is for --engine null"),
     ]
     for ok, message in checks:
         if not ok:
@@ -67,6 +75,8 @@ def _setup(comm, args):
     for root in args.root:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root}: no such directory")
+    if args.drop_caches:
+        cache.check_can_drop()
     pattern = args.pattern or wl.pattern
     duration = args.duration if args.duration is not None else (0.0 if pattern == "train-sync" or args.steps else 10.0)
     cfg = ReadConfig(pattern=pattern, engine=choose_engine(args.engine, args.direct), direct=args.direct,
@@ -108,17 +118,53 @@ def _synthetic_layout(wl):
     return None, [int(ends[-1])] * n, (lambda i: ends)
 
 
+def _cache_probe(comm, shared, node_mounts, mount, root, paths, sizes, copies) -> dict:
+    """What this rank measures for the node's cache accounting (DESIGN.md: one rank per node):
+    the node leader its memory, the node's first rank of each mount that dataset's size and how
+    much of it is in the page cache now."""
+    from .. import cache
+
+    probe = {"rank": comm.rank, "host": comm.hostname(), "mount": mount, "path": root}
+    if shared.node_rank == 0:
+        info = cache.meminfo()
+        probe.update(mem_total=info.get("MemTotal", 0), mem_available=info.get("MemAvailable", 0))
+    if node_mounts.index(mount) == shared.node_rank:
+        probe.update(dataset_bytes=int(sum(sizes)), resident_bytes=cache.resident(paths), copies=copies)
+    return probe
+
+
+def _infer_windows(reduced: dict, all_records, n_mounts: int) -> None:
+    """infer-async: unsynchronised ranks, so the aggregate is taken over the common window."""
+    from ..training import common_window, window_io
+
+    for entry, group in [(reduced["total"], [r for _m, r in all_records])] + [
+            (reduced["mounts"][m], [r for mm, r in all_records if mm == m]) for m in range(n_mounts)]:
+        group = [r for r in group if len(r)]
+        if not group:
+            continue
+        lo, hi = common_window(group)
+        io = window_io(group, lo, hi)
+        span = max(hi - lo, 1e-9)
+        entry.update(window_s=hi - lo, bandwidth_MBps=io["bytes"] / span / 1e6, iops=io["ios"] / span,
+                     storage_bandwidth_MBps=(io["bytes"] - io["cached"]) / span / 1e6, window="common")
+    reduced["window_s"] = reduced["total"]["window_s"]
+
+
 def run(args) -> int:
+    import math
+
     import numpy as np
 
+    from .. import cache
     from .. import comm as comm_mod
     from .. import dataset
-    from ..comm import collective
+    from ..comm import NodeShared, collective
     from ..errors import UsageError
-    from ..metrics import process_age_s, reduce_results
+    from ..metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
     from ..patterns import STEP_PATTERNS, run_reads
     from ..plan import mount_of, ranks_of_mount
-    from ..report import SCHEMA, print_result, write_result
+    from ..report import SCHEMA, make_console, print_result, write_result
+    from ..sizing import demand_MBps, sizing_block, workload_demand_MBps
 
     comm = comm_mod.world()
     wl, cfg = collective(comm, lambda: _setup(comm, args))
@@ -132,16 +178,44 @@ def run(args) -> int:
     mount = mount_of(comm.rank, len(roots))
     host = comm.hostname()
     train = None
+    copies = 1
     if synthetic:
         paths, sizes, sample_ends = _synthetic_layout(wl)
     else:
         ds = collective(comm, lambda: dataset.open_dataset(roots[mount]))
-        paths, sizes = [s.path for s in ds.shards], [s.size for s in ds.shards]
+        paths, sizes, copies = [s.path for s in ds.shards], [s.size for s in ds.shards], ds.copies
         sample_ends = lambda i: (lambda e: e[:, 0] + e[:, 1])(ds.sample_extents(i))  # noqa: E731
-    partial = False
-    startup_s = process_age_s()
+
+    def check_not_empty():
+        if not len(sizes) or not sum(sizes):
+            raise UsageError(f"{roots[mount]}: the dataset holds no bytes to read")
+    collective(comm, check_not_empty)
+
+    # Per node: a block every rank's live counters go to (rank 0 shows them), one cache dropper.
+    shared = NodeShared(comm, LIVE_SLOT * 256, per_rank=LIVE_SLOT)
+    node_mounts = shared.node.allgather(mount)
+    leader = shared.node_rank == 0
+    if args.drop_caches and leader:
+        cache.drop()
+    if cfg.engine == "null" and args.delay_shared:
+        # one emulated device per node: the first 8 bytes after the live slots are its "busy until"
+        cfg.engine_extra = {"device": memoryview(shared.mm)[shared.device_offset:shared.device_offset + 8]}
+    comm.barrier()  # every node's cache is dropped before any rank looks or reads
+    measure_cache = not synthetic and not cfg.direct
+    probes = comm.gather(_cache_probe(comm, shared, node_mounts, mount, roots[mount], paths, sizes, copies)
+                         if measure_cache else None)
+    mine = RankResult(rank=comm.rank, host=host, mount=mount,
+                      series=new_series(cfg.ramp_s + cfg.duration_s if cfg.pattern == "storage-only" else None),
+                      live=np.frombuffer(shared.mm, dtype=np.int64, count=LIVE_SLOT // 8,
+                                         offset=shared.node_rank * LIVE_SLOT))
+    console = make_console() if comm.rank == 0 else None
+    if comm.rank == 0 and measure_cache:
+        for line in cache.small_dataset_warnings(cache.node_view(probes, [])):
+            console.print(f"[yellow]warning:[/] {line}")
+    on_epoch = (lambda _epoch: cache.drop()) if args.drop_caches == "epoch" and leader else None
+    scfg = members = None
     if cfg.pattern in STEP_PATTERNS:
-        from ..training import StepConfig, common_window, run_steps, summarize_steps, window_io
+        from ..training import StepConfig, planned_steps
 
         members = ranks_of_mount(mount, len(roots), comm.size)
         scfg = StepConfig(pattern=cfg.pattern, engine=cfg.engine, direct=cfg.direct, iodepth=cfg.iodepth,
@@ -150,35 +224,42 @@ def run(args) -> int:
                           compute_time_s=args.compute_time if args.compute_time is not None else wl.train.compute_time_s,
                           prefetch=args.prefetch if args.prefetch is not None else wl.train.prefetch,
                           sampling=args.sampling, epochs=args.epochs or wl.train.epochs, steps=args.steps or 0,
-                          duration_s=cfg.duration_s, delay_ns=cfg.delay_ns)
-        if not len(sizes) or not sum(sizes):
-            raise UsageError("the dataset holds no bytes to read")
-        mine, records, partial, _spe = run_steps(comm, scfg, paths, sizes, sample_ends, mount,
-                                                 members.index(comm.rank), len(members), host, stop)
-        all_records = comm.gather((mount, records))
-        partial = bool(comm.allreduce(int(partial), "max"))
-    else:
-        mine = run_reads(comm, cfg, paths, np.asarray(sizes), mount, len(roots), host)
-        partial = bool(comm.allreduce(int(stop()), "max"))
+                          duration_s=cfg.duration_s, delay_ns=cfg.delay_ns, engine_extra=cfg.engine_extra)
+        total_steps, _spe = planned_steps(scfg, sum(len(sample_ends(i)) for i in range(len(sizes))), len(members))
+    progress = None
+    if comm.rank == 0 and (args.progress == "on" or (args.progress == "auto" and console.is_terminal)):
+        from ..progress import Progress
+
+        total_s = cfg.ramp_s + cfg.duration_s if cfg.pattern == "storage-only" else (cfg.duration_s or 0.0)
+        progress = Progress(shared.mm, node_mounts, roots, total_s=total_s,
+                            total_steps=total_steps if scfg and not cfg.duration_s else 0,
+                            other_nodes=shared.node_size < comm.size, console=console).start()
+    startup_s = process_age_s()
+    try:
+        if scfg is not None:
+            from ..training import run_steps
+
+            mine, records, partial, _spe = run_steps(comm, scfg, paths, sizes, sample_ends, mount,
+                                                     members.index(comm.rank), len(members), host, stop,
+                                                     result=mine, on_epoch=on_epoch)
+            all_records = comm.gather((mount, records))
+            partial = bool(comm.allreduce(int(partial), "max"))
+        else:
+            mine = run_reads(comm, cfg, paths, np.asarray(sizes), mount, len(roots), host, result=mine)
+            partial = bool(comm.allreduce(int(stop()), "max"))
+    finally:
+        if progress is not None:
+            progress.stop()
     mine.note_process(startup_s)
     reduced = reduce_results(comm, mine, roots)
     if comm.rank != 0:
         return 0
-    if cfg.pattern in STEP_PATTERNS:
+    if scfg is not None:
+        from ..training import summarize_steps
+
         train = summarize_steps([r for _m, r in all_records], cfg.pattern, wl.metric.au_threshold)
         if cfg.pattern == "infer-async":
-            # unsynchronised ranks: the aggregate is taken over the common window, per mount and total
-            for entry, group in [(reduced["total"], [r for _m, r in all_records])] + [
-                    (reduced["mounts"][m], [r for mm, r in all_records if mm == m]) for m in range(len(roots))]:
-                group = [r for r in group if len(r)]
-                if not group:
-                    continue
-                lo, hi = common_window(group)
-                io = window_io(group, lo, hi)
-                span = max(hi - lo, 1e-9)
-                entry.update(window_s=hi - lo, bandwidth_MBps=io["bytes"] / span / 1e6, iops=io["ios"] / span,
-                             storage_bandwidth_MBps=(io["bytes"] - io["cached"]) / span / 1e6, window="common")
-            reduced["window_s"] = reduced["total"]["window_s"]
+            _infer_windows(reduced, all_records, len(roots))
     result = {"schema": SCHEMA, "pattern": cfg.pattern, "engine": cfg.engine, "direct": cfg.direct,
               "iodepth": cfg.iodepth, "block_size": cfg.block_size, "ranks": reduced["ranks"],
               "hosts": reduced["hosts"], "workload": wl.to_dict(), "seed": cfg.seed,
@@ -187,9 +268,27 @@ def run(args) -> int:
               "mounts": reduced["mounts"], "per_rank": reduced["per_rank"]}
     if train is not None:
         result["train"] = train
-    print_result(result)
+    if measure_cache:
+        result["nodes"] = cache.node_view(probes, reduced["per_rank"])
+        result["total"]["cache"], per_mount = cache.cache_blocks(result["nodes"], len(roots))
+        for entry, block in zip(result["mounts"], per_mount):
+            entry["cache"] = block
+        result["drop_caches"] = args.drop_caches
+    if cfg.pattern != "validate":
+        # the workload as run: --batch-size/--compute-time change what an accelerator asks for
+        demand = (demand_MBps(scfg.batch_size, wl.dataset.sample_size, scfg.compute_time_s) if scfg
+                  else workload_demand_MBps(wl))
+        if math.isfinite(demand):  # a workload without compute time asks for no particular rate
+            result["sizing"] = sizing_block(result, demand, train["data_wait_s_per_step"] if train else None)
+    if reduced["series"] is not None:
+        result["series"] = reduced["series"]
+    print_result(result, console)
     if args.out:
         write_result(result, args.out)
+    if args.csv:
+        from ..series import write_csv
+
+        write_csv(result, args.csv)
     if result["total"]["errors"]:
         return 1
     return 130 if partial else 0  # the shell's code for "ended by SIGINT": the result is incomplete

@@ -1,5 +1,6 @@
 """One contract, every engine x {buffered, direct}: exact bytes and ios, EOF tails, deadlines,
-errors, pacing, histogram truth and page-cache hits. Real files on /tmp (ext4), no mocks.
+errors, pacing, histogram truth, page-cache hits, the time series and the live counters. Real
+files on /tmp (ext4), no mocks.
 
 Engines the kernel refuses are skipped with the probe's reason (tests/conftest.py markers).
 The native engines and `asyncio` (iodl/asyncio_engine.py: aiofiles on uvloop, same interface)
@@ -435,3 +436,154 @@ def test_window_counts_depth_and_requests_alike():
             os.close(fd)
         assert st["ios"] > 0
         assert abs(sum(st["depth"]) - st["ios"]) <= 1, (name, st["depth"], st["ios"])
+
+
+# --- the time series and the live counters (same contract for every engine) ----------------------
+
+SW = _native.SERIES_WIDTH
+
+
+@pytest.mark.parametrize("name,direct", ENGINES)
+def test_series_and_live_add_up_to_the_stats(tmp_path, name, direct):
+    """Over all rows the series columns are the run's bytes, ios and cached bytes, and its coarse
+    latency columns are the fine histogram folded 8 to 1, exactly. Rows are completion times: the
+    last non-empty row is the one of t_end_ns (the last completion), none is before t_start_ns.
+    Two runs accumulate (nothing is cleared); without a window the live counters equal the stats."""
+    paths = make_files(tmp_path, SIZES)
+    plan = whole_file_plan(SIZES)
+    cache_check = name != "null" and not direct      # buffered reads of fresh files: cached_bytes > 0
+    bucket = 1_000_000                               # 1 ms rows: a run spans several of them
+    series = np.zeros((100_000, SW), dtype=np.int64)
+    live = np.zeros(3, dtype=np.int64)
+    hist = histogram.empty()
+    total = {"bytes": 0, "ios": 0, "cached_bytes": 0}
+    with Opened(paths, direct) as fds, engine(name, direct, cache_check=cache_check) as eng:
+        origin = _native.monotonic_ns()
+        for _ in range(2):
+            st = eng.run(fds, plan, hist, series=series, series_origin_ns=origin, series_bucket_ns=bucket, live=live)
+            assert st["series_clamped"] == 0
+            for k in total:
+                total[k] += st[k]
+            rows = np.flatnonzero(series[:, histogram.SERIES_IOS])
+            assert rows[-1] == (st["t_end_ns"] - origin) // bucket
+    assert rows[0] >= 0 and len(rows) > 1
+    assert total["ios"] == 2 * len(plan) and total["bytes"] == 2 * expected_bytes(name, plan, SIZES)
+    if cache_check:
+        assert total["cached_bytes"] > 0
+    sums = series.sum(axis=0)
+    assert (sums[0], sums[1], sums[2]) == (total["bytes"], total["ios"], total["cached_bytes"])
+    assert int(sums[histogram.SERIES_LAT:].sum()) == total["ios"]
+    assert np.array_equal(sums[histogram.SERIES_LAT:], hist.reshape(-1, 1 << _native.SERIES_SHIFT).sum(axis=1))
+    assert live.tolist() == [total["bytes"], total["ios"], total["cached_bytes"]]
+
+
+@pytest.mark.parametrize("name,direct", [p for p in ENGINES if not p.values[1]])
+def test_live_counts_the_ramp_and_the_series_only_the_window(tmp_path, name, direct):
+    """With a window, live counts every completion (progress moves during the ramp), the series
+    and stats only the counted ones. Every row of the plan is one request here (no short reads),
+    so live's ios are the rows done and its bytes their lengths."""
+    size = 4 << 20
+    paths = make_files(tmp_path, [size])
+    rows = 200_000
+    plan = np.empty(rows, dtype=PLAN_DTYPE)
+    plan["file"], plan["offset"], plan["length"] = 0, (np.arange(rows) * ALIGN) % size, ALIGN
+    kw = {"delay_ns": 200_000} if name == "null" else {}
+    series = np.zeros((10, SW), dtype=np.int64)
+    live = np.zeros(3, dtype=np.int64)
+    with Opened(paths, direct) as fds, engine(name, direct, **kw) as eng:
+        t = _native.monotonic_ns()
+        st = eng.run(fds, plan, histogram.empty(), deadline_ns=t + 120_000_000, window_start_ns=t + 40_000_000,
+                     window_end_ns=t + 120_000_000, series=series, series_origin_ns=t, series_bucket_ns=100_000_000,
+                     live=live)
+    assert st["errors"] == 0 and 0 < st["ios"] < st["done"]
+    assert live.tolist()[:2] == [st["done"] * ALIGN, st["done"]]
+    assert live[0] > st["bytes"] and live[1] > st["ios"]
+    sums = series.sum(axis=0)
+    assert (sums[0], sums[1], sums[2]) == (st["bytes"], st["ios"], st["cached_bytes"])
+    assert int(sums[histogram.SERIES_LAT:].sum()) == st["ios"]
+    assert st["series_clamped"] == 0 and series[2:].sum() == 0     # the run ended at 120 ms: rows 0 and 1
+
+
+@pytest.mark.parametrize("name,direct", [p for p in ENGINES if not p.values[1]])
+def test_series_rows_are_clamped_into_range(tmp_path, name, direct):
+    """Completions before the origin go to row 0, those past the last row to the last row, counted
+    in series_clamped: with 1 ns rows every completion is past a 3-row series."""
+    paths = make_files(tmp_path, [1 << 20])
+    plan = whole_file_plan([1 << 20])
+    with Opened(paths, direct) as fds, engine(name, direct) as eng:
+        late = np.zeros((3, SW), dtype=np.int64)
+        st = eng.run(fds, plan, histogram.empty(), series=late, series_origin_ns=1, series_bucket_ns=1)
+        assert st["series_clamped"] == st["ios"] == len(plan)
+        assert late[:2].sum() == 0 and late[2, histogram.SERIES_IOS] == len(plan)
+        early = np.zeros((3, SW), dtype=np.int64)
+        st = eng.run(fds, plan, histogram.empty(), series=early,
+                     series_origin_ns=_native.monotonic_ns() + 3600 * 10**9)
+        assert st["series_clamped"] == 0
+        assert early[1:].sum() == 0 and early[0, histogram.SERIES_IOS] == len(plan)
+        st = eng.run(fds, plan, histogram.empty())
+        assert st["series_clamped"] == 0
+
+
+@pytest.mark.parametrize("name,direct", [p for p in ENGINES if p.values[0] in ("null", "asyncio") and not p.values[1]])
+def test_bad_series_live_and_device_are_refused(name, direct):
+    import mmap
+
+    plan = as_plan([(0, 0, 1)])
+    bad_series = [np.zeros((2, SW), dtype=np.float64), np.zeros((2, SW), dtype=np.int32),
+                  np.zeros((2, SW), dtype=np.uint64), np.zeros((2, SW - 1), dtype=np.int64),
+                  np.zeros((0, SW), dtype=np.int64), np.zeros(SW, dtype=np.int64),
+                  np.zeros((2, 2 * SW), dtype=np.int64)[:, ::2], np.zeros((2, SW), dtype=">i8"),
+                  [[0] * SW], np.zeros((2, SW), dtype=np.int64)]
+    bad_series[-1].setflags(write=False)
+    page = mmap.mmap(-1, 4096)
+    bad_live = [np.zeros(2, dtype=np.int64), bytes(24), memoryview(page)[4:36], np.zeros(3, np.int64)]
+    bad_live[-1].setflags(write=False)
+    with engine(name, direct) as eng:
+        for s in bad_series:
+            with pytest.raises(ValueError, match=f"series must be .*SERIES_WIDTH={SW}"):
+                eng.run([-1], plan, histogram.empty(), series=s)
+        for lv in bad_live:
+            with pytest.raises(ValueError, match="live must be a writable, 8-byte aligned buffer"):
+                eng.run([-1], plan, histogram.empty(), live=lv)
+        with pytest.raises(ValueError, match="series_bucket_ns > 0"):
+            eng.run([-1], plan, histogram.empty(), series=np.zeros((1, SW), np.int64), series_bucket_ns=0)
+        # a shared mapping, as the callers pass it, is fine (and nothing bad was half-used)
+        live = np.frombuffer(page, dtype=np.int64, count=3, offset=64)
+        st = eng.run([0], plan, histogram.empty(), live=live)
+        assert live.tolist()[1] == st["ios"] == 1
+        del live
+    with pytest.raises(ValueError, match="device= is for the null engine only"):
+        engine("asyncio" if name == "null" else "psync", False, device=np.zeros(1, np.uint64))
+    if name == "null":
+        for dev in (bytearray(4), bytes(8), memoryview(page)[4:12]):
+            with pytest.raises(ValueError, match="device must be a writable, 8-byte aligned buffer"):
+                _native.Engine("null", delay_ns=1, device=dev)
+
+
+@pytest.mark.flaky(reruns=1)  # a median wake-up later than D/2 on a loaded VM
+def test_series_percentiles_of_known_latencies():
+    """Two null engines into one series row: 90 requests of 2 ms and 10 of 10 ms, so fio's p50 is
+    a 2 ms one, p95 and p99 10 ms ones. The exact p-th latency lies in the fine bucket of the fine
+    histogram's percentile (fine buckets hold their values exactly); the coarse percentile is
+    within 7% of every value of that bucket (the coarse midpoint is within 6.25% of any value of
+    its 8 fine buckets). And the latencies are the known ones: never below the delay, and the
+    median late only by a wake-up (~0.1-0.3 ms; D/2 allowed). The tail, p95 and p99, can be late
+    by a whole time slice of a loaded VM (10 ms seen): no upper bound there."""
+    series = np.zeros((1, SW), dtype=np.int64)
+    hist = histogram.empty()
+    origin = _native.monotonic_ns()
+    for delay, n in ((2_000_000, 90), (10_000_000, 10)):
+        with _native.Engine("null", depth=4, block_size=4096, delay_ns=delay) as eng:
+            st = eng.run([-1], as_plan([(0, 0, 4096)] * n), hist, series=series, series_origin_ns=origin,
+                         series_bucket_ns=3600 * 10**9)
+            assert st["ios"] == n and st["series_clamped"] == 0
+    coarse = series[0, histogram.SERIES_LAT:]
+    for q, delay in ((50, 2e6), (95, 10e6), (99, 10e6)):
+        ns = histogram.series_percentile_us(coarse, q) * 1e3
+        fine = histogram.index(int(histogram.percentiles(hist, [q])[q] * 1e3))
+        lo, hi = histogram.LOWER[fine], histogram.UPPER[fine]
+        assert abs(ns - lo) / lo < 0.07 and abs(ns - hi) / hi < 0.07, (q, ns, lo, hi)
+        assert delay <= hi, (q, lo, hi)                # never early
+        if q == 50:                                    # late only by wake-ups (the tail: by time slices)
+            assert lo < delay * 1.5, (q, lo, hi)
+    assert histogram.series_p99_us(series)[0] == histogram.series_percentile_us(coarse, 99)

@@ -10,7 +10,9 @@ from iodl import _native, histogram
 def test_constants_agree_with_c():
     assert (histogram.HIST_BITS, histogram.HIST_BUCKETS, histogram.DEPTH_BUCKETS) == (
         _native.HIST_BITS, _native.HIST_BUCKETS, _native.DEPTH_BUCKETS)
+    assert (histogram.SERIES_SHIFT, histogram.SERIES_WIDTH) == (_native.SERIES_SHIFT, _native.SERIES_WIDTH)
     assert histogram.HIST_BUCKETS == 2048
+    assert (histogram.SERIES_LAT_BUCKETS, histogram.SERIES_WIDTH) == (256, 3 + 256)
     assert histogram.LOWER[-1] + histogram.WIDTH[-1] == 2 ** 37
 
 
@@ -93,3 +95,73 @@ def test_engine_fills_the_bucket_of_each_latency():
         st = eng.run([-1], plan, h)
     assert h.sum() == 1 and h[_native.hist_index(st["max_ns"])] == 1
     assert st["max_ns"] >= 1_000_000
+
+
+# --- time series: coarse latency buckets --------------------------------------------------------
+
+def test_coarse_buckets_tile_the_range_and_midpoints_are_within_a_sixteenth():
+    """A coarse bucket is 8 fine ones: contiguous ranges, and its midpoint within 1/16 (6.25%) of
+    any value >= 128 ns in it (a power of two split in 64, then 8 of those merged)."""
+    lo, width = histogram.COARSE_LOWER, histogram.COARSE_WIDTH
+    assert len(lo) == histogram.SERIES_LAT_BUCKETS and lo[0] == 0
+    assert np.all(lo[1:] == lo[:-1] + width[:-1])
+    vals = np.concatenate([histogram.LOWER, histogram.UPPER])
+    c = histogram.coarse_index(vals)
+    assert np.all(c == histogram.index(vals) // 8)
+    assert np.all((lo[c] <= vals) & (vals < lo[c] + width[c]))
+    big = vals >= 128
+    err = np.abs(histogram.COARSE_MID[c] - vals) / vals.clip(1)
+    assert err[big].max() <= 1 / 16 + 1e-12
+
+
+def test_c_and_python_agree_on_coarse_edges():
+    vals = _edges()
+    assert [_native.hist_index(v) >> _native.SERIES_SHIFT for v in vals] == histogram.coarse_index(vals).tolist()
+
+
+@pytest.mark.parametrize("sigma", [0.3, 0.8, 1.5])
+def test_series_percentiles_of_known_values_within_7_percent(sigma):
+    """Known latencies filed as the engine files them (histogram.series_add): every coarse
+    percentile is within 7% of the exact one (fio's method, numpy's inverted_cdf)."""
+    rng = np.random.default_rng(3)
+    ns = rng.lognormal(mean=np.log(300_000), sigma=sigma, size=100_000).astype(np.int64)
+    series = histogram.series_empty(1)
+    assert histogram.series_add(series, np.zeros(len(ns)), ns, ns // 4, ns) == 0
+    row = series[0]
+    assert (row[0], row[1], row[2]) == (ns.sum(), len(ns), (ns // 4).sum())
+    for q in (1, 50, 90, 99, 99.9, 100):
+        truth = np.percentile(ns, q, method="inverted_cdf") / 1e3
+        got = histogram.series_percentile_us(row[histogram.SERIES_LAT:], q)
+        assert abs(got - truth) / truth < 0.07, (q, got, truth)
+        assert abs(got - truth) / truth <= 1 / 16 + 1e-9
+    assert histogram.series_p99_us(series)[0] == histogram.series_percentile_us(row[histogram.SERIES_LAT:], 99)
+
+
+def test_series_add_files_rows_by_completion_time():
+    """Row = (t - origin) // bucket, before the origin row 0, past the end the last row (counted)."""
+    series = histogram.series_empty(3)
+    t = np.array([5, 99, 100, 250, 299, 300, 10_000])          # origin 100, rows of 100
+    lat = np.array([1_000, 2_000, 1_000_000, 1_000_000, 5_000_000, 7, 8])
+    clamped = histogram.series_add(series, t, np.arange(1, 8), np.zeros(7), lat, origin_ns=100, bucket_ns=100)
+    assert clamped == 1                                        # 300 is in row 2; 10_000 is past it
+    assert series[:, histogram.SERIES_IOS].tolist() == [3, 2, 2]
+    assert series[:, histogram.SERIES_BYTES].tolist() == [1 + 2 + 3, 4 + 5, 6 + 7]
+    assert series[:, histogram.SERIES_LAT:].sum(axis=1).tolist() == [3, 2, 2]
+    assert series[1, histogram.SERIES_LAT + histogram.coarse_index(5_000_000)] == 1
+
+
+def test_series_p99_per_row_and_empty_rows():
+    """One p99 per row; a row without ios is 0.0; each equals series_percentile_us of the row."""
+    rng = np.random.default_rng(5)
+    series = histogram.series_empty(4)
+    for row, scale in ((0, 100_000), (2, 2_000_000), (3, 50_000_000)):
+        ns = rng.exponential(scale, size=20_000).astype(np.int64) + 1
+        histogram.series_add(series, np.full(len(ns), row), ns, np.zeros(len(ns)), ns, bucket_ns=1)
+        truth = np.percentile(ns, 99, method="inverted_cdf") / 1e3
+        assert abs(histogram.series_p99_us(series)[row] - truth) / truth < 0.07
+    p99 = histogram.series_p99_us(series)
+    assert p99.shape == (4,) and p99[1] == 0.0
+    for i in range(4):
+        assert p99[i] == histogram.series_percentile_us(series[i, histogram.SERIES_LAT:], 99)
+    assert histogram.series_percentile_us(np.zeros(histogram.SERIES_LAT_BUCKETS), 99) == 0.0
+    assert histogram.series_p99_us(series[:0]).shape == (0,)

@@ -1,0 +1,152 @@
+"""Page-cache accounting per node: what the cache can hold, what of the dataset it held at the
+start, the predicted hit fraction beside the measured one, and dropping it.
+
+Everything here is per host, so one rank per node does it (DESIGN.md "Scale"). The prediction
+is the reference studies' rule for random whole-shard reads in steady state: a node whose page
+cache can hold C bytes and that reads a dataset of D bytes hits min(1, C / D) of its reads. C is
+MemAvailable at the start (free memory plus the cache the kernel would reclaim for us); the
+first pass over a dataset instead hits what was resident when it began, which is measured too.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from .errors import UsageError
+
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+RAM_MULTIPLE = 5   # MLPerf Storage: the dataset must be at least 5x the host's RAM
+
+
+def meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
+    """The /proc/meminfo fields in bytes (values are in kB there)."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if parts and parts[0].isdigit():
+                    out[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    except OSError:
+        pass
+    return out
+
+
+def check_can_drop(path: str = DROP_CACHES) -> None:
+    """UsageError unless this process may write drop_caches (root)."""
+    if not os.access(path, os.W_OK) or os.geteuid() != 0:
+        raise UsageError(f"--drop-caches needs root: it writes {path} (run as root, or leave it out)")
+
+
+def drop(path: str = DROP_CACHES) -> None:
+    """Write back dirty pages, then empty the page cache, dentries and inodes of this host."""
+    os.sync()
+    with open(path, "w") as f:
+        f.write("3\n")
+
+
+def resident(paths: list[str]) -> int:
+    """Bytes of these files in the page cache now (mincore; files that vanished count nothing)."""
+    from . import _native
+
+    total = 0
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            total += _native.resident_bytes(fd, 0, os.fstat(fd).st_size)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return total
+
+
+def predicted_hit_fraction(cache_bytes: int, dataset_bytes: int) -> float | None:
+    return min(1.0, cache_bytes / dataset_bytes) if dataset_bytes > 0 else None
+
+
+def copies_needed(dataset_bytes: int, copies: int, ram_bytes: int) -> int:
+    """--copies that makes the dataset at least RAM_MULTIPLE x RAM (copies already made included)."""
+    per_copy = dataset_bytes / max(copies, 1)
+    return max(copies, math.ceil(RAM_MULTIPLE * ram_bytes / per_copy)) if per_copy > 0 else copies
+
+
+def node_view(probes: list[dict], per_rank: list[dict]) -> list[dict]:
+    """Per host: its memory, the datasets its ranks read, the prediction and the measurement.
+
+    probes: one dict per rank (rank, host, mount, path, and for the rank that measured for its
+    node and mount: dataset_bytes, resident_bytes; for node leaders: mem_total, mem_available).
+    per_rank: the result's per-rank counters (bytes, cached_bytes, t_start, t_end).
+    """
+    hosts: dict[str, dict] = {}
+    for p in probes:
+        h = hosts.setdefault(p["host"], {"host": p["host"], "ranks": [], "mounts": {}})
+        h["ranks"].append(p["rank"])
+        if "mem_total" in p:
+            h["mem_total_bytes"], h["page_cache_bytes"] = p["mem_total"], p["mem_available"]
+        if "dataset_bytes" in p:
+            h["mounts"][p["mount"]] = {"mount": p["mount"], "path": p["path"], "dataset_bytes": p["dataset_bytes"],
+                                       "resident_at_start_bytes": p["resident_bytes"], "copies": p.get("copies", 1)}
+    counted = {r["rank"]: r for r in per_rank}
+    out = []
+    for h in hosts.values():
+        mounts = sorted(h["mounts"].values(), key=lambda m: m["mount"])
+        dataset = sum(m["dataset_bytes"] for m in mounts)
+        cache = h.get("page_cache_bytes", 0)
+        got = [counted[r] for r in h["ranks"] if r in counted]
+        nbytes = sum(r["bytes"] for r in got)
+        cached = sum(r["cached_bytes"] for r in got)
+        pred = predicted_hit_fraction(cache, dataset)
+        for m in mounts:
+            m["resident_at_start_fraction"] = m["resident_at_start_bytes"] / m["dataset_bytes"] if m["dataset_bytes"] else None
+            m["predicted_hit_fraction"] = pred  # the node's cache is shared by all the datasets it reads
+            mine = [counted[r] for r in h["ranks"] if r in counted and counted[r]["mount"] == m["mount"]]
+            mb = sum(r["bytes"] for r in mine)
+            m["bytes"], m["cached_bytes"] = mb, sum(r["cached_bytes"] for r in mine)
+            m["cache_hit_fraction"] = m["cached_bytes"] / mb if mb else 0.0
+        out.append({"host": h["host"], "ranks": sorted(h["ranks"]), "mem_total_bytes": h.get("mem_total_bytes", 0),
+                    "page_cache_bytes": cache, "dataset_bytes": dataset,
+                    "predicted_hit_fraction": pred, "bytes": nbytes, "cached_bytes": cached,
+                    "cache_hit_fraction": cached / nbytes if nbytes else 0.0, "mounts": mounts})
+    return sorted(out, key=lambda h: h["ranks"][0])
+
+
+def cache_blocks(nodes: list[dict], n_mounts: int) -> tuple[dict, list[dict]]:
+    """The `cache` block of the total and of each mount, weighting each node by the bytes it read."""
+    def block(parts: list[tuple[dict, dict]]) -> dict:
+        weight = sum(m["bytes"] for _h, m in parts)
+        def avg(key):
+            vals = [(m["bytes"] if weight else 1, m[key]) for _h, m in parts if m[key] is not None]
+            den = sum(w for w, _v in vals)
+            return sum(w * v for w, v in vals) / den if den else None
+        return {"predicted_hit_fraction": avg("predicted_hit_fraction"),
+                "resident_at_start_fraction": avg("resident_at_start_fraction"),
+                "dataset_bytes": sum({id(m): m["dataset_bytes"] for _h, m in parts}.values()),
+                "page_cache_bytes": sum({h["host"]: h["page_cache_bytes"] for h, _m in parts}.values())}
+
+    pairs = [(h, m) for h in nodes for m in h["mounts"]]
+    per_mount = [block([(h, m) for h, m in pairs if m["mount"] == i]) for i in range(n_mounts)]
+    total = block(pairs)
+    # distinct datasets: a mount read from several hosts is one dataset
+    total["dataset_bytes"] = sum(max((m["dataset_bytes"] for h, m in pairs if m["mount"] == i), default=0)
+                                 for i in range(n_mounts))
+    return total, per_mount
+
+
+def small_dataset_warnings(nodes: list[dict]) -> list[str]:
+    """One line per host whose datasets are under RAM_MULTIPLE x its RAM."""
+    out = []
+    for h in nodes:
+        ram, data = h["mem_total_bytes"], h["dataset_bytes"]
+        if not ram or not data or data >= RAM_MULTIPLE * ram:
+            continue
+        copies = max(m.get("copies", 1) for m in h["mounts"])
+        need = copies_needed(data, copies, ram)
+        out.append(f"{h['host']} reads {data / 1e9:,.2f} GB of datasets but has {ram / 1e9:,.1f} GB of RAM: "
+                   f"under {RAM_MULTIPLE}x RAM the page cache serves repeat reads, so bandwidth is not the storage's. "
+                   f"Generate with --copies {need} (or read with --direct)")
+    return out

@@ -1,0 +1,54 @@
+"""`iodl sizing`: what one accelerator of each workload asks of the storage, and how many of them
+the storage of a measured run can feed."""
+from __future__ import annotations
+
+import json
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--workload", action="append", default=[], metavar="NAME|FILE",
+                   help="workload(s) to size (repeatable; default: every built-in one)")
+    p.add_argument("--result", action="append", default=[], metavar="FILE",
+                   help="an `iodl read --out` result: add, per mount, how many accelerators its storage MB/s feeds")
+
+
+def _load_result(path: str) -> dict:
+    from ..errors import UsageError
+
+    try:
+        with open(path) as f:
+            result = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(result, dict) or result.get("schema") != "iodl.result/1":
+        raise UsageError(f"{path}: not an iodl read result (schema iodl.result/1)")
+    return result
+
+
+def run(args) -> int:
+    from rich.table import Table
+
+    from .. import workload
+    from ..report import make_console
+    from ..sizing import accelerators_fed, workload_demand_MBps
+
+    wls = [workload.load_workload(w) for w in (args.workload or workload.builtin_names())]
+    results = [(path, _load_result(path)) for path in args.result]
+    mounts = [(path, m) for path, r in results for m in r["mounts"]]
+    table = Table(title="storage demand per accelerator at full utilisation (batch x mean sample / compute time)")
+    for col in ("workload", "pattern", "batch", "sample KB", "compute s", "MB/s per accelerator"):
+        table.add_column(col, justify="left" if col in ("workload", "pattern") else "right")
+    for path, m in mounts:
+        table.add_column(f"fed by {m['path']}\n({m.get('storage_bandwidth_MBps', m['bandwidth_MBps']):,.1f} MB/s)",
+                         justify="right")
+    for wl in wls:
+        demand = workload_demand_MBps(wl)
+        cells = [wl.name, wl.pattern, str(wl.train.batch_size), f"{wl.dataset.sample_size / 1e3:,.1f}",
+                 f"{wl.train.compute_time_s:g}", f"{demand:,.1f}"]
+        cells += [str(accelerators_fed(m.get("storage_bandwidth_MBps", m["bandwidth_MBps"]), demand)) for _p, m in mounts]
+        table.add_row(*cells)
+    make_console().print(table)
+    if mounts:
+        print("A mount's count holds for the storage MB/s it delivered in that run; it is the storage's limit "
+              "only if the run was storage-bound (storage-only, or ranks waiting for data).")
+    return 0

@@ -1,0 +1,172 @@
+"""`iodl sweep`: run a step pattern at several rank counts (one mpiexec per point, see
+iodl/sweep.py for why) and find how many accelerators the storage supports."""
+from __future__ import annotations
+
+import argparse
+import os
+
+HELP = "run a pattern at several rank counts and find how many accelerators the storage supports"
+
+
+def add_arguments(p) -> None:
+    p.usage = ("%(prog)s --ranks K,K,... [--threshold AU] [--out FILE] [--keep DIR] [--mpiexec PATH] [--timeout S] "
+               "-- [READ_OPTION ...]")
+    p.epilog = ("example: iodl sweep --ranks 1,2,4,8 --out sweep.json -- --workload resnet50 --root /mnt/a "
+                "--direct --steps 50   (docs/sweep.md)")
+    # Numbers are taken as text and checked by iodl.sweep: a bad value is then one error line,
+    # not argparse's usage block.
+    p.add_argument("--ranks", metavar="K,K,...", help="rank counts to run, ascending, e.g. 1,2,4,8 (required)")
+    p.add_argument("--threshold", metavar="AU",
+                   help="AU a rank count must reach to count as supported, in (0, 1] "
+                        "(default: the workload's au_threshold, 0.90 as MLPerf Storage unless the workload says otherwise)")
+    p.add_argument("--out", metavar="FILE", help="write the sweep JSON (schema iodl.sweep/1) here")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep each point's result file as DIR/ranks-K.json (default: a temporary directory, removed)")
+    p.add_argument("--mpiexec", metavar="PATH", help="launcher (default: mpiexec next to this Python, else on PATH)")
+    p.add_argument("--timeout", metavar="S", help="seconds a point may run before it is stopped and the sweep fails (default: none)")
+    p.add_argument("read_args", nargs=argparse.REMAINDER, metavar="-- READ_OPTION",
+                   help="everything after -- goes to every point's `iodl read` (pattern train-sync unless --pattern "
+                        "infer-async; not --out, which the sweep sets)")
+
+
+class _ReadParser(argparse.ArgumentParser):
+    def error(self, message):
+        from ..errors import UsageError
+
+        raise UsageError(f"read options after --: {message}")
+
+
+def _read_options(argv: list[str]):
+    """Check the pass-through options with `iodl read`'s own parser now, before any launch."""
+    from ..errors import UsageError
+    from . import read
+
+    argv = list(argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    parser = _ReadParser(prog="iodl read", add_help=False)
+    read.add_arguments(parser)
+    opts = parser.parse_args(argv)
+    if opts.out:
+        raise UsageError("--out after -- is set by the sweep for each point (--keep DIR keeps the point files; "
+                         "the sweep's own --out goes before --)")
+    if getattr(opts, "csv", None):
+        raise UsageError("--csv after --: every point would write the same file (--keep DIR keeps each point's "
+                         "result file instead)")
+    if opts.pattern is None:
+        argv += ["--pattern", "train-sync"]   # AU needs a step pattern; the workload's may be storage-only
+        opts.pattern = "train-sync"
+    from ..sweep import STEP_PATTERNS
+
+    if opts.pattern not in STEP_PATTERNS:
+        raise UsageError(f"--pattern {opts.pattern}: a sweep measures accelerator utilisation, which only the step "
+                         f"patterns have ({', '.join(STEP_PATTERNS)})")
+    return argv, opts
+
+
+def _check_out(path: str | None) -> None:
+    from ..errors import UsageError
+
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise UsageError(f"--out {path}: {parent} is not a writable directory")
+
+
+def _workload_as_run(spec: dict, opts) -> dict:
+    """The workload spec with the read options that change demand applied: `iodl read` writes
+    the file's spec, but --batch-size and --compute-time are what the points actually ran."""
+    spec = {**spec, "train": dict(spec["train"])}
+    if opts.batch_size is not None:
+        spec["train"]["batch_size"] = opts.batch_size
+    if opts.compute_time is not None:
+        spec["train"]["compute_time_s"] = opts.compute_time
+    return spec
+
+
+def _load(path: str):
+    import json
+
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def run(args) -> int:
+    import shutil
+    import signal
+    import tempfile
+    import time
+
+    from .. import sweep
+    from ..comm import launched_by_mpi
+    from ..errors import IodlError, UsageError
+    from ..report import write_result
+    from ..sizing import workload_demand_MBps
+    from ..workload import load_workload
+
+    if launched_by_mpi():
+        raise UsageError("iodl sweep starts mpiexec itself for every rank count: run it without mpirun/mpiexec")
+    ranks = sweep.parse_ranks(args.ranks)
+    timeout = sweep.parse_timeout(args.timeout)
+    read_argv, opts = _read_options(args.read_args)
+    wl = load_workload(opts.workload)
+    threshold = sweep.parse_threshold(args.threshold, wl.metric.au_threshold)
+    mpiexec = sweep.find_mpiexec(args.mpiexec)
+    _check_out(args.out)
+    keep = sweep.check_keep_dir(args.keep, ranks) if args.keep else None
+    workdir = keep or tempfile.mkdtemp(prefix="iodl-sweep-")
+
+    # SIGTERM ends the sweep as Ctrl-C does: stop the running point, keep what was done
+    def on_term(*_):
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    points, first, failure, interrupted, k = [], None, None, None, None
+    try:
+        for i, k in enumerate(ranks):
+            out = os.path.join(workdir, sweep.result_name(k))
+            print(f"sweep: point {i + 1}/{len(ranks)}: {k} rank(s) ...", flush=True)
+            start = time.monotonic()
+            done = sweep.run_point(sweep.point_command(mpiexec, k, read_argv, out), timeout)
+            result = _load(out)
+            why = done.error_line or "no error output"
+            if done.timed_out:
+                failure = f"the {k}-rank point ran past --timeout {timeout:g} s and was stopped" + (
+                    f": {done.error_line}" if done.error_line else "")
+            elif done.exit_code not in (0, sweep.PARTIAL_EXIT):
+                failure = f"the {k}-rank point failed (mpiexec exit {done.exit_code}): {why}"
+            elif result is None:
+                failure = f"the {k}-rank point wrote no result file (mpiexec exit {done.exit_code}): {why}"
+            if failure:
+                break
+            point = sweep.point_from_result(k, result, out if keep else None, done.exit_code)
+            points.append(point)
+            first = first or result
+            print(f"sweep: {k} rank(s): AU {100 * point.au:.1f}%, {point.samples_per_s:,.1f} samples/s, "
+                  f"{point.storage_bandwidth_MBps:,.1f} storage MB/s ({time.monotonic() - start:.1f} s)", flush=True)
+    except KeyboardInterrupt:
+        interrupted = k  # the point that was running (run_point has stopped it)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    spec = _workload_as_run(first["workload"] if first else wl.to_dict(), opts)
+    engine = first["engine"] if first else opts.engine
+    doc = sweep.document(opts.pattern, spec, engine, threshold, points, workload_demand_MBps(spec))
+    if points:
+        sweep.print_sweep(doc)
+    if args.out:
+        write_result(doc, args.out)   # atomic: tmp file + os.replace
+    if interrupted is not None:
+        err = IodlError(f"interrupted during the {interrupted}-rank point; {len(points)} point(s) done"
+                        + (f", written to {args.out}" if args.out else ""))
+        err.exit_code = 130
+        raise err
+    if failure:
+        raise IodlError(failure + (f" ({len(points)} point(s) done, written to {args.out})" if args.out else ""))
+    return 0

@@ -1,0 +1,56 @@
+"""Sizing: what one accelerator asks of the storage, and how many a measured storage can feed.
+
+An accelerator at full utilisation consumes one batch per compute time, so its demand is
+batch_size x mean sample size / compute_time_s (MB/s, MB = 10^6 bytes). A storage that delivered
+S MB/s from the device feeds floor(S / demand) of them — a true count only when the run was
+storage-bound (ranks waited for data); otherwise the storage had more to give and the count is a
+lower bound.
+"""
+from __future__ import annotations
+
+import math
+
+MB = 1e6
+
+
+def demand_MBps(batch_size: int, sample_size: float, compute_time_s: float) -> float:
+    """MB/s one accelerator reads at 100% utilisation (inf when compute takes no time)."""
+    if compute_time_s <= 0:
+        return math.inf
+    return batch_size * sample_size / compute_time_s / MB
+
+
+def workload_demand_MBps(wl) -> float:
+    """demand_MBps for a Workload (iodl.workload) or its to_dict() form."""
+    if isinstance(wl, dict):
+        return demand_MBps(wl["train"]["batch_size"], wl["dataset"]["sample_size"], wl["train"]["compute_time_s"])
+    return demand_MBps(wl.train.batch_size, wl.dataset.sample_size, wl.train.compute_time_s)
+
+
+def accelerators_fed(storage_MBps: float, demand: float) -> int:
+    """How many accelerators S MB/s keeps at full utilisation."""
+    if not demand or math.isinf(demand) or storage_MBps <= 0:
+        return 0
+    # a hair of tolerance: 4 x 10 MB/s measured as 39.9999 still feeds 4
+    return int(math.floor(storage_MBps / demand + 1e-9))
+
+
+def sizing_block(result: dict, demand: float, data_wait_s: float | None) -> dict:
+    """The result's `sizing` block: per mount, the storage MB/s it delivered and what that feeds.
+
+    storage_bound: ranks spent a measurable share of their step waiting for data (or the pattern
+    has no compute, as storage-only), so the mount was the limit and the count is a measurement;
+    otherwise it is a lower bound.
+    """
+    train = result.get("train")
+    if train and train.get("compute_s_per_step"):
+        step = train["compute_s_per_step"] + (data_wait_s or 0.0)
+        bound = bool(data_wait_s and step > 0 and data_wait_s / step > 0.02)
+    else:
+        bound = True
+    mounts = []
+    for m in result["mounts"]:
+        storage = m.get("storage_bandwidth_MBps", m["bandwidth_MBps"])
+        mounts.append({"path": m["path"], "storage_MBps": storage,
+                       "accelerators_fed": accelerators_fed(storage, demand), "storage_bound": bound})
+    return {"demand_MBps_per_accelerator": demand, "mounts": mounts}
