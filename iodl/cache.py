@@ -125,15 +125,13 @@ def cache_blocks(nodes: list[dict], n_mounts: int) -> tuple[dict, list[dict]]:
             return sum(w * v for w, v in vals) / den if den else None
         return {"predicted_hit_fraction": avg("predicted_hit_fraction"),
                 "resident_at_start_fraction": avg("resident_at_start_fraction"),
-                "dataset_bytes": sum({id(m): m["dataset_bytes"] for _h, m in parts}.values()),
+                "dataset_bytes": max((m["dataset_bytes"] for _h, m in parts), default=0),  # one mount, one dataset
                 "page_cache_bytes": sum({h["host"]: h["page_cache_bytes"] for h, _m in parts}.values())}
 
     pairs = [(h, m) for h in nodes for m in h["mounts"]]
     per_mount = [block([(h, m) for h, m in pairs if m["mount"] == i]) for i in range(n_mounts)]
     total = block(pairs)
-    # distinct datasets: a mount read from several hosts is one dataset
-    total["dataset_bytes"] = sum(max((m["dataset_bytes"] for h, m in pairs if m["mount"] == i), default=0)
-                                 for i in range(n_mounts))
+    total["dataset_bytes"] = sum(b["dataset_bytes"] for b in per_mount)
     return total, per_mount
 
 

@@ -35,22 +35,20 @@ def accelerators_fed(storage_MBps: float, demand: float) -> int:
     return int(math.floor(storage_MBps / demand + 1e-9))
 
 
-def sizing_block(result: dict, demand: float, data_wait_s: float | None) -> dict:
+BOUND_SHARE = 0.02   # ranks that wait for data longer than this share of a step are held up by storage
+
+
+def sizing_block(result: dict, demand: float, wait_shares: list[float | None]) -> dict:
     """The result's `sizing` block: per mount, the storage MB/s it delivered and what that feeds.
 
-    storage_bound: ranks spent a measurable share of their step waiting for data (or the pattern
-    has no compute, as storage-only), so the mount was the limit and the count is a measurement;
-    otherwise it is a lower bound.
+    wait_shares: per mount, the share of step time its ranks waited for data (None: no steps, as
+    storage-only, where the mount is the limit by construction). A mount whose ranks waited is
+    storage-bound and its count is a measurement; otherwise the storage had more to give (its
+    ranks waited for compute or for other mounts at the barrier) and the count is a lower bound.
     """
-    train = result.get("train")
-    if train and train.get("compute_s_per_step"):
-        step = train["compute_s_per_step"] + (data_wait_s or 0.0)
-        bound = bool(data_wait_s and step > 0 and data_wait_s / step > 0.02)
-    else:
-        bound = True
     mounts = []
-    for m in result["mounts"]:
+    for m, share in zip(result["mounts"], wait_shares):
         storage = m.get("storage_bandwidth_MBps", m["bandwidth_MBps"])
-        mounts.append({"path": m["path"], "storage_MBps": storage,
-                       "accelerators_fed": accelerators_fed(storage, demand), "storage_bound": bound})
+        mounts.append({"path": m["path"], "storage_MBps": storage, "accelerators_fed": accelerators_fed(storage, demand),
+                       "storage_bound": share is None or share > BOUND_SHARE})
     return {"demand_MBps_per_accelerator": demand, "mounts": mounts}

@@ -314,6 +314,16 @@ def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: floa
     return out
 
 
+def data_wait_share(rows: list[np.ndarray]) -> float | None:
+    """Share of the counted steps' time that these ranks spent waiting for data (None: no steps)."""
+    rows = [a[_measured(a)] if _measured(a).any() else a for a in rows if len(a)]
+    if not rows:
+        return None
+    steps = np.concatenate(rows)
+    total = float((_col(steps, "t_end") - _col(steps, "t_start")).sum())
+    return float(_col(steps, "data_wait").sum()) / total if total > 0 else 0.0
+
+
 def common_window(rows: list[np.ndarray]) -> tuple[float, float]:
     """From the last rank's first step start to the first rank's last step end (DESIGN.md)."""
     return max(a[0, 0] for a in rows), min(a[-1, 1] for a in rows)

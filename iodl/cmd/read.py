@@ -279,7 +279,13 @@ def run(args) -> int:
         demand = (demand_MBps(scfg.batch_size, wl.dataset.sample_size, scfg.compute_time_s) if scfg
                   else workload_demand_MBps(wl))
         if math.isfinite(demand):  # a workload without compute time asks for no particular rate
-            result["sizing"] = sizing_block(result, demand, train["data_wait_s_per_step"] if train else None)
+            if scfg is not None:
+                from ..training import data_wait_share
+
+                shares = [data_wait_share([r for mm, r in all_records if mm == m]) for m in range(len(roots))]
+            else:
+                shares = [None] * len(roots)
+            result["sizing"] = sizing_block(result, demand, shares)
     if reduced["series"] is not None:
         result["series"] = reduced["series"]
     print_result(result, console)
