@@ -76,3 +76,40 @@ def test_fio_json_is_compared_without_running_fio_again(tmp_path):
     assert entry["fio"]["runtime_s"] == max(j["read"]["runtime"] for j in fio) / 1000
     assert entry["iodl"]["bytes"] == 2 * 64 * 2**20 and entry["iodl"]["ios"] == 2 * 1024
     assert set(entry["fio"]["latency_us"]) >= {"p50", "p99", "p999"}
+
+
+JOB = """[global]
+ioengine=psync
+rw=read
+bs=1M
+size=8M
+nrfiles=2
+numjobs=4
+[small]
+"""
+
+
+@pytest.mark.parametrize("ranks", [0, 2])
+def test_no_fio_runs_a_job_alone_serially_and_under_mpiexec(tmp_path, ranks):
+    """--no-fio runs iodl's side alone, laying out fio's files; under mpiexec the four clones are
+    spread over the ranks. Not time-based: every clone reads its 8 MiB once, so iodl must read
+    exactly 4 x 8 MiB in 32 requests of 1 MiB, whatever the rank count."""
+    from tests.helpers import mpiexec
+
+    job = tmp_path / "job.fio"
+    job.write_text(JOB)
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, "-m", "iodl", "fio-compare", str(job), "--no-fio", "--directory", str(tmp_path),
+           "--out", str(out)]
+    if ranks:
+        assert mpiexec(), "mpiexec not found next to the test interpreter (pip install mpich)"
+        cmd = [mpiexec(), "-n", str(ranks), *cmd]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["ranks"] == max(ranks, 1)
+    [j] = doc["jobs"]
+    assert j["fio"] is None and j["ratio"] is None
+    assert (j["iodl"]["bytes"], j["iodl"]["ios"]) == (4 * (8 << 20), 32)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("small.")) == \
+        [f"small.{c}.{f}" for c in range(4) for f in range(2)]

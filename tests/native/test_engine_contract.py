@@ -222,6 +222,7 @@ def test_null_delay_is_histogram_truth(depth):
 GAP_NS = 10_000_000     # 100 requests/s
 
 
+@pytest.mark.flaky(reruns=1)  # a rate is a timing claim: sleeps wake late on a busy VM; a pacing bug fails both runs
 @pytest.mark.parametrize("name,direct", ENGINES)
 def test_rate_pacing_quiesces_to_depth_one(tmp_path, name, direct):
     """fio's rate: achieved rate within 5% of rate_bps, and the depth histogram collapses to 1.
