@@ -125,6 +125,7 @@ def test_random_rows_and_rerun(tmp_path, name, direct):
             assert int(hist.sum()) == n
 
 
+@pytest.mark.flaky(reruns=1)  # the drain bound is a timing claim (a Python engine's drain waits on a busy VM)
 @pytest.mark.parametrize("name,direct", ENGINES)
 def test_deadline_stops_submitting_and_drains(tmp_path, name, direct):
     size = 4 << 20
