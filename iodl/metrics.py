@@ -45,6 +45,7 @@ class RankResult:
     startup_s: float = 0.0    # process start -> ready to run (imports, MPI init, setup)
     cpu_s: float = 0.0        # user + system CPU of the whole process
     max_rss_mb: float = 0.0
+    pss_mb: float = 0.0       # proportional set size: shared pages (MPI's shared memory) split over their users
     hist: np.ndarray = field(default_factory=histogram.empty)
     depth: np.ndarray = field(default_factory=lambda: np.zeros(histogram.DEPTH_BUCKETS, dtype=np.int64))
     # per-second rows of counted completions since the start barrier (new_series), and
@@ -76,7 +77,8 @@ class RankResult:
 
     def scalars(self) -> dict:
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
-                                              "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb")}
+                                              "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb",
+                                              "pss_mb")}
 
     def note_process(self, startup_s: float) -> None:
         """What this rank's process cost: start-up time, CPU, peak memory."""
@@ -86,6 +88,20 @@ class RankResult:
         self.startup_s = startup_s
         self.cpu_s = ru.ru_utime + ru.ru_stime
         self.max_rss_mb = ru.ru_maxrss / 1024.0
+        self.pss_mb = _pss_kb() / 1024.0
+
+
+def _pss_kb() -> int:
+    """This process's proportional set size (kB): a page shared by n processes counts 1/n. RSS
+    counts MPI's node-wide shared memory in full in every rank; PSS says what a rank really costs."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def process_age_s() -> float:

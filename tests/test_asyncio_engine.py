@@ -114,6 +114,7 @@ def test_runs_from_another_thread_and_refuses_a_second_run(datafile):
         os.close(fd)
 
 
+@pytest.mark.flaky(reruns=1)  # the ramp's share of the rows is a timing claim: the event loop may start late on a busy VM
 def test_window_counts_only_completions_inside_it(datafile):
     """A window inside the run: start/end are clipped to it (requests were in flight at both
     edges), and only its completions count: of the rows done over the run's 0.1 s ramp + 0.3 s
