@@ -47,7 +47,7 @@ def write_csv(result: dict, path: str) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")  # Unix line ends (the csv module's default is CRLF)
             writer.writeheader()
             for row in rows:
                 writer.writerow({k: (FORMATS[k].format(v) if k in FORMATS else v) for k, v in row.items()})

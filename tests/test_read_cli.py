@@ -52,6 +52,7 @@ def test_direct_reads_count_odd_tails_exactly(tmp_path):
     assert total["cache_hit_fraction"] == 0.0
 
 
+@pytest.mark.flaky(reruns=1)  # the per-second rate check is a timing claim on a shared VM
 def test_time_series_csv_has_one_row_per_second_and_adds_up(tmp_path):
     """Null engine, each request 2 ms, for 3 s: the per-second rows add up exactly to the totals,
     there is one per second of the window, the full seconds run at the run's IOPS, and no
