@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from iodl import _native, groundtruth, histogram  # noqa: E402
 from iodl.engine import PLAN_DTYPE, open_engine, open_for_read  # noqa: E402
+from bench_engine import read_plan  # noqa: E402  (bench/ is on the path: this script's directory)
 
 FILE_SIZE = 1 << 30
 DEPTH = 8
@@ -68,16 +69,8 @@ def fully_cached(path: str) -> bool:
 
 def plan_for(case: str, seconds: float) -> np.ndarray:
     bs = CASES[case]
-    blocks = FILE_SIZE // bs
-    rows = int(seconds * 10e9 / bs)       # more than any engine reads here: the deadline ends the run
-    plan = np.empty(rows, dtype=PLAN_DTYPE)
-    plan["file"] = 0
-    if case == "seq1m":
-        plan["offset"] = (np.arange(rows, dtype=np.uint64) % blocks) * bs
-    else:
-        plan["offset"] = np.random.default_rng(1).integers(0, blocks, rows, dtype=np.uint64) * bs
-    plan["length"] = bs
-    return plan
+    # more rows than any engine reads here: the deadline ends the run
+    return read_plan(bs, int(seconds * 10e9 / bs), case == "seq1m", FILE_SIZE)
 
 
 def run_one(engine: str, case: str, direct: bool, path: str, plan: np.ndarray, seconds: float) -> dict:

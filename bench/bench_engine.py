@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from iodl import _native, groundtruth, histogram  # noqa: E402
 from iodl.engine import PLAN_DTYPE, open_for_read  # noqa: E402
+from iodl.metrics import LIVE_SLOT, new_series  # noqa: E402
 
 FILE_SIZE = 1 << 30
 CASES = {
@@ -48,14 +49,12 @@ def warm(path: str) -> None:
     os.close(fd)
 
 
-def iodl_plan(case: str, seconds: float) -> np.ndarray:
-    bs = CASES[case]["bs"]
-    blocks = FILE_SIZE // bs
-    # more rows than the run can finish: the deadline ends it, as fio's time_based runtime does
-    rows = int(seconds * (4e9 / bs if case == "seq1m" else 1.5e6))
+def read_plan(bs: int, rows: int, sequential: bool, file_size: int = FILE_SIZE) -> np.ndarray:
+    """`rows` requests of bs over one file: in order (wrapping), or at seeded random blocks."""
+    blocks = file_size // bs
     plan = np.empty(rows, dtype=PLAN_DTYPE)
     plan["file"] = 0
-    if case == "seq1m":
+    if sequential:
         plan["offset"] = (np.arange(rows, dtype=np.uint64) % blocks) * bs
     else:
         plan["offset"] = np.random.default_rng(1).integers(0, blocks, rows, dtype=np.uint64) * bs
@@ -63,14 +62,24 @@ def iodl_plan(case: str, seconds: float) -> np.ndarray:
     return plan
 
 
-def run_iodl(engine: str, case: str, path: str, seconds: float) -> dict:
+def iodl_plan(case: str, seconds: float) -> np.ndarray:
+    bs = CASES[case]["bs"]
+    # more rows than the run can finish: the deadline ends it, as fio's time_based runtime does
+    return read_plan(bs, int(seconds * (4e9 / bs if case == "seq1m" else 1.5e6)), case == "seq1m")
+
+
+def run_iodl(engine: str, case: str, path: str, seconds: float, track: bool = True) -> dict:
     bs = CASES[case]["bs"]
     plan = iodl_plan(case, seconds)
     fd = open_for_read(path, True)
     hist = histogram.empty()
+    # as `iodl read` runs it: filling the per-second series and the live progress counters
+    series, live = new_series(seconds), np.zeros(LIVE_SLOT // 8, dtype=np.int64)
     with _native.Engine(engine, depth=DEPTH, block_size=bs, direct=True) as eng:
         r0 = resource.getrusage(resource.RUSAGE_SELF)
-        st = eng.run([fd], plan, hist, deadline_ns=_native.monotonic_ns() + int(seconds * 1e9))
+        t0 = _native.monotonic_ns()
+        extra = {"series": series, "series_origin_ns": t0, "live": live} if track else {}
+        st = eng.run([fd], plan, hist, deadline_ns=t0 + int(seconds * 1e9), **extra)
         r1 = resource.getrusage(resource.RUSAGE_SELF)
     os.close(fd)
     assert st["errors"] == 0, st
@@ -155,7 +164,8 @@ def main() -> int:
     lines = [f"# iodl engines vs fio ({result['when']}, kernel {result['kernel']}, {result['fio']}, "
              f"{result['cpus']} CPUs)", "",
              f"1 GiB file on {result['mount']}; O_DIRECT, iodepth {DEPTH}, {args.seconds:g} s per run, "
-             f"{args.reps} interleaved runs each, medians.", "",
+             f"{args.reps} interleaved runs each, medians. iodl fills its per-second series and live "
+             "counters, as `iodl read` does.", "",
              "| case | iodl engine vs fio | fio MB/s | iodl MB/s | bw ratio | fio IOPS | iodl IOPS | IOPS ratio "
              "| CPU s/GB fio | CPU s/GB iodl | goal | met |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]

@@ -144,15 +144,16 @@ class MpiComm:
 
 class NodeShared:
     """A zeroed block of memory mapped by every rank of one node (a /dev/shm file, unlinked as soon
-    as all ranks mapped it, so nothing is left behind). `mm` is None where no rank could map it;
-    the choice is the same on every rank of every node. node_rank/node_size place this rank."""
+    as all ranks mapped it, so nothing is left behind). Where some rank could not map it, `shared`
+    is False on every rank of every node and `mm` is a private block of the same size instead, so
+    callers keep one code path. node_rank/node_size place this rank."""
 
     TAIL = 64   # bytes after the per-rank slots, for one node-wide word (the null engine's device)
 
     def __init__(self, comm, size: int = 4096, per_rank: int = 0):
         import mmap
 
-        self.mm = None
+        self.mm, self.shared = None, True
         if comm.is_mpi:
             node = comm._comm.Split_type(comm._MPI.COMM_TYPE_SHARED)
             self.node_rank, self.node_size, self._node = node.Get_rank(), node.Get_size(), MpiComm(node)
@@ -183,7 +184,9 @@ class NodeShared:
         if self.node_rank == 0 and path:
             os.unlink(path)
         if not ok:
-            self.mm = None
+            if self.mm is not None:
+                self.mm.close()
+            self.mm, self.shared = mmap.mmap(-1, size), False
 
     @property
     def node(self):
@@ -202,7 +205,7 @@ class NodeBarrier:
     def __init__(self, comm: "MpiComm"):
         self._comm = comm
         shared = NodeShared(comm, self.PAGE)
-        self._mm, self._node_size = shared.mm, shared.node_size
+        self._mm, self._node_size = (shared.mm if shared.shared else None), shared.node_size
         self._leader = shared.node_rank == 0
         color = 0 if self._leader else comm._MPI.UNDEFINED
         leaders = comm._comm.Split(color, comm.rank)

@@ -149,12 +149,11 @@ def reduce_series(comm, mine: RankResult, n_mounts: int) -> np.ndarray | None:
     Only the seconds some rank reached are sent: the rows after this rank's last completion are
     zero and were never touched (the array is allocated lazily), and must stay so.
     """
-    used = 0
-    if mine.series is not None and mine.ios:
-        used = min(int(mine.t_end * 1e9 // SERIES_BUCKET_NS) + 1, len(mine.series))
+    used = -1                      # -1: no series here; 0: a series, nothing in it yet
+    if mine.series is not None:
+        used = min(int(mine.t_end * 1e9 // SERIES_BUCKET_NS) + 1, len(mine.series)) if mine.ios else 0
     used = int(comm.allreduce(used, "max"))
-    kept = int(comm.allreduce(int(mine.series is not None), "max"))
-    if not kept:
+    if used < 0:
         return None
     arr = np.zeros((n_mounts, max(used, 1), histogram.SERIES_WIDTH), dtype=np.int64)
     if mine.series is not None and used:

@@ -117,3 +117,25 @@ def test_drop_caches_without_root_is_one_line_error(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "--drop-caches needs root" in proc.stderr
+
+
+@pytest.mark.parametrize("ranks", [0, 2])
+@pytest.mark.parametrize("flag", ["--out", "--csv"])
+def test_output_into_a_missing_directory_fails_before_the_run(tmp_path, flag, ranks):
+    """Found before any I/O, once, on every rank: one line, exit 2, no hang, nothing written."""
+    target = tmp_path / "no-such-dir" / "r.out"
+    proc = iodl("read", "--engine", "null", "--steps", "2", flag, str(target), ranks=ranks, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert f"{flag} {target}: directory" in proc.stderr and "does not exist" in proc.stderr
+    assert not target.parent.exists()
+
+
+def test_pss_is_reported_and_bounded_by_the_kernels_rss(tmp_path):
+    """pss_mb comes from /proc/self/smaps_rollup: positive, and never above the process's peak RSS
+    (a page shared n ways counts 1/n; alone, a process's PSS is at most its RSS)."""
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--engine", "null", "--steps", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    [rank] = load_json(out)["per_rank"]
+    assert 0 < rank["pss_mb"] <= rank["max_rss_mb"]

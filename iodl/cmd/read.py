@@ -77,6 +77,10 @@ def _setup(comm, args):
             raise UsageError(f"--root {root}: no such directory")
     if args.drop_caches:
         cache.check_can_drop()
+    for flag, path in (("--out", args.out), ("--csv", args.csv)):
+        # found before the run, not after it has been lost
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UsageError(f"{flag} {path}: directory {os.path.dirname(os.path.abspath(path))} does not exist")
     pattern = args.pattern or wl.pattern
     duration = args.duration if args.duration is not None else (0.0 if pattern == "train-sync" or args.steps else 10.0)
     cfg = ReadConfig(pattern=pattern, engine=choose_engine(args.engine, args.direct), direct=args.direct,
@@ -198,6 +202,10 @@ def run(args) -> int:
     if args.drop_caches and leader:
         cache.drop()
     if cfg.engine == "null" and args.delay_shared:
+        def check_shared():
+            if not shared.shared:
+                raise UsageError("--delay-shared needs memory shared by the ranks of a node (/dev/shm), and there is none here")
+        collective(comm, check_shared)
         # one emulated device per node: the first 8 bytes after the live slots are its "busy until"
         cfg.engine_extra = {"device": memoryview(shared.mm)[shared.device_offset:shared.device_offset + 8]}
     comm.barrier()  # every node's cache is dropped before any rank looks or reads
@@ -233,7 +241,8 @@ def run(args) -> int:
         total_s = cfg.ramp_s + cfg.duration_s if cfg.pattern == "storage-only" else (cfg.duration_s or 0.0)
         progress = Progress(shared.mm, node_mounts, roots, total_s=total_s,
                             total_steps=total_steps if scfg and not cfg.duration_s else 0,
-                            other_nodes=shared.node_size < comm.size, console=console).start()
+                            other_nodes=shared.node_size < comm.size or not shared.shared,
+                            console=console).start()
     startup_s = process_age_s()
     try:
         if scfg is not None:
