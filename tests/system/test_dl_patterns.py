@@ -32,6 +32,7 @@ def test_tool_overhead_8_ranks_on_2_cores_keeps_au_above_97_percent(tmp_path):
 @pytest.mark.blkio
 @pytest.mark.aio
 @pytest.mark.odirect
+@pytest.mark.flaky(reruns=1)  # the throttle is reached only while 4 ranks on 2 cores get the CPU to keep it busy
 def test_infer_async_per_mount_bandwidth_matches_two_throttles(tmp_path):
     throttles = (40 * MB, 80 * MB)
     with LoopMount(512 << 20) as a, LoopMount(512 << 20) as b, BlkioGroup("iodl-test") as group:
