@@ -1,10 +1,17 @@
 """fio vs iodl on loop mounts: the four acceptance comparisons, recorded in bench/results/.
 
 Run as root: /work/venv/bin/python bench/bench_fio_compare.py [--runtime S] [--ramp S] [--repeat N]
+                                                                  [--backing DIR]
 
 Each case runs fio and iodl --repeat times each, interleaved (fio-compare --repeat): sides are
 medians, the ratio is the median of per-round ratios. The throttled case runs without a ramp
 (docs/fio-compare.md: fio's per-clone ramp end under 1.8 s of queue).
+
+--backing picks where the loop images live. The default (/var/tmp) puts them on this VM's disk,
+which other tenants share: its speed can swing 5x within a run. --backing /dev/shm puts them
+in RAM, so the unthrottled cases compare what the two tools cost per request, undisturbed by
+the disk. The hypervisor's share of the CPU (steal) is recorded per case: above a few percent
+the ratios are noise.
 """
 import argparse
 import json
@@ -14,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from iodl.groundtruth import BlkioGroup, LoopMount
+from iodl.groundtruth import BlkioGroup, CpuSteal, LoopMount
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIO = os.path.join(REPO, "workloads", "fio")
@@ -27,7 +34,7 @@ CASES = [
 ]
 
 
-def run_case(name, job, extra, limit, runtime, ramp, repeat, tmp):
+def run_case(name, job, extra, limit, runtime, ramp, repeat, tmp, backing):
     if job == "NORATE":
         job = os.path.join(tmp, "norate.fio")
         with open(os.path.join(FIO, "reference-job1.fio")) as src, open(job, "w") as dst:
@@ -35,7 +42,7 @@ def run_case(name, job, extra, limit, runtime, ramp, repeat, tmp):
     else:
         job = os.path.join(FIO, job)
     out = os.path.join(tmp, f"{name}.json")
-    with LoopMount(1536 << 20) as m, BlkioGroup("bench-fio") as group:
+    with LoopMount(1536 << 20, workdir=backing) as m, BlkioGroup("bench-fio") as group, CpuSteal() as steal:
         if limit:
             group.throttle_read(m.majmin, limit)
         cmd = [sys.executable, "-m", "iodl", "fio-compare", job, "--directory", m.path, "--runtime", str(runtime),
@@ -44,7 +51,7 @@ def run_case(name, job, extra, limit, runtime, ramp, repeat, tmp):
     if r.returncode:
         return {"name": name, "error": r.stderr.strip()}
     (entry,) = json.load(open(out))["jobs"]
-    return {**entry, "name": name, "throttle_Bps": limit}
+    return {**entry, "name": name, "throttle_Bps": limit, "steal": round(steal.share, 4)}
 
 
 def main():
@@ -52,26 +59,27 @@ def main():
     ap.add_argument("--runtime", type=float, default=5)
     ap.add_argument("--ramp", type=float, default=1)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--backing", default="/var/tmp", help="directory of the loop images (default /var/tmp)")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "fio-compare"))
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [dict(run_case(n, j, x, lim, a.runtime, a.ramp, a.repeat, tmp), criterion=c, metric=met)
+        rows = [dict(run_case(n, j, x, lim, a.runtime, a.ramp, a.repeat, tmp, a.backing), criterion=c, metric=met)
                 for n, j, x, lim, met, c in CASES]
     doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "runtime_s": a.runtime, "ramp_s": a.ramp, "repeat": a.repeat,
-           "kernel": os.uname().release, "cases": rows}
+           "backing": a.backing, "kernel": os.uname().release, "cases": rows}
     with open(a.out + ".json", "w") as f:
         json.dump(doc, f, indent=1)
-    lines = ["| case | fio MB/s | iodl MB/s | bw ratio | fio IOPS | iodl IOPS | IOPS ratio | criterion |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | fio MB/s | iodl MB/s | bw ratio | fio IOPS | iodl IOPS | IOPS ratio | criterion | steal |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | error: {r['error']} |||||||")
+            lines.append(f"| {r['name']} | error: {r['error']} ||||||||")
             continue
         f, i, q = r["fio"], r["iodl"], r["ratio"]
         lines.append(f"| {r['name']} | {f['bandwidth_MBps']:.1f} | {i['bandwidth_MBps']:.1f} | {q['bandwidth']:.3f} | "
-                     f"{f['iops']:.0f} | {i['iops']:.0f} | {q['iops']:.3f} | {r['criterion']} ({r['metric']}) |")
+                     f"{f['iops']:.0f} | {i['iops']:.0f} | {q['iops']:.3f} | {r['criterion']} ({r['metric']}) | {r['steal']:.1%} |")
     with open(a.out + ".md", "w") as f:
-        f.write(f"# fio-compare on loop mounts ({doc['when']}, runtime {a.runtime}s, ramp {a.ramp}s, "
+        f.write(f"# fio-compare on loop mounts backed by {a.backing} ({doc['when']}, runtime {a.runtime}s, ramp {a.ramp}s, "
                 f"{a.repeat} interleaved runs per tool; medians, ratio = median of per-round ratios)\n\n")
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

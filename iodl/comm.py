@@ -236,6 +236,39 @@ def _shared_file(size: int):
     return fd, path
 
 
+def _sysv_shm_works() -> bool:
+    """Can this process create a SysV shared-memory segment (some containers forbid it)?"""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_private, ipc_creat, ipc_rmid = 0, 0o1000, 0
+    shmid = libc.shmget(ipc_private, 4096, ipc_creat | 0o600)
+    if shmid < 0:
+        return False
+    libc.shmctl(shmid, ipc_rmid, None)
+    return True
+
+
+def mpi_env_defaults(env, sysv_works=_sysv_shm_works) -> dict[str, str]:
+    """The MPI settings iodl adds to `env` before MPI starts; a user's own setting always wins.
+
+    Both keep memory per rank small when many ranks share a node (bench/results/scale.md); MPIs
+    other than MPICH, and MPICH builds without UCX, ignore them.
+    """
+    # MPICH gives every rank 64 cells of 8 KiB in its shared-memory queue; iodl's messages are
+    # a few small collectives per step, and at 72 ranks a node the cells are ~4.5 MB of every
+    # rank's memory. Eight are plenty.
+    out = {"MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS": "8"}
+    # hydra (MPICH's launcher) says how many ranks share this node. When that is all of them,
+    # MPICH carries every message in its own shared memory and uses UCX only to swap addresses
+    # at start-up. UCX's default opens both its posix and its SysV shared-memory transports, and
+    # at 72 ranks their per-peer state is ~5 MB of every rank: one transport is enough.
+    local = env.get("MPI_LOCALNRANKS")
+    if local is not None and local == env.get("PMI_SIZE") and "UCX_TLS" not in env and sysv_works():
+        out["UCX_TLS"] = "self,sysv"
+    return {k: v for k, v in out.items() if k not in env}
+
+
 def world():
     """COMM_WORLD when launched by mpirun and mpi4py is importable, else the serial stand-in."""
     if launched_by_mpi():
@@ -245,10 +278,7 @@ def world():
             from .errors import UsageError
 
             raise UsageError("launched by mpirun but mpi4py is not installed (pip install 'iodl[mpi]')")
-        # MPICH gives every rank 64 cells of 8 KiB in its shared-memory queue; iodl's messages are
-        # a few small collectives per step, and at 72 ranks a node the cells are ~4.5 MB of every
-        # rank's memory. Eight are plenty (a user's own setting wins; other MPIs ignore it).
-        os.environ.setdefault("MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS", "8")
+        os.environ.update(mpi_env_defaults(os.environ))
         return MpiComm()
     return SerialComm()
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -348,6 +347,8 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
         return buffers[slot]
 
     def work():
+        from concurrent.futures import ThreadPoolExecutor  # generate only: readers never load it
+
         nonlocal written, skipped
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="iodl-writer") as writer:
             try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import struct
-import zipfile
 
 import numpy as np
 
@@ -410,6 +409,8 @@ class Npz(Format):
             np.savez(f, **arrays)
 
     def extents_from_file(self, path, samples):
+        import zipfile  # imported where used: the readers of other formats need not load it
+
         ext = np.empty((samples, 2), dtype=np.uint64)
         with open(path, "rb") as f, zipfile.ZipFile(f) as z:
             infos = z.infolist()
@@ -423,6 +424,8 @@ class Npz(Format):
         return ext
 
     def check_file(self, path, sizes):
+        import zipfile
+
         try:
             with zipfile.ZipFile(path) as z:
                 infos = z.infolist()

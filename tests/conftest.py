@@ -15,7 +15,7 @@ import tempfile
 import pytest
 
 from iodl import probe
-from tests.helpers import CpuSteal
+from iodl.groundtruth import CpuSteal
 
 STOLEN = 0.03
 

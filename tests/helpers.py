@@ -40,21 +40,3 @@ def load_json(path: str) -> dict:
         return json.load(f)
 
 
-class CpuSteal:
-    """Share of this VM's CPU time the hypervisor gave to someone else while the block ran
-    (/proc/stat `steal`). Timing claims on a 2-core VM cannot be judged when the host takes a
-    large part of our two cores away."""
-
-    @staticmethod
-    def _read() -> list[int]:
-        with open("/proc/stat") as f:
-            return [int(x) for x in f.readline().split()[1:]]
-
-    def __enter__(self) -> "CpuSteal":
-        self._before = self._read()
-        self.share = 0.0
-        return self
-
-    def __exit__(self, *exc) -> None:
-        d = [b - a for a, b in zip(self._before, self._read())]
-        self.share = d[7] / sum(d) if len(d) > 7 and sum(d) else 0.0
