@@ -42,7 +42,8 @@ class RunStats(TypedDict):
 
 class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
-                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None) -> None: ...
+                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None,
+                 submit_batch: int = 1) -> None: ...
         # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
         # delay_ns: null engine only, each request completes delay_ns after submit (sleeping, not spinning)
         # device: null engine only (ValueError otherwise). A writable, 8-byte aligned buffer of >= 8 bytes
@@ -54,6 +55,9 @@ class Engine:
         #   The engine holds the buffer (an mmap cannot be closed) until close(). None: independent delays.
         # rate_bps: 0 = unpaced; else fio's rate semantics: behind schedule -> issue at once,
         #           ahead -> drain everything in flight, then sleep until the schedule allows the next one
+        # submit_batch: fio's iodepth_batch_submit. 1 (fio's default) hands each request to the kernel as
+        #   soon as it has a slot, one submit call each; N waits for N staged requests (or no free slot);
+        #   0 (or >= depth) submits every request that has a slot in one call. Depth is sampled per batch.
         # cache_check: buffered reads measure cached_bytes (residency snapshot per fd at its first use)
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
             window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,

@@ -204,7 +204,8 @@ class AsyncioEngine:
     """_native.Engine's interface (see _native.pyi) with reads through aiofiles on a uvloop loop."""
 
     def __init__(self, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
-                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device=None) -> None:
+                 delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device=None,
+                 submit_batch: int = 1) -> None:
         why = unavailable()
         if why:
             raise OSError(errno.ENOSYS, f"the asyncio engine needs aiofiles and uvloop ({why})")
@@ -218,6 +219,8 @@ class AsyncioEngine:
             raise ValueError(f"block_size must be 1..{MAX_BLOCK_SIZE}, not {block_size}")
         if delay_ns < 0 or rate_bps < 0:
             raise ValueError("delay_ns and rate_bps must be >= 0")
+        if not 0 <= submit_batch <= MAX_DEPTH:  # accepted alike; each reader task submits its own read
+            raise ValueError(f"submit_batch must be 0..{MAX_DEPTH}, not {submit_batch}")
         if delay_ns:
             raise ValueError("delay_ns is for the null engine only")
         if device is not None:

@@ -306,66 +306,77 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 			next_signal_check = now + SIGNAL_CHECK_NS;
 		}
 
-		while (L.nreissue || (!L.stop && L.next_row < a->nrows && L.nfree)) {
-			struct iodl_req *r;
-			int reissue = L.nreissue > 0;
+		/* stage and submit in batches of submit_batch until the slots or the rows run out */
+		for (;;) {
+			unsigned batched;
 
-			if (reissue) {
-				r = L.reissue[--L.nreissue];
-			} else {
-				if (a->rate_bps && L.t_origin) {
-					/* fio's rate: due when the bytes issued so far were allowed */
-					uint64_t due = L.t_origin + (uint64_t)((unsigned __int128)L.paced_bytes
-									* 1000000000u / a->rate_bps);
-					if (due > now) {
-						pace_until = due;
-						break;
+			while (L.nreissue || (!L.stop && L.next_row < a->nrows && L.nfree)) {
+				struct iodl_req *r;
+				int reissue = L.nreissue > 0;
+
+				if (reissue) {
+					r = L.reissue[--L.nreissue];
+				} else {
+					if (a->rate_bps && L.t_origin) {
+						/* fio's rate: due when the bytes issued so far were allowed */
+						uint64_t due = L.t_origin + (uint64_t)((unsigned __int128)L.paced_bytes
+										* 1000000000u / a->rate_bps);
+						if (due > now) {
+							pace_until = due;
+							break;
+						}
 					}
+					r = take_row(&L);
+					if (!L.t_origin)
+						L.t_origin = now;
 				}
-				r = take_row(&L);
-				if (!L.t_origin)
-					L.t_origin = now;
+				if (sync) {
+					r->t_submit_ns = now;
+					if (!st->t_start_ns)
+						st->t_start_ns = now;
+					if (in_window(a, now))
+						st->depth[0]++;
+					ops->queue(c, r);
+					now = iodl_now_ns();
+					st->t_end_ns = now;
+					complete(&L, r, now);
+					if (a->deadline_ns && now >= a->deadline_ns)
+						L.stop = 1;
+					if (now >= next_signal_check)
+						break;	/* back to the top, which looks for signals */
+					continue;
+				}
+				if (ops->queue(c, r) == IODL_Q_BUSY) {
+					untake(&L, r, reissue);
+					break;
+				}
+				L.staged[L.nstaged++] = r;
+				if (L.nstaged == a->submit_batch)
+					break;
 			}
-			if (sync) {
-				r->t_submit_ns = now;
+
+			batched = L.nstaged;
+			if (L.nstaged) {
+				now = iodl_now_ns();
 				if (!st->t_start_ns)
 					st->t_start_ns = now;
+				for (unsigned i = 0; i < L.nstaged; i++)
+					L.staged[i]->t_submit_ns = now;
+				L.inflight += L.nstaged;
+				/* as fio: every request of the batch sees the depth the batch brought us to */
 				if (in_window(a, now))
-					st->depth[0]++;
-				ops->queue(c, r);
-				now = iodl_now_ns();
-				st->t_end_ns = now;
-				complete(&L, r, now);
-				if (a->deadline_ns && now >= a->deadline_ns)
+					st->depth[iodl_depth_index(L.inflight)] += L.nstaged;
+				L.nstaged = 0;
+				ret = ops->commit(c);
+				if (ret < 0) {
+					/* the engine hands back what it could not submit as failed requests */
 					L.stop = 1;
-				if (now >= next_signal_check)
-					break;	/* back to the top, which looks for signals */
-				continue;
+					ret = 0;
+				}
 			}
-			if (ops->queue(c, r) == IODL_Q_BUSY) {
-				untake(&L, r, reissue);
+			if (batched != a->submit_batch || pace_until || L.stop ||
+			    !(L.nreissue || (L.next_row < a->nrows && L.nfree)))
 				break;
-			}
-			L.staged[L.nstaged++] = r;
-		}
-
-		if (L.nstaged) {
-			now = iodl_now_ns();
-			if (!st->t_start_ns)
-				st->t_start_ns = now;
-			for (unsigned i = 0; i < L.nstaged; i++)
-				L.staged[i]->t_submit_ns = now;
-			L.inflight += L.nstaged;
-			/* as fio: every request of the batch sees the depth the batch brought us to */
-			if (in_window(a, now))
-				st->depth[iodl_depth_index(L.inflight)] += L.nstaged;
-			L.nstaged = 0;
-			ret = ops->commit(c);
-			if (ret < 0) {
-				/* the engine hands back what it could not submit as failed requests */
-				L.stop = 1;
-				ret = 0;
-			}
 		}
 
 		if (!L.inflight) {

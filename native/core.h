@@ -93,6 +93,12 @@ struct iodl_run_args {
 	 */
 	uint64_t window_start_ns, window_end_ns;
 	uint64_t rate_bps;		/* 0: unpaced */
+	/*
+	 * Requests per submit call (fio's iodepth_batch_submit): 1, fio's default, hands each
+	 * request to the kernel as soon as it has a slot; 0 stages every free slot and submits
+	 * them in one call (fewer syscalls; on some devices, e.g. loop, a slower pipeline).
+	 */
+	unsigned submit_batch;
 	/* NULL or series_rows x IODL_SERIES_WIDTH, accumulated into for counted completions */
 	int64_t *series;
 	size_t series_rows;

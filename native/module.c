@@ -34,6 +34,7 @@ typedef struct {
 	Py_ssize_t block_size;
 	unsigned depth;			/* as the engine runs it (psync: 1) */
 	long long rate_bps;
+	unsigned submit_batch;		/* requests per submit call; 0: all that have a slot */
 	int direct, cache_check, busy;
 	struct iodl_snaps snaps;	/* per-fd residency before first use */
 	Py_buffer device;		/* null's shared device word, held (kept mapped) while open */
@@ -70,9 +71,9 @@ static int get_shared(PyObject *obj, Py_buffer *view, Py_ssize_t len, const char
 static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
-				  "cache_check", "device", NULL };
+				  "cache_check", "device", "submit_batch", NULL };
 	const char *name;
-	Py_ssize_t depth = 1, block_size = 1 << 20;
+	Py_ssize_t depth = 1, block_size = 1 << 20, submit_batch = 1;
 	int direct = 0, cache_check = 0, rc;
 	long long delay_ns = 0, rate_bps = 0;
 	PyObject *device = Py_None;
@@ -80,8 +81,9 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	const char *failed = NULL;
 	EngineObject *self;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpO:Engine", kwlist, &name, &depth,
-					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOn:Engine", kwlist, &name, &depth,
+					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device,
+					 &submit_batch))
 		return NULL;
 	ops = iodl_engine_find(name);
 	if (!ops)
@@ -93,6 +95,8 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 				    block_size);
 	if (delay_ns < 0 || rate_bps < 0)
 		return PyErr_Format(PyExc_ValueError, "delay_ns and rate_bps must be >= 0");
+	if (submit_batch < 0 || submit_batch > MAX_DEPTH)
+		return PyErr_Format(PyExc_ValueError, "submit_batch must be 0..%d, not %zd", MAX_DEPTH, submit_batch);
 	if (delay_ns && !(ops->flags & IODL_ENG_FAKE))
 		return PyErr_Format(PyExc_ValueError, "delay_ns is for the null engine only");
 	if (device != Py_None && !(ops->flags & IODL_ENG_FAKE))
@@ -108,6 +112,8 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->ops = ops;
 	self->block_size = block_size;
 	self->rate_bps = rate_bps;
+	/* a batch as deep as the queue is the same as "all that have a slot" */
+	self->submit_batch = submit_batch >= depth ? 0 : (unsigned)submit_batch;
 	self->direct = direct;
 	self->cache_check = cache_check;
 	Py_BEGIN_ALLOW_THREADS
@@ -319,6 +325,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	a.window_start_ns = (uint64_t)window_start_ns;
 	a.window_end_ns = (uint64_t)window_end_ns;
 	a.rate_bps = (uint64_t)self->rate_bps;
+	a.submit_batch = self->submit_batch;
 	if (series.obj) {
 		a.series = series.buf;
 		a.series_rows = (size_t)series.shape[0];
@@ -460,7 +467,8 @@ static PyTypeObject EngineType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "iodl._native.Engine",
 	.tp_doc = "Engine(name, *, depth=1, block_size=1<<20, direct=False, delay_ns=0, rate_bps=0, "
-		  "cache_check=False, device=None): keeps `depth` requests of a plan in flight",
+		  "cache_check=False, device=None, submit_batch=1): keeps `depth` requests of a plan in "
+		  "flight, handing them to the kernel `submit_batch` at a time (0: all that have a slot)",
 	.tp_basicsize = sizeof(EngineObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_new = Engine_new,

@@ -72,7 +72,7 @@ PRIO = {"kb_base": 1, "unit_base": 1, "cpus_allowed_policy": 1, "lockfile": 1, "
 HONOURED = set("""
     name directory filename filename_format unique_filename nrfiles size filesize io_size offset number_ios
     loops numjobs rw rw_sequencer bs bsrange bssplit ba randrepeat randseed allrandrepeat norandommap
-    file_service_type time_based runtime ramp_time startdelay ioengine iodepth direct buffered invalidate
+    file_service_type time_based runtime ramp_time startdelay ioengine iodepth iodepth_batch direct buffered invalidate
     rate rate_iops rate_process create_serialize create_on_open allow_file_create fallocate overwrite
     stonewall new_group group_reporting kb_base thread
 """.split())
@@ -82,7 +82,6 @@ IGNORED = {
     "description": "text only",
     "sync": "write-only (O_SYNC/O_DSYNC); no effect on reads",
     "unit_base": "only changes fio's printed units",
-    "iodepth_batch": "iodl's engine batches submissions itself",
     "iodepth_batch_complete_min": "iodl's engine reaps what is ready",
     "iodepth_batch_complete_max": "iodl's engine reaps what is ready",
     "iodepth_low": "iodl's engine refills to iodepth at once",

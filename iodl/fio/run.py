@@ -47,6 +47,7 @@ class JobPlan:
     job: Job
     engine: str
     depth: int
+    submit_batch: int     # iodepth_batch(_submit): requests per submit call, 0 = all that have a slot
     direct: bool
     random: bool
     seq_len: int          # rw=randread:N -> N sequential blocks per random pick; rw=read:N -> hole bytes
@@ -127,6 +128,7 @@ def plan_job(job: Job, overrides: dict | None = None) -> JobPlan:
     seed = job.get("randseed")
     plan = JobPlan(
         job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
+        submit_batch=job.get("iodepth_batch", 1),
         direct=direct, random=rw == "randread", seq_len=seq_len, block_sizes=block_sizes,
         align=job.get("ba", [0])[0] or min_bs(job), rate_bps=rate_bps, time_based=time_based,
         runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
@@ -230,7 +232,7 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     try:
         fds = [engine_mod.open_for_read(f.path, plan.direct) for f in files]
         with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
-                                    rate_bps=plan.rate_bps) as engine:
+                                    rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth)) as engine:
             if start is not None:
                 start.wait()
             _drive(plan, engine, fds, rng, res)
