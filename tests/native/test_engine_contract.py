@@ -515,6 +515,7 @@ def test_series_and_live_add_up_to_the_stats(tmp_path, name, direct):
     assert live.tolist() == [total["bytes"], total["ios"], total["cached_bytes"]]
 
 
+@pytest.mark.flaky(reruns=1)  # needs completions inside an 80 ms window: a VM stalled that long has none
 @pytest.mark.parametrize("name,direct", [p for p in ENGINES if not p.values[1]])
 def test_live_counts_the_ramp_and_the_series_only_the_window(tmp_path, name, direct):
     """With a window, live counts every completion (progress moves during the ramp), the series

@@ -149,7 +149,10 @@ def test_ctrl_c_stops_the_running_point_and_writes_the_points_done(tmp_path):
     out, keep = tmp_path / "sweep.json", tmp_path / "points"
     cmd = [sys.executable, "-m", "iodl", "sweep", "--ranks", "1,2,4", "--out", str(out), "--keep", str(keep),
            "--", "--engine", "null", "--steps", "60", "--compute-time", "0.05"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # as from a terminal: a test run started in the background inherits SIGINT ignored, and a
+    # process that starts with SIGINT ignored keeps ignoring it (Python installs no handler then)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in proc.stdout:
         if line.startswith("sweep: point 2/3"):
             break
