@@ -154,13 +154,16 @@ def _read_into(path, text, sections, env, keywords, depth):
 # Values, as parse.c converts them
 
 def _strtoll(s: str, base: int) -> int:
-    """C strtoll on the leading part of s: junk after the number is ignored, no digits -> 0."""
+    """C strtoll on the leading part of s: junk after the number is ignored. No digits at all is an
+    error, as in fio's str_to_decimal (nothing read: "failed parsing", the job is dropped)."""
     m = re.match(r"\s*([+-]?)(0[xX])?([0-9a-fA-F]*)" if base == 16 else r"\s*([+-]?)()([0-9]*)", s)
     digits = m.group(3)
     if base == 16:
         digits = re.match(r"[0-9a-fA-F]*", digits).group(0)
     if not digits:
-        return 0
+        if m.group(2):      # "0x" alone: strtoll reads the "0"
+            return 0
+        raise ValueError("not a number")
     value = int(digits, base)
     if value > (1 << 63) - 1:
         raise ValueError("out of range")

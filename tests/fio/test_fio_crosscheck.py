@@ -19,7 +19,7 @@ CASES = [
     "[a]\nkb_base=1000\nbs=4ki\nsize=1mi\nio_size=3t\noffset=7kb\nrate=2mb\nstartdelay=2m\n",
     "[a]\nsize=1MiB\nkb_base=1000\nbs=8k:16k\nruntime=1h\ntime_based\ndirect=1\ngroup_reporting\n",
     "[a]\nbs=512\nsize=512b\niodepth=1k\nnumjobs=0x2\nruntime=10sec\nramp_time=250us\nloops=3\n",
-    "[a]\nbs=abc\nsize=12%\nrate=1k,\nnrfiles=$ncpus\nsize=$mb_memory\n",
+    "[a]\nbs=4kabc\nsize=12%\nrate=1k,\nnrfiles=$ncpus\nsize=$mb_memory\n",
     "[a]\nbs = 16k ; inline\nsize=4m# hash\nrate_iops=10,20,30\nruntime=1d\n",
 ]
 
@@ -63,6 +63,16 @@ def test_values_match_fio_parse_trace(tmp_path, text):
         assert ours == outs[: len(ours)], f"{name}: iodl {ours} fio {outs}"
         checked += 1
     assert checked >= 3
+
+
+@pytest.mark.parametrize("line", ["bs=abc", "iodepth=abc", "iodepth_batch=abc", "nrfiles=k", "size=abc"])
+def test_both_refuse_a_number_without_digits(tmp_path, line):
+    path = tmp_path / "job.fio"
+    path.write_text(f"[a]\nrw=read\nsize=1M\n{line}\n")
+    fio = subprocess.run(["fio", "--parse-only", str(path)], capture_output=True, text=True)
+    assert fio.returncode != 0 and "failed parsing" in fio.stderr + fio.stdout
+    with pytest.raises(jf.JobFileError, match="not a number"):
+        jf.parse(str(path))
 
 
 def test_showcmd_lists_the_options_we_read(tmp_path):

@@ -26,7 +26,9 @@ def test_size_suffixes_follow_fios_code(text, kb1024, kb1000):
 
 def test_percent_and_junk_follow_strtoll():
     assert jf.parse_size("20%") == Percent(20)
-    assert jf.parse_size("abc") == 0          # strtoll finds no digits: 0, as fio stores it
+    assert jf.parse_size("12abc") == 12       # strtoll stops at the junk
+    with pytest.raises(ValueError, match="not a number"):
+        jf.parse_size("abc")                  # no digits: fio says "failed parsing bs=abc"
     with pytest.raises(ValueError):
         jf.parse_size("")                     # fio: "failed parsing" (what bs=${UNSET} becomes)
 
