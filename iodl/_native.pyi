@@ -24,7 +24,8 @@ def resident_bytes(fd: int, offset: int, length: int) -> int: ...  # page-cache 
 
 class RunStats(TypedDict):
     done: int            # rows [0, done) are finished; a deadline stops new rows (started ones are drained);
-                         # after an error, done == first_error_row
+                         # after an error, done == first_error_row; after abandoning requests (hung storage), done is
+                         # the lowest row left unfinished
     ios: int             # completed requests (a short read re-issued for its remainder counts as one more)
     bytes: int           # bytes delivered (exact; an O_DIRECT tail past EOF counts only what read returned;
                          # null counts each row's full length)
@@ -39,6 +40,14 @@ class RunStats(TypedDict):
     max_ns: int          # exact largest latency of this run (the histogram holds it within 1/128)
     depth: list[int]     # DEPTH_BUCKETS counts of in-flight depth sampled at each submit
     series_clamped: int  # counted completions later than the series' last row (filed in that row); 0 without series
+    interrupted: bool    # the run was stopped by cancel() or a signal (False otherwise); done/bytes are what ran
+    short_rows: int      # rows that met EOF before their length (the file is shorter than the plan says). Not an
+                         # error here (a plan may read past EOF on purpose); iodl.engine.raise_for_errors makes it one
+    first_short_row: int # lowest such row, -1 if none
+    short_file_size: int # that row's file size when it met EOF (fstat); 0 if none
+    abandoned: int       # requests still in the kernel when a stopped run gave up draining them (hung storage): 0
+                         # normally. Then the engine is cancelled for good and its buffers are never freed (the
+                         # kernel may still write into them)
 
 class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
@@ -59,6 +68,8 @@ class Engine:
         #   soon as it has a slot, one submit call each; N waits for N staged requests (or no free slot);
         #   0 (or >= depth) submits every request that has a slot in one call. Depth is sampled per batch.
         # cache_check: buffered reads measure cached_bytes (residency snapshot per fd at its first use)
+        # ValueError when depth x block_size (psync: 1 x block_size), each rounded up to ALIGN, exceeds 4 GiB or
+        #   half of this machine's RAM: the pool is allocated and touched at once, so it must never be an OOM kill
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
             window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,
             series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live: object = None) -> RunStats: ...
@@ -68,8 +79,18 @@ class Engine:
         # t_start_ns/t_end_ns are clipped to it: a ramp runs on into the window without draining
         # latency = handed to the kernel (stamped just before io_submit/io_uring_enter/pread) -> completion
         # reaped: fio's clat plus the submit call. One sample per completed request: hist.sum() == ios.
-        # plan: PLAN_DTYPE rows (or an (n, 3) uint64 array); ValueError if a row's file >= len(fds) or
-        # length > block_size. Rate pacing restarts at every run(). Ctrl-C stops, drains, then raises.
+        # plan: PLAN_DTYPE rows, or a C-contiguous (n, 3) uint64 array, or int64 without negative values; anything
+        # else (float64, another struct, a strided view) is a ValueError, as is a row's file >= len(fds) or
+        # length > block_size. The plan is copied before the GIL is released: changing the array while run()
+        # runs changes nothing. fds: each 0..INT_MAX (the null engine also takes -1: no file), else ValueError.
+        # Rate pacing restarts at every run(). Ctrl-C stops, drains, then raises.
+        # Every wait in the kernel lasts at most 100 ms (io_getevents' timeout, io_uring_enter with
+        # IORING_ENTER_EXT_ARG on 5.11+, polling before), and a stop request (signal, cancel()) is looked for
+        # at least every 100 ms, psync included (between preads: a pread in flight is not interrupted).
+        # After a stop the requests in flight are drained for at most 1 s; past that the storage is taken to be
+        # hung and the run returns with stats["abandoned"] > 0 (see RunStats.abandoned).
+        # EAGAIN from io_submit/io_uring_enter is not an error: what was refused is submitted again after the
+        # next completions (fio's "reap, then retry").
         # An OSError "(originated from io_getevents)" etc. means the engine broke; it is closed then.
         # series: None or a writable C-contiguous int64 array of shape (n, SERIES_WIDTH), n >= 1, accumulated
         #   into (never cleared). Every counted completion (exactly those in bytes/ios/hist) adds to row
@@ -88,6 +109,12 @@ class Engine:
     direct: bool
     fixed_buffers: bool  # uring: the pool is registered (READ_FIXED); False elsewhere or if refused
     closed: bool
+    cancelled: bool      # cancel() was called, or a stop abandoned requests
+    def cancel(self) -> None: ...
+        # From ANY thread, also while run() runs in another (its GIL released): sets an atomic flag that the
+        # loop reads without the GIL. The run in progress stops submitting new rows within ~100 ms, drains what
+        # is in flight (bounded as above) and returns its stats normally, with interrupted=True (no exception).
+        # Every later run() returns at once: done=0, bytes=0, interrupted=True. Never blocks; idempotent.
     def forget(self, fd: int) -> None: ...     # drop the residency snapshot of fd (call before closing it)
     def close(self) -> None: ...
     def __enter__(self) -> "Engine": ...

@@ -193,6 +193,9 @@ class _Run:
         self.sizes: list[int] = []
         self.cached_each: list[int] = []
         self.series_clamped = 0
+        self.interrupted = False
+        self.short_rows = self.short_file_size = 0
+        self.first_short_row = -1
         self.live: np.ndarray | None = None
         self.paced = 0
         self.t_origin = 0
@@ -231,6 +234,7 @@ class AsyncioEngine:
         self._snaps: dict[int, _Snapshot] = {}
         self._busy = False
         self._closed = False
+        self._cancelled = False
         self._pread = aiofiles.os.wrap(os.pread)
         self._preadv = aiofiles.os.wrap(os.preadv)
         self._slot = _round_up(block_size, ALIGN)
@@ -263,6 +267,12 @@ class AsyncioEngine:
     direct = property(lambda self: self._direct)
     fixed_buffers = property(lambda self: False)
     closed = property(lambda self: self._closed)
+    cancelled = property(lambda self: self._cancelled)
+
+    def cancel(self) -> None:
+        """From any thread (as _native.Engine.cancel): the run stops taking rows, lets the reads in
+        flight finish and returns its stats with interrupted=True; later runs return at once."""
+        self._cancelled = True
 
     def __repr__(self) -> str:
         return f"<AsyncioEngine depth={self._depth} block_size={self._block_size} direct={self._direct}>"
@@ -343,6 +353,9 @@ class AsyncioEngine:
                 i = int(bad[0])
                 raise ValueError(f"plan row {i}: length {int(cols[i, 2])} exceeds block_size {self._block_size}")
         st = _Run(len(cols))
+        if self._cancelled:
+            st.interrupted = True
+            return self._stats(st, 0, 0)
         st.live = live
         if series is not None:
             st.ends = []
@@ -361,7 +374,7 @@ class AsyncioEngine:
                         raise
                     # a signal handler raised in this thread (Ctrl-C): no new rows, let the reads
                     # in flight finish (their buffers are ours), then raise it
-                    st.stop = True
+                    st.stop = st.interrupted = True
                     interrupt = interrupt or exc
             if interrupt is not None:
                 raise interrupt
@@ -433,6 +446,8 @@ class AsyncioEngine:
         buf = self._slots[slot] if direct else None
         depth_hist, lats, ends, live = st.depth, st.lats, st.ends, st.live
         while True:
+            if self._cancelled and not st.stop:
+                st.stop = st.interrupted = True
             if st.stop or st.next_row >= st.nrows:
                 return
             now = clock()
@@ -507,6 +522,14 @@ class AsyncioEngine:
                 if want and res > 0 and (size is None or offset + res < size):
                     offset += res           # short read before EOF: read the rest
                     continue
+                if want:                    # EOF before the row's length: the file is shorter than planned
+                    st.short_rows += 1
+                    if st.first_short_row < 0 or row < st.first_short_row:
+                        try:
+                            eof = os.fstat(fd).st_size
+                        except OSError:
+                            eof = offset + res
+                        st.first_short_row, st.short_file_size = row, eof
                 break
 
     @staticmethod
@@ -524,7 +547,9 @@ class AsyncioEngine:
                 "cached_bytes": st.cached, "errors": st.errors, "first_errno": st.first_errno,
                 "first_error_row": st.first_error_row, "t_start_ns": t_start, "t_end_ns": t_end,
                 "max_ns": max(st.lats) if st.lats else 0, "depth": list(st.depth),
-                "series_clamped": st.series_clamped}
+                "series_clamped": st.series_clamped, "interrupted": st.interrupted,
+                "short_rows": st.short_rows, "first_short_row": st.first_short_row,
+                "short_file_size": st.short_file_size, "abandoned": 0}
 
     # --- lifecycle ------------------------------------------------------------------------------
 

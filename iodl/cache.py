@@ -53,7 +53,7 @@ def resident(paths: list[str]) -> int:
     total = 0
     for p in paths:
         try:
-            fd = os.open(p, os.O_RDONLY)
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in place of a file must not block here
         except OSError:
             continue
         try:

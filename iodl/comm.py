@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from .errors import IodlError
+
 # Variables that mpiexec launchers (MPICH/Hydra, Open MPI, Slurm PMI) set in every rank.
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
@@ -65,6 +67,9 @@ class SerialComm:
     def hostname(self) -> str:
         return socket.gethostname()
 
+    def give_up_after(self, seconds: float) -> None:
+        pass
+
     def abort(self, code: int) -> None:
         os._exit(code)
 
@@ -83,13 +88,37 @@ class MpiComm:
         self.size = self._comm.Get_size()
         self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "bor": MPI.BOR}
         self._node_barrier = None
+        self._give_up_s = None      # set once a stop was requested: collectives then wait this long at most
+        self._heard = {}            # rank 0, after a stop: rank -> request of its "still here" message
 
     def _wait(self, request) -> None:
         # Sleep-poll instead of MPI's busy-wait: an oversubscribed node must not burn its cores here.
         pause = 20e-6
+        start = time.monotonic()
         while not request.Test():
+            if self._give_up_s is not None and time.monotonic() - start > self._give_up_s:
+                raise RanksNotAnswering(self._give_up_s, self.missing_ranks())
             time.sleep(pause)
             pause = min(pause * 2, 1e-3)
+
+    def give_up_after(self, seconds: float) -> None:
+        """After a stop request: a rank that is stopped or hung must not hold the others in a
+        collective forever. Every collective from now on waits `seconds` at most, then raises
+        RanksNotAnswering; each rank tells rank 0 it is still here, so rank 0 can name the others."""
+        if self._give_up_s is not None:
+            return
+        self._give_up_s = seconds
+        tag = 0x10D1
+        self._token = np.zeros(1, dtype=np.int8)
+        if self.rank:
+            self._sent = self._comm.Isend(self._token, dest=0, tag=tag)
+        else:
+            self._heard = {r: self._comm.Irecv(np.zeros(1, dtype=np.int8), source=r, tag=tag)
+                           for r in range(1, self.size)}
+
+    def missing_ranks(self) -> list[int]:
+        """Rank 0 after give_up_after: the ranks not heard from (yet)."""
+        return [r for r, req in self._heard.items() if not req.Test()]
 
     def barrier(self) -> None:
         self._wait(self._comm.Ibarrier())
@@ -140,6 +169,18 @@ class MpiComm:
 
     def abort(self, code: int) -> None:
         self._comm.Abort(code)
+
+
+class RanksNotAnswering(IodlError):
+    """After a stop request, some rank did not take part in a collective in time."""
+
+    exit_code = 130
+
+    def __init__(self, seconds: float, missing: list[int]):
+        named = f"rank(s) {', '.join(map(str, missing))}" if missing else "some rank(s)"
+        super().__init__(f"{named} did not answer within {seconds:g} s of the stop request "
+                         "(stopped or hung); the result holds what rank 0 had")
+        self.missing = missing
 
 
 class NodeShared:
@@ -232,7 +273,14 @@ def _shared_file(size: int):
     import tempfile
 
     fd, path = tempfile.mkstemp(prefix="iodl-shm-", dir="/dev/shm")
-    os.ftruncate(fd, size)
+    try:
+        # reserve the pages now: a sparse file on a full /dev/shm maps fine and then kills the
+        # rank with SIGBUS at its first write; ENOSPC here sends the caller to private memory
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        raise
     return fd, path
 
 

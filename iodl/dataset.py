@@ -7,6 +7,9 @@ Layout of a root written by `iodl generate`:
     ROOT/copy-0000/train-00000-of-01024.tfrecord ...   one directory per copy, same names in each
 A root without a manifest is a foreign dataset: every regular file under it (recursive, sorted) is
 a shard with one extent, the whole file; iodl never writes there.
+Every path a manifest names must resolve (after symlinks) inside its root, and a foreign root may
+hold only regular files inside it: anything else is refused in one line. Generation creates every
+file exclusively (O_EXCL|O_NOFOLLOW) under a temporary name and renames it when complete.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ MANIFEST = "iodl-dataset.json"
 SIZES_FILE = "iodl-sample-sizes.npy"
 EXTENTS_FILE = "iodl-extents.npy"
 _TMP = ".iodl-tmp"          # suffix of a shard being written; renamed when complete
+_MAX_MANIFEST = 1 << 30    # bytes: a manifest naming 10^7 shards is far smaller
 _SIZES_STREAM = 0x5A3E      # seed-sequence tag of the sample-size stream (content streams use copy, file)
 
 
@@ -100,10 +104,25 @@ class Dataset:
         return self._sizes[i % self._files].copy()
 
 
+def _open_regular(path: str):
+    """A regular file opened for reading; a FIFO there must not block the open (OSError otherwise)."""
+    import errno
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    return os.fdopen(fd, "rb")
+
+
 def _read_manifest(root: str) -> dict | None:
     path = os.path.join(root, MANIFEST)
     try:
-        with open(path, "rb") as f:
+        with _open_regular(path) as f:
+            if os.fstat(f.fileno()).st_size > _MAX_MANIFEST:
+                raise UsageError(f"{path}: {os.fstat(f.fileno()).st_size} bytes, larger than a dataset manifest "
+                                 f"can be ({_MAX_MANIFEST})")
             manifest = json.loads(f.read())
     except FileNotFoundError:
         return None
@@ -131,23 +150,69 @@ def open_dataset(root: str) -> Dataset:
         raise UsageError(f"{os.path.join(root, MANIFEST)}: unreadable dataset manifest ({type(exc).__name__}: {exc})") from None
 
 
+_MAX_ENTRIES = 10_000_000   # files x copies a manifest may name (the 10^9-copies manifest must not hang us)
+
+
+def _inside(root: str, entry, manifest_path: str, what: str) -> str:
+    """ROOT/entry after symlinks, or a UsageError when it is not a relative name inside the root."""
+    if not isinstance(entry, str) or not entry or os.path.isabs(entry) or ".." in entry.split("/") or "\0" in entry:
+        raise UsageError(f"{manifest_path}: {what} {entry!r} is not a relative path inside {root}")
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(real_root, entry))
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise UsageError(f"{manifest_path}: {what} {entry!r} resolves to {real}, outside {root}")
+    return real
+
+
+def _load_npy(path: str) -> np.ndarray:
+    """A plain .npy written by generate (never pickles, never follows a link out: see _inside)."""
+    with _open_regular(path) as f:
+        array = np.load(f, allow_pickle=False)
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "iu":
+        raise ValueError(f"{path}: not an integer array")
+    return array
+
+
 def _open_iodl(root: str, manifest: dict) -> Dataset:
     if manifest.get("status") != "complete":
         raise UsageError(f"dataset under {root} is incomplete (generation interrupted?): run iodl generate again "
                          "with the same options to finish it")
+    mpath = os.path.join(root, MANIFEST)
     files = manifest["files"]
     copies = manifest["copies"]
-    shards = [Shard(os.path.join(root, c, f["path"]), int(f["size"]), int(f["samples"])) for c in copies for f in files]
-    sizes = np.load(os.path.join(root, manifest["sample_sizes"]), allow_pickle=False)
+    if not isinstance(files, list) or not isinstance(copies, list) or not files or not copies:
+        raise UsageError(f"{mpath}: 'files' and 'copies' must be non-empty lists")
+    if len(files) * len(copies) > _MAX_ENTRIES:
+        raise UsageError(f"{mpath}: names {len(files)} files x {len(copies)} copies, more than iodl reads "
+                         f"({_MAX_ENTRIES})")
+    copy_dirs = [_inside(root, c, mpath, "copies entry") for c in copies]
+    sizes = _load_npy(_inside(root, manifest["sample_sizes"], mpath, "sample_sizes"))
     extents = None
     if manifest.get("extents"):
-        extents = np.load(os.path.join(root, manifest["extents"]), allow_pickle=False)
-    if sizes.shape[0] != len(files):
-        raise ValueError(f"{manifest['sample_sizes']} has {sizes.shape[0]} rows for {len(files)} files")
+        extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"))
+    if sizes.ndim != 2 or sizes.shape[0] != len(files):
+        raise ValueError(f"{manifest['sample_sizes']} has shape {sizes.shape} for {len(files)} files")
+    for f in files:
+        # a bare file name: it names a file in its copy directory, and nothing else
+        name = f["path"]
+        if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or "\0" in name:
+            raise UsageError(f"{mpath}: files entry {name!r} is not a file name inside a copy directory")
+        if int(f["size"]) < 0 or int(f["samples"]) < 0:
+            raise UsageError(f"{mpath}: files entry {name!r} has a negative size")
+    shards = [Shard(os.path.join(d, f["path"]), int(f["size"]), int(f["samples"])) for d in copy_dirs for f in files]
+    real_root = os.path.realpath(root)
+    for shard in shards:
+        # after symlinks: a link planted inside the root must not lead out of it
+        real = os.path.realpath(shard.path)
+        if os.path.commonpath([real_root, real]) != real_root:
+            raise UsageError(f"{mpath}: shard {shard.path} resolves to {real}, outside {root}")
     return Dataset(root, manifest, shards, sizes, extents)
 
 
 def _open_foreign(root: str) -> Dataset:
+    import stat
+
+    real_root = os.path.realpath(root)
     shards = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=_raise):
         dirnames.sort()
@@ -157,8 +222,13 @@ def _open_foreign(root: str) -> Dataset:
                 st = os.stat(path)
             except OSError:
                 continue  # dangling link
-            if os.path.isfile(path):
-                shards.append(Shard(path, st.st_size, 1))
+            if not stat.S_ISREG(st.st_mode):
+                raise UsageError(f"dataset root {root}: {path} is not a regular file (FIFO, socket or device); "
+                                 "iodl reads regular files only")
+            real = os.path.realpath(path)
+            if os.path.commonpath([real_root, real]) != real_root:
+                raise UsageError(f"dataset root {root}: {path} is a symlink to {real}, outside the root")
+            shards.append(Shard(path, st.st_size, 1))
     if not shards:
         raise UsageError(f"dataset root {root} is empty: no files to read (run iodl generate --root {root})")
     return Dataset(root, None, shards)
@@ -166,6 +236,15 @@ def _open_foreign(root: str) -> Dataset:
 
 def _raise(exc: OSError) -> None:
     raise UsageError(f"dataset root: {exc}")
+
+
+def validate_block(per_rank: list[tuple[int, int, int]], bytes_read: int) -> dict:
+    """What `validate` checked, from every rank's (mount, shards, bytes) of its mount's dataset:
+    each shard opened as a regular file at least as long as its manifest says, and read whole (a
+    read ending early is an error). Framing/CRC is not verified."""
+    mounts = {m: (n, b) for m, n, b in per_rank}
+    return {"shards": sum(n for n, _b in mounts.values()), "bytes": int(bytes_read),
+            "expected_bytes": sum(b for _n, b in mounts.values()), "checked": "sizes"}
 
 
 # ---------------------------------------------------------------- generating -----------------
@@ -215,18 +294,76 @@ def _prepare_root(root: str, spec: dict, seed: int) -> str | None:
     return None
 
 
-def _write_json(path: str, obj) -> None:
+def _create(path: str) -> int:
+    """A new file at path for writing, never through a symlink: a stale temp of ours (regular file)
+    or a planted link is unlinked first (unlink removes the link, never its target); anything else
+    there is refused."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise UsageError(f"{path}: exists and is not a regular file; iodl will not write there")
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _write_via_temp(path: str, write) -> None:
+    """write(file object) into path + _TMP, created exclusively, then renamed over path; no temp left on error."""
     tmp = path + _TMP
-    with open(tmp, "w") as f:
-        json.dump(obj, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    fd = _create(tmp)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _write_json(path: str, obj) -> None:
+    _write_via_temp(path, lambda f: f.write(json.dumps(obj, separators=(",", ":")).encode()))
 
 
 def _save_npy(path: str, array: np.ndarray) -> None:
-    tmp = path + _TMP
-    with open(tmp, "wb") as f:
-        np.save(f, array, allow_pickle=False)
-    os.replace(tmp, path)
+    _write_via_temp(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+def _make_copy_dir(path: str) -> None:
+    """mkdir, or accept an existing real directory; a symlink (or anything else) there is refused."""
+    import stat
+
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise UsageError(f"{path}: exists and is not a directory iodl made (a symlink?); "
+                             "iodl never writes through links") from None
+
+
+def _check_space(needs: dict[str, int]) -> None:
+    """Refuse before writing when the bytes still to write do not fit; roots on one filesystem add up."""
+    per_fs: dict[int, list] = {}
+    for root, need in needs.items():
+        entry = per_fs.setdefault(os.stat(root).st_dev, [0, []])
+        entry[0] += need
+        entry[1].append(root)
+    for need, roots in per_fs.values():
+        st = os.statvfs(roots[0])
+        free = st.f_bavail * st.f_frsize
+        if need > free:
+            raise UsageError(f"--root {', '.join(roots)}: the dataset needs {need} more bytes on that filesystem, "
+                             f"it has {free} free")
 
 
 @dataclass
@@ -290,6 +427,22 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
         "sample_sizes": SIZES_FILE, "extents": None, "total_bytes": None,
     }
 
+    def _bytes_to_write(root):
+        # what is still missing under this root (shards already there with the right size are skipped)
+        import stat
+
+        need = 0
+        for c in range(ds.copies):
+            for i, name in enumerate(names):
+                want = form.size_of(sizes[i]) or int(sizes[i].sum())
+                try:
+                    st = os.lstat(os.path.join(root, copy_dir(c), name))
+                    have = st.st_size if stat.S_ISREG(st.st_mode) else 0
+                except FileNotFoundError:
+                    have = 0
+                need += want if have != want else 0
+        return need
+
     def start_roots():
         if comm.rank == 0:
             for root in roots:
@@ -298,7 +451,8 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
                 if old is None or old.get("status") != "complete":
                     _write_json(os.path.join(root, MANIFEST), manifest)
                 for c in range(ds.copies):
-                    os.makedirs(os.path.join(root, copy_dir(c)), exist_ok=True)
+                    _make_copy_dir(os.path.join(root, copy_dir(c)))
+            _check_space({root: _bytes_to_write(root) for root in roots})
 
     collective(comm, lambda: _oserror_to_iodl(start_roots))
 
@@ -314,15 +468,29 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     pending = []
 
     def finish(item, fd, tmp, final):
+        fds.discard(fd)
         os.close(fd)
         os.replace(tmp, final)
+        temps.discard(tmp)
         return item, os.path.getsize(final)
 
-    def append(fd, view):
+    def append(fd, view, tmp):
         mv = memoryview(view).cast("B")
         pos = 0
-        while pos < len(mv):
-            pos += os.write(fd, mv[pos:])
+        try:
+            while pos < len(mv):
+                pos += os.write(fd, mv[pos:])
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, tmp) from None
+
+    def write_whole(content, tmp, final, item):
+        os.close(_create(tmp))    # exclusively ours; the format's writer then opens it by name
+        form.write(content, tmp)
+        temps.discard(tmp)
+        return _rename(item, tmp, final)
+
+    temps: set[str] = set()      # temp files of shards being written: removed if the run fails
+    fds: set[int] = set()        # their open descriptors
 
     def drain(limit):
         nonlocal nbytes
@@ -354,28 +522,37 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
             try:
                 for r, c, i in mine:
                     final = os.path.join(roots[r], copy_dir(c), names[i])
-                    if os.path.exists(final) and form.check_file(final, sizes[i]):
+                    if os.path.isfile(final) and not os.path.islink(final) and form.check_file(final, sizes[i]):
                         skipped += 1
                         file_sizes[i] = os.path.getsize(final)
                         continue
                     tmp = final + _TMP
                     key = (seed_, c, i)
+                    temps.add(tmp)
                     if form.streams:
-                        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+                        fd = _create(tmp)
+                        fds.add(fd)
                         for piece in form.pieces(sizes[i], key, buffer):
-                            pending.append(writer.submit(append, fd, piece))
+                            pending.append(writer.submit(append, fd, piece, tmp))
                             drain(1)  # the piece before this one is written: its buffer is free
                         pending.append(writer.submit(finish, (r, c, i), fd, tmp, final))
                     else:
                         content = form.prepare(sizes[i], key, buffer(int(sizes[i].sum()) + BLOCK))
-                        pending.append(writer.submit(
-                            lambda ct=content, t=tmp, f=final, it=(r, c, i): (form.write(ct, t), _rename(it, t, f))[1]))
+                        pending.append(writer.submit(write_whole, content, tmp, final, (r, c, i)))
                     written += 1
                     drain(1)
                 drain(0)
             except BaseException:
                 for fut in pending:
                     fut.cancel()
+                writer.shutdown(wait=True)
+                for fd in fds:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                for tmp in temps:   # cut-short shards never keep (or get) final names
+                    _unlink_quietly(tmp)
                 raise
         # Extents that must be read from the files (npz, hdf5): once per file index, from a copy this rank holds.
         if form.extents(sizes[0]) is None:

@@ -80,26 +80,52 @@ def as_plan(rows) -> np.ndarray:
     return plan
 
 
-def open_for_read(path: str, direct: bool) -> int:
-    """os.open for reading, with O_DIRECT when asked; a filesystem that refuses it gets a clear error."""
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+def open_for_read(path: str, direct: bool, size: int | None = None) -> int:
+    """os.open for reading, with O_DIRECT when asked; a filesystem that refuses it gets a clear error.
+
+    Opened non-blocking (a FIFO in place of a file would block a plain open forever), then checked
+    with fstat: a FIFO, socket or character device is refused. Given `size` (a dataset shard: the
+    bytes its manifest promises), only a regular file at least that long is accepted.
+    """
+    import fcntl
+    import stat
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if direct:
         flags |= os.O_DIRECT
     try:
-        return os.open(path, flags)
+        fd = os.open(path, flags)
     except OSError as exc:
         if direct and exc.errno == errno.EINVAL:
             raise IodlError(f"{path}: the filesystem refuses O_DIRECT (open -> EINVAL); "
                             f"run without --direct") from None
         raise
+    try:
+        st = os.fstat(fd)
+        regular = stat.S_ISREG(st.st_mode)
+        if not (regular or (size is None and stat.S_ISBLK(st.st_mode))):
+            raise IodlError(f"{path}: not a regular file (a shard must be one)")
+        if size is not None and st.st_size < size:
+            raise IodlError(f"{path}: shorter than the dataset manifest says: expected {size} bytes, "
+                            f"found {st.st_size}")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def raise_for_errors(stats: dict, plan: np.ndarray, paths: list[str]) -> None:
-    """After Engine.run: raise OSError(errno, ..., path) for the first failed row, if any."""
-    if not stats["errors"]:
-        return
-    row = plan[stats["first_error_row"]]
-    path = paths[int(row["file"])]
-    err = stats["first_errno"]
-    raise OSError(err, f"{os.strerror(err)} (read of {int(row['length'])} bytes at offset "
-                       f"{int(row['offset'])})", path)
+    """After Engine.run: raise OSError(errno, ..., path) for the first failed row, or IodlError
+    naming the file when a row met EOF before its length (the plan was made from sizes: the
+    file has been truncated since)."""
+    if stats["errors"]:
+        row = plan[stats["first_error_row"]]
+        path = paths[int(row["file"])]
+        err = stats["first_errno"]
+        raise OSError(err, f"{os.strerror(err)} (read of {int(row['length'])} bytes at offset "
+                           f"{int(row['offset'])})", path)
+    if stats.get("short_rows", 0):
+        row = plan[stats["first_short_row"]]
+        raise IodlError(f"{paths[int(row['file'])]}: shorter than expected: {stats['short_file_size']} bytes, "
+                        f"the plan reads up to {int(row['offset']) + int(row['length'])}")

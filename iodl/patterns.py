@@ -65,7 +65,7 @@ class _Cursor:
         self.fds = []
         try:
             for i in group:
-                self.fds.append(open_for_read(self.paths[i], self.cfg.direct))
+                self.fds.append(open_for_read(self.paths[i], self.cfg.direct, int(self.sizes[i])))
         except BaseException:
             self.close()
             raise
@@ -124,9 +124,9 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
                          delay_ns=cfg.delay_ns, cache_check=not cfg.direct, **cfg.engine_extra)
     cursor = _Cursor(plan.ShardStream(order, sizes), shards_paths, sizes, cfg, engine)
     try:
-        comm.barrier()  # the common origin of every rank's clock
-        t0 = _native.monotonic_ns()
         try:
+            comm.barrier()  # the common origin of every rank's clock
+            t0 = _native.monotonic_ns()
             if cfg.pattern == "storage-only":
                 # the ramp is not a separate phase: I/O runs on through its end, counted from then
                 measure_from = t0 + int(cfg.ramp_s * 1e9)

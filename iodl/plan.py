@@ -42,6 +42,22 @@ def validate_share(n_shards: int, index_in_mount: int, ranks_in_mount: int) -> n
     return np.arange(index_in_mount, n_shards, ranks_in_mount)
 
 
+def fd_budget(headroom: int = 16) -> int:
+    """Files this process may still open under RLIMIT_NOFILE, keeping headroom for MPI, the engine
+    and the result files (at least 1: one shard at a time still runs)."""
+    import os
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        in_use = 3
+    return max(1, soft - in_use - headroom)
+
+
 class ShardStream:
     """Successive groups of whole shards for one rank, each group large enough that the engine
     keeps its queue full across shard boundaries, but bounded in open files."""
@@ -49,7 +65,7 @@ class ShardStream:
     def __init__(self, order_fn, sizes: np.ndarray, group_bytes: int = 256 << 20, group_files: int = 64):
         self._order_fn = order_fn          # epoch -> array of shard indices, or None when exhausted
         self._sizes = sizes
-        self._group_bytes, self._group_files = group_bytes, group_files
+        self._group_bytes, self._group_files = group_bytes, max(1, min(group_files, fd_budget()))
         self._epoch, self._queue = 0, np.empty(0, dtype=np.int64)
 
     def next_group(self) -> np.ndarray | None:

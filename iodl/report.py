@@ -57,6 +57,10 @@ def print_result(result: dict, console=None) -> None:
         _print_nodes(result["nodes"], console)
     if result.get("train"):
         _print_train(result["train"], result["pattern"], console)
+    if result.get("validate"):
+        v = result["validate"]
+        console.print(f"validate: {v['shards']} shards, {v['bytes']} of {v['expected_bytes']} bytes read, "
+                      f"checked: {v['checked']} (regular files, manifest sizes, whole reads; no framing/CRC)")
     if result.get("sizing"):
         _print_sizing(result["sizing"], result["workload"].get("name", "?"), console)
     if result.get("partial"):
@@ -122,11 +126,43 @@ def _ranks(ranks: list[int]) -> str:
     return ",".join(map(str, ranks)) if len(ranks) <= 6 else f"{len(ranks)} ranks"
 
 
+def check_output_path(flag: str, path: str) -> None:
+    """A UsageError unless `path` can be written as an output file (checked before any I/O)."""
+    from .errors import UsageError
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a directory (name a file)")
+    if not os.path.isdir(parent):
+        raise UsageError(f"{flag} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: directory {parent} is not writable")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise UsageError(f"{flag} {path}: exists and is not a regular file")
+
+
+def write_text_atomically(path: str, write) -> None:
+    """write(f) into an exclusively created temporary file beside `path`, renamed over it when
+    complete: a reader never sees half a file, and no temporary file is left on any failure."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            write(f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def write_result(result: dict, path: str) -> None:
-    """Write atomically: a reader never sees half a file, and an existing file is replaced only
-    once the new one is complete."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    def dump(f):
         json.dump(result, f, indent=2)
         f.write("\n")
-    os.replace(tmp, path)
+    write_text_atomically(path, dump)

@@ -43,16 +43,13 @@ def csv_rows(result: dict) -> list[dict]:
 
 def write_csv(result: dict, path: str) -> None:
     """Write csv_rows(result) to path atomically: a reader never sees half a file."""
+    from .report import write_text_atomically
+
     rows = csv_rows(result)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")  # Unix line ends (the csv module's default is CRLF)
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({k: (FORMATS[k].format(v) if k in FORMATS else v) for k, v in row.items()})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    def write(f):
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")  # Unix line ends (the csv module's default is CRLF)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (FORMATS[k].format(v) if k in FORMATS else v) for k, v in row.items()})
+    write_text_atomically(path, write)

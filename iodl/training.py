@@ -18,6 +18,13 @@ from . import _native, plan
 from .engine import open_engine, open_for_read, raise_for_errors
 from .metrics import LIVE_STEPS, RankResult
 
+WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
+
+
+class _Cancelled(Exception):
+    """The reader's engine was cancelled: the run is stopping, not failing."""
+
+
 STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "ios", "cached", "samples", "epoch")
 
 
@@ -126,6 +133,7 @@ class _Reader(threading.Thread):
         self.stream, self.paths, self.cfg, self.engine, self.result, self.t0 = stream, paths, cfg, engine, result, t0_ns
         self.out: queue.Queue = queue.Queue(maxsize=max(cfg.prefetch, 1))
         self.stop = threading.Event()
+        self.error: BaseException | None = None
         self.fds: dict[int, int] = {}
 
     def _fd(self, shard: int) -> int:
@@ -151,8 +159,9 @@ class _Reader(threading.Thread):
             rows = np.concatenate(parts) if parts else np.empty(0, dtype=plan.PLAN_DTYPE)
         stats = self.engine.run(fds, rows, self.result.hist, **self.result.engine_args(self.t0))
         self.result.add(stats, self.t0)
-        if stats["errors"]:
-            raise_for_errors(stats, rows, [self.paths[s] if self.paths else f"shard {s}" for s, _r, _d in segments])
+        if stats.get("interrupted"):
+            raise _Cancelled()
+        raise_for_errors(stats, rows, [self.paths[s] if self.paths else f"shard {s}" for s, _r, _d in segments])
         for shard, _rows, done in segments:
             if done and shard in self.fds:
                 self._close(shard)
@@ -174,14 +183,35 @@ class _Reader(threading.Thread):
                         break
                     except queue.Full:
                         continue
-        except BaseException as exc:  # handed to the compute loop, which raises it
-            self.out.put(exc)
+        except _Cancelled:
+            pass
+        except BaseException as exc:  # the compute loop looks at it every slice of its wait
+            self.error = exc
+
+    def get(self, stop_flag):
+        """The next batch; waits in short slices so that a stop request or a dead reader is seen
+        at once (a batch on slow storage can take many seconds)."""
+        while True:
+            try:
+                return self.out.get(timeout=WAIT_SLICE_S)
+            except queue.Empty:
+                pass
+            if self.error is not None:
+                raise self.error
+            if stop_flag():
+                raise KeyboardInterrupt
+            if not self.is_alive():
+                raise RuntimeError("the reader thread ended without a batch or an error")
 
     def close(self) -> None:
+        """Stop reading: the engine's cancel() ends a read in progress within ~100 ms (plus the
+        bounded drain of what is in flight), so this never waits for slow storage."""
         self.stop.set()
-        self.join(timeout=30)
-        for shard in list(self.fds):
-            self._close(shard)
+        self.engine.cancel()
+        self.join(timeout=5)
+        if not self.is_alive():
+            for shard in list(self.fds):
+                self._close(shard)
 
 
 def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple[int, int]:
@@ -223,23 +253,26 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
         step = 0
         while True:
             start = clock()
-            if prefetching:
-                item = reader.out.get()
-                if isinstance(item, BaseException):
-                    raise item
-                nbytes, ios, cached = item
-            else:
-                nbytes, ios, cached = reader.fetch()
-            fetched = clock()
-            time.sleep(cfg.compute_time_s)
-            computed = clock()
-            step += 1
-            want_stop = (steps and step >= steps) or (cfg.duration_s and computed >= cfg.duration_s)
-            interrupted = stop_flag()
-            if sync:
-                # the barrier stands in for the gradient all-reduce; it also agrees on stopping
-                flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0))
-                want_stop, interrupted = bool(flags & 1), bool(flags & 2)
+            try:
+                if prefetching:
+                    nbytes, ios, cached = reader.get(stop_flag)
+                else:
+                    nbytes, ios, cached = reader.fetch()
+                fetched = clock()
+                time.sleep(cfg.compute_time_s)
+                computed = clock()
+                step += 1
+                want_stop = (steps and step >= steps) or (cfg.duration_s and computed >= cfg.duration_s)
+                interrupted = stop_flag()
+                if sync:
+                    # the barrier stands in for the gradient all-reduce; it also agrees on stopping
+                    flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0))
+                    want_stop, interrupted = bool(flags & 1), bool(flags & 2)
+            except (KeyboardInterrupt, _Cancelled):
+                # a stop request seen mid-step (waiting for data, computing, at the barrier): every
+                # rank got the signal too, so none waits for this one; the unfinished step is dropped
+                partial = True
+                break
             end = clock()
             records.add(t_start=start, t_end=end, data_wait=fetched - start, compute=computed - fetched,
                         barrier=end - computed, bytes=nbytes, ios=ios, cached=cached, samples=cfg.batch_size,
@@ -253,11 +286,15 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
                 break
             if on_epoch and step % steps_per_epoch == 0:
                 on_epoch(step // steps_per_epoch)
+    except (KeyboardInterrupt, _Cancelled):
+        partial = True   # the signal landed between two steps' waits
     finally:
-        reader.close() if prefetching else None
-        for shard in list(reader.fds):
-            reader._close(shard)
-        engine.close()
+        if prefetching:
+            reader.close()
+        if not reader.is_alive():
+            for shard in list(reader.fds):
+                reader._close(shard)
+            engine.close()
     return result, records.array(), partial, steps_per_epoch
 
 

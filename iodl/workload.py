@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from . import limits
 from .errors import UsageError
 from .units import parse_size
 
@@ -95,34 +96,46 @@ class Workload:
         """The same workload with command-line overrides, checked like the file's values."""
         ds, tr = self.dataset, self.train
         if files is not None:
-            ds = dataclasses.replace(ds, files=_check(_positive_int, files, "--files"))
+            ds = dataclasses.replace(ds, files=_check(_upto(_positive_int, limits.MAX_FILES), files, "--files"))
         if copies is not None:
-            ds = dataclasses.replace(ds, copies=_check(_positive_int, copies, "--copies"))
+            ds = dataclasses.replace(ds, copies=_check(_upto(_positive_int, limits.MAX_COPIES), copies, "--copies"))
         if format is not None:
             ds = dataclasses.replace(ds, format=_check(_enum(FORMATS), format, "--format"))
         if seed is not None:
             tr = dataclasses.replace(tr, seed=_check(_nonneg_int, seed, "--seed"))
+        limits.check_dataset(ds, "with the command line's values")
         return dataclasses.replace(self, dataset=ds, train=tr)
 
 
 # ---- value checkers: each returns the resolved value or raises ValueError(reason) ----
 
-def _positive_int(v):
+def _positive_int(v, hi=limits.MAX_STEPS):
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ValueError(f"must be a positive integer, got {v!r}")
+    if v > hi:
+        raise ValueError(f"{v!r}: at most {hi:,}")
     return v
 
 
-def _nonneg_int(v):
+def _nonneg_int(v, hi=limits.MAX_SEED):
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError(f"must be a non-negative integer, got {v!r}")
+    if v > hi:
+        raise ValueError(f"{v!r}: at most {hi:,}")
     return v
 
 
-def _nonneg_float(v):
+def _nonneg_float(v, hi=limits.MAX_SECONDS):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
         raise ValueError(f"must be a non-negative number, got {v!r}")
+    if v > hi:
+        raise ValueError(f"{v!r}: at most {hi:g}")
     return float(v)
+
+
+def _upto(checker, hi):
+    """checker with an upper bound of its own (the schema's bounds live in iodl.limits)."""
+    return lambda v: checker(v, hi)
 
 
 def _fraction(v):
@@ -143,7 +156,7 @@ def _name(v):
     return v
 
 
-def _size(positive: bool):
+def _size(positive: bool, hi: int):
     def check(v):
         try:
             n = parse_size(v, "size")
@@ -151,6 +164,8 @@ def _size(positive: bool):
             raise ValueError(str(exc).removeprefix("size: ")) from None
         if positive and n == 0:
             raise ValueError(f"must be a positive size, got {v!r}")
+        if n > hi:
+            raise ValueError(f"{v!r}: at most {hi:,} bytes")
         return n
     return check
 
@@ -181,24 +196,24 @@ SCHEMA = {
     },
     "dataset": {
         "format": (_enum(FORMATS), _REQUIRED),
-        "files": (_positive_int, _REQUIRED),
-        "samples_per_file": (_positive_int, _REQUIRED),
-        "sample_size": (_size(True), _REQUIRED),
-        "sample_size_stdev": (_size(False), 0),
-        "copies": (_positive_int, 1),
+        "files": (_upto(_positive_int, limits.MAX_FILES), _REQUIRED),
+        "samples_per_file": (_upto(_positive_int, limits.MAX_SAMPLES_PER_FILE), _REQUIRED),
+        "sample_size": (_size(True, limits.MAX_SAMPLE_SIZE), _REQUIRED),
+        "sample_size_stdev": (_size(False, limits.MAX_SAMPLE_SIZE), 0),
+        "copies": (_upto(_positive_int, limits.MAX_COPIES), 1),
     },
     "train": {
-        "batch_size": (_positive_int, _REQUIRED),
+        "batch_size": (_upto(_positive_int, limits.MAX_BATCH), _REQUIRED),
         "compute_time_s": (_nonneg_float, _REQUIRED),
-        "epochs": (_positive_int, 1),
+        "epochs": (_upto(_positive_int, limits.MAX_EPOCHS), 1),
         "shuffle": (_enum(SHUFFLES), "file"),
         "seed": (_nonneg_int, 1),
-        "prefetch": (_nonneg_int, 2),
+        "prefetch": (_upto(_nonneg_int, limits.MAX_PREFETCH), 2),
     },
     "read": {
-        "block_size": (_size(True), "1MiB"),
-        "iodepth": (_positive_int, 8),
-        "read_threads": (_positive_int, 4),
+        "block_size": (_size(True, limits.MAX_BLOCK_SIZE), "1MiB"),
+        "iodepth": (_upto(_positive_int, limits.MAX_DEPTH), 8),
+        "read_threads": (_upto(_positive_int, limits.MAX_THREADS), 4),
     },
     "metric": {
         "au_threshold": (_fraction, 0.90),
@@ -302,6 +317,7 @@ def parse_workload(text: str, label: str, source: str | None = None) -> Workload
                 out[key] = checker(default)
     w = resolved.pop("workload")
     parts = {s: _CLASSES[s](**v) for s, v in resolved.items()}
+    limits.check_dataset(parts["dataset"], label)
     return Workload(name=w["name"], description=w["description"], pattern=w["pattern"],
                     source=source or label, **parts)
 

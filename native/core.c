@@ -20,7 +20,13 @@
  * process-directed signal may be taken by any thread (numpy's BLAS threads, MPI's progress
  * thread), leaving our wait untouched. Looking costs taking the GIL, so only every 100 ms.
  */
-#define SIGNAL_CHECK_NS 100000000ull
+#define SIGNAL_CHECK_NS IODL_WAIT_SLICE_NS
+/*
+ * After a stop request (signal, cancel), how long the requests in flight may take to drain.
+ * Past it the storage is taken to be hung: the run returns and leaves them to the kernel
+ * (iodl_ctx.abandoned), so that a stop is never held up by a request that does not complete.
+ */
+#define DRAIN_LIMIT_NS 1000000000ull
 
 static uint64_t round_up(uint64_t v, uint64_t a)
 {
@@ -75,6 +81,13 @@ void iodl_ctx_close(struct iodl_ctx *c)
 {
 	if (!c)
 		return;
+	if (c->abandoned) {
+		/* the kernel may still write into the pool, and tearing the engine down would wait
+		 * for the hung requests (io_destroy does): both are left to the process's exit */
+		free(c->reqs);
+		free(c);
+		return;
+	}
 	if (c->ops)
 		c->ops->cleanup(c);
 	free(c->pool);
@@ -141,6 +154,7 @@ static struct iodl_req *take_row(struct loop *L)
 	r->offset = row->offset;
 	r->want = row->length;
 	r->got = 0;
+	r->skip = 0;
 	r->len = L->c->direct ? round_up(row->length, IODL_ALIGN) : row->length;
 	r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size;
 	L->paced_bytes += row->length;
@@ -191,12 +205,29 @@ static void live_add(int64_t *live, unsigned i, uint64_t v)
 	__atomic_store_n(&live[i], __atomic_load_n(&live[i], __ATOMIC_RELAXED) + (int64_t)v, __ATOMIC_RELAXED);
 }
 
+/*
+ * The row met EOF before its length: the file is shorter than the plan (truncated since the
+ * plan was made). Counted, not an error here: a plan may read past EOF on purpose (whole files
+ * in fixed blocks); iodl.engine.raise_for_errors makes it one for plans made from sizes.
+ */
+static void short_row(struct loop *L, const struct iodl_req *r, uint64_t eof)
+{
+	struct iodl_stats *st = L->st;
+	struct stat sb;
+
+	st->short_rows++;
+	if (st->first_short_row >= 0 && (int64_t)r->row > st->first_short_row)
+		return;
+	st->first_short_row = (int64_t)r->row;
+	st->short_file_size = fstat(r->fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : eof;
+}
+
 static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 {
 	const struct iodl_run_args *a = L->a;
 	struct iodl_stats *st = L->st;
 	const struct file_state *f = &L->files[r->file];
-	uint64_t n, lat, end, cached = 0;
+	uint64_t n, lat, end, row_offset, cached = 0;
 	unsigned idx;
 	int counted;
 
@@ -214,11 +245,14 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 		L->free_slots[L->nfree++] = r->slot;
 		return;
 	}
-	/* O_DIRECT rounds the length up: what the plan did not ask for is not delivered */
-	n = (uint64_t)r->res < r->want ? (uint64_t)r->res : r->want;
+	/* O_DIRECT rounds the length up and a continuation starts early (r->skip): only the bytes
+	 * the plan asked for, and not yet delivered, are delivered */
+	n = (uint64_t)r->res > r->skip ? (uint64_t)r->res - r->skip : 0;
+	if (n > r->want)
+		n = r->want;
 	counted = in_window(a, now);
 	if (f->snap && (counted || a->live))
-		cached = iodl_snap_cached(f->snap, r->offset, n);
+		cached = iodl_snap_cached(f->snap, r->offset + r->skip, n);
 	if (counted) {
 		lat = now - r->t_submit_ns;
 		idx = iodl_hist_index(lat);
@@ -241,16 +275,44 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 	}
 	r->got += n;
 	r->want -= n;
-	end = r->offset + (uint64_t)r->res;
-	if (r->want && r->res > 0 && end < f->size) {
+	row_offset = a->plan[r->row].offset;
+	end = row_offset + r->got;
+	if (r->want && n && end < f->size) {
 		/* short read before EOF: read the rest into the rest of the slot */
-		r->offset = end;
-		r->len = L->c->direct ? round_up(r->want, IODL_ALIGN) : r->want;
-		r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size + r->got;
+		uint64_t start = end;
+
+		/* O_DIRECT needs an aligned offset and buffer: start at the aligned offset at or
+		 * below the rest (the slot holds the row from its start, so that place in the slot
+		 * is aligned too) and skip what was already delivered */
+		if (L->c->direct)
+			start -= (end - row_offset) % IODL_ALIGN;
+		r->skip = end - start;
+		r->offset = start;
+		r->len = L->c->direct ? round_up(r->skip + r->want, IODL_ALIGN) : r->want;
+		r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size + (start - row_offset);
 		L->reissue[L->nreissue++] = r;
 		return;
 	}
+	if (r->want)
+		short_row(L, r, end);
 	L->free_slots[L->nfree++] = r->slot;
+}
+
+/* The lowest row whose request still holds a slot (in flight or to be continued). */
+static uint64_t first_unfinished(const struct loop *L)
+{
+	unsigned char *free_slot = calloc(L->c->depth, 1);
+	uint64_t row = L->next_row;
+
+	if (!free_slot)
+		return 0;	/* claim nothing rather than too much */
+	for (unsigned i = 0; i < L->nfree; i++)
+		free_slot[L->free_slots[i]] = 1;
+	for (unsigned i = 0; i < L->c->depth; i++)
+		if (!free_slot[i] && L->c->reqs[i].row < row)
+			row = L->c->reqs[i].row;
+	free(free_slot);
+	return row;
 }
 
 static int was_interrupted(struct loop *L)
@@ -269,10 +331,11 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 	const int sync = ops->flags & IODL_ENG_SYNC;
 	struct loop L = { .c = c, .a = a, .st = st };
 	int ret = 0, slack = -1;
-	uint64_t now;
+	uint64_t now, drain_until = 0;
 
 	memset(st, 0, sizeof(*st));
 	st->first_error_row = -1;
+	st->first_short_row = -1;
 	L.files = calloc(a->nfds ? a->nfds : 1, sizeof(*L.files));
 	L.free_slots = calloc(c->depth, sizeof(*L.free_slots));
 	L.reissue = calloc(c->depth, sizeof(*L.reissue));
@@ -305,6 +368,8 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 			was_interrupted(&L);
 			next_signal_check = now + SIGNAL_CHECK_NS;
 		}
+		if (st->interrupted && !drain_until)
+			drain_until = now + DRAIN_LIMIT_NS;
 
 		/* stage and submit in batches of submit_batch until the slots or the rows run out */
 		for (;;) {
@@ -374,7 +439,9 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 					ret = 0;
 				}
 			}
+			/* a sync engine never waits below: go back to the top for its signal check */
 			if (batched != a->submit_batch || pace_until || L.stop ||
+			    (sync && now >= next_signal_check) ||
 			    !(L.nreissue || (L.next_row < a->nrows && L.nfree)))
 				break;
 		}
@@ -390,6 +457,13 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 			}
 			if (L.nreissue || (!L.stop && L.next_row < a->nrows))
 				continue;
+			break;
+		}
+
+		if (drain_until && now >= drain_until) {
+			/* stopped, and what is in flight did not finish in time: hung storage */
+			st->abandoned = L.inflight;
+			c->abandoned = 1;
 			break;
 		}
 
@@ -418,6 +492,8 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 	}
 
 	st->done = st->errors ? (uint64_t)st->first_error_row : L.next_row;
+	if (st->abandoned && !st->errors)
+		st->done = first_unfinished(&L);
 	if (!st->t_start_ns)
 		st->t_start_ns = st->t_end_ns = iodl_now_ns();
 	if (a->window_start_ns || a->window_end_ns) {

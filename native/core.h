@@ -107,7 +107,8 @@ struct iodl_run_args {
 	int64_t *live;
 	int cache_check;
 	struct iodl_snaps *snaps;
-	/* called (GIL released) every 100 ms and after EINTR: nonzero = a signal wants the run to stop */
+	/* called (GIL released) every 100 ms and after EINTR: nonzero = a signal or cancel() wants the
+	 * run to stop */
 	int (*interrupted)(void *arg);
 	void *interrupted_arg;
 };
@@ -121,6 +122,10 @@ struct iodl_stats {
 	uint64_t depth[IODL_DEPTH_BUCKETS];
 	uint64_t series_clamped;	/* counted completions past the series' last row, filed there */
 	int interrupted;
+	uint64_t short_rows;		/* rows that met EOF before their length */
+	int64_t first_short_row;	/* lowest of them, -1 if none */
+	uint64_t short_file_size;	/* that row's file size when its read met EOF */
+	uint64_t abandoned;		/* requests left in the kernel by a stop on hung storage */
 };
 
 /* barrier.c: lives in a page shared by the ranks of a node, zeroed by its creator */

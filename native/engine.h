@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IODL_OPS_VERSION 2	/* 2: iodl_req.t_due_ns, iodl_ctx.device */
+#define IODL_OPS_VERSION 3	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept */
 #define IODL_ALIGN 4096		/* O_DIRECT buffer/offset/length alignment */
 
 enum iodl_q_status {
@@ -41,6 +41,7 @@ struct iodl_req {
 	uint32_t file;
 	uint64_t got;		/* bytes of the row delivered so far (short reads re-issue the rest) */
 	uint64_t want;		/* bytes of the row still wanted */
+	uint64_t skip;		/* O_DIRECT continuation: bytes read again before the wanted ones */
 };
 
 struct iodl_ctx {
@@ -60,6 +61,12 @@ struct iodl_ctx {
 	int fixed_bufs;			/* set by an engine that registered the pool */
 	void *eng;			/* engine-private state, owned by ->init()/->cleanup() */
 	const char *failed_syscall;	/* set when a call fails, for "(originated from X)" */
+	/*
+	 * Requests were still in the kernel when a stopped run gave up waiting for them (hung
+	 * storage): the kernel may still write into the pool, so close never frees it nor tears
+	 * down the engine (which would wait for them): both are left to the process's exit.
+	 */
+	int abandoned;
 };
 
 struct iodl_engine_ops {
@@ -69,9 +76,15 @@ struct iodl_engine_ops {
 	int (*probe)(void);	/* 0 if usable on this kernel, else -errno */
 	int (*init)(struct iodl_ctx *);
 	enum iodl_q_status (*queue)(struct iodl_ctx *, struct iodl_req *);
-	int (*commit)(struct iodl_ctx *);	/* 0 or -errno (fatal); NULL for sync engines */
-	/* wait until >= min completions are ready, return how many (<= max) or -errno;
-	 * a bounded wait (null's 100 ms sleep slices) may return fewer than min */
+	/*
+	 * 0 or -errno (fatal); NULL for sync engines. A transient refusal (EAGAIN) is not an
+	 * error: the engine keeps what it could not submit and submits it again at its next
+	 * commit or getevents, after completions made room (fio: "reap, then retry").
+	 */
+	int (*commit)(struct iodl_ctx *);
+	/* wait until >= min completions are ready, return how many (<= max) or -errno. Every wait
+	 * is bounded (IODL_WAIT_SLICE_NS, sys.h) so that the core can look for a stop request:
+	 * fewer than min, 0 included, is a normal return */
 	int (*getevents)(struct iodl_ctx *, unsigned min, unsigned max);
 	struct iodl_req *(*event)(struct iodl_ctx *, unsigned i);
 	void (*cleanup)(struct iodl_ctx *);

@@ -2,7 +2,9 @@
  * aio: Linux native AIO through raw io_setup/io_submit/io_getevents (no libaio). Staged iocbs
  * go to the kernel in one io_submit; completions are reaped from the mmapped completion ring
  * in user space when enough are already there (fio libaio userspace_reap), io_getevents only
- * when we must wait. Buffered AIO reads are synchronous inside io_submit (a kernel fact).
+ * when we must wait, at most IODL_WAIT_SLICE_NS at a time. Buffered AIO reads are synchronous
+ * inside io_submit (a kernel fact). io_submit's EAGAIN (no room in the kernel now) keeps the
+ * iocbs staged: they are submitted again after the next completions, as fio does.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +23,12 @@ struct aio_ring {
 struct aio_data {
 	aio_context_t ctx;
 	struct iocb *iocbs;		/* one per pool slot */
-	struct iocb **staged;
+	struct iocb **staged;		/* [0, nstaged): not yet taken by the kernel */
 	struct io_event *events;
 	struct iodl_req **done;		/* what the last getevents returned */
 	struct iodl_req **failed;	/* refused by io_submit: handed back as completions */
 	unsigned nstaged, nfailed;
+	unsigned inkernel;		/* submitted and not yet reaped */
 };
 
 static int aio_probe(void)
@@ -109,18 +112,22 @@ static int aio_commit(struct iodl_ctx *c)
 
 		if (rc > 0) {
 			i += (unsigned)rc;
+			d->inkernel += (unsigned)rc;
 			continue;
 		}
 		if (rc == -EINTR)
 			continue;
+		if (rc == -EAGAIN || rc == 0)
+			break;	/* the kernel has no room now: keep the rest for after a reap */
 		/* io_submit refuses the first iocb it cannot take (bad fd, EINVAL...): fail that one */
 		struct iodl_req *r = (struct iodl_req *)(uintptr_t)d->staged[i]->aio_data;
 
-		r->res = rc ? rc : -EAGAIN;
+		r->res = rc;
 		d->failed[d->nfailed++] = r;
 		i++;
 	}
-	d->nstaged = 0;
+	memmove(d->staged, d->staged + i, (d->nstaged - i) * sizeof(*d->staged));
+	d->nstaged -= i;
 	return 0;
 }
 
@@ -131,12 +138,21 @@ static int aio_getevents(struct iodl_ctx *c, unsigned min, unsigned max)
 	unsigned n = 0;
 	int rc;
 
+	if (d->nstaged)
+		aio_commit(c);	/* what EAGAIN left staged, now that completions may have made room */
 	while (d->nfailed && n < max)
 		d->done[n++] = d->failed[--d->nfailed];
 	if (n >= min)
 		return (int)n;
 	min -= n;
 	max -= n;
+	if (!d->inkernel) {
+		/* all we hold is refused by EAGAIN with nothing of ours in the kernel: wait a little */
+		iodl_sleep_until(iodl_now_ns() + 1000000);
+		return (int)n;
+	}
+	if (min > d->inkernel)
+		min = d->inkernel;
 
 	if (ring->magic == AIO_RING_MAGIC && !ring->incompat_features) {
 		unsigned head = ring->head, nr = ring->nr;
@@ -153,16 +169,20 @@ static int aio_getevents(struct iodl_ctx *c, unsigned min, unsigned max)
 				head = head + 1 == nr ? 0 : head + 1;
 			}
 			__atomic_store_n(&ring->head, head, __ATOMIC_RELEASE);
+			d->inkernel -= avail < max ? avail : max;
 			return (int)n;
 		}
 	}
-	rc = sys_io_getevents(d->ctx, min, max, d->events);
+	struct iodl_kts slice = iodl_kts(IODL_WAIT_SLICE_NS);
+
+	rc = sys_io_getevents(d->ctx, min, max, d->events, &slice);
 	if (rc < 0) {
-		if (n)
-			return (int)n;
+		if (n || rc == -EINTR)
+			return (int)n ? (int)n : rc;
 		c->failed_syscall = "io_getevents";
 		return rc;
 	}
+	d->inkernel -= (unsigned)rc;
 	for (int i = 0; i < rc; i++) {
 		struct iodl_req *r = (struct iodl_req *)(uintptr_t)d->events[i].data;
 

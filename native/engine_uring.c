@@ -2,7 +2,9 @@
  * uring: io_uring through raw io_uring_setup/enter/register and mmap of the rings (no liburing;
  * fio engines/io_uring.c and t/io_uring.c). Staged SQEs go to the kernel in one
  * io_uring_enter; completions are reaped from the CQ ring in user space, entering the kernel
- * only to wait. The pool is registered once so reads use READ_FIXED (no page pinning per
+ * only to wait, at most IODL_WAIT_SLICE_NS at a time (IORING_ENTER_EXT_ARG, 5.11; before it,
+ * by polling). An EAGAIN/EBUSY from io_uring_enter leaves the SQEs in the ring: they are
+ * submitted again after the next completions, as fio does. The pool is registered once so reads use READ_FIXED (no page pinning per
  * I/O); if the kernel refuses (RLIMIT_MEMLOCK before 5.12), plain READ is used instead.
  */
 #include <stdlib.h>
@@ -23,11 +25,13 @@ struct uring_data {
 	unsigned *cq_head, *cq_tail, cq_mask;
 	struct io_uring_cqe *cqes;
 	unsigned tail;			/* our SQ tail, published to *sq_tail at commit */
+	unsigned inkernel;		/* submitted and not yet reaped */
 	struct iodl_req **staged;
 	struct iodl_req **done;
 	struct iodl_req **failed;	/* refused by io_uring_enter: handed back as completions */
 	unsigned nstaged, nfailed;
 	int fixed;
+	int ext_arg;			/* waits can carry a timeout (IORING_FEAT_EXT_ARG) */
 };
 
 static int read_supported(int fd)
@@ -143,6 +147,7 @@ static int uring_setup(struct iodl_ctx *c, struct uring_data *d)
 	for (unsigned i = 0; i < d->sq_entries; i++)
 		d->sq_array[i] = i;
 	d->tail = *d->sq_tail;
+	d->ext_arg = !!(p.features & IORING_FEAT_EXT_ARG);
 	return 0;
 
 mmap_failed:
@@ -217,10 +222,17 @@ static int uring_commit(struct iodl_ctx *c)
 
 		if (rc > 0) {
 			submitted += (unsigned)rc;	/* a bad SQE is consumed too: its error is a CQE */
+			d->inkernel += (unsigned)rc;
 			continue;
 		}
 		if (rc == -EINTR)
 			continue;
+		if (rc == -EAGAIN || rc == -EBUSY || rc == 0) {
+			/* no room in the kernel now: the rest stay in the SQ ring for after a reap */
+			memmove(d->staged, d->staged + submitted, (d->nstaged - submitted) * sizeof(*d->staged));
+			d->nstaged -= submitted;
+			return 0;
+		}
 		/*
 		 * Refused outright: take the unconsumed SQEs back (the kernel reads the tail only
 		 * inside io_uring_enter, and we have no SQ thread) and fail their requests.
@@ -228,7 +240,7 @@ static int uring_commit(struct iodl_ctx *c)
 		d->tail -= d->nstaged - submitted;
 		__atomic_store_n(d->sq_tail, d->tail, __ATOMIC_RELEASE);
 		for (unsigned i = submitted; i < d->nstaged; i++) {
-			d->staged[i]->res = rc ? rc : -EAGAIN;
+			d->staged[i]->res = rc;
 			d->failed[d->nfailed++] = d->staged[i];
 		}
 		break;
@@ -237,19 +249,52 @@ static int uring_commit(struct iodl_ctx *c)
 	return 0;
 }
 
+/* Wait for `min` completions, at most IODL_WAIT_SLICE_NS: 0, or -errno other than a timeout. */
+static int uring_wait(struct uring_data *d, unsigned min)
+{
+	struct iodl_kts slice = iodl_kts(IODL_WAIT_SLICE_NS);
+	uint64_t until;
+	int rc;
+
+	if (d->ext_arg) {
+		rc = sys_io_uring_wait(d->fd, min, &slice);
+		return rc == -ETIME || rc > 0 ? 0 : rc;
+	}
+	/* before 5.11 a wait cannot time out: poll in 1 ms steps instead */
+	until = iodl_now_ns() + IODL_WAIT_SLICE_NS;
+	do {
+		rc = sys_io_uring_enter(d->fd, 0, 0, IORING_ENTER_GETEVENTS);
+		if (rc < 0)
+			return rc;
+		if (__atomic_load_n(d->cq_tail, __ATOMIC_ACQUIRE) - *d->cq_head >= min)
+			return 0;
+		iodl_sleep_until(iodl_now_ns() + 1000000);
+	} while (iodl_now_ns() < until);
+	return 0;
+}
+
 static int uring_getevents(struct iodl_ctx *c, unsigned min, unsigned max)
 {
 	struct uring_data *d = c->eng;
 	unsigned n = 0, head, tail;
 
+	if (d->nstaged)
+		uring_commit(c);	/* what EAGAIN left in the ring, now that completions may have made room */
 	while (d->nfailed && n < max)
 		d->done[n++] = d->failed[--d->nfailed];
 	if (n >= min)
 		return (int)n;
+	if (!d->inkernel) {
+		/* all we hold is refused by EAGAIN with nothing of ours in the kernel: wait a little */
+		iodl_sleep_until(iodl_now_ns() + 1000000);
+		return (int)n;
+	}
+	if (min - n > d->inkernel)
+		min = n + d->inkernel;
 	head = *d->cq_head;
 	tail = __atomic_load_n(d->cq_tail, __ATOMIC_ACQUIRE);
 	if (tail - head < min - n) {
-		int rc = sys_io_uring_enter(d->fd, 0, min - n, IORING_ENTER_GETEVENTS);
+		int rc = uring_wait(d, min - n);
 
 		if (rc < 0 && !n) {
 			if (rc != -EINTR)
@@ -265,6 +310,7 @@ static int uring_getevents(struct iodl_ctx *c, unsigned min, unsigned max)
 		r->res = cqe->res;
 		d->done[n++] = r;
 		head++;
+		d->inkernel--;
 	}
 	__atomic_store_n(d->cq_head, head, __ATOMIC_RELEASE);
 	return (int)n;

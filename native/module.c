@@ -5,13 +5,21 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "sys.h"
 
 #define MAX_DEPTH 65536
 #define MAX_BLOCK_SIZE (1u << 30)
+/*
+ * The buffer pool (depth x block size, rounded up to ALIGN) is allocated and touched at once:
+ * an absurd request must be a ValueError, never an OOM kill. At most 4 GiB, and at most half
+ * of this machine's RAM (a node runs several ranks).
+ */
+#define MAX_POOL_BYTES (4ull << 30)
 
 /* OSError(errno, "<strerror> (originated from <syscall>)"); errno picks the subclass. */
 static PyObject *oserror_wsyscall(int err, const char *syscall)
@@ -36,6 +44,7 @@ typedef struct {
 	long long rate_bps;
 	unsigned submit_batch;		/* requests per submit call; 0: all that have a slot */
 	int direct, cache_check, busy;
+	int cancelled;			/* set by cancel() from any thread, read without the GIL */
 	struct iodl_snaps snaps;	/* per-fd residency before first use */
 	Py_buffer device;		/* null's shared device word, held (kept mapped) while open */
 } EngineObject;
@@ -97,6 +106,19 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return PyErr_Format(PyExc_ValueError, "delay_ns and rate_bps must be >= 0");
 	if (submit_batch < 0 || submit_batch > MAX_DEPTH)
 		return PyErr_Format(PyExc_ValueError, "submit_batch must be 0..%d, not %zd", MAX_DEPTH, submit_batch);
+	{
+		uint64_t slots = ops->flags & IODL_ENG_SYNC ? 1 : (uint64_t)depth;
+		uint64_t pool = slots * (((uint64_t)block_size + IODL_ALIGN - 1) / IODL_ALIGN * IODL_ALIGN);
+		uint64_t limit = MAX_POOL_BYTES;
+		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+
+		if (pages > 0 && page > 0 && (uint64_t)pages * (uint64_t)page / 2 < limit)
+			limit = (uint64_t)pages * (uint64_t)page / 2;
+		if (pool > limit)
+			return PyErr_Format(PyExc_ValueError, "depth %zd x block_size %zd needs %llu bytes of buffers, "
+					    "more than the limit of %llu (4 GiB or half of RAM)", depth, block_size,
+					    (unsigned long long)pool, (unsigned long long)limit);
+	}
 	if (delay_ns && !(ops->flags & IODL_ENG_FAKE))
 		return PyErr_Format(PyExc_ValueError, "delay_ns is for the null engine only");
 	if (device != Py_None && !(ops->flags & IODL_ENG_FAKE))
@@ -151,6 +173,7 @@ static int check_open(EngineObject *self)
 struct interrupt_state {
 	PyThreadState *tstate;
 	PyObject *type, *value, *tb;
+	const int *cancelled;		/* Engine.cancel() */
 };
 
 static int interrupted(void *arg)
@@ -158,7 +181,7 @@ static int interrupted(void *arg)
 	struct interrupt_state *s = arg;
 	int stop;
 
-	if (s->type)
+	if (s->type || __atomic_load_n(s->cancelled, __ATOMIC_ACQUIRE))
 		return 1;
 	PyEval_RestoreThread(s->tstate);
 	stop = PyErr_CheckSignals() < 0;
@@ -168,20 +191,66 @@ static int interrupted(void *arg)
 	return stop;
 }
 
-static int get_plan(PyObject *obj, Py_buffer *view, size_t *nrows)
+/* A buffer format without native little-endian markers ('@', '=', '<'): "L", "T{L:file:...}" */
+static void format_bare(const char *fmt, char *out, size_t n)
 {
-	if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-		return -1;
-	/* a 1-d PLAN_DTYPE array, or an (n, 3) array of uint64 with the same bytes */
-	if ((view->ndim == 1 && view->itemsize == sizeof(struct iodl_plan_row)) ||
-	    (view->ndim == 2 && view->shape[1] == 3 && view->itemsize == 8)) {
-		*nrows = (size_t)view->len / sizeof(struct iodl_plan_row);
-		return 0;
+	size_t k = 0;
+
+	for (; fmt && *fmt && k + 1 < n; fmt++)
+		if (*fmt != '@' && *fmt != '=' && *fmt != '<')
+			out[k++] = *fmt;
+	out[k] = 0;
+}
+
+/*
+ * The plan, copied into C memory: the loop reads it with the GIL released, when another thread
+ * could change the caller's array. A 1-d PLAN_DTYPE array, or a C-contiguous (n, 3) array of
+ * uint64, or of int64 without negative values. Returns a PyMem block or NULL (exception set).
+ */
+static struct iodl_plan_row *get_plan(PyObject *obj, size_t *nrows)
+{
+	Py_buffer view;
+	struct iodl_plan_row *rows = NULL;
+	char fmt[64];
+	int is_signed = 0, ok = 0;
+
+	if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+		PyErr_Clear();
+		goto bad;
 	}
-	PyBuffer_Release(view);
-	PyErr_SetString(PyExc_TypeError, "plan must be a contiguous array of PLAN_DTYPE rows "
-			"(file, offset, length as uint64)");
-	return -1;
+	format_bare(view.format ? view.format : "B", fmt, sizeof(fmt));
+	if (view.ndim == 1 && view.itemsize == sizeof(struct iodl_plan_row))
+		ok = !strcmp(fmt, "T{L:file:L:offset:L:length:}") || !strcmp(fmt, "T{Q:file:Q:offset:Q:length:}");
+	else if (view.ndim == 2 && view.shape[1] == 3 && view.itemsize == 8 && fmt[0] && !fmt[1] &&
+		 strchr("LQlq", fmt[0])) {
+		ok = 1;
+		is_signed = fmt[0] == 'l' || fmt[0] == 'q';
+	}
+	if (!ok) {
+		PyBuffer_Release(&view);
+		goto bad;
+	}
+	*nrows = (size_t)view.len / sizeof(struct iodl_plan_row);
+	rows = PyMem_Malloc(*nrows ? *nrows * sizeof(*rows) : 1);
+	if (!rows) {
+		PyBuffer_Release(&view);
+		PyErr_NoMemory();
+		return NULL;
+	}
+	memcpy(rows, view.buf, *nrows * sizeof(*rows));
+	PyBuffer_Release(&view);
+	for (size_t i = 0; is_signed && i < *nrows; i++) {
+		if ((int64_t)rows[i].file < 0 || (int64_t)rows[i].offset < 0 || (int64_t)rows[i].length < 0) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: negative file, offset or length", i);
+			PyMem_Free(rows);
+			return NULL;
+		}
+	}
+	return rows;
+bad:
+	PyErr_SetString(PyExc_ValueError, "plan must be a contiguous array of PLAN_DTYPE rows, or of shape "
+			"(n, 3) with dtype uint64 or int64 (file, offset, length)");
+	return NULL;
 }
 
 static int get_hist(PyObject *obj, Py_buffer *view)
@@ -225,7 +294,8 @@ bad:
 	return -1;
 }
 
-static int *get_fds(PyObject *obj, size_t *n)
+/* fds as C ints, each 0..INT_MAX; `fake`: the null engine looks at none, so -1 ("no file") too */
+static int *get_fds(PyObject *obj, size_t *n, int fake)
 {
 	PyObject *seq = PySequence_Fast(obj, "fds must be a sequence of file descriptors");
 	int *fds;
@@ -240,9 +310,13 @@ static int *get_fds(PyObject *obj, size_t *n)
 		return NULL;
 	}
 	for (size_t i = 0; i < *n; i++) {
-		long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
+		int overflow;
+		long v = PyLong_AsLongAndOverflow(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), &overflow);
 
-		if (v == -1 && PyErr_Occurred()) {
+		if ((v == -1 && PyErr_Occurred()) || overflow || v < (fake ? -1 : 0) || v > INT_MAX) {
+			if (!PyErr_Occurred())
+				PyErr_Format(PyExc_ValueError, "fds[%zu] is not a file descriptor (0..%d%s)", i, INT_MAX,
+					     fake ? ", or -1 for the null engine" : "");
 			PyMem_Free(fds);
 			Py_DECREF(seq);
 			return NULL;
@@ -261,12 +335,15 @@ static PyObject *stats_dict(const struct iodl_stats *st)
 		return NULL;
 	for (int i = 0; i < IODL_DEPTH_BUCKETS; i++)
 		PyList_SET_ITEM(depth, i, PyLong_FromUnsignedLongLong(st->depth[i]));
-	return Py_BuildValue("{sKsKsKsKsKsisLsKsKsKsNsK}",
+	return Py_BuildValue("{sKsKsKsKsKsisLsKsKsKsNsKsNsKsLsKsK}",
 			     "done", st->done, "ios", st->ios, "bytes", st->bytes,
 			     "cached_bytes", st->cached_bytes, "errors", st->errors,
 			     "first_errno", st->first_errno, "first_error_row", (long long)st->first_error_row,
 			     "t_start_ns", st->t_start_ns, "t_end_ns", st->t_end_ns, "max_ns", st->max_ns,
-			     "depth", depth, "series_clamped", st->series_clamped);
+			     "depth", depth, "series_clamped", st->series_clamped,
+			     "interrupted", PyBool_FromLong(st->interrupted), "short_rows", st->short_rows,
+			     "first_short_row", (long long)st->first_short_row, "short_file_size", st->short_file_size,
+			     "abandoned", st->abandoned);
 }
 
 static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
@@ -276,7 +353,8 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	PyObject *fds_obj, *plan_obj, *hist_obj, *series_obj = Py_None, *live_obj = Py_None, *result = NULL;
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
 	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
-	Py_buffer plan = { 0 }, hist = { 0 }, series = { 0 }, live = { 0 };
+	Py_buffer hist = { 0 }, series = { 0 }, live = { 0 };
+	struct iodl_plan_row *plan = NULL;
 	struct iodl_run_args a = { 0 };
 	struct interrupt_state intr = { 0 };
 	struct iodl_stats st;
@@ -293,10 +371,11 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		return PyErr_Format(PyExc_ValueError, "deadline_ns and the window must be >= 0");
 	if (series_origin_ns < 0 || series_bucket_ns <= 0)
 		return PyErr_Format(PyExc_ValueError, "series_origin_ns must be >= 0 and series_bucket_ns > 0");
-	fds = get_fds(fds_obj, &nfds);
+	fds = get_fds(fds_obj, &nfds, !!(self->ops->flags & IODL_ENG_FAKE));
 	if (!fds)
 		return NULL;
-	if (get_plan(plan_obj, &plan, &nrows) < 0)
+	plan = get_plan(plan_obj, &nrows);
+	if (!plan)
 		goto out;
 	if (get_hist(hist_obj, &hist) < 0)
 		goto out;
@@ -304,7 +383,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		goto out;
 	if (live_obj != Py_None && get_shared(live_obj, &live, IODL_LIVE_N * sizeof(int64_t), "live") < 0)
 		goto out;
-	a.plan = plan.buf;
+	a.plan = plan;
 	for (size_t i = 0; i < nrows; i++) {
 		if (a.plan[i].file >= nfds) {
 			PyErr_Format(PyExc_ValueError, "plan row %zu: file %llu but only %zu fds", i,
@@ -337,12 +416,24 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	a.snaps = &self->snaps;
 	a.interrupted = interrupted;
 	a.interrupted_arg = &intr;
+	intr.cancelled = &self->cancelled;
 
+	if (__atomic_load_n(&self->cancelled, __ATOMIC_ACQUIRE)) {
+		/* cancelled before: nothing is started */
+		memset(&st, 0, sizeof(st));
+		st.first_error_row = st.first_short_row = -1;
+		st.t_start_ns = st.t_end_ns = iodl_now_ns();
+		st.interrupted = 1;
+		result = stats_dict(&st);
+		goto out;
+	}
 	self->busy = 1;
 	intr.tstate = PyEval_SaveThread();
 	rc = iodl_run(self->ctx, &a, &st);
 	PyEval_RestoreThread(intr.tstate);
 	self->busy = 0;
+	if (self->ctx->abandoned)	/* its requests may still complete: never start another run */
+		__atomic_store_n(&self->cancelled, 1, __ATOMIC_RELEASE);
 
 	if (rc < 0) {
 		const char *syscall = self->ctx->failed_syscall;
@@ -365,8 +456,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	}
 	result = stats_dict(&st);
 out:
-	if (plan.obj)
-		PyBuffer_Release(&plan);
+	PyMem_Free(plan);
 	if (hist.obj)
 		PyBuffer_Release(&hist);
 	if (series.obj)
@@ -379,16 +469,31 @@ out:
 
 static PyObject *Engine_forget(EngineObject *self, PyObject *arg)
 {
-	int fd = (int)PyLong_AsLong(arg);
+	int overflow;
+	long fd = PyLong_AsLongAndOverflow(arg, &overflow);
 
 	if (fd == -1 && PyErr_Occurred())
 		return NULL;
+	if (overflow || fd < 0 || fd > INT_MAX)
+		return PyErr_Format(PyExc_ValueError, "not a file descriptor (0..%d)", INT_MAX);
 	if (self->busy) {
 		PyErr_SetString(PyExc_RuntimeError, "engine is running in another thread");
 		return NULL;
 	}
-	iodl_snap_forget(&self->snaps, fd);
+	iodl_snap_forget(&self->snaps, (int)fd);
 	Py_RETURN_NONE;
+}
+
+/* From any thread, GIL or not in the run's thread: the run stops and returns its stats. */
+static PyObject *Engine_cancel(EngineObject *self, PyObject *Py_UNUSED(ignored))
+{
+	__atomic_store_n(&self->cancelled, 1, __ATOMIC_RELEASE);
+	Py_RETURN_NONE;
+}
+
+static PyObject *Engine_get_cancelled(EngineObject *self, void *Py_UNUSED(c))
+{
+	return PyBool_FromLong(__atomic_load_n(&self->cancelled, __ATOMIC_ACQUIRE));
 }
 
 static PyObject *Engine_close(EngineObject *self, PyObject *Py_UNUSED(ignored))
@@ -447,6 +552,9 @@ static PyMethodDef Engine_methods[] = {
 	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None) -> RunStats: the whole plan, GIL released" },
 	{ "forget", (PyCFunction)Engine_forget, METH_O,
 	  "forget(fd): drop fd's page-cache snapshot (call before closing it)" },
+	{ "cancel", (PyCFunction)Engine_cancel, METH_NOARGS,
+	  "cancel(): from any thread; the run in progress stops within ~100 ms, drains and returns its "
+	  "stats (interrupted=True); later runs return at once" },
 	{ "close", (PyCFunction)Engine_close, METH_NOARGS, "free the buffers and kernel contexts" },
 	{ "__enter__", Engine_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)Engine_exit, METH_VARARGS, NULL },
@@ -460,6 +568,7 @@ static PyGetSetDef Engine_getset[] = {
 	{ "direct", (getter)Engine_get_direct, NULL, "fds are O_DIRECT: lengths rounded up to ALIGN", NULL },
 	{ "fixed_buffers", (getter)Engine_get_fixed_buffers, NULL, "the pool is registered (uring)", NULL },
 	{ "closed", (getter)Engine_get_closed, NULL, NULL, NULL },
+	{ "cancelled", (getter)Engine_get_cancelled, NULL, "cancel() was called (or a stop abandoned requests)", NULL },
 	{ NULL }
 };
 

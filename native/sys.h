@@ -46,9 +46,23 @@ static inline int sys_io_submit(aio_context_t ctx, long n, struct iocb **iocbs)
 	return (int)sys_ret(syscall(__NR_io_submit, ctx, n, iocbs));
 }
 
-static inline int sys_io_getevents(aio_context_t ctx, long min, long max, struct io_event *ev)
+/* How long one wait in the kernel may last: a stop request is looked for between waits. */
+#define IODL_WAIT_SLICE_NS 100000000ull
+
+struct iodl_kts {		/* struct __kernel_timespec: 64-bit on every ABI */
+	int64_t tv_sec, tv_nsec;
+};
+
+static inline struct iodl_kts iodl_kts(uint64_t ns)
 {
-	return (int)sys_ret(syscall(__NR_io_getevents, ctx, min, max, ev, NULL));
+	return (struct iodl_kts){ (int64_t)(ns / 1000000000ull), (int64_t)(ns % 1000000000ull) };
+}
+
+/* io_getevents with a relative timeout (NULL: none); 0 events after it expires is normal */
+static inline int sys_io_getevents(aio_context_t ctx, long min, long max, struct io_event *ev,
+				   const struct iodl_kts *timeout)
+{
+	return (int)sys_ret(syscall(__NR_io_getevents, ctx, min, max, ev, timeout));
 }
 
 static inline int sys_io_uring_setup(unsigned entries, struct io_uring_params *p)
@@ -59,6 +73,15 @@ static inline int sys_io_uring_setup(unsigned entries, struct io_uring_params *p
 static inline int sys_io_uring_enter(int fd, unsigned submit, unsigned min, unsigned flags)
 {
 	return (int)sys_ret(syscall(__NR_io_uring_enter, fd, submit, min, flags, NULL, 0));
+}
+
+/* io_uring_enter waiting at most `timeout` (IORING_ENTER_EXT_ARG, 5.11): -ETIME when it expired */
+static inline int sys_io_uring_wait(int fd, unsigned min, const struct iodl_kts *timeout)
+{
+	struct io_uring_getevents_arg arg = { .ts = (uint64_t)(uintptr_t)timeout };
+
+	return (int)sys_ret(syscall(__NR_io_uring_enter, fd, 0, min,
+				    IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg)));
 }
 
 static inline int sys_io_uring_register(int fd, unsigned op, const void *arg, unsigned n)

@@ -1,5 +1,6 @@
 """`iodl report` and `iodl compare` on result files built here with known numbers (no I/O runs)."""
 import copy
+import io
 import json
 import math
 import os
@@ -55,12 +56,15 @@ def read_result(mounts=MOUNTS, seconds=6, mbps=(400.0, 250.0), scale=1.0, patter
               "total": total, "mounts": entries, "per_rank": [],
               "series": {"bucket_s": 1.0, "mounts": series}}
     if train:
-        result["train"] = {"steps": 20, "au": 0.8 * min(scale, 1.2), "au_threshold": 0.9,
+        # every step alike: compute + data wait + barrier wait = the step, AU = compute / step
+        compute, barrier = 0.3, 0.01
+        step = 0.375 / min(scale, 1.2)
+        result["train"] = {"steps": 20, "au": compute / step, "au_threshold": 0.9,
                            "au_excluded_steps": "first step of each epoch", "samples_per_s": 2000.0 * scale,
-                           "samples": 40000, "window_s": float(seconds),
-                           "step_time_s": {"p50": 0.4, "p90": 0.45, "p99": 0.5, "max": 0.6},
-                           "data_wait_s_per_step": 0.05, "barrier_wait_s_per_step": 0.02,
-                           "compute_s_per_step": 0.33}
+                           "samples": int(2000 * scale * seconds), "window_s": float(seconds),
+                           "step_time_s": {"p50": step, "p90": step, "p99": step, "max": step},
+                           "data_wait_s_per_step": step - compute - barrier, "barrier_wait_s_per_step": barrier,
+                           "compute_s_per_step": compute}
         result["sizing"] = {"demand_MBps_per_accelerator": 90.0,
                             "mounts": [{"path": p, "storage_MBps": 300.0, "accelerators_fed": 3,
                                         "storage_bound": True} for p in mounts]}
@@ -94,21 +98,65 @@ def assert_one_line_error(proc):
     return lines[0]
 
 
+def tables(stdout: str) -> list[dict[str, list[str]]]:
+    """Each rich table printed, in order, as {first cell: the other cells} of its body rows."""
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("┏"):
+            out.append({})
+        elif line.startswith("│"):
+            cells = [c.strip() for c in line.strip("│").split("│")]
+            out[-1][cells[0]] = cells[1:]
+    return out
+
+
+def number(cell: str) -> float:
+    """A printed figure: '1,600' -> 1600.0, '25.0%' -> 0.25."""
+    text = cell.replace(",", "")
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+
+
 # ---------------------------------------------------------------- report: tables
 
 def test_report_prints_a_read_result_with_its_train_table(tmp_path):
-    proc = iodl("report", dump(tmp_path, "r.json", read_result()))
+    doc = read_result(seconds=6)
+    proc = iodl("report", dump(tmp_path, "r.json", doc))
     assert proc.returncode == 0, proc.stderr
-    assert MOUNTS[0] in proc.stdout and MOUNTS[1] in proc.stdout and "total" in proc.stdout
-    assert "accelerator view" in proc.stdout and "80.0%" in proc.stdout
+    rows, train, sizing = tables(proc.stdout)
+    # each row against the figures of the per-second series the file was built from (print rounding)
+    series = doc["series"]["mounts"]
+    for label, parts in [(s["path"], [s]) for s in series] + [("total", series)]:
+        nbytes, ios, cached = (sum(sum(s[k]) for s in parts) for k in ("bytes", "ios", "cached_bytes"))
+        mbps, iops, _p50, _p99, _p999, _max, hit, predicted, storage = map(number, rows[label][1:])
+        assert mbps == pytest.approx(nbytes / 6 / 1e6, abs=0.05), label
+        assert iops == pytest.approx(ios / 6, abs=0.5), label
+        assert (hit, predicted) == (pytest.approx(cached / nbytes, abs=5e-4), 0.25), label
+        assert storage == pytest.approx((nbytes - cached) / 6 / 1e6, abs=0.05), label
+    assert [number(c) for c in rows[MOUNTS[1]][3:7]] == [400, 1600, 3200, 6400]   # p50, p99, p99.9, max µs
+    # accelerator view: AU = compute / step time; the step is compute + data wait + barrier wait
+    au, sps, step_p50, _step_p99, compute, data_wait, barrier_wait = map(number, train["20"])   # 20 steps/rank
+    assert au == pytest.approx(0.3 / 0.375, abs=5e-4) and au == pytest.approx(compute / step_p50, abs=5e-4)
+    assert compute + data_wait + barrier_wait == pytest.approx(step_p50, abs=1e-4)
+    assert sps == pytest.approx(2000.0, abs=0.05)
+    assert sizing == {m: ["300.0", "3"] for m in MOUNTS}
 
 
 def test_report_prints_a_sweep_with_linear_reference_and_supported_count(tmp_path):
     proc = iodl("report", dump(tmp_path, "s.json", sweep_result()))
     assert proc.returncode == 0, proc.stderr
-    assert "accelerators supported: 4" in proc.stdout and "AU >= 90%" in proc.stdout
-    # linear reference from the smallest point: 700 samples/s per rank -> 5,600.0 at 8 ranks
-    assert "5,600.0" in proc.stdout and "92.0%" in proc.stdout
+    (rows,) = tables(proc.stdout)
+    points = sweep_result()["points"]
+    assert sorted(rows) == ["1", "2", "4", "8"]
+    for p in points:
+        au, sps, linear, efficiency, mbps, storage = map(number, rows[str(p["ranks"])])
+        # linear reference from the smallest point: 700 samples/s per rank
+        assert (au, linear) == (pytest.approx(p["au"], abs=5e-4), pytest.approx(700.0 * p["ranks"], abs=0.05))
+        assert sps == pytest.approx(p["samples_per_s"], abs=0.05)
+        assert efficiency == pytest.approx(p["samples_per_s"] / (700.0 * p["ranks"]), abs=5e-4)
+        assert (mbps, storage) == (pytest.approx(p["bandwidth_MBps"], abs=0.05),
+                                   pytest.approx(p["storage_bandwidth_MBps"], abs=0.05))
+    supported = max(p["ranks"] for p in points if p["au"] >= 0.9)
+    assert f"accelerators supported: {supported} (largest rank count with AU >= 90%)" in proc.stdout
 
 
 def test_report_tolerates_an_old_minimal_result(tmp_path):
@@ -121,7 +169,12 @@ def test_report_tolerates_an_old_minimal_result(tmp_path):
     assert "sizing" not in doc and "train" not in doc
     proc = iodl("report", dump(tmp_path, "old.json", doc))
     assert proc.returncode == 0, proc.stderr
-    assert MOUNTS[0] in proc.stdout
+    (rows,) = tables(proc.stdout)
+    for label, entry in zip([*MOUNTS, "total"], [*doc["mounts"], doc["total"]]):
+        cells = rows[label]
+        assert number(cells[1]) == pytest.approx(entry["bandwidth_MBps"], abs=0.05), label
+        assert number(cells[7]) == pytest.approx(entry["cache_hit_fraction"], abs=5e-4), label
+        assert cells[8:] == ["-", "nan"], label   # no prediction, no storage figure: never a made-up one
     compare = iodl("compare", dump(tmp_path, "a.json", doc), dump(tmp_path, "b.json", doc))
     assert compare.returncode == 0, compare.stderr
     # nothing to plot in it, and nothing to write as CSV: one line each, no crash
@@ -134,9 +187,16 @@ def test_report_tolerates_an_old_minimal_result(tmp_path):
 def test_report_tolerates_a_minimal_sweep(tmp_path):
     doc = {"schema": "iodl.sweep/1", "pattern": "train-sync", "workload": "resnet50",
            "points": [{"ranks": 1, "au": 0.95, "samples_per_s": 700.0}, {"ranks": 2, "au": 0.5}]}
-    proc = iodl("report", dump(tmp_path, "s.json", doc), "--plot", str(tmp_path / "s.png"))
+    path = dump(tmp_path, "s.json", doc)
+    proc = iodl("report", path, "--plot", str(tmp_path / "s.png"))
     assert proc.returncode == 0, proc.stderr
-    assert "700.0" in proc.stdout and (tmp_path / "s.png").stat().st_size > 10_000
+    (rows,) = tables(proc.stdout)
+    assert [number(c) for c in rows["1"][:3]] == [0.95, 700.0, 700.0]            # AU, samples/s, linear
+    assert number(rows["2"][0]) == 0.5 and rows["2"][1] == "nan"                  # no samples/s in the file
+    fig = assert_png_is_the_figure(tmp_path / "s.png", [(path, doc)])
+    scaling, au = fig.axes[:2]
+    assert list(scaling.get_lines()[0].get_xdata()) == [1]                        # only the point that has it
+    assert list(au.get_lines()[0].get_ydata()) == pytest.approx([95.0, 50.0])
 
 
 # ---------------------------------------------------------------- CSV
@@ -196,14 +256,42 @@ def test_csv_rows_rates_follow_the_bucket():
 
 # ---------------------------------------------------------------- plots
 
+def assert_png_is_the_figure(png, docs):
+    """The PNG the CLI wrote is, pixel for pixel, iodl.plot.figure(docs) (whose drawn data the
+    tests below check), at the figure's size, with every drawn line's colour on it. Returns the figure."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    from iodl.plot import figure
+
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig = figure(docs)
+    image = imread(png)
+    width, height = fig.get_size_inches() * fig.dpi
+    assert image.shape[:2] == (round(height), round(width))
+    here = io.BytesIO()
+    fig.savefig(here, format="png")
+    here.seek(0)
+    assert np.array_equal(image, imread(here))
+    for line in fig.axes[0].get_lines():
+        near = np.abs(image[:, :, :3] - np.asarray(to_rgb(line.get_color()))).max(axis=2) < 0.02
+        assert near.sum() >= 100, line.get_label()     # a drawn line is hundreds of pixels of its colour
+    return fig
+
+
 def test_png_of_a_read_result_and_of_a_sweep(tmp_path):
     for name, doc in (("r.json", read_result()), ("s.json", sweep_result())):
         out = tmp_path / (name + ".png")
-        proc = iodl("report", dump(tmp_path, name, doc), "--plot", str(out))
+        path = dump(tmp_path, name, doc)
+        proc = iodl("report", path, "--plot", str(out))
         assert proc.returncode == 0, proc.stderr
-        data = out.read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n"
-        assert len(data) > 10_000
+        fig = assert_png_is_the_figure(out, [(path, doc)])
+        if name == "r.json":   # MB/s per second of each mount, held to the end of the last second
+            for line, s in zip(fig.axes[0].get_lines(), doc["series"]["mounts"]):
+                assert list(line.get_ydata()) == pytest.approx([b / 1e6 for b in s["bytes"] + s["bytes"][-1:]])
+        else:
+            assert list(fig.axes[1].get_lines()[0].get_ydata()) == pytest.approx([100 * p["au"] for p in doc["points"]])
 
 
 def test_html_is_self_contained(tmp_path):

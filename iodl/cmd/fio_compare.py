@@ -39,11 +39,19 @@ def run(args) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
     # Everything that can be wrong with the job file is found before any I/O, on every rank.
     text, jobs = compare.derive_jobfile(args.jobfile, args.directory, args.scale, args.runtime, args.ramp_time)
-    plans = {i: iodl_run.plan_job(job) for i, job in enumerate(jobs)}
+    taken: set = set()
+    plans = {i: iodl_run.plan_job(job, taken=taken) for i, job in enumerate(jobs)}
+    # what iodl may read, create or must refuse (devices, files it did not lay out), on every rank
+    disk = {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
+    for p in disk.values():
+        layout.check_files([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
     comm = world()
     buffered = any(not p.direct for p in plans.values())
     drop = buffered and os.geteuid() == 0
 
+    for flag, path in (("--out", args.out), ("--keep-jobfile", args.keep_jobfile)):
+        if path and (os.path.isdir(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path)))):
+            raise UsageError(f"{flag} {path}: names a directory or its directory does not exist")
     if args.repeat < 1:
         raise UsageError("--repeat must be >= 1")
     if args.repeat > 1 and args.fio_json:
@@ -51,7 +59,7 @@ def run(args) -> int:
     run_fio = comm.rank == 0 and not args.no_fio and not args.fio_json
     fio_file = None
     if comm.rank == 0:
-        for p in plans.values():
+        for p in disk.values():
             layout.lay_out([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
         os.sync()   # the lay-out's writeback is not left to fall into the first timed run
         if args.keep_jobfile:

@@ -56,31 +56,48 @@ def _setup(comm, args):
     # the asyncio engine's concurrency is its reader tasks: the workload's read_threads
     default_depth = wl.read.read_threads if args.engine == "asyncio" else wl.read.iodepth
     iodepth = args.iodepth if args.iodepth is not None else default_depth
-    checks = [
-        (block_size > 0, f"--block-size must be positive, got {args.block_size}"),
-        (iodepth >= 1, f"--iodepth must be at least 1, got {iodepth}"),
-        (args.duration is None or args.duration > 0, "--duration must be positive"),
-        (args.ramp >= 0, "--ramp must not be negative"),
-        (args.delay_us >= 0, "--delay-us must not be negative"),
-        (args.steps is None or args.steps > 0, "--steps must be positive"),
-        (args.epochs is None or args.epochs > 0, "--epochs must be positive"),
-        (args.batch_size is None or args.batch_size > 0, "--batch-size must be positive"),
-        (args.compute_time is None or args.compute_time >= 0, "--compute-time must not be negative"),
-        (args.prefetch is None or args.prefetch >= 0, "--prefetch must not be negative"),
-        (not args.delay_shared or args.engine == "null", "--delay-shared is for --engine null"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise UsageError(message)
+    from .. import limits
+
+    # every number bounded here, on every rank, before any I/O (bounds: iodl/limits.py)
+    limits.check_range("--block-size", block_size, 1, limits.MAX_BLOCK_SIZE, integer=True)
+    limits.check_range("--iodepth", iodepth, 1, limits.MAX_DEPTH, integer=True)
+    for flag, value, lo in (("--duration", args.duration, 1e-3), ("--ramp", args.ramp, 0.0),
+                            ("--compute-time", args.compute_time, 0.0)):
+        if value is not None:
+            limits.check_range(flag, value, lo, limits.MAX_SECONDS)
+    limits.check_range("--delay-us", args.delay_us, 0.0, limits.MAX_DELAY_US)
+    for flag, value, lo, hi in (("--steps", args.steps, 1, limits.MAX_STEPS),
+                                ("--epochs", args.epochs, 1, limits.MAX_EPOCHS),
+                                ("--batch-size", args.batch_size, 1, limits.MAX_BATCH),
+                                ("--prefetch", args.prefetch, 0, limits.MAX_PREFETCH),
+                                ("--seed", args.seed, 0, limits.MAX_SEED)):
+        if value is not None:
+            limits.check_range(flag, value, lo, hi, integer=True)
+    if args.direct and block_size % limits.DIRECT_ALIGN:
+        raise UsageError(f"--block-size {block_size}: with --direct requests must be a multiple of "
+                         f"{limits.DIRECT_ALIGN} bytes (O_DIRECT alignment)")
+    if args.delay_shared and args.engine != "null":
+        raise UsageError("--delay-shared is for --engine null")
+    limits.check_memory(f"--iodepth {iodepth} x --block-size {block_size}", limits.buffers_bytes(iodepth, block_size))
+    batch = args.batch_size or wl.train.batch_size
+    ds = wl.dataset
+    # every rank lists the shards of its mount (paths and sizes: ~200 bytes a shard)
+    limits.check_memory(f"a dataset of {ds.files * ds.copies:,} shards", 200 * ds.files * ds.copies)
+    limits.check_memory(f"a step of {batch} samples", limits.step_plan_bytes(batch, ds.sample_size, block_size,
+                                                                               ds.samples_per_file))
+    if (args.pattern or wl.pattern) in ("train-sync", "infer-async") and args.engine != "null":
+        limits.check_open_files(f"a step of {batch} samples ({ds.samples_per_file} per shard)",
+                                limits.shards_per_step(batch, ds.samples_per_file))
     for root in args.root:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root}: no such directory")
     if args.drop_caches:
         cache.check_can_drop()
+    from ..report import check_output_path
+
     for flag, path in (("--out", args.out), ("--csv", args.csv)):
-        # found before the run, not after it has been lost
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise UsageError(f"{flag} {path}: directory {os.path.dirname(os.path.abspath(path))} does not exist")
+        if path:
+            check_output_path(flag, path)   # found before the run, not after it has been lost
     pattern = args.pattern or wl.pattern
     duration = args.duration if args.duration is not None else (0.0 if pattern == "train-sync" or args.steps else 10.0)
     cfg = ReadConfig(pattern=pattern, engine=choose_engine(args.engine, args.direct), direct=args.direct,
@@ -89,20 +106,28 @@ def _setup(comm, args):
     return wl, cfg
 
 
+STOP_GRACE_S = 3.0   # after a stop request, how long collectives wait for a rank before giving up on it
+
+
 class _Interrupt:
     """SIGINT/SIGTERM stop the run and still write its result, marked partial.
 
-    Step patterns stop at the next step boundary (ranks agree on it at the barrier); the others
-    raise KeyboardInterrupt, which the engine notices within 100 ms, and the pattern keeps what
-    was counted so far.
+    While the run is armed (reading), the handler raises KeyboardInterrupt in the main thread:
+    the engine notices it within 100 ms, waits in step patterns (data, compute, barrier) are
+    100 ms slices that notice it too, and the pattern keeps what was counted so far. Every rank
+    gets the signal from the launcher, so each stops on its own and none waits for another.
+    Once the run is over (reducing, writing the result) a signal only marks the result partial.
     """
 
-    def __init__(self, raise_now: bool):
+    def __init__(self):
         self.event = threading.Event()
+        # armed from the start: a stop during set-up ends the rank at once ("interrupted", 130)
+        self.armed = True
 
         def handler(*_):
             self.event.set()
-            if raise_now:
+            if self.armed:
+                self.armed = False   # once: the pattern's clean-up must not be interrupted again
                 raise KeyboardInterrupt
 
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -162,7 +187,7 @@ def run(args) -> int:
     from .. import cache
     from .. import comm as comm_mod
     from .. import dataset
-    from ..comm import NodeShared, collective
+    from ..comm import NodeShared, RanksNotAnswering, SerialComm, collective
     from ..errors import UsageError
     from ..metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
     from ..patterns import STEP_PATTERNS, run_reads
@@ -172,7 +197,7 @@ def run(args) -> int:
 
     comm = comm_mod.world()
     wl, cfg = collective(comm, lambda: _setup(comm, args))
-    stop = _Interrupt(raise_now=cfg.pattern not in STEP_PATTERNS)
+    stop = _Interrupt()
     roots = [os.path.abspath(r) for r in args.root]
     synthetic = cfg.engine == "null" and not roots and cfg.pattern in STEP_PATTERNS
     if synthetic:
@@ -251,16 +276,33 @@ def run(args) -> int:
             mine, records, partial, _spe = run_steps(comm, scfg, paths, sizes, sample_ends, mount,
                                                      members.index(comm.rank), len(members), host, stop,
                                                      result=mine, on_epoch=on_epoch)
-            all_records = comm.gather((mount, records))
-            partial = bool(comm.allreduce(int(partial), "max"))
+            stop.armed = False
         else:
             mine = run_reads(comm, cfg, paths, np.asarray(sizes), mount, len(roots), host, result=mine)
-            partial = bool(comm.allreduce(int(stop()), "max"))
+            stop.armed = partial = False
     finally:
+        stop.armed = False
         if progress is not None:
             progress.stop()
     mine.note_process(startup_s)
-    reduced = reduce_results(comm, mine, roots)
+    if stop():
+        comm.give_up_after(STOP_GRACE_S)
+    missing = []
+    try:
+        partial = bool(comm.allreduce(int(partial or stop()), "max"))
+        if scfg is not None:
+            all_records = comm.gather((mount, records))
+        checked = comm.gather((mount, len(sizes), int(sum(sizes)))) if cfg.pattern == "validate" else None  # dataset.validate_block
+        reduced = reduce_results(comm, mine, roots)
+    except RanksNotAnswering as exc:
+        if comm.rank != 0:
+            raise
+        # a stopped or hung rank holds the collectives: rank 0 reports what it has, then ends the job
+        missing, partial = exc.missing, True
+        all_records = [(mount, records)] if scfg is not None else None
+        checked = [(mount, len(sizes), int(sum(sizes)))]
+        reduced = reduce_results(SerialComm(), mine, roots)
+        reduced["ranks"] = comm.size   # the run's size; per_rank holds the one that answered
     if comm.rank != 0:
         return 0
     if scfg is not None:
@@ -295,8 +337,12 @@ def run(args) -> int:
             else:
                 shares = [None] * len(roots)
             result["sizing"] = sizing_block(result, demand, shares)
+    if cfg.pattern == "validate":
+        result["validate"] = dataset.validate_block(checked, result["total"]["bytes"])
     if reduced["series"] is not None:
         result["series"] = reduced["series"]
+    if missing:
+        result["missing_ranks"] = missing
     print_result(result, console)
     if args.out:
         write_result(result, args.out)
@@ -304,6 +350,8 @@ def run(args) -> int:
         from ..series import write_csv
 
         write_csv(result, args.csv)
+    if missing:
+        raise RanksNotAnswering(STOP_GRACE_S, missing)   # one line, and the launcher ends the job
     if result["total"]["errors"]:
         return 1
     return 130 if partial else 0  # the shell's code for "ended by SIGINT": the result is incomplete

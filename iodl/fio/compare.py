@@ -42,7 +42,7 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
     from .run import plan_job
 
     for job in jobs:
-        plan_job(job)
+        plan_job(job, files=False)
     extra: dict[str, list[str]] = {}
     for job in jobs:
         lines = []
@@ -63,6 +63,9 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
             lines.append(f"ramp_time={int(ramp_s * 1e6)}us")
         extra[job.name + f"@{job.line}"] = lines
     out = [f"; derived by iodl fio-compare from {os.path.abspath(path)}"]
+    if directory is not None:
+        # first of all: a [global]'s filename= takes the directory set when fio parses it
+        out += ["[global]", f"directory={directory}"]
     for section in sections:
         out.append(f"[{section.name}]")
         for o in section.options:
@@ -300,12 +303,14 @@ def _depth(d: dict | None) -> str:
 
 
 def render(doc: dict, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     n = doc.get("repeat", 1)
     for entry in doc["jobs"] + (doc["groups"] if len(doc["jobs"]) > 1 else []):
         f, i = entry["fio"] or {}, entry["iodl"] or {}
-        title = f"[{entry['name']}]" + (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
+        # escaped: a job may be named [/dev/sdb], which is not rich markup
+        title = escape(f"[{entry['name']}]") + (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
         t = Table(title=title, title_justify="left")
         t.add_column("metric")
         t.add_column("fio", justify="right")

@@ -269,14 +269,15 @@ def parse_bool(text: str | None, bare_ok: bool) -> int:
     return value
 
 
-def parse_range(text: str, kb_base: int) -> list[tuple[int, int]]:
-    """lo-hi or lo:hi per direction (r,w,t); reversed ends are swapped."""
+def parse_range(text: str, kb_base: int, single_ok: bool = False) -> list[tuple[int, int]]:
+    """lo-hi or lo:hi per direction (r,w,t); reversed ends are swapped. `single_ok`: one value is
+    both ends (fio's filesize is a value pair, `filesize=16k` is 16k-16k; `bsrange=8k` fails)."""
     out = []
     for part in split_rwt(text, ranges=True):
         sep = "-" if "-" in part else ":"
-        if sep not in part:
+        if sep not in part and not single_ok:
             raise ValueError("expects a range lo-hi")
-        lo_text, hi_text = part.split(sep, 1)
+        lo_text, _, hi_text = part.partition(sep) if sep in part else (part, "", part)
         lo, hi = parse_size(lo_text, kb_base), parse_size(hi_text, kb_base)
         if isinstance(lo, Percent) or isinstance(hi, Percent):
             raise ValueError("a range cannot be a percentage")
@@ -324,11 +325,15 @@ def parse_value(name: str, text: str | None, kb_base: int):
     if kind in ("time", "utime"):
         return parse_time(split_rwt(text)[0], seconds=kind == "time")
     if kind == "range":
-        return parse_range(text, kb_base)
+        return parse_range(text, kb_base, single_ok=name == "filesize")
     if kind == "float":
         return [float(x) for x in text.split(":") if x]
     if name == "bssplit":
         return parse_bssplit(text, kb_base)
+    if name in ("directory", "filename", "filename_format") and not text:
+        raise ValueError("empty value")   # fio: "failed parsing", the job is dropped
+    if name in ("directory", "filename_format"):
+        return text   # kept as written, blanks included (fio stores these strings untouched)
     text = text.strip()
     if name == "kb_base":
         if text not in ("1000", "1024"):
@@ -344,6 +349,45 @@ _RWT = {"bs", "ba", "rate", "rate_min", "rate_iops", "rate_iops_min"}
 
 # ---------------------------------------------------------------------------------------------
 # Stage 2: sections -> jobs
+
+def fio_list(text: str) -> list[str]:
+    """A colon list as options.c get_next_str splits it: '\\:' is a literal colon, a colon at the
+    start of what is left is skipped."""
+    out, rest = [], text
+    while rest:
+        start = i = 0
+        while True:
+            p = rest.find(":", i)
+            if p < 0:
+                out.append(rest[start:])
+                rest = ""
+                break
+            if p == start:
+                start = i = p + 1
+                continue
+            if rest[p - 1] != "\\":
+                out.append(rest[start:p])
+                rest = rest[p + 1:]
+                break
+            rest = rest[:p - 1] + rest[p:]
+            i = p
+    return out
+
+
+def _filename_paths(value: str, directory: str | None) -> tuple:
+    """options.c str_filename_cb + filesetup.c add_file: the files one `filename=` adds, as
+    (path, directory entry) — each in the *first* directory entry set so far, joined with '/'."""
+    root = None
+    if directory:
+        dirs = fio_list(directory)
+        root = dirs[0] if dirs else ""
+    out = []
+    for name in fio_list(value.strip()):
+        if not name:
+            break
+        out.append(((root + "/" if root is not None else "") + name, root or ""))
+    return tuple(out)
+
 
 def _apply(section: Section, values: dict, where: dict) -> None:
     known = []
@@ -361,6 +405,8 @@ def _apply(section: Section, values: dict, where: dict) -> None:
             raise JobFileError(f"bad value for '{o.key}' in [{section.name}]: {o.value!r}: {exc}", o.file, o.line) from None
         if name in _RWT:
             value = (value + [value[-1]] * 3)[:3]
+        if name == "filename":
+            values["@filenames"] = values.get("@filenames", ()) + _filename_paths(value, values.get("directory"))
         values[name] = value
         where[name] = o
 

@@ -1,33 +1,59 @@
-"""fio's file set for a job: names, sizes and lay-out, so iodl reads the very files fio reads.
+"""fio's file set for a job — names, sizes — and iodl's safe lay-out of the files it may create.
 
-fio (init.c, filesetup.c): files are `$jobname.$jobnum.$filenum` in `directory` (a colon list dealt to
-clones round-robin), each clone has its own `nrfiles` files and splits its `size` over them (the
-first files take one extra min-bs when the division leaves that much); `filename` names shared
-files instead. Files missing or too short are laid out with buffered writes before the timed run.
+Names follow fio 3.33's code (init.c add_job/make_filename, filesetup.c add_file, options.c
+get_next_str/set_name_idx), checked against `fio --debug=file` in tests/fio/test_safety.py:
+- a file's name is `DIR + "/" + NAME` whenever `directory` is set, whatever NAME is: an absolute
+  `filename=/dev/x` with `directory=/d` is `/d//dev/x`;
+- `filename=` (a colon list, `\\:` a literal colon, blanks at both ends dropped) adds files when the
+  option is parsed, with the first `directory` entry set *at that point* (fio parses `directory`
+  before `filename` within a section); a [global]'s files are inherited and a job's own are added
+  to them; all clones of the job share them;
+- otherwise each clone `jobnum` gets `nrfiles` files named by `filename_format` (default
+  `$jobname.$jobnum.$filenum`, keywords matched case-insensitively) in directory entry
+  `jobnum % entries`; a clone skips a name the first clone of a `numjobs > 1` job already took
+  (it then may have no files and reads nothing, as in fio); with `nrfiles=1`, a job whose name is
+  an existing non-regular file (`[/dev/sdb]`, looked up from the working directory) reads that.
+
+Safety (docs/fio-compare.md "Files"): iodl creates only missing files, writes them under a temporary
+name created exclusively in the same directory and links them into place when complete, and marks
+them with the xattr `user.iodl.layout`. It rewrites only files carrying that mark. Devices and files
+it did not create are read as they are, and refused in one line when they are too short or are not
+something fio would read (a character device, a FIFO, a socket, a directory).
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
+import re
+import secrets
+import signal
+import stat
+import struct
+import threading
 
 from dataclasses import dataclass
 
-from .jobfile import Job, JobFileError, Percent
+from ..errors import IodlError, UsageError
+from .jobfile import Job, JobFileError, Percent, fio_list
+
+MARK = "user.iodl.layout"
+MARK_VALUE = b"iodl fio-compare layout"
+BLKGETSIZE64 = 0x80081272   # _IOR(0x12, 114, size_t)
+DIR_MODE = 0o700            # fio's create_work_dirs mode
 
 
 @dataclass(frozen=True)
 class FileSpec:
-    path: str
+    path: str      # as fio names it (may hold '//')
     offset: int    # first byte read (fio `offset`)
     io_size: int   # bytes of the file the job reads per pass
+    root: str = ""  # the `directory` entry the name was made in ("" when none): never created outside it
 
     @property
     def needed(self) -> int:
         return self.offset + self.io_size
-
-
-def _split_colons(text: str) -> list[str]:
-    """fio's colon lists, with '\\:' for a literal colon."""
-    return [p.replace("\0", ":") for p in text.replace("\\:", "\0").split(":") if p]
 
 
 def min_bs(job: Job) -> int:
@@ -39,30 +65,79 @@ def min_bs(job: Job) -> int:
     return min(sizes)
 
 
-def clone_files(job: Job, jobnum: int) -> list[FileSpec]:
-    """The files clone `jobnum` of `job` reads, in fio's order."""
+def dir_entry(directory: str | None, index: int) -> str:
+    """set_name_idx: the directory list's entry for `index` (modulo its length), or ''."""
+    if not directory:
+        return ""
+    dirs = fio_list(directory)
+    return dirs[index % len(dirs)] if dirs else ""
+
+
+_KEYWORDS = ("$jobname", "$jobnum", "$filenum", "$clientuid")
+
+
+def make_filename(fmt: str | None, jobname: str, jobnum: int, filenum: int) -> str:
+    """init.c make_filename: each keyword in turn, every occurrence, case-insensitively."""
+    if not fmt:
+        return f"{jobname}.{jobnum}.{filenum}"
+    values = {"$jobname": jobname, "$jobnum": str(jobnum), "$filenum": str(filenum), "$clientuid": ""}
+    for word in _KEYWORDS:
+        fmt = re.sub(re.escape(word), lambda _m, v=values[word]: v, fmt, flags=re.IGNORECASE)
+    return fmt
+
+
+def _exists_not_regular(name: str) -> bool:
+    try:
+        return not stat.S_ISREG(os.lstat(name).st_mode)
+    except OSError:
+        return False
+
+
+def clone_names(job: Job, jobnum: int, taken: set | None = None) -> list[tuple[str, str]]:
+    """(path, root) of the files clone `jobnum` of `job` uses, in fio's order.
+
+    `taken`: names the first clones of earlier `numjobs > 1` jobs (and this one's) hold — fio's
+    filename hash list, shared by the whole job file; pass the same set for every job in order.
+    """
+    if job.get("@filenames"):
+        return list(job.values["@filenames"])
     directory = job.get("directory")
-    dirs = _split_colons(directory) if directory else [""]
-    base = dirs[jobnum % len(dirs)]
-    if job.get("filename"):
-        names = [os.path.join(base, n) for n in _split_colons(job.values["filename"])]
+    root = dir_entry(directory, jobnum) if directory else None
+    nrfiles = job.get("nrfiles", 1)
+    if nrfiles == 1 and _exists_not_regular(job.name):
+        raw = [job.name]
     else:
-        fmt = job.get("filename_format") or "$jobname.$jobnum.$filenum"
-        names = []
-        for filenum in range(job.get("nrfiles", 1)):
-            name = fmt.replace("$jobname", job.name).replace("$jobnum", str(jobnum)).replace("$filenum", str(filenum))
-            names.append(os.path.join(base, name))
-    if not names:
-        file, line = job.loc("filename")
-        raise JobFileError(f"no files for [{job.name}]", file, line)
+        raw = [make_filename(job.get("filename_format"), job.name, jobnum, i) for i in range(nrfiles)]
+    out = []
+    for name in raw:
+        path = (root + "/" if root is not None else "") + name
+        if taken is not None:
+            # filesetup.c add_file: "clean cloned siblings using existing files"
+            if jobnum and path in taken and not _exists_not_regular(name):
+                continue
+            if not jobnum and job.get("numjobs", 1) > 1:
+                taken.add(path)
+        out.append((path, root or ""))
+    return out
+
+
+def clone_files(job: Job, jobnum: int, taken: set | None = None, null: bool = False) -> list[FileSpec]:
+    """The files clone `jobnum` of `job` reads, in fio's order, with the bytes it needs of each.
+
+    `null`: the job's engine does no I/O (fio's diskless engines): its files are never looked at.
+    """
+    names = clone_names(job, jobnum, taken)
     offset = job.get("offset", 0)
     if isinstance(offset, Percent):
         file, line = job.loc("offset")
         raise JobFileError(f"unsupported value 'offset={offset.value}%' in [{job.name}]", file, line)
-    return [FileSpec(path, offset, size) for path, size in zip(names, _io_sizes(job, names, offset))]
+    if not names:
+        return []
+    sizes = _io_sizes(job, [p for p, _ in names], offset, null)
+    return [FileSpec(path, offset, size, root) for (path, root), size in zip(names, sizes)]
 
 
-def _io_sizes(job: Job, names: list[str], offset: int) -> list[int]:
+def _io_sizes(job: Job, names: list[str], offset: int, null: bool) -> list[int]:
     n = len(names)
     size = job.get("size")
     filesize = job.get("filesize")
@@ -72,50 +147,270 @@ def _io_sizes(job: Job, names: list[str], offset: int) -> list[int]:
             file, line = job.loc("filesize")
             raise JobFileError(f"unsupported value: a filesize range in [{job.name}]", file, line)
         return [max(lo - offset, 0)] * n
-    if isinstance(size, Percent):
+    if isinstance(size, Percent) or not size:
+        file, line = job.loc("size")
+        if null:
+            raise JobFileError(f"[{job.name}] uses ioengine=null and needs size= or filesize=", file, line)
         # relative to what is there: the files must exist (fio: "of the file or device")
         out = []
         for name in names:
-            if not os.path.exists(name):
-                file, line = job.loc("size")
-                raise JobFileError(f"size={size.value}% needs existing files, {name} is missing", file, line)
-            out.append((os.path.getsize(name) - offset) * min(size.value, 100) // 100)
+            have = existing_size(name)
+            if have is None:
+                what = f"size={size.value}%" if isinstance(size, Percent) else f"[{job.name}] without size= or filesize="
+                raise JobFileError(f"{what} needs existing files, {name} is missing", file, line)
+            part = max(have - offset, 0)
+            out.append(part * min(size.value, 100) // 100 if isinstance(size, Percent) else part)
         return out
-    if not size:
-        if all(os.path.exists(p) for p in names):
-            return [max(os.path.getsize(p) - offset, 0) for p in names]
-        file, line = job.loc("size")
-        raise JobFileError(f"[{job.name}] needs size= or filesize= (its files do not exist)", file, line)
     each = size // n
     extra = (size - each * n) // min_bs(job)
     return [each + (min_bs(job) if i < extra else 0) for i in range(n)]
 
 
-def lay_out(files: list[FileSpec], allow_create: bool = True, chunk: int = 1 << 20) -> int:
-    """Create or extend files that are missing or too short, as fio does; returns bytes written."""
-    written = 0
-    buf = os.urandom(chunk)
+# ---------------------------------------------------------------------------------------------
+# What is there
+
+def device_size(path: str) -> int:
+    """Bytes of a block device (ioctl BLKGETSIZE64 on a read-only descriptor)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        return struct.unpack("Q", fcntl.ioctl(fd, BLKGETSIZE64, b"\0" * 8))[0]
+    finally:
+        os.close(fd)
+
+
+def existing_size(path: str) -> int | None:
+    """Bytes readable at `path` (following a symlink, as fio's open does), None if nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISBLK(st.st_mode):
+        return device_size(path)
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def is_marked(path: str) -> bool:
+    """Laid out by iodl: a regular file (not a symlink) carrying iodl's xattr."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        return os.getxattr(path, MARK, follow_symlinks=False) == MARK_VALUE
+    except OSError:
+        return False
+
+
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
+
+
+def _not_readable(mode: int) -> str | None:
+    for test, what in _KINDS:
+        if test(mode):
+            return what
+    return None if stat.S_ISREG(mode) or stat.S_ISBLK(mode) else "not a regular file or block device"
+
+
+def check_files(files: list[FileSpec], allow_create: bool = True) -> list[FileSpec]:
+    """Refuse (UsageError, one line) what iodl must not touch; returns the files it will write.
+
+    Reads what is there as fio does — a block device or any existing file big enough; creates
+    what is missing; rewrites only its own short files; refuses everything else with the reason.
+    """
+    need: dict[str, FileSpec] = {}
     for spec in files:
+        if spec.path not in need or spec.needed > need[spec.path].needed:
+            need[spec.path] = spec
+    to_write = []
+    for path, spec in need.items():
         try:
-            have = os.path.getsize(spec.path)
+            lst = os.lstat(path)
         except FileNotFoundError:
-            have = -1
             if not allow_create:
-                raise JobFileError(f"{spec.path} does not exist and allow_file_create=0") from None
+                raise UsageError(f"{path} does not exist and allow_file_create=0") from None
+            _check_creatable(spec)
+            to_write.append(spec)
+            continue
+        except OSError as exc:
+            raise UsageError(f"cannot look at {path}: {exc.strerror}") from None
+        try:
+            st = os.stat(path)
+        except OSError:
+            raise UsageError(f"{path} is a dangling symlink; iodl never writes through a symlink") from None
+        what = _not_readable(st.st_mode)
+        if what:
+            raise UsageError(f"{path} is {what}: fio-compare reads regular files and block devices only")
+        have = device_size(path) if stat.S_ISBLK(st.st_mode) else st.st_size
         if have >= spec.needed:
             continue
-        os.makedirs(os.path.dirname(spec.path) or ".", exist_ok=True)
-        # fio unlinks a short file and writes it again from the start (filesetup.c extend_file)
-        fd = os.open(spec.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            left = spec.needed
-            while left:
-                n = os.write(fd, buf[: min(left, chunk)])
-                left -= n
-                written += n
-            os.fsync(fd)
-        finally:
+        if stat.S_ISBLK(st.st_mode):
+            raise UsageError(f"the job needs {spec.needed} bytes of {path} (offset+size) but the device has "
+                             f"{have}; iodl never writes to a device: lower size= or offset=")
+        if stat.S_ISLNK(lst.st_mode):
+            raise UsageError(f"the job needs {spec.needed} bytes of {path} but it has {have} and is a symlink; "
+                             f"iodl never writes through a symlink: remove it or point directory= elsewhere")
+        if not is_marked(path):
+            raise UsageError(f"the job needs {spec.needed} bytes of {path} but it has {have} and iodl did not "
+                             f"create it; iodl never writes over a file it did not lay out: remove it or point "
+                             f"directory= elsewhere")
+        to_write.append(spec)
+    return to_write
+
+
+def _below_root(spec: FileSpec) -> tuple[str, list[str]]:
+    """(existing directory to start from, components below it to walk without following links).
+
+    With `directory=` the start is its entry; without, the longest existing directory of the path
+    the user wrote (symlinks in that part are the user's own choice, as in fio).
+    """
+    if spec.root:
+        return spec.root, [p for p in spec.path[len(spec.root) + 1:].split("/") if p not in ("", ".")]
+    parts = spec.path.split("/")
+    for k in range(len(parts) - 1, -1, -1):
+        start = "/".join(parts[:k]) or ("/" if spec.path.startswith("/") else ".")
+        if os.path.isdir(start):
+            return start, [p for p in parts[k:] if p not in ("", ".")]
+    return ".", [p for p in parts if p not in ("", ".")]
+
+
+def _check_creatable(spec: FileSpec) -> None:
+    start, parts = _below_root(spec)
+    if ".." in parts:
+        raise UsageError(f"{spec.path} climbs out of its directory ('..'); iodl creates files only below it")
+    if not parts:
+        raise UsageError(f"{spec.path} names no file")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lay-out
+
+def _open_parent(spec: FileSpec) -> tuple[int, str]:
+    """A descriptor of the directory the file goes in, made (0700, as fio) without following links."""
+    start, parts = _below_root(spec)
+    fd = os.open(start, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, DIR_MODE, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UsageError(f"{spec.path}: '{part}' is a symlink or not a directory; iodl never "
+                                     f"creates files through a symlink") from None
+                raise
             os.close(fd)
-    return written
+            fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
 
 
+def _create_temp(dfd: int, name: str) -> tuple[int, str]:
+    """An exclusive new temporary file beside `name`; a name already taken (even by a planted
+    symlink) is left alone and another drawn."""
+    for _ in range(16):
+        tmp = f".{name}.iodl-tmp.{os.getpid()}.{secrets.token_hex(4)}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                           dir_fd=dfd), tmp
+        except FileExistsError:
+            continue
+    raise IodlError(f"cannot create a temporary file beside {name}: every name drawn exists")
+
+
+def _write_one(spec: FileSpec, buf: bytes) -> int:
+    dfd, name = _open_parent(spec)
+    fd, tmp = -1, None
+    try:
+        fd, tmp = _create_temp(dfd, name)
+        left = spec.needed
+        while left:
+            left -= os.write(fd, buf[: min(left, len(buf))])
+        try:
+            os.setxattr(fd, MARK, MARK_VALUE)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            # no user xattrs here (tmpfs before Linux 6.6, some NFS): the file stays unmarked, so a
+            # later run reads it but will not extend it
+        os.fsync(fd)
+        try:
+            # a new name: link() never replaces what appeared there meanwhile
+            os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        except FileExistsError:
+            if not is_marked(spec.path):
+                raise UsageError(f"{spec.path} appeared while iodl laid it out; it is left as it is") from None
+            # our own short file: replace it whole (rename replaces the name, never what a link points to)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            tmp = None
+        return spec.needed
+    except OSError as exc:
+        raise IodlError(f"laying out {spec.path} ({spec.needed} bytes): {exc.strerror}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if tmp is not None:   # ours (created exclusively above): never left behind, also on Ctrl-C
+            os.unlink(tmp, dir_fd=dfd)
+        os.close(dfd)
+
+
+def lay_out(files: list[FileSpec], allow_create: bool = True, chunk: int = 1 << 20) -> int:
+    """Create iodl's files that are missing or (its own, marked) too short; returns bytes written.
+
+    Checks first (check_files), then the free space of each directory, then writes.
+    """
+    todo = check_files(files, allow_create)
+    need_by_dir: dict[int, tuple[str, int]] = {}
+    for spec in todo:
+        start, _ = _below_root(spec)
+        dev = os.stat(start).st_dev
+        where, n = need_by_dir.get(dev, (start, 0))
+        need_by_dir[dev] = (where, n + spec.needed)
+    for where, n in need_by_dir.values():
+        vfs = os.statvfs(where)
+        if n > vfs.f_bavail * vfs.f_frsize:
+            raise UsageError(f"laying out needs {n} bytes in {where} but only {vfs.f_bavail * vfs.f_frsize} "
+                             f"are free: lower size= or use --scale")
+    buf = os.urandom(chunk) if todo else b""
+    with _term_interrupts():
+        return sum(_write_one(spec, buf) for spec in todo)
+
+
+@contextlib.contextmanager
+def _term_interrupts():
+    """SIGTERM raises KeyboardInterrupt while laying out, as Ctrl-C does, so the temporary file is
+    removed (the default action would end the process with it left behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def open_input(path: str, direct: bool) -> int:
+    """Open a file to read, refusing anything but a regular file or block device without blocking
+    (a FIFO planted after the checks would block a plain open forever)."""
+    from ..engine import open_for_read
+
+    probe = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        what = _not_readable(os.fstat(probe).st_mode)
+        if what:
+            raise IodlError(f"{path} is {what}: fio-compare reads regular files and block devices only")
+        # reopen the very inode checked (not the name again), blocking, with O_DIRECT when asked
+        try:
+            return open_for_read(f"/proc/self/fd/{probe}", direct)
+        except IodlError as exc:
+            raise IodlError(str(exc).replace(f"/proc/self/fd/{probe}", path)) from None
+    finally:
+        os.close(probe)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from ..errors import IodlError
 from .jobfile import Job, JobFileError
 
 from ..plan import PLAN_DTYPE  # the engine's row type (numpy only: importable without the engine)
-from .layout import FileSpec, clone_files, min_bs
+from .layout import FileSpec, clone_files, min_bs, open_input
 
 def _engine_module():
     """The C engine, imported when a run starts (parsing and job checks work without it)."""
@@ -78,8 +79,17 @@ def _reject(job: Job, key: str, what: str) -> JobFileError:
     return JobFileError(f"unsupported {what} in [{job.name}]", file, line)
 
 
-def plan_job(job: Job, overrides: dict | None = None) -> JobPlan:
-    """Check a job against what iodl honours and resolve it; raises JobFileError naming file:line."""
+MAX_CLONES = 4096      # fio's REAL_MAX_JOBS
+MAX_FILES = 1 << 20    # files over all clones of one job
+
+
+def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, files: bool = True) -> JobPlan:
+    """Check a job against what iodl honours and resolve it; raises JobFileError naming file:line.
+
+    `taken`: the job file's shared set of clone file names (layout.clone_names); pass one set to
+    every job in file order. `files=False`: the grammar only, nothing looked up on disk (the job
+    file as written, before overrides such as --directory).
+    """
     from . import options as opts
 
     for key, option in job.where.items():
@@ -136,8 +146,31 @@ def plan_job(job: Job, overrides: dict | None = None) -> JobPlan:
         service=service, service_n=max(1, service_n), invalidate=bool(job.get("invalidate", 1)),
         numjobs=max(1, job.get("numjobs", 1)), seed=int(seed) if seed and str(seed).isdigit() else 0x1234,
     )
-    plan.files = [clone_files(job, n) for n in range(plan.numjobs)]
+    if plan.numjobs > MAX_CLONES:
+        raise _reject(job, "numjobs", f"value 'numjobs={plan.numjobs}' (fio allows {MAX_CLONES} jobs)")
+    if plan.numjobs * max(1, job.get("nrfiles", 1)) > MAX_FILES:
+        raise _reject(job, "nrfiles", f"value: numjobs x nrfiles over {MAX_FILES} files")
+    if not files:
+        return plan
+    _check_directory(job)
+    plan.files = [clone_files(job, n, taken, null=engine == "null") for n in range(plan.numjobs)]
     return plan
+
+
+def _check_directory(job: Job) -> None:
+    """fio (options.c str_directory_cb) refuses a directory= entry that is not a directory (lstat)."""
+    from .jobfile import fio_list
+
+    if "directory" not in job.values:
+        return
+    for entry in fio_list(job.values["directory"]):
+        try:
+            ok = stat.S_ISDIR(os.lstat(entry).st_mode)
+        except OSError:
+            ok = False
+        if not ok:
+            file, line = job.loc("directory")
+            raise JobFileError(f"directory '{entry}' of [{job.name}] is not a directory", file, line)
 
 
 def _size(text: str, job: Job) -> int:
@@ -230,7 +263,11 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     rng = np.random.default_rng([plan.seed, jobnum])
     fds = []
     try:
-        fds = [engine_mod.open_for_read(f.path, plan.direct) for f in files]
+        if plan.engine == "null":
+            # fio's null engine is diskless: it never opens its files; the engine needs a valid fd
+            fds = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in files]
+        else:
+            fds = [open_input(f.path, plan.direct) for f in files]
         with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
                                     rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth)) as engine:
             if start is not None:
@@ -299,6 +336,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
             for fd in fds:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if not plan.files[res.jobnum]:
+            break   # a clone whose names its first clone took reads nothing (fio's add_file)
         rows = pass_plan(plan, plan.files[res.jobnum], rng)
         if not len(rows):
             raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")

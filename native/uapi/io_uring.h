@@ -81,9 +81,19 @@ struct io_uring_probe {
 
 /* io_uring_enter() flags */
 #define IORING_ENTER_GETEVENTS		(1U << 0)
+#define IORING_ENTER_EXT_ARG		(1U << 3)	/* 5.11: argp is a struct io_uring_getevents_arg */
 
 /* features */
 #define IORING_FEAT_SINGLE_MMAP		(1U << 0)
+#define IORING_FEAT_EXT_ARG		(1U << 8)	/* 5.11 */
+
+/* io_uring_enter(..., IORING_ENTER_EXT_ARG, arg, sizeof(arg)): a wait with a timeout */
+struct io_uring_getevents_arg {
+	__u64 sigmask;
+	__u32 sigmask_sz;
+	__u32 pad;
+	__u64 ts;	/* pointer to a struct __kernel_timespec (two __s64: sec, nsec) */
+};
 
 /* mmap offsets */
 #define IORING_OFF_SQ_RING		0ULL
@@ -100,5 +110,6 @@ struct io_uring_probe {
 _Static_assert(sizeof(struct io_uring_sqe) == 64, "io_uring_sqe is 64 bytes");
 _Static_assert(sizeof(struct io_uring_cqe) == 16, "io_uring_cqe is 16 bytes");
 _Static_assert(sizeof(struct io_uring_params) == 120, "io_uring_params is 120 bytes");
+_Static_assert(sizeof(struct io_uring_getevents_arg) == 24, "io_uring_getevents_arg is 24 bytes");
 
 #endif

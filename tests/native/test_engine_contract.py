@@ -485,26 +485,35 @@ SW = _native.SERIES_WIDTH
 def test_series_and_live_add_up_to_the_stats(tmp_path, name, direct):
     """Over all rows the series columns are the run's bytes, ios and cached bytes, and its coarse
     latency columns are the fine histogram folded 8 to 1, exactly. Rows are completion times: the
-    last non-empty row is the one of t_end_ns (the last completion), none is before t_start_ns.
-    Two runs accumulate (nothing is cleared); without a window the live counters equal the stats."""
+    last non-empty row of a run is the one of t_end_ns (its last completion), none is before the row
+    of t_start_ns (its first submit). Two runs accumulate (nothing is cleared); without a window the
+    live counters equal the stats. A run may fit in one row (the null engine does): the runs are
+    kept apart by a pause of two rows, so the second one's rows must come after the first one's."""
     paths = make_files(tmp_path, SIZES)
     plan = whole_file_plan(SIZES)
     cache_check = name != "null" and not direct      # buffered reads of fresh files: cached_bytes > 0
-    bucket = 1_000_000                               # 1 ms rows: a run spans several of them
+    bucket = 1_000_000                               # 1 ms rows
     series = np.zeros((100_000, SW), dtype=np.int64)
     live = np.zeros(3, dtype=np.int64)
     hist = histogram.empty()
     total = {"bytes": 0, "ios": 0, "cached_bytes": 0}
+    spans = []
     with Opened(paths, direct) as fds, engine(name, direct, cache_check=cache_check) as eng:
         origin = _native.monotonic_ns()
         for _ in range(2):
+            before = series.copy()
             st = eng.run(fds, plan, hist, series=series, series_origin_ns=origin, series_bucket_ns=bucket, live=live)
+            time.sleep(2 * bucket / 1e9)
             assert st["series_clamped"] == 0
             for k in total:
                 total[k] += st[k]
-            rows = np.flatnonzero(series[:, histogram.SERIES_IOS])
+            added = series - before                   # this run's rows
+            assert (added[:, 0].sum(), added[:, 1].sum(), added[:, 2].sum()) == (st["bytes"], st["ios"], st["cached_bytes"])
+            rows = np.flatnonzero(added[:, histogram.SERIES_IOS])
+            assert rows[0] >= (st["t_start_ns"] - origin) // bucket
             assert rows[-1] == (st["t_end_ns"] - origin) // bucket
-    assert rows[0] >= 0 and len(rows) > 1
+            spans.append((rows[0], rows[-1]))
+    assert spans[0][1] < spans[1][0], spans             # rows follow the clock, not the run
     assert total["ios"] == 2 * len(plan) and total["bytes"] == 2 * expected_bytes(name, plan, SIZES)
     if cache_check:
         assert total["cached_bytes"] > 0

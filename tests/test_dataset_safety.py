@@ -1,0 +1,308 @@
+"""Datasets on disk never lead iodl outside a root, never write through a link, and fail in one line.
+
+Real parts only: real symlinks, real FIFOs (an open of one that iodl must not do would block the run,
+so a finished run proves it was not opened), small tmpfs mounts for ENOSPC, RLIMIT_NOFILE set on the
+child. Every planted target outside a root is checksummed before and after.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.helpers import iodl, load_json, mpiexec
+
+TINY = ("--workload", "tiny")
+
+
+def _one_line_error(proc, *words):
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines and all(ln.startswith("iodl: error: ") for ln in lines), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def _digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest(), os.stat(path).st_mtime_ns
+
+
+def _generate(root, files=2, copies=1):
+    proc = iodl("generate", *TINY, "--root", root, "--files", str(files), "--copies", str(copies), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def _no_temps(root):
+    assert not glob.glob(os.path.join(root, "**", "*.iodl-tmp"), recursive=True)
+
+
+def _validate(root, *extra, timeout=60, **kw):
+    return iodl("read", "--pattern", "validate", "--root", root, "--progress", "off", *extra, timeout=timeout, **kw)
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    return _generate(str(tmp_path / "ds"))
+
+
+def _edit_manifest(root, fn):
+    path = os.path.join(root, "iodl-dataset.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    fn(manifest)
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
+# ---------------------------------------------------------------- manifests stay inside -------
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "copies", "sample_sizes", "extents"])
+def test_manifest_entry_outside_root_is_refused(tmp_path, dataset, where):
+    # The outside target is a FIFO: an open of it would block, so a run that ends proves it was not opened.
+    outside = str(tmp_path / "outside")
+    os.mkfifo(outside)
+    edits = {
+        "absolute": lambda m: m["files"][0].update(path=outside),
+        "dotdot": lambda m: m["files"][0].update(path="../../outside"),
+        "copies": lambda m: m.update(copies=["../"]),
+        "sample_sizes": lambda m: m.update(sample_sizes="../outside"),
+        "extents": lambda m: m.update(extents="../outside"),
+    }
+    _edit_manifest(dataset, edits[where])
+    proc = _validate(dataset, timeout=30)
+    _one_line_error(proc, "iodl-dataset.json")
+
+
+def test_symlinked_copy_dir_pointing_out_is_refused_when_reading(tmp_path, dataset):
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(os.path.join(dataset, "copy-0000"), elsewhere)
+    os.symlink(elsewhere, os.path.join(dataset, "copy-0000"))
+    _one_line_error(_validate(dataset), "copy-0000", "outside")
+
+
+def test_shard_symlink_pointing_out_is_refused(tmp_path, dataset):
+    shard = sorted(glob.glob(os.path.join(dataset, "copy-0000", "*")))[0]
+    outside = tmp_path / "outside"
+    os.rename(shard, outside)
+    os.symlink(outside, shard)
+    _one_line_error(_validate(dataset), os.path.basename(shard), "outside")
+
+
+def test_manifest_naming_too_many_shards_is_refused_fast(dataset):
+    _edit_manifest(dataset, lambda m: m.update(copies=[f"c{i}" for i in range(100_001)],
+                                               files=m["files"] * 60))
+    t0 = time.monotonic()
+    _one_line_error(_validate(dataset), "copies")
+    assert time.monotonic() - t0 < 20
+
+
+def test_pickled_sizes_file_is_refused(dataset):
+    import numpy as np
+
+    np.save(os.path.join(dataset, "iodl-sample-sizes.npy"), np.array([{"x": 1}, {"y": 2}], dtype=object),
+            allow_pickle=True)
+    _one_line_error(_validate(dataset), "iodl-dataset.json")
+
+
+def test_every_rank_exits_nonzero_on_a_bad_manifest(dataset):
+    if not mpiexec():
+        pytest.skip("mpiexec not found next to the test interpreter")
+    _edit_manifest(dataset, lambda m: m["files"][0].update(path="/etc/passwd"))
+    marker = "rank-exit"
+    # each rank's exit code is printed by a wrapper shell, so every rank's status is seen, not only mpiexec's
+    import sys
+    cmd = [mpiexec(), "-n", "2", "sh", "-c",
+           f'{sys.executable} -m iodl read --pattern validate --progress off --root {dataset}; echo {marker}=$?']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    codes = [int(ln.split("=")[1]) for ln in proc.stdout.splitlines() if ln.startswith(marker)]
+    assert len(codes) == 2 and all(c != 0 for c in codes), proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- non-regular files and sizes -
+
+def test_fifo_in_place_of_a_shard_fails_in_one_line(dataset):
+    shard = sorted(glob.glob(os.path.join(dataset, "copy-0000", "*")))[1]
+    os.unlink(shard)
+    os.mkfifo(shard)
+    _one_line_error(_validate(dataset, timeout=30), shard, "not a regular file")
+
+
+def test_foreign_root_with_fifo_is_refused(tmp_path):
+    root = tmp_path / "foreign"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"x" * 4096)
+    os.mkfifo(root / "b.fifo")
+    _one_line_error(_validate(str(root), timeout=30), "b.fifo", "not a regular file")
+
+
+def test_truncated_shard_names_expected_and_actual_size(dataset):
+    shard = sorted(glob.glob(os.path.join(dataset, "copy-0000", "*")))[0]
+    size = os.path.getsize(shard)
+    os.truncate(shard, size * 3 // 4)
+    line = _one_line_error(_validate(dataset), shard, str(size), str(size * 3 // 4))
+    assert "expected" in line
+
+
+def test_validate_says_what_it_checked(tmp_path):
+    root = _generate(str(tmp_path / "ds"), files=3, copies=2)
+    out = str(tmp_path / "o.json")
+    proc = _validate(root, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    block = load_json(out)["validate"]
+    manifest = load_json(os.path.join(root, "iodl-dataset.json"))
+    assert block["shards"] == 6
+    assert block["bytes"] == block["expected_bytes"] == manifest["total_bytes"]
+    assert block["checked"] == "sizes"
+
+
+def test_validate_runs_within_a_small_file_limit(tmp_path):
+    # 40 shards, 32 descriptors: the stream must open fewer shards at once than the limit allows
+    root = str(tmp_path / "many")
+    proc = iodl("generate", "--workload", _small_workload(tmp_path, files=40), "--root", root, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    out = str(tmp_path / "o.json")
+    proc = _validate(root, "--out", out, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32)))
+    assert proc.returncode == 0, proc.stderr
+    assert load_json(out)["validate"]["shards"] == 40
+
+
+def _small_workload(tmp_path, files):
+    path = tmp_path / "w.toml"
+    path.write_text(f'[workload]\nname = "s"\n[dataset]\nformat = "tfrecord"\nfiles = {files}\nsamples_per_file = 4\n'
+                    'sample_size = "4000B"\nsample_size_stdev = "0B"\n[train]\nbatch_size = 2\ncompute_time_s = 0\n')
+    return str(path)
+
+
+# ---------------------------------------------------------------- generate never writes through links
+
+def _incomplete_root(tmp_path):
+    """A root whose generation was cut short: manifest written, no shard yet."""
+    root = _generate(str(tmp_path / "ds"))
+    _edit_manifest(root, lambda m: m.update(status="incomplete"))
+    for shard in glob.glob(os.path.join(root, "copy-0000", "*")):
+        os.unlink(shard)
+    return root
+
+
+def test_generate_does_not_write_through_a_planted_temp_symlink(tmp_path):
+    root = _incomplete_root(tmp_path)
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me" * 100)
+    before = _digest(target)
+    shard = os.path.join(root, "copy-0000", "train-00000-of-00002.tfrecord")
+    os.symlink(target, shard + ".iodl-tmp")
+    os.symlink(target, os.path.join(root, "iodl-dataset.json.iodl-tmp"))
+    _generate(root)
+    assert _digest(target) == before
+    assert os.path.isfile(shard) and not os.path.islink(shard)
+    _no_temps(root)
+
+
+def test_generate_refuses_a_symlinked_copy_dir(tmp_path):
+    root = _incomplete_root(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.rmdir(os.path.join(root, "copy-0000"))
+    os.symlink(elsewhere, os.path.join(root, "copy-0000"))
+    proc = iodl("generate", *TINY, "--root", root, "--files", "2", "--copies", "1")
+    _one_line_error(proc, "copy-0000")
+    assert os.listdir(elsewhere) == []
+
+
+def test_generate_replaces_a_final_shard_symlink_without_touching_its_target(tmp_path):
+    root = _incomplete_root(tmp_path)
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me")
+    before = _digest(target)
+    shard = os.path.join(root, "copy-0000", "train-00001-of-00002.tfrecord")
+    os.symlink(target, shard)
+    _generate(root)
+    assert _digest(target) == before and not os.path.islink(shard)
+
+
+# ---------------------------------------------------------------- ENOSPC ----------------------
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    mounts = []
+
+    def mount(opts):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(mnt)], check=True)
+        mounts.append(mnt)
+        return str(mnt)
+
+    yield mount
+    for m in mounts:
+        subprocess.run(["umount", str(m)], check=False)
+
+
+def test_generate_refuses_up_front_when_the_dataset_cannot_fit(small_tmpfs):
+    mnt = small_tmpfs("size=2m")
+    root = os.path.join(mnt, "r")
+    proc = iodl("generate", *TINY, "--root", root, "--files", "4", "--copies", "1")
+    line = _one_line_error(proc, root, "free")
+    need, free = [int(w) for w in line.replace(",", " ").split() if w.isdigit()][-2:]
+    assert need > 16_000_000 and 1_900_000 < free <= 2 * 1024 * 1024
+    assert not glob.glob(os.path.join(root, "copy-0000", "*"))
+
+
+def test_two_roots_on_one_filesystem_add_up(small_tmpfs):
+    mnt = small_tmpfs("size=6m")
+    proc = iodl("generate", *TINY, "--root", os.path.join(mnt, "a"), "--root", os.path.join(mnt, "b"),
+                "--files", "1", "--copies", "1")
+    _one_line_error(proc, "/a", "/b", "free")
+
+
+def test_enospc_at_create_names_the_file_and_leaves_no_temp(small_tmpfs):
+    # room for the bytes (the up-front check passes) but not for the inodes: the kernel's ENOSPC mid-run
+    mnt = small_tmpfs("size=16m,nr_inodes=6")
+    root = os.path.join(mnt, "r")
+    proc = iodl("generate", *TINY, "--root", root, "--files", "2", "--copies", "1")
+    _one_line_error(proc, "writing the dataset: " + root, "No space left on device")
+    _no_temps(root)
+
+
+@pytest.mark.flaky(reruns=1)
+def test_enospc_mid_write_names_the_file_and_leaves_no_temp(small_tmpfs):
+    # the check passes; a filler then takes the free space while the first shard is being written
+    mnt = small_tmpfs("size=40m")
+    root = os.path.join(mnt, "r")
+    done = threading.Event()
+
+    def fill():
+        while not done.is_set():
+            if glob.glob(os.path.join(root, "copy-0000", "*.iodl-tmp")):
+                st = os.statvfs(mnt)
+                with open(os.path.join(mnt, "filler"), "wb") as f:
+                    try:
+                        os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)
+                    except OSError:
+                        pass
+                return
+            time.sleep(0.0005)
+
+    filler = threading.Thread(target=fill)
+    filler.start()
+    try:
+        proc = iodl("generate", *TINY, "--root", root, "--files", "8", "--copies", "1")
+    finally:
+        done.set()
+        filler.join()
+    _one_line_error(proc, "writing the dataset: " + root, ".tfrecord", "No space left on device")
+    _no_temps(root)
