@@ -1,7 +1,7 @@
 """Page-cache accounting per node: what the cache can hold, what of the dataset it held at the
 start, the predicted hit fraction beside the measured one, and dropping it.
 
-Everything here is per host, so one rank per node does it (DESIGN.md "Scale"). The prediction
+Everything here is per host, so one rank per node does it (docs/design.md, "Scale"). The prediction
 is the reference studies' rule for random whole-shard reads in steady state: a node whose page
 cache can hold C bytes and that reads a dataset of D bytes hits min(1, C / D) of its reads. C is
 MemAvailable at the start (free memory plus the cache the kernel would reclaim for us); the

@@ -134,6 +134,49 @@ def _read_manifest(root: str) -> dict | None:
     return manifest
 
 
+_SHAPE_KEYS = ("format", "samples_per_file", "sample_size", "sample_size_stdev")
+
+
+def workload_for_roots(roots: list[str], given: str | None):
+    """The workload a read of these roots runs: the one given, which must describe every iodl
+    dataset among them (a workload's demand sized against another's data is a wrong answer), or,
+    when none is given, the one the datasets were generated for. Roots without a manifest (plain
+    directories) put no constraint on it; with none at all the default is `tiny`."""
+    import dataclasses
+
+    from .workload import builtin_names, load_workload
+
+    found = [(root, m) for root in roots if os.path.isdir(root) and (m := _read_manifest(root)) is not None]
+    if given is None:
+        names = {m.get("workload") for _r, m in found}
+        if len(names) > 1:
+            raise UsageError(f"the roots hold datasets of different workloads ({', '.join(sorted(map(str, names)))}): "
+                             "give --workload")
+        name = names.pop() if names else "tiny"
+        if name not in builtin_names():
+            raise UsageError(f"{found[0][0]} was generated for workload {name!r}, which is not built in: "
+                             "give its file with --workload FILE")
+        wl = load_workload(name)
+        if found:   # generate's --files/--copies/--format/--seed are the dataset's, not the file's
+            m = found[0][1]
+            spec = m.get("spec", {})
+            wl = wl.with_overrides(files=spec.get("files"), copies=spec.get("copies"), format=m.get("format"),
+                                   seed=m.get("seed"))
+    else:
+        wl = load_workload(given)
+    mine = dataclasses.asdict(wl.dataset)
+    for root, m in found:
+        spec = m.get("spec", {})
+        differ = [k for k in _SHAPE_KEYS if k in spec and spec[k] != mine[k]]
+        if differ:
+            theirs = ", ".join(f"{k} {spec[k]}" for k in differ)
+            ours = ", ".join(f"{k} {mine[k]}" for k in differ)
+            raise UsageError(f"--workload {wl.name} does not describe the dataset under {root} (generated for "
+                             f"{m.get('workload')!r}: {theirs}; {wl.name}: {ours}); leave --workload out to use "
+                             "the dataset's")
+    return wl
+
+
 def open_dataset(root: str) -> Dataset:
     """Open an iodl dataset root, or any directory of files as a foreign dataset (read-only)."""
     root = os.path.abspath(root)

@@ -1,6 +1,6 @@
 """Shard formats: how samples are laid out in a file, and where each sample's bytes sit.
 
-A format only decides the layout; reading is the engines' business (DESIGN.md). Sample bytes come
+A format only decides the layout; reading is the engines' business (docs/design.md). Sample bytes come
 from Content (incompressible, no two 4 KiB blocks alike). tfrecord and raw shards are streamed in
 pieces of about 8 MiB of whole records from two reused buffers; npz and hdf5 shards are built whole
 and written by numpy / h5py. Each format reports the extent (offset, length) of every sample's

@@ -1,7 +1,7 @@
 """Storage whose truth is known, on one machine: loop-mounted filesystems, blkio throttles, drop_caches.
 
 Used by the tests and benches (and by anyone checking iodl on their own box). Needs root and
-cgroup v1 blkio; see DESIGN.md "Ground truth".
+cgroup v1 blkio; see docs/design.md, "Ground truth".
 """
 from __future__ import annotations
 

@@ -127,10 +127,12 @@ def max_us(hist: np.ndarray) -> float:
 
 
 def summary_us(hist: np.ndarray, max_ns: int | None = None) -> dict[str, float]:
-    """p50/p90/p99/p999/max in µs, the DESIGN.md latency keys; max is exact when max_ns is given."""
+    """p50/p90/p99/p999/max in µs, the latency keys of docs/numbers.md; max is exact when max_ns is given."""
     p = percentiles(hist, DEFAULT_PERCENTILES)
-    return {"p50": p[50.0], "p90": p[90.0], "p99": p[99.0], "p999": p[99.9],
-            "max": max_ns / 1e3 if max_ns is not None else max_us(hist)}
+    top = max_ns / 1e3 if max_ns is not None else max_us(hist)
+    # a bucket's midpoint can lie above the largest value in it: no percentile exceeds the max
+    return {"p50": min(p[50.0], top), "p90": min(p[90.0], top), "p99": min(p[99.0], top),
+            "p999": min(p[99.9], top), "max": top}
 
 
 # --- time series ----------------------------------------------------------------------------------

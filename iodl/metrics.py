@@ -1,4 +1,4 @@
-"""Per-rank counters and their reduction to rank 0 (DESIGN.md "Definitions").
+"""Per-rank counters and their reduction to rank 0 (docs/numbers.md).
 
 Times are seconds since the start barrier, taken on each rank's own monotonic clock: the barrier
 is the common origin, so ranks on different hosts need no synchronised clocks. Cross-rank
@@ -15,7 +15,7 @@ import numpy as np
 from . import histogram
 
 MB = 1e6
-SERIES_BUCKET_NS = 1_000_000_000   # the time series has one row per second (DESIGN.md: CSV, plots)
+SERIES_BUCKET_NS = 1_000_000_000   # the time series has one row per second (docs/report.md: CSV, plots)
 # a rank's live counters (int64 slots of a node-shared block): bytes, ios, cached bytes are the
 # engine's (Engine.run(live=...)); the step count is training's; LIVE_SLOT bytes per rank keep
 # ranks off each other's cache lines
@@ -117,7 +117,7 @@ def process_age_s() -> float:
 
 
 def summarize(parts: list[dict], hist: np.ndarray) -> dict:
-    """The DESIGN.md figures for a group of ranks (one mount, or all)."""
+    """The docs/numbers.md figures for a group of ranks (one mount, or all)."""
     active = [p for p in parts if p["ios"]]
     total_bytes = sum(p["bytes"] for p in parts)
     cached = sum(p["cached_bytes"] for p in parts)

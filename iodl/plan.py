@@ -11,7 +11,7 @@ PLAN_DTYPE = np.dtype([("file", "<u8"), ("offset", "<u8"), ("length", "<u8")])
 
 
 def mount_of(rank: int, n_mounts: int) -> int:
-    """Ranks map to mounts round-robin (DESIGN.md)."""
+    """Ranks map to mounts round-robin (docs/design.md)."""
     return rank % n_mounts
 
 

@@ -1,4 +1,4 @@
-"""What rank 0 shows and writes: the rich tables and the result file (DESIGN.md "Result file")."""
+"""What rank 0 shows and writes: the rich tables and the result file (the result keys: docs/report.md, docs/numbers.md)."""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import os
 
 from .errors import UsageError
 

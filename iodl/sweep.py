@@ -1,5 +1,5 @@
 """Sweep: run one step pattern at several rank counts and find how many accelerators the storage
-supports (DESIGN.md "Definitions": the largest rank count whose AU stays >= the threshold).
+supports (docs/numbers.md: the largest rank count whose AU stays >= the threshold).
 
 Launch decision: one `mpiexec -n K python -m iodl read ... --out DIR/ranks-K.json` per point,
 not one big MPI job split into sub-communicators. Each point is then exactly the job a user
@@ -201,7 +201,7 @@ def meets(au: float, threshold: float) -> bool:
 
 
 def accelerators_supported(points: list[Point], threshold: float) -> int:
-    """Largest rank count whose AU >= threshold (DESIGN.md), 0 when none reached it."""
+    """Largest rank count whose AU >= threshold (docs/numbers.md), 0 when none reached it."""
     return max((p.ranks for p in points if meets(p.au, threshold)), default=0)
 
 

@@ -72,6 +72,9 @@ class SampleStream:
             self._layouts[shard] = layout
         return layout
 
+    def size_of(self, shard: int) -> int:
+        return int(self._sizes[shard])
+
     def take(self, n: int) -> list[tuple[int, np.ndarray, bool]]:
         """[(shard, rows, shard_finished)] for the next n samples."""
         out = []
@@ -141,7 +144,8 @@ class _Reader(threading.Thread):
             if self.cfg.engine == "null" and self.paths is None:
                 self.fds[shard] = -1              # no dataset: the null engine never touches fds
             else:
-                self.fds[shard] = open_for_read(self.paths[shard], self.cfg.direct)
+                # the size the dataset promises: a shorter (truncated) shard is refused by name
+                self.fds[shard] = open_for_read(self.paths[shard], self.cfg.direct, self.stream.size_of(shard))
         return self.fds[shard]
 
     def fetch(self) -> tuple[int, int, int]:
@@ -362,7 +366,7 @@ def data_wait_share(rows: list[np.ndarray]) -> float | None:
 
 
 def common_window(rows: list[np.ndarray]) -> tuple[float, float]:
-    """From the last rank's first step start to the first rank's last step end (DESIGN.md)."""
+    """From the last rank's first step start to the first rank's last step end (docs/numbers.md, "The window")."""
     return max(a[0, 0] for a in rows), min(a[-1, 1] for a in rows)
 
 

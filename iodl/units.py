@@ -1,6 +1,6 @@
 """Sizes in iodl's own files and options: "114660B", "4KiB", "1.3MB", 1048576.
 
-MB = 10^6 and MiB = 2^20 (DESIGN.md "Definitions"). fio's unit rules (kb_base, "k" meaning
+MB = 10^6 and MiB = 2^20 (docs/numbers.md). fio's unit rules (kb_base, "k" meaning
 KiB) are fio's business and are handled with fio's job files, not here.
 """
 from __future__ import annotations

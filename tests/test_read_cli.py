@@ -1,4 +1,6 @@
 """`iodl read` end to end, the way the README runs it, and the result-file contract."""
+import os
+
 import pytest
 
 from tests.helpers import iodl, load_json, write_random_files
@@ -139,3 +141,46 @@ def test_pss_is_reported_and_bounded_by_the_kernels_rss(tmp_path):
     assert proc.returncode == 0, proc.stderr
     [rank] = load_json(out)["per_rank"]
     assert 0 < rank["pss_mb"] <= rank["max_rss_mb"]
+
+
+def test_psync_result_states_the_depth_that_ran(tmp_path):
+    # psync issues one pread at a time, whatever --iodepth asked: the result must not say 8
+    for i in range(2):
+        (tmp_path / f"f{i}").write_bytes(os.urandom(1 << 20))
+    out = tmp_path.parent / f"{tmp_path.name}-r.json"
+    proc = iodl("read", "--pattern", "validate", "--root", str(tmp_path), "--engine", "psync", "--iodepth", "8",
+                "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = load_json(out)
+    assert result["iodepth"] == 1
+    assert result["total"]["depth"][0] == result["total"]["ios"]   # every request at depth 1
+
+
+def test_a_dataset_is_read_with_its_own_workload(tmp_path):
+    # a resnet50 root read with no --workload is sized as resnet50 (82 MB/s a rank), not as tiny
+    root = tmp_path / "r50"
+    gen = iodl("generate", "--workload", "resnet50", "--files", "1", "--root", str(root), "--quiet", timeout=300)
+    assert gen.returncode == 0, gen.stderr
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--root", str(root), "--steps", "2", "--compute-time", "0.01", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = load_json(out)
+    assert result["workload"]["name"] == "resnet50" and result["workload"]["dataset"]["files"] == 1
+    assert result["train"]["steps"] == 2
+    # 256 samples of the dataset's 114,660 B mean per step
+    assert result["total"]["bytes"] >= 2 * 256 * 114_660 * 0.8
+
+
+@pytest.mark.parametrize("other", ["tiny", "unet3d"])
+def test_a_workload_that_does_not_describe_the_dataset_is_refused(tmp_path, other):
+    root = tmp_path / "d"
+    gen = iodl("generate", "--workload", "tiny", "--files", "2", "--root", str(root), "--quiet")
+    assert gen.returncode == 0, gen.stderr
+    if other == "tiny":    # the same shape (only the file count differs): accepted
+        proc = iodl("read", "--root", str(root), "--workload", "tiny", "--steps", "1", "--compute-time", "0")
+        assert proc.returncode == 0, proc.stderr
+        return
+    proc = iodl("read", "--root", str(root), "--workload", other, "--steps", "1")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "does not describe the dataset" in lines[0] and "samples_per_file" in lines[0]

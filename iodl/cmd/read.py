@@ -12,7 +12,8 @@ def add_arguments(p) -> None:
     from ..patterns import PATTERNS
 
     p.add_argument("--pattern", choices=PATTERNS, help="the schedule (default: the workload's, e.g. train-sync)")
-    p.add_argument("--workload", default="tiny", metavar="NAME|FILE", help="built-in workload name or TOML file (default tiny)")
+    p.add_argument("--workload", metavar="NAME|FILE",
+                   help="built-in workload name or TOML file (default: the one the dataset was generated for, else tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="dataset root (repeatable: ranks map to roots round-robin); default: the tiny dataset in the data directory")
     p.add_argument("--engine", default="auto", help="auto, uring, aio, psync, asyncio or null (default auto: see docs/engines.md)")
@@ -43,12 +44,14 @@ def add_arguments(p) -> None:
 
 def _setup(comm, args):
     """Everything that can fail on bad input, done before any I/O, on every rank."""
-    from .. import cache, workload
+    from .. import cache
     from ..errors import UsageError
     from ..patterns import ReadConfig, choose_engine
     from ..units import parse_size
 
-    wl = workload.load_workload(args.workload)
+    from ..dataset import workload_for_roots
+
+    wl = workload_for_roots(args.root, args.workload)
     try:
         block_size = parse_size(args.block_size) if args.block_size else wl.read.block_size
     except ValueError as exc:
@@ -100,7 +103,10 @@ def _setup(comm, args):
             check_output_path(flag, path)   # found before the run, not after it has been lost
     pattern = args.pattern or wl.pattern
     duration = args.duration if args.duration is not None else (0.0 if pattern == "train-sync" or args.steps else 10.0)
-    cfg = ReadConfig(pattern=pattern, engine=choose_engine(args.engine, args.direct), direct=args.direct,
+    engine = choose_engine(args.engine, args.direct)
+    if engine == "psync":
+        iodepth = 1   # one pread at a time: the result says the depth that ran, not the one asked for
+    cfg = ReadConfig(pattern=pattern, engine=engine, direct=args.direct,
                      iodepth=iodepth, block_size=block_size, duration_s=duration, ramp_s=args.ramp,
                      seed=args.seed if args.seed is not None else wl.train.seed, delay_ns=int(args.delay_us * 1000))
     return wl, cfg
@@ -148,7 +154,7 @@ def _synthetic_layout(wl):
 
 
 def _cache_probe(comm, shared, node_mounts, mount, root, paths, sizes, copies) -> dict:
-    """What this rank measures for the node's cache accounting (DESIGN.md: one rank per node):
+    """What this rank measures for the node's cache accounting (docs/design.md: one rank per node):
     the node leader its memory, the node's first rank of each mount that dataset's size and how
     much of it is in the page cache now."""
     from .. import cache

@@ -165,3 +165,14 @@ def test_series_p99_per_row_and_empty_rows():
         assert p99[i] == histogram.series_percentile_us(series[i, histogram.SERIES_LAT:], 99)
     assert histogram.series_percentile_us(np.zeros(histogram.SERIES_LAT_BUCKETS), 99) == 0.0
     assert histogram.series_p99_us(series[:0]).shape == (0,)
+
+
+def test_no_percentile_is_above_the_observed_max():
+    # 1000 requests all at 1,000,500 ns: their bucket's midpoint lies above that exact maximum
+    hist = histogram.empty()
+    hist[histogram.index(np.array([1_000_500]))[0]] += 1000
+    mid_us = float(histogram.MID[histogram.index(np.array([1_000_500]))[0]]) / 1e3
+    assert mid_us > 1000.5          # the case the clamp exists for
+    s = histogram.summary_us(hist, max_ns=1_000_500)
+    assert s["max"] == 1000.5
+    assert all(s[k] == 1000.5 for k in ("p50", "p90", "p99", "p999")), s
