@@ -144,7 +144,7 @@ def workload_for_roots(roots: list[str], given: str | None):
     directories) put no constraint on it; with none at all the default is `tiny`."""
     import dataclasses
 
-    from .workload import builtin_names, load_workload
+    from .workload import builtin_names, load_workload, workload_from_dict
 
     found = [(root, m) for root in roots if os.path.isdir(root) and (m := _read_manifest(root)) is not None]
     if given is None:
@@ -153,10 +153,14 @@ def workload_for_roots(roots: list[str], given: str | None):
             raise UsageError(f"the roots hold datasets of different workloads ({', '.join(sorted(map(str, names)))}): "
                              "give --workload")
         name = names.pop() if names else "tiny"
-        if name not in builtin_names():
+        if found and isinstance(found[0][1].get("workload_spec"), dict):
+            # the workload as generate resolved it, so that a file given then need not be at hand now
+            wl = workload_from_dict(found[0][1]["workload_spec"], os.path.join(found[0][0], MANIFEST))
+        elif name in builtin_names():
+            wl = load_workload(name)
+        else:
             raise UsageError(f"{found[0][0]} was generated for workload {name!r}, which is not built in: "
                              "give its file with --workload FILE")
-        wl = load_workload(name)
         if found:   # generate's --files/--copies/--format/--seed are the dataset's, not the file's
             m = found[0][1]
             spec = m.get("spec", {})
@@ -464,7 +468,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     names = [shard_name(ds.format, i, ds.files) for i in range(ds.files)]
     manifest = {
         "schema": SCHEMA, "status": "incomplete", "generator": f"iodl {__version__}",
-        "workload": wl.name, "spec": spec, "seed": seed_, "format": ds.format,
+        "workload": wl.name, "workload_spec": wl.to_dict(), "spec": spec, "seed": seed_, "format": ds.format,
         "copies": [copy_dir(c) for c in range(ds.copies)],
         "files": [{"path": n, "size": form.size_of(sizes[i]), "samples": ds.samples_per_file} for i, n in enumerate(names)],
         "sample_sizes": SIZES_FILE, "extents": None, "total_bytes": None,

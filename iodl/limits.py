@@ -29,8 +29,33 @@ MAX_BLOCK_SIZE = 1 << 30           # bytes per request (the C engine's bound)
 MAX_THREADS = 1024                 # asyncio reader tasks
 MAX_SEED = (1 << 63) - 1
 MAX_DELAY_US = 60e6                # null engine: a minute per request
+MAX_PLAN_ROWS = 1 << 24            # requests in one plan (one engine call): 400 MB of rows, ~3 s to build
+MAX_RANKS = 65536                  # sweep --ranks: each point is one `mpiexec -n K`
 DIRECT_ALIGN = 4096                # O_DIRECT request sizes (the engine's ALIGN)
 FD_HEADROOM = 64                   # descriptors kept for MPI, logs and the interpreter
+
+# Memory per plan row (a request: file, offset, length = 24 bytes, iodl.plan.PLAN_DTYPE) at the
+# peak, measured with /usr/bin/time on 89M- and 134M-row plans:
+PLAN_ROW = 24
+GROUP_ROW_PEAK = 56    # storage-only/validate: the row, shard_plan's int64 temporaries, the engine's copy (measured 47)
+STEP_ROW_PEAK = 72     # a step: the shards' rows renumbered, concatenated, and the engine's copy (measured 71)
+
+
+def cli_float(text: str):
+    """argparse type of a numeric option: the float typed, else the text itself, so that the
+    command's own check refuses it in one line (argparse's refusal prints its usage block)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def cli_int(text: str):
+    """argparse type of an integer option: the int typed, else as cli_float (1.5 is refused as 1.5)."""
+    try:
+        return int(text)
+    except ValueError:
+        return cli_float(text)
 
 
 def check_range(what: str, value, lo, hi, integer: bool = False):
@@ -103,11 +128,85 @@ def buffers_bytes(iodepth: int, block_size: int) -> int:
     return iodepth * (-(-block_size // DIRECT_ALIGN) * DIRECT_ALIGN)
 
 
-def step_plan_bytes(batch_size: int, sample_size: int, block_size: int, samples_per_file: int) -> int:
-    """Memory of one step's plan: a row (24 bytes) per request of batch_size samples, plus the
-    per-shard layouts a step spans."""
-    rows = batch_size * max(1, -(-sample_size // block_size)) + batch_size // max(1, samples_per_file) + 1
-    return 24 * rows + 16 * batch_size
+def check_block_size(what: str, block_size, direct: bool) -> int:
+    """A request size within bounds; with O_DIRECT a positive multiple of DIRECT_ALIGN."""
+    check_range(what, block_size, 1, MAX_BLOCK_SIZE, integer=True)
+    if direct and block_size % DIRECT_ALIGN:
+        raise UsageError(f"{what}: {block_size}: with --direct a request must be a positive multiple of "
+                         f"{DIRECT_ALIGN} bytes (O_DIRECT alignment)")
+    return block_size
+
+
+# `iodl read`'s numeric options: flag, attribute, lowest, highest, integer
+READ_OPTIONS = (
+    ("--iodepth", "iodepth", 1, MAX_DEPTH, True),
+    ("--duration", "duration", 1e-3, MAX_SECONDS, False),
+    ("--ramp", "ramp", 0.0, MAX_SECONDS, False),
+    ("--steps", "steps", 1, MAX_STEPS, True),
+    ("--epochs", "epochs", 1, MAX_EPOCHS, True),
+    ("--batch-size", "batch_size", 1, MAX_BATCH, True),
+    ("--compute-time", "compute_time", 0.0, MAX_SECONDS, False),
+    ("--prefetch", "prefetch", 0, MAX_PREFETCH, True),
+    ("--seed", "seed", 0, MAX_SEED, True),
+    ("--delay-us", "delay_us", 0.0, MAX_DELAY_US, False),
+)
+
+
+def check_read_options(args) -> int | None:
+    """Bound every numeric option of `iodl read` (parsed by cli_int/cli_float); the --block-size given in
+    bytes, or None when it was not given."""
+    from .units import parse_size
+
+    for flag, attr, lo, hi, integer in READ_OPTIONS:
+        value = getattr(args, attr, None)
+        if value is not None:
+            check_range(flag, value, lo, hi, integer)
+    if args.block_size is None:
+        return None
+    return check_block_size("--block-size", parse_size(args.block_size, "--block-size"), args.direct)
+
+
+def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, batch_size: int) -> tuple[int, int, str]:
+    """(requests in the largest plan one engine call gets, bytes of plans a rank holds at the peak,
+    what that largest plan is), from the shards' real sizes.
+
+    storage-only/validate read groups of whole shards (iodl.plan.ShardStream): a group ends past
+    GROUP_BYTES or at GROUP_FILES shards, so it holds at most min(GROUP_BYTES + largest shard,
+    GROUP_FILES x largest shard) bytes; bytes = rows x GROUP_ROW_PEAK.
+    Step patterns keep up to CACHED_SHARDS whole-shard plans (and sample ends) and build one step
+    of batch_size samples at a time; bytes = cached x (shard rows x PLAN_ROW + 16 x samples per
+    shard) + step rows x STEP_ROW_PEAK, step rows = batch x mean sample / block + shards it spans.
+    """
+    from . import plan
+
+    largest, total, n = max(sizes), sum(sizes), len(sizes)
+    if pattern in ("train-sync", "infer-async"):
+        from .training import SampleStream
+
+        shard_rows = -(-largest // block_size)
+        mean_sample = total / (n * max(1, samples_per_shard))
+        step_rows = -(-int(batch_size * mean_sample) // block_size) + shards_per_step(batch_size, samples_per_shard)
+        held = min(SampleStream.CACHED_SHARDS, n) * (shard_rows * PLAN_ROW + 16 * samples_per_shard)
+        need = held + step_rows * STEP_ROW_PEAK
+        if step_rows >= shard_rows:
+            return step_rows, need, f"a step of {batch_size:,} samples (~{int(batch_size * mean_sample):,} bytes)"
+        return shard_rows, need, f"the largest shard ({largest:,} bytes)"
+    group = min(plan.GROUP_BYTES + largest, plan.GROUP_FILES * largest)
+    if pattern == "validate":
+        group = min(group, total)   # one pass: a group never holds more than the dataset
+    rows = -(-group // block_size) + plan.GROUP_FILES
+    return rows, rows * GROUP_ROW_PEAK, f"{pattern}'s groups of whole shards (up to {group:,} bytes)"
+
+
+def check_plans(pattern: str, sizes, samples_per_shard: int, block_size: int, batch_size: int,
+                what: str = "--block-size") -> None:
+    """Refuse before reading when one plan would exceed MAX_PLAN_ROWS requests (minutes of Python
+    before the first read) or the plans would not fit in this host's memory (plan_needs)."""
+    rows, need, plan_of = plan_needs(pattern, sizes, samples_per_shard, block_size, batch_size)
+    if rows > MAX_PLAN_ROWS:
+        raise UsageError(f"{what}: {block_size}: {plan_of} would be {rows:,} requests of {block_size:,} bytes: "
+                         f"at most {MAX_PLAN_ROWS:,} per plan (use a larger block size)")
+    check_memory(f"{what} {block_size}: plans of up to {rows:,} requests", need)
 
 
 def shards_per_step(batch_size: int, samples_per_file: int) -> int:

@@ -58,11 +58,15 @@ def fd_budget(headroom: int = 16) -> int:
     return max(1, soft - in_use - headroom)
 
 
+GROUP_BYTES = 256 << 20   # a ShardStream group ends once it holds this many bytes ...
+GROUP_FILES = 64          # ... or this many shards (iodl.limits sizes its plans from both)
+
+
 class ShardStream:
     """Successive groups of whole shards for one rank, each group large enough that the engine
     keeps its queue full across shard boundaries, but bounded in open files."""
 
-    def __init__(self, order_fn, sizes: np.ndarray, group_bytes: int = 256 << 20, group_files: int = 64):
+    def __init__(self, order_fn, sizes: np.ndarray, group_bytes: int = GROUP_BYTES, group_files: int = GROUP_FILES):
         self._order_fn = order_fn          # epoch -> array of shard indices, or None when exhausted
         self._sizes = sizes
         self._group_bytes, self._group_files = group_bytes, max(1, min(group_files, fd_budget()))

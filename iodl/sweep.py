@@ -22,6 +22,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
+from . import limits
 from .errors import IodlError, UsageError
 
 SCHEMA = "iodl.sweep/1"
@@ -41,8 +42,8 @@ def parse_ranks(text: str | None) -> list[int]:
             k = int(part.strip())
         except ValueError:
             raise UsageError(f"--ranks {text}: {part.strip()!r} is not an integer") from None
-        if k < 1:
-            raise UsageError(f"--ranks {text}: rank counts must be positive, got {k}")
+        if not 1 <= k <= limits.MAX_RANKS:
+            raise UsageError(f"--ranks: {k}: a rank count must be positive, at most {limits.MAX_RANKS:,}")
         ranks.append(k)
     if any(b <= a for a, b in zip(ranks, ranks[1:])):
         raise UsageError(f"--ranks {text}: rank counts must be ascending with no repeats")
@@ -68,8 +69,8 @@ def parse_timeout(text: str | None) -> float | None:
         s = float(text)
     except ValueError:
         raise UsageError(f"--timeout {text}: not a number of seconds") from None
-    if not s > 0 or math.isinf(s):
-        raise UsageError(f"--timeout {text}: must be a positive number of seconds")
+    if not 0 < s <= limits.MAX_SECONDS:   # also refuses nan and inf
+        raise UsageError(f"--timeout {text}: must be a positive number of seconds, at most {limits.MAX_SECONDS:g}")
     return s
 
 

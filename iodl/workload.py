@@ -284,7 +284,19 @@ def parse_workload(text: str, label: str, source: str | None = None) -> Workload
         where = _where(label, int(m.group(1)) if m else None)
         reason = re.sub(r" *\(at line.*?\)", "", msg)
         raise UsageError(f"{where}: invalid TOML: {reason}") from None
-    lines = _Lines(text)
+    return _resolve(data, _Lines(text), label, source)
+
+
+def workload_from_dict(d: dict, label: str) -> Workload:
+    """A Workload from its to_dict() form (a dataset manifest keeps it), checked like a file."""
+    if not isinstance(d, dict):
+        raise UsageError(f"{label}: not a workload")
+    data = {"workload": {k: d[k] for k in ("name", "description", "pattern") if k in d}}
+    data.update({s: d[s] for s in _CLASSES if s in d})
+    return _resolve(data, _Lines(""), label, d.get("source") if isinstance(d.get("source"), str) else None)
+
+
+def _resolve(data: dict, lines: "_Lines", label: str, source: str | None) -> Workload:
     resolved: dict[str, dict] = {}
     for section, value in data.items():
         if section not in SCHEMA:

@@ -263,7 +263,7 @@ def test_cli_validate_asyncio_counts_exactly_and_defaults_to_read_threads(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert load_json(out)["iodepth"] == 5
     proc = iodl("read", "--pattern", "validate", "--root", str(root), "--engine", "psync", "--out", str(out))
-    assert proc.returncode == 0 and load_json(out)["iodepth"] == 8  # other engines: iodepth as before
+    assert proc.returncode == 0 and load_json(out)["iodepth"] == 1  # psync: one pread at a time, as it ran
 
 
 def test_cli_train_sync_asyncio_reads_what_psync_reads(tmp_path):

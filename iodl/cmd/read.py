@@ -4,11 +4,13 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 HELP = "replay a read pattern against one or more dataset roots"
 
 
 def add_arguments(p) -> None:
+    from ..limits import cli_float, cli_int   # numbers are bounded in _setup: a bad one is one line, no usage block
     from ..patterns import PATTERNS
 
     p.add_argument("--pattern", choices=PATTERNS, help="the schedule (default: the workload's, e.g. train-sync)")
@@ -18,20 +20,20 @@ def add_arguments(p) -> None:
                    help="dataset root (repeatable: ranks map to roots round-robin); default: the tiny dataset in the data directory")
     p.add_argument("--engine", default="auto", help="auto, uring, aio, psync, asyncio or null (default auto: see docs/engines.md)")
     p.add_argument("--direct", action="store_true", help="open with O_DIRECT (bypass the page cache)")
-    p.add_argument("--iodepth", type=int, help="requests in flight per rank (default: the workload's)")
+    p.add_argument("--iodepth", type=cli_int, help="requests in flight per rank (default: the workload's)")
     p.add_argument("--block-size", metavar="SIZE", help="request size, e.g. 1MiB (default: the workload's)")
-    p.add_argument("--duration", type=float, metavar="S",
+    p.add_argument("--duration", type=cli_float, metavar="S",
                    help="measured seconds (default 10 for storage-only and infer-async; train-sync runs its epochs)")
-    p.add_argument("--ramp", type=float, default=2.0, metavar="S", help="unmeasured warm-up seconds, storage-only (default 2)")
-    p.add_argument("--steps", type=int, metavar="N", help="train-sync/infer-async: stop after N steps")
-    p.add_argument("--epochs", type=int, metavar="N", help="train-sync/infer-async: epochs (default: the workload's)")
+    p.add_argument("--ramp", type=cli_float, default=2.0, metavar="S", help="unmeasured warm-up seconds, storage-only (default 2)")
+    p.add_argument("--steps", type=cli_int, metavar="N", help="train-sync/infer-async: stop after N steps")
+    p.add_argument("--epochs", type=cli_int, metavar="N", help="train-sync/infer-async: epochs (default: the workload's)")
     p.add_argument("--sampling", choices=("epoch", "random"), default="epoch",
                    help="epoch: a seeded shard permutation per epoch split over ranks; random: each reader picks shards at random")
-    p.add_argument("--batch-size", type=int, metavar="N", help="samples per step (default: the workload's)")
-    p.add_argument("--compute-time", type=float, metavar="S", help="emulated compute per step (default: the workload's)")
-    p.add_argument("--prefetch", type=int, metavar="N", help="batches read ahead of compute (default: the workload's; 0 = off)")
-    p.add_argument("--seed", type=int, help="seed of the shard order (default: the workload's)")
-    p.add_argument("--delay-us", type=float, default=0.0, metavar="US", help="null engine: latency of each request")
+    p.add_argument("--batch-size", type=cli_int, metavar="N", help="samples per step (default: the workload's)")
+    p.add_argument("--compute-time", type=cli_float, metavar="S", help="emulated compute per step (default: the workload's)")
+    p.add_argument("--prefetch", type=cli_int, metavar="N", help="batches read ahead of compute (default: the workload's; 0 = off)")
+    p.add_argument("--seed", type=cli_int, help="seed of the shard order (default: the workload's)")
+    p.add_argument("--delay-us", type=cli_float, default=0.0, metavar="US", help="null engine: latency of each request")
     p.add_argument("--delay-shared", action="store_true",
                    help="null engine: the ranks of a node take turns on one emulated device, each request holding it --delay-us")
     p.add_argument("--drop-caches", nargs="?", const="start", choices=("start", "epoch"),
@@ -44,50 +46,26 @@ def add_arguments(p) -> None:
 
 def _setup(comm, args):
     """Everything that can fail on bad input, done before any I/O, on every rank."""
-    from .. import cache
+    from .. import cache, limits
+    from ..dataset import workload_for_roots
     from ..errors import UsageError
     from ..patterns import ReadConfig, choose_engine
-    from ..units import parse_size
 
-    from ..dataset import workload_for_roots
-
+    # every number bounded here, on every rank, before any I/O (bounds: iodl/limits.py)
+    given_block = limits.check_read_options(args)
     wl = workload_for_roots(args.root, args.workload)
-    try:
-        block_size = parse_size(args.block_size) if args.block_size else wl.read.block_size
-    except ValueError as exc:
-        raise UsageError(f"--block-size {args.block_size}: {exc}") from None
+    block_size = given_block or limits.check_block_size("[read] block_size", wl.read.block_size, args.direct)
     # the asyncio engine's concurrency is its reader tasks: the workload's read_threads
     default_depth = wl.read.read_threads if args.engine == "asyncio" else wl.read.iodepth
     iodepth = args.iodepth if args.iodepth is not None else default_depth
-    from .. import limits
-
-    # every number bounded here, on every rank, before any I/O (bounds: iodl/limits.py)
-    limits.check_range("--block-size", block_size, 1, limits.MAX_BLOCK_SIZE, integer=True)
-    limits.check_range("--iodepth", iodepth, 1, limits.MAX_DEPTH, integer=True)
-    for flag, value, lo in (("--duration", args.duration, 1e-3), ("--ramp", args.ramp, 0.0),
-                            ("--compute-time", args.compute_time, 0.0)):
-        if value is not None:
-            limits.check_range(flag, value, lo, limits.MAX_SECONDS)
-    limits.check_range("--delay-us", args.delay_us, 0.0, limits.MAX_DELAY_US)
-    for flag, value, lo, hi in (("--steps", args.steps, 1, limits.MAX_STEPS),
-                                ("--epochs", args.epochs, 1, limits.MAX_EPOCHS),
-                                ("--batch-size", args.batch_size, 1, limits.MAX_BATCH),
-                                ("--prefetch", args.prefetch, 0, limits.MAX_PREFETCH),
-                                ("--seed", args.seed, 0, limits.MAX_SEED)):
-        if value is not None:
-            limits.check_range(flag, value, lo, hi, integer=True)
-    if args.direct and block_size % limits.DIRECT_ALIGN:
-        raise UsageError(f"--block-size {block_size}: with --direct requests must be a multiple of "
-                         f"{limits.DIRECT_ALIGN} bytes (O_DIRECT alignment)")
     if args.delay_shared and args.engine != "null":
         raise UsageError("--delay-shared is for --engine null")
     limits.check_memory(f"--iodepth {iodepth} x --block-size {block_size}", limits.buffers_bytes(iodepth, block_size))
     batch = args.batch_size or wl.train.batch_size
     ds = wl.dataset
-    # every rank lists the shards of its mount (paths and sizes: ~200 bytes a shard)
+    # every rank lists the shards of its mount (paths and sizes: ~200 bytes a shard); the plans are
+    # checked against the shards' real sizes once they are known (limits.check_plans in run)
     limits.check_memory(f"a dataset of {ds.files * ds.copies:,} shards", 200 * ds.files * ds.copies)
-    limits.check_memory(f"a step of {batch} samples", limits.step_plan_bytes(batch, ds.sample_size, block_size,
-                                                                               ds.samples_per_file))
     if (args.pattern or wl.pattern) in ("train-sync", "infer-async") and args.engine != "null":
         limits.check_open_files(f"a step of {batch} samples ({ds.samples_per_file} per shard)",
                                 limits.shards_per_step(batch, ds.samples_per_file))
@@ -190,7 +168,7 @@ def run(args) -> int:
 
     import numpy as np
 
-    from .. import cache
+    from .. import cache, limits
     from .. import comm as comm_mod
     from .. import dataset
     from ..comm import NodeShared, RanksNotAnswering, SerialComm, collective
@@ -224,6 +202,9 @@ def run(args) -> int:
     def check_not_empty():
         if not len(sizes) or not sum(sizes):
             raise UsageError(f"{roots[mount]}: the dataset holds no bytes to read")
+        # what the plans will need, from the real shard sizes, before any is built (iodl/limits.py)
+        limits.check_plans(cfg.pattern, sizes, len(sample_ends(0)), cfg.block_size, args.batch_size or wl.train.batch_size,
+                           "--block-size" if args.block_size else "[read] block_size")
     collective(comm, check_not_empty)
 
     # Per node: a block every rank's live counters go to (rank 0 shows them), one cache dropper.
@@ -302,6 +283,9 @@ def run(args) -> int:
         reduced = reduce_results(comm, mine, roots)
     except RanksNotAnswering as exc:
         if comm.rank != 0:
+            # rank 0 may still be on its way (slow to drain): give it the time to write its
+            # result and end the job, rather than end it now and lose the result
+            time.sleep(2 * STOP_GRACE_S)
             raise
         # a stopped or hung rank holds the collectives: rank 0 reports what it has, then ends the job
         missing, partial = exc.missing, True

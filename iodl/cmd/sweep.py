@@ -47,6 +47,9 @@ def _read_options(argv: list[str]):
     parser = _ReadParser(prog="iodl read", add_help=False)
     read.add_arguments(parser)
     opts = parser.parse_args(argv)
+    from ..limits import check_read_options
+
+    check_read_options(opts)   # a bad number is refused now, not by every point
     if opts.out:
         raise UsageError("--out after -- is set by the sweep for each point (--keep DIR keeps the point files; "
                          "the sweep's own --out goes before --)")
@@ -106,14 +109,14 @@ def run(args) -> int:
     from ..errors import IodlError, UsageError
     from ..report import write_result
     from ..sizing import workload_demand_MBps
-    from ..workload import load_workload
+    from ..dataset import workload_for_roots
 
     if launched_by_mpi():
         raise UsageError("iodl sweep starts mpiexec itself for every rank count: run it without mpirun/mpiexec")
     ranks = sweep.parse_ranks(args.ranks)
     timeout = sweep.parse_timeout(args.timeout)
     read_argv, opts = _read_options(args.read_args)
-    wl = load_workload(opts.workload)
+    wl = workload_for_roots(opts.root, opts.workload)   # the one each point's `iodl read` will run
     threshold = sweep.parse_threshold(args.threshold, wl.metric.au_threshold)
     mpiexec = sweep.find_mpiexec(args.mpiexec)
     _check_out(args.out)

@@ -71,6 +71,10 @@ def user_file(path, size) -> tuple:
 @pytest.fixture
 def loop_device(tmp_path):
     """A real loop block device over 4 MiB of random bytes; yields (device, backing file)."""
+    yield from _loop_device(tmp_path)
+
+
+def _loop_device(tmp_path):
     image = tmp_path / "backing.img"
     user_file(image, 4 << 20)
     dev = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True, check=True).stdout.strip()
@@ -366,13 +370,7 @@ def _device(needs, tmp_path):
     if "device" not in needs:
         yield "", None
         return
-    image = tmp_path / "backing.img"
-    user_file(image, 4 << 20)
-    dev = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True, check=True).stdout.strip()
-    try:
-        yield dev, image
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
+    yield from _loop_device(tmp_path)
 
 
 BATTERY = sorted(p.name for p in JOBS.glob("*.fio"))
