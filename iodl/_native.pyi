@@ -20,7 +20,14 @@ SERIES_WIDTH: int     # 259: int64 columns of a series row: bytes, ios, cached b
 def engines() -> list[str]: ...                # compiled-in engine names: null, psync, aio, uring
 def probe(engine: str) -> int: ...             # 0 if usable on this kernel, else an errno (ENOSYS, EPERM...)
 def hist_index(ns: int) -> int: ...            # bucket of a latency (for tests; mirrors the C inline)
-def resident_bytes(fd: int, offset: int, length: int) -> int: ...  # page-cache bytes of a range (mincore/cachestat)
+def resident_bytes(fd: int, offset: int, length: int) -> int | None: ...
+    # bytes of the range in the page cache now (partial end pages by their bytes in the range), or None when the
+    # kernel will not tell this caller: cachestat (Linux 6.5+) refuses who neither owns nor may write the file
+    # (nor has CAP_FOWNER); before 6.5 mincore is asked only when it tells the truth (it reports every page
+    # resident to such callers). OSError names the call (fstat, cachestat, mmap, mincore) on other failures.
+def cache_measurable(fd: int) -> bool: ...     # the kernel accounts this file's reads to the reader (block-backed
+                                               # filesystem, btrfs, tmpfs/ramfs, block device; task I/O accounting on)
+def thread_read_bytes() -> int: ...            # bytes the calling thread's reads made the storage deliver so far
 
 class RunStats(TypedDict):
     done: int            # rows [0, done) are finished; a deadline stops new rows (started ones are drained);
@@ -29,9 +36,16 @@ class RunStats(TypedDict):
     ios: int             # completed requests (a short read re-issued for its remainder counts as one more)
     bytes: int           # bytes delivered (exact; an O_DIRECT tail past EOF counts only what read returned;
                          # null counts each row's full length)
-    cached_bytes: int    # of `bytes`, those that were in the page cache before this engine first touched the file
-                         # (mincore snapshot per fd; 0 for direct/null; 0 if the caller neither owns nor may
-                         # write the file: mincore hides page-cache state then, Linux >= 5.2)
+    cached_bytes: int    # of `bytes`, those the storage did not have to deliver (cache_check, buffered): a page that
+                         # was cached when read, by whoever, is a hit; a page the read, or readahead started by an
+                         # earlier read of this engine, fetched from storage is a miss. Measured by the kernel's
+                         # count of the bytes this thread's reads fetched (task I/O accounting), so it holds for
+                         # any user, owner of the files or not. Each completion is charged with the storage bytes
+                         # not yet charged, up to its size; what readahead fetched past the last byte read is
+                         # carried to the engine's next run. 0 for direct/null or without cache_check
+    cache_unmeasured_bytes: int  # of `bytes`, those whose hits could not be measured (cache_check on, but the file's
+                         # reads are not accounted to us: NFS, FUSE, overlay..., or no task I/O accounting). Any
+                         # above 0 makes the cache-hit fraction "not measurable"; 0 without cache_check
     errors: int
     first_errno: int     # 0 if no error
     first_error_row: int # lowest plan row that failed (relative to the plan passed), -1 if none
@@ -67,7 +81,7 @@ class Engine:
         # submit_batch: fio's iodepth_batch_submit. 1 (fio's default) hands each request to the kernel as
         #   soon as it has a slot, one submit call each; N waits for N staged requests (or no free slot);
         #   0 (or >= depth) submits every request that has a slot in one call. Depth is sampled per batch.
-        # cache_check: buffered reads measure cached_bytes (residency snapshot per fd at its first use)
+        # cache_check: buffered reads measure cached_bytes (RunStats.cached_bytes)
         # ValueError when depth x block_size (psync: 1 x block_size), each rounded up to ALIGN, exceeds 4 GiB or
         #   half of this machine's RAM: the pool is allocated and touched at once, so it must never be an OOM kill
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
@@ -115,7 +129,6 @@ class Engine:
         # loop reads without the GIL. The run in progress stops submitting new rows within ~100 ms, drains what
         # is in flight (bounded as above) and returns its stats normally, with interrupted=True (no exception).
         # Every later run() returns at once: done=0, bytes=0, interrupted=True. Never blocks; idempotent.
-    def forget(self, fd: int) -> None: ...     # drop the residency snapshot of fd (call before closing it)
     def close(self) -> None: ...
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *exc: object) -> None: ...

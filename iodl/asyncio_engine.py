@@ -27,12 +27,11 @@ counters at every completion (another process reads them while we run). Rate pac
 rate as the native loop does (behind schedule: issue at once; ahead: drain, then sleep), with the
 event loop's timer resolution (libuv: 1 ms) instead of clock_nanosleep.
 
-cache_check: the native engine snapshots a file's page-cache residency with mincore() at the
-fd's first use (native/pagecache.c). _native does not export that per-page snapshot (only
-resident_bytes(fd, off, len), a count), and a count taken per request at its submit would count
-pages brought in by this run's own readahead as hits. So the same mincore() snapshot is taken
-here through ctypes (mmap PROT_READ/MAP_SHARED without touching it, mincore, munmap): identical
-semantics, including "0 when the caller may not see page-cache state" (Linux >= 5.2).
+cache_check: as core.c, a delivered byte is a hit unless the read made the storage deliver it,
+known from the kernel's per-thread count of the bytes a thread's reads fetched from storage
+(_native.thread_read_bytes, native/pagecache.c), which holds for any reader. The reads run in the
+executor's threads, so each one is wrapped to return that thread's count across it; completions
+are charged with what is owed in core.c's order (cached_of), so readahead is a miss as there.
 
 The engine owns its event loop (uvloop.new_event_loop()) and runs it forever in one thread of its
 own; run(), from any thread (training calls it from its reader thread), hands the plan to it and
@@ -46,7 +45,6 @@ the native engines do. One run at a time (RuntimeError otherwise).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import errno
 import fcntl
 import mmap
@@ -60,14 +58,13 @@ from typing import Sequence
 
 import numpy as np
 
-from . import histogram
+from . import _native, histogram
 
 NAME = "asyncio"
 ALIGN = 4096
 MAX_DEPTH = 1024              # one OS thread per reader: more is a misconfiguration, not a workload
 MAX_BLOCK_SIZE = 1 << 30
 _BLKGETSIZE64 = 0x80081272
-_PAGE = mmap.PAGESIZE
 
 
 def unavailable() -> str | None:
@@ -89,60 +86,12 @@ def _depth_index(depth: int) -> int:
     return min(depth.bit_length() - 1, histogram.DEPTH_BUCKETS - 1) if depth > 1 else 0
 
 
-# --- page-cache residency: the mincore() snapshot of native/pagecache.c, through ctypes ---------
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def residency(fd: int, size: int) -> np.ndarray:
-    """Which pages of fd's first `size` bytes are in the page cache (bool per page), touching none."""
-    npages = -(-size // _PAGE)
-    vec = np.zeros(npages, dtype=np.uint8)
-    if not npages:
-        return vec.astype(bool)
-    length = npages * _PAGE
-    addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-    if addr is None or addr == _MAP_FAILED:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{os.strerror(err)} (originated from mmap)")
-    try:
-        if _libc.mincore(addr, length, vec.ctypes.data) < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"{os.strerror(err)} (originated from mincore)")
-    finally:
-        _libc.munmap(addr, length)
-    return (vec & 1).astype(bool)
-
-
-class _Snapshot:
-    """Residency of one file before the engine first read it; cached(off, n) counts its bytes."""
-
-    __slots__ = ("dev", "ino", "res", "cum", "npages")
-
-    def __init__(self, dev: int, ino: int, res: np.ndarray):
-        self.dev, self.ino, self.res = dev, ino, res.tolist()
-        self.npages = len(res)
-        self.cum = np.concatenate([[0], np.cumsum(res, dtype=np.int64)]).tolist()
-
-    def cached(self, offset: int, n: int) -> int:
-        if not n:
-            return 0
-        end = offset + n
-        p0, p1 = offset // _PAGE, (end - 1) // _PAGE
-        last = min(p1, self.npages - 1)
-        if p0 > last:
-            return 0
-        total = (self.cum[last + 1] - self.cum[p0]) * _PAGE
-        if self.res[p0]:
-            total -= offset - p0 * _PAGE
-        if last == p1 and self.res[p1]:
-            total -= (p1 + 1) * _PAGE - end
-        return total
+def _pread_counted(fd: int, n: int, offset: int) -> tuple[int, int]:
+    """os.pread in an executor thread: bytes read, and the bytes that thread's read made the
+    storage deliver (its misses and the readahead it started)."""
+    before = _native.thread_read_bytes()
+    got = len(os.pread(fd, n, offset))
+    return got, _native.thread_read_bytes() - before
 
 
 def _file_size(fd: int, st: os.stat_result) -> int | None:
@@ -182,7 +131,7 @@ class _Run:
         self.next_row = 0
         self.stop = False
         self.inflight = 0
-        self.ios = self.bytes = self.cached = self.errors = 0
+        self.ios = self.bytes = self.cached = self.unmeasured = self.errors = 0
         self.first_errno = 0
         self.first_error_row = -1
         self.t_start = self.t_end = self.t_first = self.t_last = 0
@@ -230,12 +179,13 @@ class AsyncioEngine:
             raise ValueError("device= is for the null engine only")
         self._depth, self._block_size, self._direct = depth, block_size, bool(direct)
         self._rate = int(rate_bps)
-        self._cache_check = bool(cache_check)
-        self._snaps: dict[int, _Snapshot] = {}
+        # O_DIRECT never reads from the page cache: there is nothing to measure
+        self._cache_check = bool(cache_check) and not self._direct
+        self._storage_pending = 0   # storage bytes not yet charged to a completion (core.h)
         self._busy = False
         self._closed = False
         self._cancelled = False
-        self._pread = aiofiles.os.wrap(os.pread)
+        self._pread = aiofiles.os.wrap(_pread_counted)
         self._preadv = aiofiles.os.wrap(os.preadv)
         self._slot = _round_up(block_size, ALIGN)
         self._buf = None
@@ -391,7 +341,7 @@ class AsyncioEngine:
         st.idle = asyncio.Event()
         st.idle.set()
         sizes: list = [None] * len(fds)
-        snaps: list = [None] * len(fds)
+        measured = [False] * len(fds)
         seen = [False] * len(fds)
 
         def first_use(f: int) -> None:
@@ -402,18 +352,13 @@ class AsyncioEngine:
             except OSError:
                 return                      # a bad fd is reported by the read itself
             sizes[f] = _file_size(fd, sb)
-            if self._cache_check and not self._direct and stat.S_ISREG(sb.st_mode):
-                snap = self._snaps.get(fd)
-                if snap is None or (snap.dev, snap.ino) != (sb.st_dev, sb.st_ino):
-                    try:
-                        snap = _Snapshot(sb.st_dev, sb.st_ino, residency(fd, sb.st_size))
-                    except OSError:
-                        self._snaps.pop(fd, None)
-                        return
-                    self._snaps[fd] = snap
-                snaps[f] = snap
+            if self._cache_check:
+                try:
+                    measured[f] = _native.cache_measurable(fd)
+                except OSError:
+                    pass
 
-        st.tasks = [asyncio.ensure_future(self._reader(i, st, fds, rows, deadline, w0, w1, sizes, snaps, seen,
+        st.tasks = [asyncio.ensure_future(self._reader(i, st, fds, rows, deadline, w0, w1, sizes, measured, seen,
                                                        first_use)) for i in range(min(self._depth, st.nrows))]
         if st.tasks:
             await asyncio.wait(st.tasks)        # all of them: none may outlive the run
@@ -438,7 +383,7 @@ class AsyncioEngine:
             st.stop = True                      # a bug, not an I/O error: stop the others too
             raise
 
-    async def _read_rows(self, slot, st: _Run, fds, rows, deadline, w0, w1, sizes, snaps, seen, first_use) -> None:
+    async def _read_rows(self, slot, st: _Run, fds, rows, deadline, w0, w1, sizes, measured, seen, first_use) -> None:
         """One reader task: take the next row, read it (and the rest of a short read), count it."""
         clock = time.monotonic_ns
         direct, pool, rate = self._direct, self._pool, self._rate
@@ -467,7 +412,7 @@ class AsyncioEngine:
                 st.t_origin = now
             if not seen[f]:
                 first_use(f)
-            fd, size, snap = fds[f], sizes[f], snaps[f]
+            fd, size = fds[f], sizes[f]
             got = 0
             while True:
                 st.inflight += 1
@@ -477,12 +422,12 @@ class AsyncioEngine:
                     st.t_start = t0
                 if (not w0 or t0 >= w0) and (not w1 or t0 < w1):
                     depth_hist[_depth_index(st.inflight)] += 1
-                err = 0
+                err = storage = 0
                 try:
                     if direct:
                         res = await preadv(fd, [buf[got:got + _round_up(want, ALIGN)]], offset, executor=pool)
                     else:
-                        res = len(await pread(fd, want, offset, executor=pool))
+                        res, storage = await pread(fd, want, offset, executor=pool)
                 except OSError as exc:
                     err = exc.errno or errno.EIO
                 now = clock()
@@ -499,7 +444,17 @@ class AsyncioEngine:
                 # O_DIRECT rounds the length up: what the plan did not ask for is not delivered
                 n = res if res < want else want
                 counted = (not w0 or now >= w0) and (not w1 or now < w1)
-                cached = snap.cached(offset, n) if snap is not None and (counted or live is not None) else 0
+                cached = 0
+                if not self._cache_check:
+                    pass
+                elif measured[f]:
+                    # core.c cached_of: charged with what the storage delivered and is not yet charged
+                    self._storage_pending += storage
+                    miss = min(n, self._storage_pending)
+                    self._storage_pending -= miss
+                    cached = n - miss
+                elif counted:
+                    st.unmeasured += n
                 if counted:
                     lats.append(now - t0)
                     st.ios += 1
@@ -544,7 +499,7 @@ class AsyncioEngine:
                 t_start = max(t_start, w0)
                 t_end = w1 if w1 and t_end >= w1 else st.t_last
         return {"done": st.first_error_row if st.errors else st.next_row, "ios": st.ios, "bytes": st.bytes,
-                "cached_bytes": st.cached, "errors": st.errors, "first_errno": st.first_errno,
+                "cached_bytes": st.cached, "cache_unmeasured_bytes": st.unmeasured, "errors": st.errors, "first_errno": st.first_errno,
                 "first_error_row": st.first_error_row, "t_start_ns": t_start, "t_end_ns": t_end,
                 "max_ns": max(st.lats) if st.lats else 0, "depth": list(st.depth),
                 "series_clamped": st.series_clamped, "interrupted": st.interrupted,
@@ -553,19 +508,12 @@ class AsyncioEngine:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
-    def forget(self, fd: int) -> None:
-        """Drop the residency snapshot of fd (call before closing it)."""
-        if self._busy:
-            raise RuntimeError("engine is running in another thread")
-        self._snaps.pop(int(fd), None)
-
     def close(self) -> None:
         if self._busy:
             raise RuntimeError("engine is running in another thread")
         if self._closed:
             return
         self._closed = True
-        self._snaps.clear()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()

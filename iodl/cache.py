@@ -46,8 +46,16 @@ def drop(path: str = DROP_CACHES) -> None:
         f.write("3\n")
 
 
-def resident(paths: list[str]) -> int:
-    """Bytes of these files in the page cache now (mincore; files that vanished count nothing)."""
+# Why resident_at_start is None: the kernel tells page-cache state only to a file's owner, to
+# someone who may write it, or to CAP_FOWNER (cachestat refuses; mincore would report every page
+# resident), so a figure for other readers would be a guess.
+NOT_MEASURABLE = ("not measurable: the kernel shows which pages are cached only to a file's owner, "
+                  "to who may write it, or to root")
+
+
+def resident(paths: list[str]) -> int | None:
+    """Bytes of these files in the page cache now (files that vanished count nothing), or None
+    when the kernel will not tell this user for one of them (NOT_MEASURABLE)."""
     from . import _native
 
     total = 0
@@ -57,11 +65,14 @@ def resident(paths: list[str]) -> int:
         except OSError:
             continue
         try:
-            total += _native.resident_bytes(fd, 0, os.fstat(fd).st_size)
+            got = _native.resident_bytes(fd, 0, os.fstat(fd).st_size)
         except OSError:
-            pass
+            continue
         finally:
             os.close(fd)
+        if got is None:
+            return None
+        total += got
     return total
 
 
@@ -75,12 +86,23 @@ def copies_needed(dataset_bytes: int, copies: int, ram_bytes: int) -> int:
     return max(copies, math.ceil(RAM_MULTIPLE * ram_bytes / per_copy)) if per_copy > 0 else copies
 
 
+def hit_fraction(parts: list[dict]) -> float | None:
+    """cached / read bytes of these ranks; None if some of their bytes could not be measured."""
+    if any(r.get("cache_unmeasured_bytes", 0) for r in parts):
+        return None
+    nbytes = sum(r["bytes"] for r in parts)
+    return sum(r["cached_bytes"] for r in parts) / nbytes if nbytes else 0.0
+
+
 def node_view(probes: list[dict], per_rank: list[dict]) -> list[dict]:
     """Per host: its memory, the datasets its ranks read, the prediction and the measurement.
 
     probes: one dict per rank (rank, host, mount, path, and for the rank that measured for its
-    node and mount: dataset_bytes, resident_bytes; for node leaders: mem_total, mem_available).
-    per_rank: the result's per-rank counters (bytes, cached_bytes, t_start, t_end).
+    node and mount: dataset_bytes, resident_bytes (None: not measurable, see resident); for node
+    leaders: mem_total, mem_available).
+    per_rank: the result's per-rank counters (bytes, cached_bytes, t_start, t_end; and
+    cache_unmeasured_bytes where known: bytes whose hits could not be measured, which makes
+    that part's cache_hit_fraction None).
     """
     hosts: dict[str, dict] = {}
     for p in probes:
@@ -102,16 +124,20 @@ def node_view(probes: list[dict], per_rank: list[dict]) -> list[dict]:
         cached = sum(r["cached_bytes"] for r in got)
         pred = predicted_hit_fraction(cache, dataset)
         for m in mounts:
-            m["resident_at_start_fraction"] = m["resident_at_start_bytes"] / m["dataset_bytes"] if m["dataset_bytes"] else None
+            known = m["resident_at_start_bytes"] is not None
+            m["resident_at_start_fraction"] = (m["resident_at_start_bytes"] / m["dataset_bytes"]
+                                               if known and m["dataset_bytes"] else None)
+            if not known:
+                m["resident_at_start_note"] = NOT_MEASURABLE
             m["predicted_hit_fraction"] = pred  # the node's cache is shared by all the datasets it reads
             mine = [counted[r] for r in h["ranks"] if r in counted and counted[r]["mount"] == m["mount"]]
             mb = sum(r["bytes"] for r in mine)
             m["bytes"], m["cached_bytes"] = mb, sum(r["cached_bytes"] for r in mine)
-            m["cache_hit_fraction"] = m["cached_bytes"] / mb if mb else 0.0
+            m["cache_hit_fraction"] = hit_fraction(mine)
         out.append({"host": h["host"], "ranks": sorted(h["ranks"]), "mem_total_bytes": h.get("mem_total_bytes", 0),
                     "page_cache_bytes": cache, "dataset_bytes": dataset,
                     "predicted_hit_fraction": pred, "bytes": nbytes, "cached_bytes": cached,
-                    "cache_hit_fraction": cached / nbytes if nbytes else 0.0, "mounts": mounts})
+                    "cache_hit_fraction": hit_fraction(got), "mounts": mounts})
     return sorted(out, key=lambda h: h["ranks"][0])
 
 
@@ -123,10 +149,13 @@ def cache_blocks(nodes: list[dict], n_mounts: int) -> tuple[dict, list[dict]]:
             vals = [(m["bytes"] if weight else 1, m[key]) for _h, m in parts if m[key] is not None]
             den = sum(w for w, _v in vals)
             return sum(w * v for w, v in vals) / den if den else None
-        return {"predicted_hit_fraction": avg("predicted_hit_fraction"),
-                "resident_at_start_fraction": avg("resident_at_start_fraction"),
-                "dataset_bytes": max((m["dataset_bytes"] for _h, m in parts), default=0),  # one mount, one dataset
-                "page_cache_bytes": sum({h["host"]: h["page_cache_bytes"] for h, _m in parts}.values())}
+        out = {"predicted_hit_fraction": avg("predicted_hit_fraction"),
+               "resident_at_start_fraction": avg("resident_at_start_fraction"),
+               "dataset_bytes": max((m["dataset_bytes"] for _h, m in parts), default=0),  # one mount, one dataset
+               "page_cache_bytes": sum({h["host"]: h["page_cache_bytes"] for h, _m in parts}.values())}
+        if any("resident_at_start_note" in m for _h, m in parts):
+            out["resident_at_start_note"] = NOT_MEASURABLE
+        return out
 
     pairs = [(h, m) for h in nodes for m in h["mounts"]]
     per_mount = [block([(h, m) for h, m in pairs if m["mount"] == i]) for i in range(n_mounts)]

@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 import time
 import traceback
 
 from . import __version__
-from .comm import launched_by_mpi, launcher_rank
 from .errors import IodlError
+
+# iodl.comm (numpy) is imported inside the functions: main() takes over SIGTERM before the heavy
+# imports, so a stop that comes while the process starts is one line too, never a traceback
 
 # name -> (module, one-line help); modules are imported only when their command runs
 COMMANDS = {
@@ -26,6 +30,8 @@ COMMANDS = {
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
+        from .comm import launcher_rank
+
         # Under mpirun every rank parses the same argv: let rank 0 alone print the usage error.
         if launcher_rank() == 0:
             self.print_usage(sys.stderr)
@@ -48,6 +54,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int) -> int:
+    from .comm import launched_by_mpi, launcher_rank
+
     rank = launcher_rank()
     prefix = f"iodl: error (rank {rank}): " if launched_by_mpi() and rank else "iodl: error: "
     sys.stderr.write(prefix + message.replace("\n", " ") + "\n")
@@ -65,14 +73,32 @@ def _abort_if_mpi(code: int) -> None:
         mpi.COMM_WORLD.Abort(code)
 
 
+def _on_term(*_):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
-    module = importlib.import_module(args._module)
+    # SIGTERM ends a command as Ctrl-C does (one line, its own clean-up), from the very start;
+    # a command that can do better (read: a partial result) installs its own handlers
+    in_main = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _on_term) if in_main else None
     try:
+        return _main(argv)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        args = build_parser(argv).parse_args(argv)
+        module = importlib.import_module(args._module)
         return int(module.run(args) or 0)
     except IodlError as exc:
         if getattr(exc, "collective", False):
+            from .comm import launcher_rank
+
             # Every rank knows; rank 0 says it once and nobody needs to abort the job.
             return _fail(str(exc), exc.exit_code) if launcher_rank() == 0 else exc.exit_code
         code = _fail(str(exc), exc.exit_code)
@@ -80,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         code = _fail(str(exc), 1)
     except KeyboardInterrupt:
         code = _fail("interrupted", 130)
+    except MemoryError:   # the machine's limit, not a bug: one line (the limits are checked up front)
+        code = _fail("out of memory", 1)
     except Exception:
         traceback.print_exc()
         code = _fail("internal error (traceback above); please report it", 70)

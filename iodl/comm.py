@@ -70,6 +70,9 @@ class SerialComm:
     def give_up_after(self, seconds: float) -> None:
         pass
 
+    def all_answered(self) -> None:
+        pass
+
     def abort(self, code: int) -> None:
         os._exit(code)
 
@@ -116,9 +119,49 @@ class MpiComm:
             self._heard = {r: self._comm.Irecv(np.zeros(1, dtype=np.int8), source=r, tag=tag)
                            for r in range(1, self.size)}
 
+    def all_answered(self) -> None:
+        """After give_up_after, once a collective of all ranks went through: every "still here"
+        message has arrived or never will (a rank that was not signalled); finish or cancel them,
+        or MPI_Finalize complains of requests left pending."""
+        if self._give_up_s is None:
+            return
+        for request in [*self._heard.values(), *([self._sent] if self.rank else [])]:
+            if not request.Test():
+                request.Cancel()
+                try:
+                    self._wait(request)   # bounded: a send may not be cancellable
+                except RanksNotAnswering:
+                    pass
+
     def missing_ranks(self) -> list[int]:
         """Rank 0 after give_up_after: the ranks not heard from (yet)."""
         return [r for r, req in self._heard.items() if not req.Test()]
+
+    def answering(self) -> "MpiComm | SerialComm | None":
+        """After RanksNotAnswering: a communicator of rank 0 and the ranks it heard from, so that
+        they can still put their results together without the missing ones. Rank 0 tells each of
+        them who is in (point-to-point, bounded by the give-up time like every wait now); a rank
+        rank 0 did not hear from, or that does not hear back in time, gets None."""
+        tag = 0x10D2
+        members = np.full(self.size, -1, dtype=np.int32)
+        if self.rank == 0:
+            heard = [0] + [r for r in self._heard if r not in self.missing_ranks()]
+            if len(heard) == 1:
+                return SerialComm()
+            members[:len(heard)] = heard
+            self._told = [self._comm.Isend(members, dest=r, tag=tag) for r in heard[1:]]
+        else:
+            request = self._comm.Irecv(members, source=0, tag=tag)
+            try:
+                self._wait(request)
+            except RanksNotAnswering:
+                request.Cancel()
+                return None
+            heard = [int(r) for r in members if r >= 0]
+        # a collective of the members only (MPI-3): the missing ranks take no part in it
+        sub = MpiComm(self._comm.Create_group(self._comm.Get_group().Incl(heard), tag=tag))
+        sub._give_up_s = self._give_up_s
+        return sub
 
     def barrier(self) -> None:
         self._wait(self._comm.Ibarrier())
@@ -178,8 +221,8 @@ class RanksNotAnswering(IodlError):
 
     def __init__(self, seconds: float, missing: list[int]):
         named = f"rank(s) {', '.join(map(str, missing))}" if missing else "some rank(s)"
-        super().__init__(f"{named} did not answer within {seconds:g} s of the stop request "
-                         "(stopped or hung); the result holds what rank 0 had")
+        held = "rank 0 writes the result: there is none" if 0 in missing else "the result holds the ranks that answered"
+        super().__init__(f"{named} did not answer within {seconds:g} s of the stop request (stopped or hung); {held}")
         self.missing = missing
 
 

@@ -31,6 +31,7 @@ SIZES_FILE = "iodl-sample-sizes.npy"
 EXTENTS_FILE = "iodl-extents.npy"
 _TMP = ".iodl-tmp"          # suffix of a shard being written; renamed when complete
 _MAX_MANIFEST = 1 << 30    # bytes: a manifest naming 10^7 shards is far smaller
+_JSON_PEAK = 24            # memory per manifest byte json.loads may take (measured: a list of small dicts; ours ~4)
 _SIZES_STREAM = 0x5A3E      # seed-sequence tag of the sample-size stream (content streams use copy, file)
 
 
@@ -117,12 +118,15 @@ def _open_regular(path: str):
 
 
 def _read_manifest(root: str) -> dict | None:
+    from . import limits
+
     path = os.path.join(root, MANIFEST)
     try:
         with _open_regular(path) as f:
-            if os.fstat(f.fileno()).st_size > _MAX_MANIFEST:
-                raise UsageError(f"{path}: {os.fstat(f.fileno()).st_size} bytes, larger than a dataset manifest "
-                                 f"can be ({_MAX_MANIFEST})")
+            size = os.fstat(f.fileno()).st_size
+            if size > _MAX_MANIFEST:
+                raise UsageError(f"{path}: {size} bytes, larger than a dataset manifest can be ({_MAX_MANIFEST})")
+            limits.check_memory(f"{path}: parsing a manifest of {size:,} bytes", _JSON_PEAK * size)
             manifest = json.loads(f.read())
     except FileNotFoundError:
         return None
@@ -197,9 +201,6 @@ def open_dataset(root: str) -> Dataset:
         raise UsageError(f"{os.path.join(root, MANIFEST)}: unreadable dataset manifest ({type(exc).__name__}: {exc})") from None
 
 
-_MAX_ENTRIES = 10_000_000   # files x copies a manifest may name (the 10^9-copies manifest must not hang us)
-
-
 def _inside(root: str, entry, manifest_path: str, what: str) -> str:
     """ROOT/entry after symlinks, or a UsageError when it is not a relative name inside the root."""
     if not isinstance(entry, str) or not entry or os.path.isabs(entry) or ".." in entry.split("/") or "\0" in entry:
@@ -212,48 +213,101 @@ def _inside(root: str, entry, manifest_path: str, what: str) -> str:
 
 
 def _load_npy(path: str) -> np.ndarray:
-    """A plain .npy written by generate (never pickles, never follows a link out: see _inside)."""
+    """A plain integer .npy written by generate (never pickles, never follows a link out: see
+    _inside). The header is checked against the file's size first, so that a forged shape cannot
+    make us allocate more than the file holds."""
+    from numpy.lib import format as npy
+
     with _open_regular(path) as f:
-        array = np.load(f, allow_pickle=False)
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "iu":
-        raise ValueError(f"{path}: not an integer array")
-    return array
+        version = npy.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"{path}: .npy format version {version} (generate writes 1.0)")
+        read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, _fortran, dtype = read_header(f)
+        if dtype.hasobject or dtype.kind not in "iu":
+            raise ValueError(f"{path}: not an integer array ({dtype})")
+        data_bytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if data_bytes != os.fstat(f.fileno()).st_size - f.tell():
+            raise ValueError(f"{path}: its header promises {data_bytes} bytes of data, the file holds "
+                             f"{os.fstat(f.fileno()).st_size - f.tell()}")
+        f.seek(0)
+        return np.load(f, allow_pickle=False)
 
 
 def _open_iodl(root: str, manifest: dict) -> Dataset:
+    from . import limits
+
     if manifest.get("status") != "complete":
         raise UsageError(f"dataset under {root} is incomplete (generation interrupted?): run iodl generate again "
                          "with the same options to finish it")
     mpath = os.path.join(root, MANIFEST)
     files = manifest["files"]
     copies = manifest["copies"]
+    if manifest.get("format") not in FORMATS:
+        raise UsageError(f"{mpath}: format {manifest.get('format')!r} is not one iodl writes")
     if not isinstance(files, list) or not isinstance(copies, list) or not files or not copies:
         raise UsageError(f"{mpath}: 'files' and 'copies' must be non-empty lists")
-    if len(files) * len(copies) > _MAX_ENTRIES:
-        raise UsageError(f"{mpath}: names {len(files)} files x {len(copies)} copies, more than iodl reads "
-                         f"({_MAX_ENTRIES})")
+    # bounded before anything is built from the lists (a 10^9-entry copies list must not hang us)
+    if len(copies) > limits.MAX_COPIES or len(files) * len(copies) > limits.MAX_SHARDS:
+        raise UsageError(f"{mpath}: names {len(files):,} files x {len(copies):,} copies: at most "
+                         f"{limits.MAX_COPIES:,} copies and {limits.MAX_SHARDS:,} shards")
+    limits.check_memory(f"{mpath}: a dataset of {len(files) * len(copies):,} shards",
+                        _SHARD_BYTES * len(files) * len(copies))
     copy_dirs = [_inside(root, c, mpath, "copies entry") for c in copies]
     sizes = _load_npy(_inside(root, manifest["sample_sizes"], mpath, "sample_sizes"))
     extents = None
     if manifest.get("extents"):
         extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"))
-    if sizes.ndim != 2 or sizes.shape[0] != len(files):
-        raise ValueError(f"{manifest['sample_sizes']} has shape {sizes.shape} for {len(files)} files")
+    if sizes.ndim != 2 or sizes.shape[0] != len(files) or not sizes.size or sizes.min() < 1:
+        raise ValueError(f"{manifest['sample_sizes']} has shape {sizes.shape} for {len(files)} files, "
+                         "or a sample size below 1 byte")
+    if extents is not None and extents.shape != sizes.shape + (2,):
+        raise ValueError(f"{manifest['extents']} has shape {extents.shape}, expected {sizes.shape + (2,)}")
     for f in files:
         # a bare file name: it names a file in its copy directory, and nothing else
         name = f["path"]
         if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or "\0" in name:
             raise UsageError(f"{mpath}: files entry {name!r} is not a file name inside a copy directory")
-        if int(f["size"]) < 0 or int(f["samples"]) < 0:
-            raise UsageError(f"{mpath}: files entry {name!r} has a negative size")
+        if not 0 <= int(f["size"]) <= limits.MAX_SHARD_SIZE or int(f["samples"]) != sizes.shape[1]:
+            raise UsageError(f"{mpath}: files entry {name!r}: size {f['size']!r} or samples {f['samples']!r} "
+                             f"do not fit its sample sizes")
+    # every sample lies inside the size the manifest promises (the size each open then checks);
+    # float64 sums are exact far beyond MAX_SHARD_SIZE, and a forged size cannot wrap them around
+    form = FORMATS[manifest["format"]]
+    if extents is not None:
+        ends = (extents[:, :, 0].astype(np.float64) + extents[:, :, 1]).max(axis=1)
+    elif form.size_of(sizes[0]) is not None:   # framing is the same per file: every file has as many samples
+        ends = sizes.sum(axis=1, dtype=np.float64) + (form.size_of(sizes[0]) - int(sizes[0].sum()))
+    else:
+        ends = np.zeros(len(files))
+    stated = np.array([int(f["size"]) for f in files], dtype=np.float64)
+    if (ends > stated).any():
+        i = int(np.argmax(ends > stated))
+        raise UsageError(f"{mpath}: files entry {files[i]['path']!r}: its samples end at byte {int(ends[i])}, "
+                         f"past the {int(stated[i])} bytes it states")
     shards = [Shard(os.path.join(d, f["path"]), int(f["size"]), int(f["samples"])) for d in copy_dirs for f in files]
+    _check_shard_links(root, shards, mpath)
+    return Dataset(root, manifest, shards, sizes, extents)
+
+
+_SHARD_BYTES = 200   # memory per shard a rank holds (its Shard, path and plan entries)
+
+
+def _check_shard_links(root: str, shards: list[Shard], mpath: str) -> None:
+    """A shard that is a symlink must resolve inside the root. The copy directories are real paths
+    already (_inside) and names are bare, so only links need resolving: one lstat per shard."""
+    import stat
+
     real_root = os.path.realpath(root)
     for shard in shards:
-        # after symlinks: a link planted inside the root must not lead out of it
+        try:
+            if not stat.S_ISLNK(os.lstat(shard.path).st_mode):
+                continue
+        except FileNotFoundError:
+            continue   # missing: its open says so, naming it
         real = os.path.realpath(shard.path)
         if os.path.commonpath([real_root, real]) != real_root:
             raise UsageError(f"{mpath}: shard {shard.path} resolves to {real}, outside {root}")
-    return Dataset(root, manifest, shards, sizes, extents)
 
 
 def _open_foreign(root: str) -> Dataset:
@@ -355,7 +409,8 @@ def _create(path: str) -> int:
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             raise UsageError(f"{path}: exists and is not a regular file; iodl will not write there")
         os.unlink(path)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    # read-write: a format's writer (hdf5) reads back what it wrote through this descriptor
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
 
 
 def _unlink_quietly(path: str) -> None:
@@ -444,7 +499,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     roots = [os.path.abspath(r) for r in roots]
     if not roots:
         raise UsageError("generate: give at least one --root")
-    if len(set(roots)) != len(roots):
+    if len({os.path.realpath(r) for r in roots}) != len(roots):   # also twice through a link
         raise UsageError("generate: the same --root is given twice")
 
     def check_roots():
@@ -492,6 +547,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
 
     def start_roots():
         if comm.rank == 0:
+            _check_space({root: _bytes_to_write(root) for root in roots})   # before the first byte
             for root in roots:
                 _save_npy(os.path.join(root, SIZES_FILE), sizes)
                 old = _read_manifest(root)
@@ -499,7 +555,6 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
                     _write_json(os.path.join(root, MANIFEST), manifest)
                 for c in range(ds.copies):
                     _make_copy_dir(os.path.join(root, copy_dir(c)))
-            _check_space({root: _bytes_to_write(root) for root in roots})
 
     collective(comm, lambda: _oserror_to_iodl(start_roots))
 
@@ -516,10 +571,13 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
 
     def finish(item, fd, tmp, final):
         fds.discard(fd)
-        os.close(fd)
-        os.replace(tmp, final)
+        try:
+            os.close(fd)    # a network filesystem may report a failed write (ENOSPC, EIO) only here
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, tmp) from None
+        done = _rename(item, tmp, final)
         temps.discard(tmp)
-        return item, os.path.getsize(final)
+        return done
 
     def append(fd, view, tmp):
         mv = memoryview(view).cast("B")
@@ -531,10 +589,16 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
             raise OSError(exc.errno, exc.strerror, tmp) from None
 
     def write_whole(content, tmp, final, item):
-        os.close(_create(tmp))    # exclusively ours; the format's writer then opens it by name
-        form.write(content, tmp)
+        fd = _create(tmp)
+        try:
+            form.write(content, fd)   # into our descriptor: the name is never opened again
+        except OSError as exc:        # a library's error may not name the file (ENOSPC in h5py, zipfile)
+            raise OSError(exc.errno, exc.strerror or str(exc), tmp) from None
+        finally:
+            os.close(fd)
+        done = _rename(item, tmp, final)
         temps.discard(tmp)
-        return _rename(item, tmp, final)
+        return done
 
     temps: set[str] = set()      # temp files of shards being written: removed if the run fails
     fds: set[int] = set()        # their open descriptors

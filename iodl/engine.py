@@ -80,15 +80,14 @@ def as_plan(rows) -> np.ndarray:
     return plan
 
 
-def open_for_read(path: str, direct: bool, size: int | None = None) -> int:
+def open_for_read(path: str, direct: bool, expected_size: int | None = None) -> int:
     """os.open for reading, with O_DIRECT when asked; a filesystem that refuses it gets a clear error.
 
     Opened non-blocking (a FIFO in place of a file would block a plain open forever), then checked
-    with fstat: a FIFO, socket or character device is refused. Given `size` (a dataset shard: the
-    bytes its manifest promises), only a regular file at least that long is accepted.
+    with fstat: a FIFO, socket or character device is refused. Given `expected_size` (a dataset shard:
+    the bytes its manifest promises), only a regular file at least that long is accepted.
     """
     import fcntl
-    import stat
 
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if direct:
@@ -97,22 +96,30 @@ def open_for_read(path: str, direct: bool, size: int | None = None) -> int:
         fd = os.open(path, flags)
     except OSError as exc:
         if direct and exc.errno == errno.EINVAL:
+            if not _readable_kind(os.stat(path).st_mode, expected_size):   # a FIFO refuses O_DIRECT too
+                raise IodlError(f"{path}: not a regular file (a shard must be one)") from None
             raise IodlError(f"{path}: the filesystem refuses O_DIRECT (open -> EINVAL); "
                             f"run without --direct") from None
         raise
     try:
         st = os.fstat(fd)
-        regular = stat.S_ISREG(st.st_mode)
-        if not (regular or (size is None and stat.S_ISBLK(st.st_mode))):
+        if not _readable_kind(st.st_mode, expected_size):
             raise IodlError(f"{path}: not a regular file (a shard must be one)")
-        if size is not None and st.st_size < size:
-            raise IodlError(f"{path}: shorter than the dataset manifest says: expected {size} bytes, "
+        if expected_size is not None and st.st_size < expected_size:
+            raise IodlError(f"{path}: shorter than the dataset manifest says: expected {expected_size} bytes, "
                             f"found {st.st_size}")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _readable_kind(mode: int, expected_size: int | None) -> bool:
+    """A regular file; a block device only where no shard size is promised (fio-compare reads devices)."""
+    import stat
+
+    return stat.S_ISREG(mode) or (expected_size is None and stat.S_ISBLK(mode))
 
 
 def raise_for_errors(stats: dict, plan: np.ndarray, paths: list[str]) -> None:

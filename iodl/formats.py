@@ -315,8 +315,9 @@ class Format:
         """Build the shard's content in memory, in out if given (runs on the generating thread)."""
         raise NotImplementedError
 
-    def write(self, prepared, path: str) -> None:
-        """Write prepared content to path (runs on the writer thread)."""
+    def write(self, prepared, fd: int) -> None:
+        """Write prepared content into fd, a new empty file opened read-write (runs on the writer thread).
+        Never by name: the file was created exclusively, and a name can be swapped for a link."""
         raise NotImplementedError
 
     def extents_from_file(self, path: str, samples: int) -> np.ndarray:
@@ -400,12 +401,12 @@ class Npz(Format):
     def prepare(self, sizes, key, out=None):
         return random_bytes(int(sizes.sum()), key, out), sizes
 
-    def write(self, prepared, path):
+    def write(self, prepared, fd):
         buf, sizes = prepared
         ends = np.cumsum(sizes).tolist()
         starts = [0] + ends[:-1]
         arrays = {f"sample_{j:06d}": buf[s:e] for j, (s, e) in enumerate(zip(starts, ends))}
-        with open(path, "wb") as f:
+        with os.fdopen(fd, "r+b", closefd=False) as f:
             np.savez(f, **arrays)
 
     def extents_from_file(self, path, samples):
@@ -441,12 +442,12 @@ class Hdf5(Format):
     def prepare(self, sizes, key, out=None):
         return random_bytes(int(sizes.sum()), key, out), sizes
 
-    def write(self, prepared, path):
+    def write(self, prepared, fd):
         import h5py
 
         buf, sizes = prepared
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint64)
-        with h5py.File(path, "w") as f:
+        with os.fdopen(fd, "r+b", closefd=False) as fobj, h5py.File(fobj, "w") as f:
             f.create_dataset("data", data=buf)  # contiguous: the samples' bytes sit at known offsets
             f.create_dataset("offsets", data=offsets)
             f.create_dataset("lengths", data=sizes.astype(np.uint64))

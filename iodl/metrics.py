@@ -38,6 +38,7 @@ class RankResult:
     bytes: int = 0
     ios: int = 0
     cached_bytes: int = 0
+    cache_unmeasured_bytes: int = 0   # of bytes, those whose cache hits the kernel could not tell us
     errors: int = 0
     t_start: float = math.inf
     t_end: float = -math.inf
@@ -69,6 +70,7 @@ class RankResult:
         self.bytes += stats["bytes"]
         self.ios += stats["ios"]
         self.cached_bytes += stats["cached_bytes"]
+        self.cache_unmeasured_bytes += stats.get("cache_unmeasured_bytes", 0)
         self.errors += stats["errors"]
         self.max_ns = max(self.max_ns, stats["max_ns"])
         self.t_start = min(self.t_start, (stats["t_start_ns"] - t0_ns) / 1e9)
@@ -77,7 +79,7 @@ class RankResult:
 
     def scalars(self) -> dict:
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
-                                              "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb",
+                                              "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb",
                                               "pss_mb")}
 
     def note_process(self, startup_s: float) -> None:
@@ -121,6 +123,8 @@ def summarize(parts: list[dict], hist: np.ndarray) -> dict:
     active = [p for p in parts if p["ios"]]
     total_bytes = sum(p["bytes"] for p in parts)
     cached = sum(p["cached_bytes"] for p in parts)
+    # a hit fraction over bytes of which some could not be measured would be a guess: none at all
+    measured = not any(p.get("cache_unmeasured_bytes", 0) for p in parts)
     ios = sum(p["ios"] for p in parts)
     window = (max(p["t_end"] for p in active) - min(p["t_start"] for p in active)) if active else 0.0
     rate = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
@@ -131,8 +135,8 @@ def summarize(parts: list[dict], hist: np.ndarray) -> dict:
         "bandwidth_MBps": rate(total_bytes) / MB,
         "iops": rate(ios),
         "latency_us": histogram.summary_us(hist, max((p["max_ns"] for p in parts), default=0)),
-        "cache_hit_fraction": cached / total_bytes if total_bytes else 0.0,
-        "storage_bandwidth_MBps": rate(total_bytes - cached) / MB,
+        "cache_hit_fraction": (cached / total_bytes if total_bytes else 0.0) if measured else None,
+        "storage_bandwidth_MBps": rate(total_bytes - cached) / MB if measured else None,
         "errors": sum(p["errors"] for p in parts),
     }
 

@@ -75,7 +75,6 @@ class _Cursor:
 
     def close(self) -> None:
         for fd in self.fds:
-            self.engine.forget(fd)
             os.close(fd)
         self.group, self.fds, self.rows = None, [], None
 
@@ -102,9 +101,10 @@ class _Cursor:
 
 
 def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.ndarray, mount: int,
-              n_mounts: int, host: str, result: RankResult | None = None) -> RankResult:
+              n_mounts: int, host: str, result: RankResult | None = None, stop_flag=None) -> RankResult:
     """Run storage-only or validate on this rank against its mount's shards (into `result`, which
-    may come with a series and live counters to feed)."""
+    may come with a series and live counters to feed). stop_flag(): True when a stop was requested
+    before the run began (one during it raises KeyboardInterrupt in the engine's wait)."""
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     if cfg.pattern == "storage-only":
         if not len(sizes) or not sizes.sum():
@@ -127,7 +127,9 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
         try:
             comm.barrier()  # the common origin of every rank's clock
             t0 = _native.monotonic_ns()
-            if cfg.pattern == "storage-only":
+            if stop_flag is not None and stop_flag():
+                pass   # stopped during set-up: nothing is read, the (empty) result is still written
+            elif cfg.pattern == "storage-only":
                 # the ramp is not a separate phase: I/O runs on through its end, counted from then
                 measure_from = t0 + int(cfg.ramp_s * 1e9)
                 cursor.run(result, t0, (measure_from, measure_from + int(cfg.duration_s * 1e9)))

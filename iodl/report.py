@@ -19,7 +19,8 @@ def _row(name: str, ranks: str, s: dict, buffered: bool) -> list[str]:
              f"{lat['p50']:,.0f}", f"{lat['p99']:,.0f}", f"{lat['p999']:,.0f}", f"{lat['max']:,.0f}"]
     if buffered:
         predicted = s.get("cache", {}).get("predicted_hit_fraction")
-        cells += [_pct(s["cache_hit_fraction"]), _pct(predicted), f"{s['storage_bandwidth_MBps']:,.1f}"]
+        storage = s["storage_bandwidth_MBps"]
+        cells += [_pct(s["cache_hit_fraction"]), _pct(predicted), "-" if storage is None else f"{storage:,.1f}"]
     return cells
 
 
@@ -53,6 +54,9 @@ def print_result(result: dict, console=None) -> None:
         table.add_section()
         table.add_row(*_row("total", str(result["ranks"]), result["total"], buffered), style="bold")
     console.print(table)
+    if buffered and result["total"].get("cache_hit_fraction", 0.0) is None:
+        console.print("cache hit, storage MB/s: not measurable here (the kernel does not account these reads "
+                      "to the reader: NFS, FUSE, overlay, or no task I/O accounting); '-' is not a zero")
     if result.get("nodes"):
         _print_nodes(result["nodes"], console)
     if result.get("train"):
@@ -112,13 +116,15 @@ def _print_sizing(sizing: dict, workload: str, console) -> None:
         table.add_column(col, justify="left" if col == "mount" else "right")
     for m in sizing["mounts"]:
         # not storage-bound: the ranks never waited, the storage could have given more
-        if m["storage_MBps"] <= 0:
+        if m["storage_MBps"] is None:
+            fed = "- (the storage's share of the bytes was not measurable)"
+        elif m["storage_MBps"] <= 0:
             fed = "- (every byte came from the page cache)"
         elif m["storage_bound"]:
             fed = f"{m['accelerators_fed']}"
         else:
             fed = f">= {m['accelerators_fed']} (not storage-bound)"
-        table.add_row(m["path"], f"{m['storage_MBps']:,.1f}", fed)
+        table.add_row(m["path"], "-" if m["storage_MBps"] is None else f"{m['storage_MBps']:,.1f}", fed)
     console.print(table)
 
 

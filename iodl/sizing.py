@@ -27,6 +27,12 @@ def workload_demand_MBps(wl) -> float:
     return demand_MBps(wl.train.batch_size, wl.dataset.sample_size, wl.train.compute_time_s)
 
 
+def storage_MBps(block: dict) -> float | None:
+    """What the storage itself delivered in a result block: the read bandwidth under O_DIRECT (no
+    storage_bandwidth_MBps key), None where the cache's share could not be measured."""
+    return block["storage_bandwidth_MBps"] if "storage_bandwidth_MBps" in block else block["bandwidth_MBps"]
+
+
 def accelerators_fed(storage_MBps: float, demand: float) -> int:
     """How many accelerators S MB/s keeps at full utilisation."""
     if not demand or math.isinf(demand) or storage_MBps <= 0:
@@ -48,7 +54,8 @@ def sizing_block(result: dict, demand: float, wait_shares: list[float | None]) -
     """
     mounts = []
     for m, share in zip(result["mounts"], wait_shares):
-        storage = m.get("storage_bandwidth_MBps", m["bandwidth_MBps"])
-        mounts.append({"path": m["path"], "storage_MBps": storage, "accelerators_fed": accelerators_fed(storage, demand),
+        storage = storage_MBps(m)
+        mounts.append({"path": m["path"], "storage_MBps": storage,
+                       "accelerators_fed": None if storage is None else accelerators_fed(storage, demand),
                        "storage_bound": share is None or share > BOUND_SHARE})
     return {"demand_MBps_per_accelerator": demand, "mounts": mounts}

@@ -23,6 +23,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from . import limits
+from .sizing import storage_MBps
 from .errors import IodlError, UsageError
 
 SCHEMA = "iodl.sweep/1"
@@ -181,7 +182,7 @@ class Point:
     au: float
     samples_per_s: float
     bandwidth_MBps: float
-    storage_bandwidth_MBps: float
+    storage_bandwidth_MBps: float | None   # None: the cache's share was not measurable
     result: str | None     # the point's iodl.result/1 file; None when it lived in a removed temp dir
     exit_code: int
 
@@ -193,7 +194,7 @@ def point_from_result(ranks: int, result: dict, path: str | None, exit_code: int
     total = result["total"]
     return Point(ranks=ranks, au=float(train["au"]), samples_per_s=float(train["samples_per_s"]),
                  bandwidth_MBps=float(total["bandwidth_MBps"]),
-                 storage_bandwidth_MBps=float(total.get("storage_bandwidth_MBps", total["bandwidth_MBps"])),
+                 storage_bandwidth_MBps=storage_MBps(total),
                  result=path, exit_code=exit_code)
 
 
@@ -274,7 +275,7 @@ def print_sweep(doc: dict, console=None) -> None:
         au = f"[green]{au}[/]" if meets(p.au, threshold) else f"[red]{au}[/]"
         ranks = str(p.ranks) + (" (partial)" if p.exit_code == PARTIAL_EXIT else "")
         table.add_row(ranks, au, f"{p.samples_per_s:,.1f}", f"{linear:,.1f}", f"{100 * eff:.1f}%",
-                      f"{p.bandwidth_MBps:,.1f}", f"{p.storage_bandwidth_MBps:,.1f}")
+                      f"{p.bandwidth_MBps:,.1f}", "-" if p.storage_bandwidth_MBps is None else f"{p.storage_bandwidth_MBps:,.1f}")
     console.print(table)
     demand = doc["demand_MBps_per_accelerator"]
     if demand is not None:

@@ -174,7 +174,6 @@ class _Reader(threading.Thread):
     def _close(self, shard: int) -> None:
         fd = self.fds.pop(shard)
         if fd >= 0:
-            self.engine.forget(fd)
             os.close(fd)
 
     def run(self) -> None:
@@ -258,6 +257,8 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
         while True:
             start = clock()
             try:
+                if stop_flag():
+                    raise KeyboardInterrupt   # a stop seen before this step began (e.g. during set-up)
                 if prefetching:
                     nbytes, ios, cached = reader.get(stop_flag)
                 else:

@@ -52,26 +52,13 @@ static inline unsigned iodl_depth_index(unsigned depth)
 	return i < IODL_DEPTH_BUCKETS - 1 ? i : IODL_DEPTH_BUCKETS - 1;
 }
 
-/* pagecache.c: which pages of a file were resident before the engine first read it */
-struct iodl_snap {
-	int fd;
-	dev_t dev;
-	ino_t ino;
-	uint64_t size;
-	size_t npages;
-	unsigned char *vec;	/* mincore() vector: bit 0 = resident */
-};
-
-struct iodl_snaps {
-	struct iodl_snap **v;	/* each allocated alone: a run keeps pointers to them */
-	size_t n, cap;
-};
-
-int iodl_snap_get(struct iodl_snaps *s, int fd, dev_t dev, ino_t ino, uint64_t size,
-		  const struct iodl_snap **out, const char **failed);
-void iodl_snap_forget(struct iodl_snaps *s, int fd);
-void iodl_snaps_free(struct iodl_snaps *s);
-uint64_t iodl_snap_cached(const struct iodl_snap *snap, uint64_t offset, uint64_t len);
+/* pagecache.c: page-cache figures that hold for any caller (see there) */
+#define IODL_NOT_MEASURABLE 1	/* the kernel will not tell this caller */
+struct stat;
+int iodl_task_io_accounting(void);
+uint64_t iodl_thread_read_bytes(void);
+int iodl_reads_accounted(int fd, const struct stat *sb);
+/* 0 (*out set), IODL_NOT_MEASURABLE, or -errno (*failed names the call) */
 int iodl_resident_bytes(int fd, uint64_t offset, uint64_t len, uint64_t *out, const char **failed);
 
 struct iodl_plan_row {		/* iodl.engine.PLAN_DTYPE */
@@ -105,8 +92,14 @@ struct iodl_run_args {
 	uint64_t series_origin_ns, series_bucket_ns;	/* row = (completion - origin) / bucket */
 	/* NULL or IODL_LIVE_N counters, shared: bumped at every completion, window or not */
 	int64_t *live;
+	/*
+	 * cache_check: count which delivered bytes the storage did not have to deliver (buffered
+	 * reads of files whose reads the kernel accounts to us, pagecache.c). The storage bytes
+	 * this thread's reads made the device deliver and no completion has been charged with yet
+	 * (readahead ahead of the reader): kept by the caller, so a next run charges them.
+	 */
 	int cache_check;
-	struct iodl_snaps *snaps;
+	uint64_t *storage_pending;
 	/* called (GIL released) every 100 ms and after EINTR: nonzero = a signal or cancel() wants the
 	 * run to stop */
 	int (*interrupted)(void *arg);
@@ -115,6 +108,7 @@ struct iodl_run_args {
 
 struct iodl_stats {
 	uint64_t done, ios, bytes, cached_bytes, errors;
+	uint64_t cache_unmeasured_bytes;	/* of bytes, those whose cache state cannot be measured */
 	int first_errno;
 	int64_t first_error_row;
 	uint64_t t_start_ns, t_end_ns, max_ns;

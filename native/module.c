@@ -7,6 +7,7 @@
 #include <Python.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -45,7 +46,7 @@ typedef struct {
 	unsigned submit_batch;		/* requests per submit call; 0: all that have a slot */
 	int direct, cache_check, busy;
 	int cancelled;			/* set by cancel() from any thread, read without the GIL */
-	struct iodl_snaps snaps;	/* per-fd residency before first use */
+	uint64_t storage_pending;	/* cache_check: storage bytes not yet charged (core.h) */
 	Py_buffer device;		/* null's shared device word, held (kept mapped) while open */
 } EngineObject;
 
@@ -53,7 +54,6 @@ static void engine_release(EngineObject *self)
 {
 	iodl_ctx_close(self->ctx);
 	self->ctx = NULL;
-	iodl_snaps_free(&self->snaps);
 	if (self->device.obj)
 		PyBuffer_Release(&self->device);
 }
@@ -335,9 +335,10 @@ static PyObject *stats_dict(const struct iodl_stats *st)
 		return NULL;
 	for (int i = 0; i < IODL_DEPTH_BUCKETS; i++)
 		PyList_SET_ITEM(depth, i, PyLong_FromUnsignedLongLong(st->depth[i]));
-	return Py_BuildValue("{sKsKsKsKsKsisLsKsKsKsNsKsNsKsLsKsK}",
+	return Py_BuildValue("{sKsKsKsKsKsKsisLsKsKsKsNsKsNsKsLsKsK}",
 			     "done", st->done, "ios", st->ios, "bytes", st->bytes,
-			     "cached_bytes", st->cached_bytes, "errors", st->errors,
+			     "cached_bytes", st->cached_bytes, "cache_unmeasured_bytes", st->cache_unmeasured_bytes,
+			     "errors", st->errors,
 			     "first_errno", st->first_errno, "first_error_row", (long long)st->first_error_row,
 			     "t_start_ns", st->t_start_ns, "t_end_ns", st->t_end_ns, "max_ns", st->max_ns,
 			     "depth", depth, "series_clamped", st->series_clamped,
@@ -413,7 +414,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	}
 	a.live = live.obj ? live.buf : NULL;
 	a.cache_check = self->cache_check;
-	a.snaps = &self->snaps;
+	a.storage_pending = &self->storage_pending;
 	a.interrupted = interrupted;
 	a.interrupted_arg = &intr;
 	intr.cancelled = &self->cancelled;
@@ -465,23 +466,6 @@ out:
 		PyBuffer_Release(&live);
 	PyMem_Free(fds);
 	return result;
-}
-
-static PyObject *Engine_forget(EngineObject *self, PyObject *arg)
-{
-	int overflow;
-	long fd = PyLong_AsLongAndOverflow(arg, &overflow);
-
-	if (fd == -1 && PyErr_Occurred())
-		return NULL;
-	if (overflow || fd < 0 || fd > INT_MAX)
-		return PyErr_Format(PyExc_ValueError, "not a file descriptor (0..%d)", INT_MAX);
-	if (self->busy) {
-		PyErr_SetString(PyExc_RuntimeError, "engine is running in another thread");
-		return NULL;
-	}
-	iodl_snap_forget(&self->snaps, (int)fd);
-	Py_RETURN_NONE;
 }
 
 /* From any thread, GIL or not in the run's thread: the run stops and returns its stats. */
@@ -550,8 +534,6 @@ static PyMethodDef Engine_methods[] = {
 	{ "run", (PyCFunction)(void (*)(void))Engine_run, METH_VARARGS | METH_KEYWORDS,
 	  "run(fds, plan, hist, *, deadline_ns=0, window_start_ns=0, window_end_ns=0, series=None, "
 	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None) -> RunStats: the whole plan, GIL released" },
-	{ "forget", (PyCFunction)Engine_forget, METH_O,
-	  "forget(fd): drop fd's page-cache snapshot (call before closing it)" },
 	{ "cancel", (PyCFunction)Engine_cancel, METH_NOARGS,
 	  "cancel(): from any thread; the run in progress stops within ~100 ms, drains and returns its "
 	  "stats (interrupted=True); later runs return at once" },
@@ -641,8 +623,27 @@ static PyObject *py_resident_bytes(PyObject *Py_UNUSED(m), PyObject *args)
 	rc = iodl_resident_bytes(fd, (uint64_t)offset, (uint64_t)length, &out, &failed);
 	Py_END_ALLOW_THREADS
 	if (rc < 0)
-		return oserror_wsyscall(-rc, failed ? failed : "mincore");
+		return oserror_wsyscall(-rc, failed ? failed : "cachestat");
+	if (rc == IODL_NOT_MEASURABLE)
+		Py_RETURN_NONE;
 	return PyLong_FromUnsignedLongLong(out);
+}
+
+static PyObject *py_cache_measurable(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+	int fd;
+	struct stat sb;
+
+	if (!PyArg_Parse(arg, "i:cache_measurable", &fd))
+		return NULL;
+	if (fstat(fd, &sb) < 0)
+		return oserror_wsyscall(errno, "fstat");
+	return PyBool_FromLong(iodl_task_io_accounting() && iodl_reads_accounted(fd, &sb));
+}
+
+static PyObject *py_thread_read_bytes(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+	return PyLong_FromUnsignedLongLong(iodl_thread_read_bytes());
 }
 
 static PyObject *py_monotonic_ns(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
@@ -691,7 +692,12 @@ static PyMethodDef module_methods[] = {
 	{ "probe", py_probe, METH_O, "probe(engine) -> 0 if usable here, else an errno" },
 	{ "hist_index", py_hist_index, METH_O, "latency histogram bucket of a value in ns" },
 	{ "resident_bytes", py_resident_bytes, METH_VARARGS,
-	  "resident_bytes(fd, offset, length) -> bytes of the range in the page cache (mincore)" },
+	  "resident_bytes(fd, offset, length) -> bytes of the range in the page cache, or None when the "
+	  "kernel will not tell this caller (cachestat, or mincore before Linux 6.5)" },
+	{ "cache_measurable", py_cache_measurable, METH_O,
+	  "cache_measurable(fd) -> the kernel accounts this file's reads to the reader (cache hits are measured)" },
+	{ "thread_read_bytes", py_thread_read_bytes, METH_NOARGS,
+	  "bytes the calling thread's reads made the storage deliver so far (task I/O accounting)" },
 	{ "monotonic_ns", py_monotonic_ns, METH_NOARGS, "the engine's clock: CLOCK_MONOTONIC in ns" },
 	{ NULL }
 };

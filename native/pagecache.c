@@ -1,156 +1,175 @@
 /*
- * Page-cache residency with mincore(): map the file PROT_READ/MAP_SHARED without touching it
- * (no page is faulted in, nothing is read ahead), ask which pages are resident, unmap. This
- * needs per-page answers, which cachestat() cannot give. Since Linux 5.2 mincore reports page
- * cache state only to the file's owner or to someone who could write it (CVE-2019-5489);
- * otherwise it reports nothing resident, so cached bytes read as 0 (never too high).
+ * Page-cache figures that hold for any caller, or say that they cannot be had.
+ *
+ * Hits. A request's bytes are served from the page cache unless the read made the storage
+ * deliver them. The kernel counts, per thread, the bytes of every read bio the thread submits
+ * (task I/O accounting: submit_bio -> task_io_account_read; /proc/thread-self/io read_bytes,
+ * getrusage(RUSAGE_THREAD).ru_inblock in 512-byte units). Our reads submit their own misses and
+ * the readahead they trigger, so the thread's counter across a run is what the storage had to
+ * deliver for it, whoever owns the file. Asking the cache instead (mincore, or a preadv2 with
+ * RWF_NOWAIT before each request) cannot be right: mincore reports every page resident to a
+ * caller who neither owns nor may write the file, and both see the pages our own readahead
+ * brought in a moment earlier as resident, though the storage delivered them.
+ *
+ * Resident bytes (what a dataset has in the cache before a run): cachestat(2) (Linux 6.5),
+ * which refuses (EPERM) a caller who neither owns nor may write the file rather than lie; on
+ * kernels without it, mincore, only when the kernel tells this caller the truth (its
+ * can_do_mincore test: owner, CAP_FOWNER, or write permission).
  */
+#define _GNU_SOURCE	/* RUSAGE_THREAD */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <linux/capability.h>
+#include <linux/magic.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "core.h"
+
+#ifndef __NR_cachestat
+# define __NR_cachestat 451	/* the same number on every architecture */
+#endif
+
+struct cachestat_range {
+	uint64_t off, len;
+};
+
+struct cachestat {
+	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
 
 static uint64_t page_size(void)
 {
 	return (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-/* mincore vector of [first page, first page + npages) of fd; *vec is malloc'ed. */
-static int residency(int fd, uint64_t first, size_t npages, unsigned char **vec, const char **failed)
+int iodl_task_io_accounting(void)
 {
-	uint64_t ps = page_size();
-	void *map;
-	int rc = 0;
+	static int known = -1;
 
-	*vec = calloc(npages ? npages : 1, 1);
-	if (!*vec) {
-		*failed = "malloc";
-		return -ENOMEM;
-	}
-	if (!npages)
-		return 0;
-	map = mmap(NULL, npages * ps, PROT_READ, MAP_SHARED, fd, (off_t)(first * ps));
-	if (map == MAP_FAILED) {
-		*failed = "mmap";
-		rc = -errno;
-	} else {
-		if (mincore(map, npages * ps, *vec) < 0) {
-			*failed = "mincore";
-			rc = -errno;
-		}
-		munmap(map, npages * ps);
-	}
-	if (rc) {
-		free(*vec);
-		*vec = NULL;
-	}
-	return rc;
+	/* CONFIG_TASK_IO_ACCOUNTING: without it the counter below stays 0 and would read as all hits */
+	if (known < 0)
+		known = access("/proc/thread-self/io", R_OK) == 0;
+	return known;
 }
 
-static uint64_t count(const unsigned char *vec, uint64_t first, size_t npages, uint64_t offset,
-		      uint64_t len)
+uint64_t iodl_thread_read_bytes(void)
 {
-	uint64_t ps = page_size(), end = offset + len, total = 0;
+	struct rusage ru;
 
-	if (!len)
+	if (getrusage(RUSAGE_THREAD, &ru) < 0)
 		return 0;
-	for (uint64_t p = offset / ps; p <= (end - 1) / ps; p++) {
-		uint64_t lo, hi;
-
-		if (p < first || p - first >= npages || !(vec[p - first] & 1))
-			continue;
-		lo = p * ps > offset ? p * ps : offset;
-		hi = (p + 1) * ps < end ? (p + 1) * ps : end;
-		total += hi - lo;
-	}
-	return total;
-}
-
-uint64_t iodl_snap_cached(const struct iodl_snap *snap, uint64_t offset, uint64_t len)
-{
-	return count(snap->vec, 0, snap->npages, offset, len);
+	return (uint64_t)ru.ru_inblock * 512;
 }
 
 /*
- * The snapshot of fd taken at its first use since the Engine was made or forget(fd); a
- * different file behind the same fd number (dev/ino changed) gets a fresh one.
+ * Do reads of this file reach the storage through bios submitted by the reader (so that task
+ * I/O accounting sees them)? Yes for block devices and filesystems on one (their st_dev is a
+ * block device), and for btrfs (an anonymous st_dev over real devices). tmpfs and ramfs have no
+ * storage: every byte comes from memory, which the counter (0) says truly. Anything else (NFS,
+ * FUSE, overlay, ...) may read without bios of ours: not measured.
  */
-int iodl_snap_get(struct iodl_snaps *s, int fd, dev_t dev, ino_t ino, uint64_t size,
-		  const struct iodl_snap **out, const char **failed)
+int iodl_reads_accounted(int fd, const struct stat *sb)
 {
-	struct iodl_snap *snap;
-	int rc;
+	char path[64];
+	struct statfs fs;
 
-	*out = NULL;
-	for (size_t i = 0; i < s->n; i++) {
-		if (s->v[i]->fd == fd && s->v[i]->dev == dev && s->v[i]->ino == ino) {
-			*out = s->v[i];
-			return 0;
-		}
-	}
-	iodl_snap_forget(s, fd);
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? 2 * s->cap : 16;
-		struct iodl_snap **v = realloc(s->v, cap * sizeof(*v));
+	if (S_ISBLK(sb->st_mode))
+		return 1;
+	if (!S_ISREG(sb->st_mode))
+		return 0;
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u", major(sb->st_dev), minor(sb->st_dev));
+	if (access(path, F_OK) == 0)
+		return 1;
+	return fstatfs(fd, &fs) == 0 && (fs.f_type == BTRFS_SUPER_MAGIC || fs.f_type == TMPFS_MAGIC ||
+					  fs.f_type == RAMFS_MAGIC);
+}
 
-		if (!v) {
-			*failed = "malloc";
-			return -ENOMEM;
-		}
-		s->v = v;
-		s->cap = cap;
-	}
-	snap = calloc(1, sizeof(*snap));
-	if (!snap) {
-		*failed = "malloc";
-		return -ENOMEM;
-	}
-	snap->fd = fd;
-	snap->dev = dev;
-	snap->ino = ino;
-	snap->size = size;
-	snap->npages = (size_t)((size + page_size() - 1) / page_size());
-	rc = residency(fd, 0, snap->npages, &snap->vec, failed);
-	if (rc < 0) {
-		free(snap);
-		return rc;
-	}
-	s->v[s->n++] = snap;
-	*out = snap;
+/* Pages of [first, first + n) of fd in the cache: 0, IODL_NOT_MEASURABLE, or -errno. */
+static int cached_pages_cachestat(int fd, uint64_t first, uint64_t n, uint64_t *pages)
+{
+	struct cachestat_range r = { first * page_size(), n * page_size() };
+	struct cachestat cs;
+
+	if (syscall(__NR_cachestat, fd, &r, &cs, 0) < 0)
+		return errno == EPERM ? IODL_NOT_MEASURABLE : -errno;
+	*pages = cs.nr_cache;
 	return 0;
 }
 
-void iodl_snap_forget(struct iodl_snaps *s, int fd)
+/* The kernel's can_do_mincore(): the owner, CAP_FOWNER, or someone who may write the file. */
+static int mincore_tells_the_truth(int fd, const struct stat *sb)
 {
-	for (size_t i = 0; i < s->n; i++) {
-		if (s->v[i]->fd == fd) {
-			free(s->v[i]->vec);
-			free(s->v[i]);
-			s->v[i] = s->v[--s->n];
-			return;
-		}
-	}
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct caps[2];
+	char path[64];
+
+	if (sb->st_uid == geteuid())
+		return 1;
+	if (syscall(SYS_capget, &hdr, caps) == 0 && (caps[CAP_FOWNER / 32].effective & (1u << (CAP_FOWNER % 32))))
+		return 1;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) == 0;
 }
 
-void iodl_snaps_free(struct iodl_snaps *s)
+static int cached_pages_mincore(int fd, uint64_t first, uint64_t n, uint64_t *pages)
 {
-	for (size_t i = 0; i < s->n; i++) {
-		free(s->v[i]->vec);
-		free(s->v[i]);
+	uint64_t ps = page_size();
+	unsigned char *vec = malloc(n ? n : 1);
+	void *map;
+	int rc = 0;
+
+	if (!vec)
+		return -ENOMEM;
+	map = mmap(NULL, n * ps, PROT_READ, MAP_SHARED, fd, (off_t)(first * ps));
+	if (map == MAP_FAILED) {
+		rc = -errno;
+	} else {
+		if (mincore(map, n * ps, vec) < 0)
+			rc = -errno;
+		munmap(map, n * ps);
 	}
-	free(s->v);
-	memset(s, 0, sizeof(*s));
+	*pages = 0;
+	for (uint64_t i = 0; !rc && i < n; i++)
+		*pages += vec[i] & 1;
+	free(vec);
+	return rc;
+}
+
+static int cached_pages(int fd, const struct stat *sb, uint64_t first, uint64_t n, uint64_t *pages,
+			const char **failed)
+{
+	static int have_cachestat = 1;
+	int rc;
+
+	*pages = 0;
+	if (!n)
+		return 0;
+	if (have_cachestat) {
+		*failed = "cachestat";
+		rc = cached_pages_cachestat(fd, first, n, pages);
+		if (rc != -ENOSYS)
+			return rc;
+		have_cachestat = 0;	/* before Linux 6.5 */
+	}
+	if (!mincore_tells_the_truth(fd, sb))
+		return IODL_NOT_MEASURABLE;
+	*failed = "mincore";
+	return cached_pages_mincore(fd, first, n, pages);
 }
 
 int iodl_resident_bytes(int fd, uint64_t offset, uint64_t len, uint64_t *out, const char **failed)
 {
-	uint64_t ps = page_size(), first, last;
+	uint64_t ps = page_size(), end, first, last, pages;
 	struct stat sb;
-	unsigned char *vec;
 	int rc;
 
 	*out = 0;
@@ -162,12 +181,27 @@ int iodl_resident_bytes(int fd, uint64_t offset, uint64_t len, uint64_t *out, co
 		return 0;
 	if (len > (uint64_t)sb.st_size - offset)
 		len = (uint64_t)sb.st_size - offset;
+	end = offset + len;
 	first = offset / ps;
-	last = (offset + len - 1) / ps;
-	rc = residency(fd, first, (size_t)(last - first + 1), &vec, failed);
-	if (rc < 0)
+	last = (end - 1) / ps;
+	/* whole pages in the middle, then the two end pages by the bytes of the range on them */
+	if (last > first + 1) {
+		rc = cached_pages(fd, &sb, first + 1, last - first - 1, &pages, failed);
+		if (rc)
+			return rc;
+		*out += pages * ps;
+	}
+	rc = cached_pages(fd, &sb, first, 1, &pages, failed);
+	if (rc)
 		return rc;
-	*out = count(vec, first, (size_t)(last - first + 1), offset, len);
-	free(vec);
+	if (pages)
+		*out += (last == first ? end : (first + 1) * ps) - offset;
+	if (last != first) {
+		rc = cached_pages(fd, &sb, last, 1, &pages, failed);
+		if (rc)
+			return rc;
+		if (pages)
+			*out += end - last * ps;
+	}
 	return 0;
 }

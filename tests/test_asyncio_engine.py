@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from iodl import _native, histogram
-from iodl.asyncio_engine import AsyncioEngine, residency, unavailable
+from iodl.asyncio_engine import AsyncioEngine, unavailable
 from iodl.engine import (PLAN_DTYPE, as_plan, available_engines, check_engine, open_engine, open_for_read,
                          raise_for_errors)
 from iodl.errors import UsageError
@@ -85,7 +85,7 @@ def test_depth_reader_threads_really_overlap(datafile):
 
 def test_runs_from_another_thread_and_refuses_a_second_run(datafile):
     """training.py runs the engine in its reader thread: run() works there, and while it runs the
-    engine refuses run/forget/close from elsewhere, as _native.Engine does."""
+    engine refuses run/close from elsewhere, as _native.Engine does."""
     size = os.path.getsize(datafile)
     fd = open_for_read(datafile, False)
     eng = AsyncioEngine(depth=4, block_size=BS, rate_bps=BS * 50)     # 50 requests/s: ~0.6 s
@@ -102,8 +102,6 @@ def test_runs_from_another_thread_and_refuses_a_second_run(datafile):
         time.sleep(0.1)
         with pytest.raises(RuntimeError, match="another thread"):
             eng.run([fd], seq_plan(size)[:1], histogram.empty())
-        with pytest.raises(RuntimeError, match="another thread"):
-            eng.forget(fd)
         with pytest.raises(RuntimeError, match="another thread"):
             eng.close()
         t.join(timeout=30)
@@ -200,50 +198,31 @@ def test_a_signal_stops_the_run_promptly_and_drains(datafile):
         os.close(fd)
 
 
-def test_cache_snapshot_is_mincore_truth(datafile):
-    """cached_bytes = residency at the fd's first use, to the byte: truth is _native.resident_bytes
-    (mincore in C) just before the run. Readahead is off on the fd (FADV_RANDOM), so the pages
-    resident are exactly those read. The snapshot holds per fd until forget()."""
+def test_cache_hits_warm_and_evicted(datafile):
+    """A file read whole is then all hits, and once evicted (through the same fd) no hit is left:
+    a hit is decided at the read, nothing is kept per fd (the device-counter truth of partly
+    cached files is tests/native/test_engine_contract.py's, for every engine)."""
     size = os.path.getsize(datafile)
     fd = os.open(datafile, os.O_RDONLY)
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        assert _native.resident_bytes(fd, 0, size) == 0
-        for off in (0, 5 * 4096, 1 << 20, size - 4096):
-            os.pread(fd, 3 * 4096, off)
-        truth = _native.resident_bytes(fd, 0, size)
-        if truth != 4096 * (3 + 3 + 3 + 1):
-            pytest.skip(f"page cache changed under the test (another process dropped caches): {truth}")
-        res = residency(fd, size)
-        assert int(res.sum()) * 4096 == truth
-        # odd, unaligned requests: the partial pages at both ends count by their bytes
         plan = as_plan([(0, off, min(BS - 1000, size - off)) for off in range(500, size, BS - 1000)])
         with AsyncioEngine(depth=4, block_size=BS, cache_check=True) as eng:
+            os.pread(fd, size, 0)
             st = eng.run([fd], plan, histogram.empty())
-            expect = sum(_count(res, int(o), int(n)) for o, n in zip(plan["offset"], plan["length"]))
             assert st["bytes"] == size - 500
-            assert st["cached_bytes"] == expect
-            again = eng.run([fd], plan, histogram.empty())
-            assert again["cached_bytes"] == expect
-            eng.forget(fd)
-            # the runs above read the whole file in; the kernel (e.g. DAMON's proactive reclaim)
-            # may already have taken a few cold pages back, so the truth is measured again
-            res = residency(fd, size)
-            assert res.mean() > 0.9
-            fresh = eng.run([fd], plan, histogram.empty())
-            assert fresh["cached_bytes"] == sum(_count(res, int(o), int(n)) for o, n in zip(plan["offset"], plan["length"]))
+            if _native.resident_bytes(fd, 0, size) != size:
+                pytest.skip("the page cache changed under the test (another process dropped caches)")
+            assert st["cached_bytes"] == size - 500
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            st = eng.run([fd], plan, histogram.empty())
+            # readahead may fetch the 500 bytes the plan skips, and at most depth x block may stay
+            # uncharged at the end of a run (docs/engines.md)
+            assert st["cached_bytes"] <= 4 * BS
         with AsyncioEngine(depth=1, block_size=BS, cache_check=True, direct=False) as eng:
             with pytest.raises(ValueError, match="exceeds block_size"):
                 eng.run([fd], as_plan([(0, 0, BS + 1)]), histogram.empty())
     finally:
         os.close(fd)
-
-
-def _count(res, off, n):
-    """Bytes of [off, off+n) on resident pages, byte by byte (the slow, obvious way)."""
-    byte_pages = np.arange(off, off + n) // 4096
-    return int(res[np.minimum(byte_pages, len(res) - 1)].sum())
 
 
 # --- the CLI --------------------------------------------------------------------------------------

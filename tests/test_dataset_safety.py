@@ -124,13 +124,53 @@ def test_every_rank_exits_nonzero_on_a_bad_manifest(dataset):
     import sys
     cmd = [mpiexec(), "-n", "2", "sh", "-c",
            f'{sys.executable} -m iodl read --pattern validate --progress off --root {dataset}; echo {marker}=$?']
+    t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - t0 < 60, "a refused manifest must end the job promptly"
     codes = [int(ln.split("=")[1]) for ln in proc.stdout.splitlines() if ln.startswith(marker)]
     assert len(codes) == 2 and all(c != 0 for c in codes), proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
 
 
+def test_forged_npy_header_is_refused_before_allocating(dataset):
+    # a header promising 8 TB of sizes in a file of a few bytes: refused from the header, no allocation
+    path = os.path.join(dataset, "iodl-sample-sizes.npy")
+    header = "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 500000000000), }"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 16)
+    t0 = time.monotonic()
+    _one_line_error(_validate(dataset), "iodl-sample-sizes.npy", "header promises")
+    assert time.monotonic() - t0 < 20
+
+
+def test_manifest_whose_samples_reach_past_a_shard_is_refused(dataset):
+    _edit_manifest(dataset, lambda m: m["files"][1].update(size=m["files"][1]["size"] - 1))
+    _one_line_error(_validate(dataset), "iodl-dataset.json", "train-00001", "past")
+
+
+def test_generate_refuses_one_root_given_twice_through_a_link(tmp_path):
+    root = tmp_path / "r"
+    root.mkdir()
+    os.symlink(root, tmp_path / "alias")
+    proc = iodl("generate", *TINY, "--root", str(root), "--root", str(tmp_path / "alias"), "--files", "1")
+    _one_line_error(proc, "twice")
+    assert os.listdir(root) == []
+
+
 # ---------------------------------------------------------------- non-regular files and sizes -
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_open_for_read_refuses_a_fifo_without_blocking(tmp_path, direct):
+    # O_DIRECT on a FIFO fails with EINVAL: that must still say "not a regular file", not blame the filesystem
+    from iodl.engine import open_for_read
+    from iodl.errors import IodlError
+
+    fifo = str(tmp_path / "f")
+    os.mkfifo(fifo)
+    with pytest.raises(IodlError, match="not a regular file"):
+        open_for_read(fifo, direct, 4096)
+
 
 def test_fifo_in_place_of_a_shard_fails_in_one_line(dataset):
     shard = sorted(glob.glob(os.path.join(dataset, "copy-0000", "*")))[1]
@@ -305,4 +345,20 @@ def test_enospc_mid_write_names_the_file_and_leaves_no_temp(small_tmpfs):
         done.set()
         filler.join()
     _one_line_error(proc, "writing the dataset: " + root, ".tfrecord", "No space left on device")
+    _no_temps(root)
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "npz"])
+def test_enospc_in_a_library_writer_names_the_file(small_tmpfs, fmt):
+    # h5py and zipfile raise ENOSPC without a file name; the check is made to pass (statvfs reports
+    # plenty) so that the kernel's ENOSPC arrives mid-write, as when another writer fills the disk
+    mnt = small_tmpfs("size=3m")
+    root = os.path.join(mnt, "r")
+    import sys
+    code = ("import os, sys; from iodl import cli; real = os.statvfs\n"
+            "os.statvfs = lambda p: os.statvfs_result((4096, 4096, 1 << 30, 1 << 30, 1 << 30) + tuple(real(p))[5:])\n"
+            "sys.exit(cli.main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "generate", *TINY, "--format", fmt, "--root", root,
+                           "--files", "2", "--copies", "1"], capture_output=True, text=True, timeout=60)
+    _one_line_error(proc, "writing the dataset: " + root, "." + {"hdf5": "h5"}.get(fmt, fmt), "No space left on device")
     _no_temps(root)

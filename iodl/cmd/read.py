@@ -91,11 +91,15 @@ def _setup(comm, args):
 
 
 STOP_GRACE_S = 3.0   # after a stop request, how long collectives wait for a rank before giving up on it
+SETUP_GRACE_S = 1.0  # a stop during set-up lets set-up finish within this, then the run starts stopped
 
 
 class _Interrupt:
     """SIGINT/SIGTERM stop the run and still write its result, marked partial.
 
+    During set-up a signal is noted and set-up goes on (it takes well under a second): the run
+    then starts stopped and the result, with nothing counted, is still written. Set-up that has not
+    finished SETUP_GRACE_S after the signal (a hung mount) is ended then ("interrupted", 130).
     While the run is armed (reading), the handler raises KeyboardInterrupt in the main thread:
     the engine notices it within 100 ms, waits in step patterns (data, compute, barrier) are
     100 ms slices that notice it too, and the pattern keeps what was counted so far. Every rank
@@ -105,17 +109,33 @@ class _Interrupt:
 
     def __init__(self):
         self.event = threading.Event()
-        # armed from the start: a stop during set-up ends the rank at once ("interrupted", 130)
-        self.armed = True
+        self.phase = "setup"   # -> "run" (armed) -> "done"; "stopping" once the run was told
 
         def handler(*_):
+            first = not self.event.is_set()
             self.event.set()
-            if self.armed:
-                self.armed = False   # once: the pattern's clean-up must not be interrupted again
+            if self.phase == "setup" and first:
+                signal.setitimer(signal.ITIMER_REAL, SETUP_GRACE_S)
+            elif self.phase == "run":
+                self.phase = "stopping"   # once: the pattern's clean-up must not be interrupted again
                 raise KeyboardInterrupt
 
+        def setup_too_long(*_):
+            if self.phase == "setup":
+                raise KeyboardInterrupt
+
+        signal.signal(signal.SIGALRM, setup_too_long)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handler)
+
+    def arm(self) -> None:
+        """Set-up is over: a signal now stops the run (which starts stopped if one came already)."""
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self.phase = "stopping" if self.event.is_set() else "run"
+
+    def disarm(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self.phase = "done"
 
     def __call__(self) -> bool:
         return self.event.is_set()
@@ -179,9 +199,9 @@ def run(args) -> int:
     from ..report import SCHEMA, make_console, print_result, write_result
     from ..sizing import demand_MBps, sizing_block, workload_demand_MBps
 
+    stop = _Interrupt()
     comm = comm_mod.world()
     wl, cfg = collective(comm, lambda: _setup(comm, args))
-    stop = _Interrupt()
     roots = [os.path.abspath(r) for r in args.root]
     synthetic = cfg.engine == "null" and not roots and cfg.pattern in STEP_PATTERNS
     if synthetic:
@@ -256,43 +276,67 @@ def run(args) -> int:
                             other_nodes=shared.node_size < comm.size or not shared.shared,
                             console=console).start()
     startup_s = process_age_s()
+    records = None
     try:
+        stop.arm()
         if scfg is not None:
             from ..training import run_steps
 
             mine, records, partial, _spe = run_steps(comm, scfg, paths, sizes, sample_ends, mount,
                                                      members.index(comm.rank), len(members), host, stop,
                                                      result=mine, on_epoch=on_epoch)
-            stop.armed = False
         else:
-            mine = run_reads(comm, cfg, paths, np.asarray(sizes), mount, len(roots), host, result=mine)
-            stop.armed = partial = False
+            mine = run_reads(comm, cfg, paths, np.asarray(sizes), mount, len(roots), host, result=mine,
+                             stop_flag=stop)
+            partial = False
+    except KeyboardInterrupt:
+        # the signal landed outside the pattern's own waits (opening the engine, closing files):
+        # what was counted is in `mine` all the same
+        partial = True
+        if scfg is not None and records is None:
+            from ..training import STEP_FIELDS
+
+            records = np.empty((0, len(STEP_FIELDS)))
     finally:
-        stop.armed = False
+        stop.disarm()
         if progress is not None:
             progress.stop()
     mine.note_process(startup_s)
     if stop():
         comm.give_up_after(STOP_GRACE_S)
+
+    def put_together(c):
+        """(partial, step records, validate's shard counts, reduced counters) of the ranks of c."""
+        flag = bool(c.allreduce(int(partial or stop()), "max"))
+        recs = c.gather((mount, records)) if scfg is not None else None
+        chk = c.gather((mount, len(sizes), int(sum(sizes)))) if cfg.pattern == "validate" else None  # dataset.validate_block
+        return flag, recs, chk, reduce_results(c, mine, roots)
+
     missing = []
     try:
-        partial = bool(comm.allreduce(int(partial or stop()), "max"))
-        if scfg is not None:
-            all_records = comm.gather((mount, records))
-        checked = comm.gather((mount, len(sizes), int(sum(sizes)))) if cfg.pattern == "validate" else None  # dataset.validate_block
-        reduced = reduce_results(comm, mine, roots)
-    except RanksNotAnswering as exc:
+        partial, all_records, checked, reduced = put_together(comm)
+        comm.all_answered()
+    except RanksNotAnswering:
+        # a stopped or hung rank holds the collectives: the ranks that answered put their results
+        # together without it, rank 0 writes them naming the others, then ends the job
+        answering = comm.answering()
         if comm.rank != 0:
-            # rank 0 may still be on its way (slow to drain): give it the time to write its
-            # result and end the job, rather than end it now and lose the result
+            if answering is None:   # rank 0 did not answer: nobody is left to write the result
+                raise RanksNotAnswering(STOP_GRACE_S, [0]) from None
+            try:
+                put_together(answering)
+            except RanksNotAnswering:
+                pass
+            # give rank 0 the time to write the result and end the job, rather than end it now
             time.sleep(2 * STOP_GRACE_S)
             raise
-        # a stopped or hung rank holds the collectives: rank 0 reports what it has, then ends the job
-        missing, partial = exc.missing, True
-        all_records = [(mount, records)] if scfg is not None else None
-        checked = [(mount, len(sizes), int(sum(sizes)))]
-        reduced = reduce_results(SerialComm(), mine, roots)
-        reduced["ranks"] = comm.size   # the run's size; per_rank holds the one that answered
+        missing = comm.missing_ranks()
+        try:
+            _flag, all_records, checked, reduced = put_together(answering)
+        except RanksNotAnswering:   # one that answered went silent too: rank 0's own counters, then
+            _flag, all_records, checked, reduced = put_together(SerialComm())
+        partial = True
+        reduced["ranks"] = comm.size   # the run's size; per_rank holds the ranks that answered
     if comm.rank != 0:
         return 0
     if scfg is not None:

@@ -30,7 +30,7 @@ def run(args) -> int:
 
     from .. import workload
     from ..report import make_console
-    from ..sizing import accelerators_fed, workload_demand_MBps
+    from ..sizing import accelerators_fed, storage_MBps, workload_demand_MBps
 
     wls = [workload.load_workload(w) for w in (args.workload or workload.builtin_names())]
     results = [(path, _load_result(path)) for path in args.result]
@@ -39,13 +39,14 @@ def run(args) -> int:
     for col in ("workload", "pattern", "batch", "sample KB", "compute s", "MB/s per accelerator"):
         table.add_column(col, justify="left" if col in ("workload", "pattern") else "right")
     for path, m in mounts:
-        table.add_column(f"fed by {m['path']}\n({m.get('storage_bandwidth_MBps', m['bandwidth_MBps']):,.1f} MB/s)",
+        storage = storage_MBps(m)
+        table.add_column(f"fed by {m['path']}\n({'not measurable' if storage is None else f'{storage:,.1f}'} MB/s)",
                          justify="right")
     for wl in wls:
         demand = workload_demand_MBps(wl)
         cells = [wl.name, wl.pattern, str(wl.train.batch_size), f"{wl.dataset.sample_size / 1e3:,.1f}",
                  f"{wl.train.compute_time_s:g}", f"{demand:,.1f}"]
-        cells += [str(accelerators_fed(m.get("storage_bandwidth_MBps", m["bandwidth_MBps"]), demand)) for _p, m in mounts]
+        cells += ["-" if storage_MBps(m) is None else str(accelerators_fed(storage_MBps(m), demand)) for _p, m in mounts]
         table.add_row(*cells)
     make_console().print(table)
     if mounts:

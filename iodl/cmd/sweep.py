@@ -150,7 +150,8 @@ def run(args) -> int:
             points.append(point)
             first = first or result
             print(f"sweep: {k} rank(s): AU {100 * point.au:.1f}%, {point.samples_per_s:,.1f} samples/s, "
-                  f"{point.storage_bandwidth_MBps:,.1f} storage MB/s ({time.monotonic() - start:.1f} s)", flush=True)
+                  f"{'-' if point.storage_bandwidth_MBps is None else f'{point.storage_bandwidth_MBps:,.1f}'} storage MB/s "
+                  f"({time.monotonic() - start:.1f} s)", flush=True)
     except KeyboardInterrupt:
         interrupted = k  # the point that was running (run_point has stopped it)
     finally:

@@ -273,8 +273,6 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
             if start is not None:
                 start.wait()
             _drive(plan, engine, fds, rng, res)
-            for fd in fds:
-                engine.forget(fd)
     except threading.BrokenBarrierError:
         pass   # another worker failed before the start; its error is reported
     except (OSError, IodlError) as exc:

@@ -292,89 +292,100 @@ def fincore_bytes(path):
     return int(out.split()[0])
 
 
-def settled_fincore_bytes(path, timeout=10.0):
-    """Residency once asynchronous readahead has landed (two equal samples 200 ms apart)."""
+def device_read_bytes(device):
+    """Bytes read from a block device so far (/sys/block/NAME/stat, field 3: sectors read)."""
+    with open(f"/sys/block/{os.path.basename(device)}/stat") as f:
+        return int(f.read().split()[2]) * 512
+
+
+def settle(device, timeout=10.0):
+    """Wait until the readahead that earlier reads started has reached the device's count (it is
+    counted on completion): two equal samples 100 ms apart."""
     deadline = time.monotonic() + timeout
-    last = fincore_bytes(path)
+    last = device_read_bytes(device)
     while time.monotonic() < deadline:
-        time.sleep(0.2)
-        now = fincore_bytes(path)
+        time.sleep(0.1)
+        now = device_read_bytes(device)
         if now == last:
-            return now
+            return
         last = now
-    raise AssertionError(f"page-cache residency of {path} did not settle in {timeout} s")
-
-
-def read_ahead_bytes(path):
-    dev = os.stat(path).st_dev
-    try:
-        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/queue/read_ahead_kb") as f:
-            return int(f.read()) * 1024
-    except OSError:        # a partition: the queue is on the parent disk
-        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/../queue/read_ahead_kb") as f:
-            return int(f.read()) * 1024
+    raise AssertionError(f"reads from {device} did not settle in {timeout} s")
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("name", [p.values[0] for p in ENGINES if p.values[0] != "null" and not p.values[1]])
-def test_cache_check_counts_only_what_was_cached_before(tmp_path, name):
-    """Warm half a file with plain reads, then read it all buffered: cached_bytes is the half.
+@pytest.mark.loopdev
+@pytest.mark.parametrize("name, direct", [p for p in ENGINES if p.values[0] != "null" and not p.values[1]])
+def test_cache_hits_are_what_the_device_did_not_deliver(tmp_path, name, direct):
+    """cached_bytes = bytes read - bytes the loop device delivered during the run, with half the
+    file warmed, then all of it, then none (evicted through the same fd: a hit is decided at the
+    read, nothing is remembered per fd). The kernel's readahead, which reads ahead of the reader
+    inside the file, comes from the device and must be a miss.
 
-    Truth: fincore (mincore from another process) just before the run, which the engine must
-    match to the byte. Tolerance against "half": + two readahead windows of the device
-    (read_ahead_kb): the warming reads make the kernel read ahead past the half, the current
-    window plus the asynchronous look-ahead window it starts when the reader reaches the
-    PG_readahead mark; that look-ahead lands after read() returns, so we wait until residency
-    stops changing. The engine's own readahead must not count: cached_bytes stays at the snapshot.
-    """
-    size = 32 << 20
-    paths = make_files(tmp_path, [size])
-    for attempt in range(5):
-        try:
-            return _cache_check_once(paths, size, name)
-        except ExternalDrop:
-            continue
+    Tolerance: the native engines are exact (their reads submit all of the device's reads, in
+    their own thread); asyncio's reads run in depth threads, so a read waiting on pages another
+    thread is fetching may complete before that thread reports them: at most depth x block
+    bytes stay uncharged at the end of a run (docs/engines.md)."""
+    size, bs, depth = 32 << 20, 1 << 20, 4
+    slack = depth * bs if name == "asyncio" else 0
+    with groundtruth.LoopMount(128 << 20) as m:
+        path = make_files_in(m.path, size)
+        for _attempt in range(5):
+            if _cache_hits_once(m, path, name, size, bs, depth, slack):
+                return
     pytest.fail("the page cache was dropped under the test 5 times (another process runs drop_caches)")
 
 
-class ExternalDrop(Exception):
-    """Some other process dropped the page cache mid-test (drop_caches is machine-wide)."""
-
-
-def _cache_check_once(paths, size, name):
-    path = paths[0]
+def _cache_hits_once(m, path, name, size, bs, depth, slack) -> bool:
+    """False if someone else dropped the page cache meanwhile (drop_caches is machine-wide)."""
     groundtruth.drop_caches()
-    assert fincore_bytes(path) == 0
+    drops = groundtruth.page_cache_drops()
     with open(path, "rb", buffering=0) as f:
-        left = size // 2
-        while left:
-            left -= len(f.read(min(left, 1 << 20)))
-    truth = settled_fincore_bytes(path)
-    if truth < size // 2:
-        raise ExternalDrop
-    assert truth <= size // 2 + 2 * read_ahead_bytes(path)
-    plan = whole_file_plan([size], bs=1 << 20)
-    with Opened(paths, False) as fds, engine(name, False, depth=4, block_size=1 << 20, cache_check=True) as eng:
-        before = _native.resident_bytes(fds[0], 0, size)
-        st = eng.run(fds, plan, histogram.empty())
-        if before != truth or fincore_bytes(path) != size:
-            raise ExternalDrop
-        assert st["bytes"] == size
-        assert st["cached_bytes"] == truth
-        again = eng.run(fds, plan, histogram.empty())
-        assert again["cached_bytes"] == truth   # the snapshot is per fd's first use...
-        eng.forget(fds[0])
-        if fincore_bytes(path) != size:
-            raise ExternalDrop
-        fresh = eng.run(fds, plan, histogram.empty())
-        if fincore_bytes(path) != size:
-            raise ExternalDrop
-        assert fresh["cached_bytes"] == size    # ...and forget() starts a new one
+        f.read(size // 2)
+    plan = whole_file_plan([size], bs=bs)
+    with Opened([path], False) as fds, engine(name, False, depth=depth, block_size=bs, cache_check=True) as eng:
+        for step in ("half", "all", "evicted"):
+            if step == "evicted":
+                os.posix_fadvise(fds[0], 0, 0, os.POSIX_FADV_DONTNEED)
+            settle(m.device)
+            before = device_read_bytes(m.device)
+            st = eng.run(fds, plan, histogram.empty())
+            device = device_read_bytes(m.device) - before
+            if groundtruth.page_cache_drops() != drops:
+                return False
+            assert st["bytes"] == size and st["cache_unmeasured_bytes"] == 0
+            assert size - device - slack <= st["cached_bytes"] <= size - device + slack, step
+            if step == "half":
+                # the warm-up did what it meant to (its readahead went on past the half)
+                assert size / 4 <= device <= size / 2
+            elif step == "all":
+                assert device < size / 100     # a few pages the kernel reclaimed meanwhile, at most
+            else:
+                assert device >= size * 0.95
+    return True
+
+
+def make_files_in(directory, size):
+    path = os.path.join(directory, "f.bin")
+    groundtruth.write_incompressible(path, size)
+    return path
+
+
+@pytest.mark.parametrize("name, direct", [p for p in ENGINES if p.values[0] != "null" and not p.values[1]])
+def test_direct_and_uncached_runs_count_no_hits(tmp_path, name, direct):
+    """O_DIRECT never reads from the page cache; without cache_check nothing is measured."""
+    path = make_files(tmp_path, [1 << 20])[0]
+    plan = whole_file_plan([1 << 20])
+    for direct, check in ((True, True), (False, False)):
+        with Opened([path], direct) as fds, engine(name, direct, cache_check=check) as eng:
+            st = eng.run(fds, plan, histogram.empty())
+        assert st["bytes"] == 1 << 20
+        assert st["cached_bytes"] == st["cache_unmeasured_bytes"] == 0
 
 
 def test_resident_bytes_against_fincore(tmp_path):
     size = (4 << 20) + 100
     path = make_files(tmp_path, [size])[0]
+    os.chmod(path, 0o644)
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)                                          # dirty pages cannot be dropped
@@ -389,8 +400,34 @@ def test_resident_bytes_against_fincore(tmp_path):
         assert _native.resident_bytes(fd, size, 10) == 0
         with pytest.raises(OSError, match="originated from fstat"):
             _native.resident_bytes(-1, 0, 1)
+        if os.geteuid() == 0:
+            # another user, who may read but neither owns nor may write it: the kernel will not
+            # say (mincore would claim every page resident), so neither do we
+            assert _as_nobody(lambda: _native.resident_bytes(fd, 0, size)) is None
     finally:
         os.close(fd)
+
+
+def _as_nobody(fn):
+    """fn() in a child process running as uid/gid 65534, its result sent back through a pipe."""
+    import pickle
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            os.write(w, pickle.dumps(fn()))
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
 
 
 def test_engine_errors_name_the_syscall():
