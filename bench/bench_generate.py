@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from iodl import dataset, workload  # noqa: E402
-from iodl.formats import FORMATS, crc32c_backend_name  # noqa: E402
+from iodl.formats import FORMATS, crc32c_version  # noqa: E402
 
 
 def _expected_bytes(files: int) -> int:
@@ -123,7 +123,7 @@ def main() -> int:
     ratio = statistics.median(r["ratio"] for r in runs)
     result = {
         "bench": "generate-vs-dd", "filesystem": fs, "host": platform.node(), "cpus": os.cpu_count(),
-        "kernel": platform.release(), "python": platform.python_version(), "crc32c": crc32c_backend_name(),
+        "kernel": platform.release(), "python": platform.python_version(), "crc32c": crc32c_version(),
         "iodl_ranks": args.ranks, "workload": "resnet50", "files": files, "bytes_iodl": nbytes,
         "bytes_dd": mib * (1 << 20), "flush": "dd conv=fdatasync; iodl: syncfs (sync -f) after the command",
         "runs": runs, "median_ratio": ratio,
@@ -138,7 +138,7 @@ def main() -> int:
         "# iodl generate vs dd", "",
         f"{nbytes / 1e9:.2f} GB per run ({files} resnet50 TFRecord shards; dd: {mib} x 1 MiB), {args.runs} interleaved runs,",
         f"{fs}; {os.cpu_count()} CPUs, kernel {platform.release()}, Python {platform.python_version()}, "
-        f"CRC32C by `{crc32c_backend_name()}`, iodl ranks {args.ranks}.",
+        f"CRC32C by `{crc32c_version()}`, iodl ranks {args.ranks}.",
         "Both write through the page cache and flush once at the end (dd `conv=fdatasync`; iodl: `sync -f` after the",
         "command, whose time includes interpreter start-up). Page cache dropped and files deleted between runs;",
         f"{args.warmup} unrecorded warm-up round(s) first. Interleaved order: dd first in even runs, iodl first in odd.", "",

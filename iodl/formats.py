@@ -22,190 +22,32 @@ from __future__ import annotations
 import os
 import struct
 
+import crc32c as _crc   # the crc32c package: SSE4.2 / ARMv8 CRC instructions
 import numpy as np
 
 # ---------------------------------------------------------------- CRC32C (Castagnoli) --------
 
-_POLY = 0x82F63B78  # reflected 0x1EDC6F41
 _MASK_DELTA = 0xA282EAD8
 
 
-def _byte_table() -> np.ndarray:
-    t = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        t = np.where(t & 1, (t >> 1) ^ np.uint32(_POLY), t >> 1).astype(np.uint32)
-    return t
+def crc32c_version() -> str:
+    """What computes TFRecord's CRCs (recorded with generation benchmarks)."""
+    from importlib.metadata import version
 
-
-_T8 = _byte_table()
-
-
-def _slice8_tables16() -> list[np.ndarray]:
-    """Four 64 Ki-entry tables: the raw CRC contribution of each 16-bit half-word of an 8-byte word."""
-    s = [_T8]  # s[k][b]: raw CRC of byte b followed by k zero bytes
-    for _ in range(7):
-        p = s[-1]
-        s.append((_T8[p & 0xFF] ^ (p >> 8)).astype(np.uint32))
-    v = np.arange(65536, dtype=np.uint32)
-    return [(s[7 - 2 * j][v & 0xFF] ^ s[6 - 2 * j][v >> 8]).astype(np.uint32) for j in range(4)]
-
-
-_W16: list[np.ndarray] | None = None
-_CHUNK = 1024          # bytes per lane in the numpy CRC
-_LANES = 16384         # lanes per pass: ~16 MiB of data, cache-friendly tables
-
-
-def _lanes_raw(words: np.ndarray) -> np.ndarray:
-    """Raw CRC (init 0, no final xor) of each column of words (steps, lanes) uint64, in step order."""
-    global _W16
-    if _W16 is None:
-        _W16 = _slice8_tables16()
-    w0, w1, w2, w3 = _W16
-    steps, lanes = words.shape
-    crc = np.zeros(lanes, dtype=np.uint64)
-    acc = np.empty(lanes, dtype=np.uint32)
-    tmp = np.empty(lanes, dtype=np.uint32)
-    mixed = np.empty(lanes, dtype=np.uint64)
-    halves = mixed.view(np.uint16).reshape(lanes, 4)
-    for s in range(steps):
-        np.bitwise_xor(words[s], crc, out=mixed)
-        np.take(w0, halves[:, 0], out=acc)
-        np.take(w1, halves[:, 1], out=tmp)
-        acc ^= tmp
-        np.take(w2, halves[:, 2], out=tmp)
-        acc ^= tmp
-        np.take(w3, halves[:, 3], out=tmp)
-        acc ^= tmp
-        crc[:] = acc
-    return crc.astype(np.uint32)
-
-
-class _Shift:
-    """The linear map 'append n zero bytes' on a raw CRC register, as four byte tables."""
-
-    _cache: dict[int, "_Shift"] = {}
-
-    def __init__(self, tables: np.ndarray):
-        self.t = tables  # (4, 256) uint32
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = x.astype(np.uint32, copy=False)
-        return (self.t[0][x & 0xFF] ^ self.t[1][(x >> 8) & 0xFF] ^ self.t[2][(x >> 16) & 0xFF]
-                ^ self.t[3][x >> 24]).astype(np.uint32)
-
-    def then(self, other: "_Shift") -> "_Shift":
-        return _Shift(np.stack([other(self.t[j]) for j in range(4)]))
-
-    @classmethod
-    def by(cls, nbytes: int) -> "_Shift":
-        """Shift by nbytes, a power of two."""
-        if nbytes not in cls._cache:
-            if nbytes == 1:
-                b = np.arange(256, dtype=np.uint32)
-                vals = [b << (8 * j) for j in range(4)]
-                cls._cache[1] = _Shift(np.stack([(_T8[v & 0xFF] ^ (v >> 8)).astype(np.uint32) for v in vals]))
-            else:
-                half = cls.by(nbytes // 2)
-                cls._cache[nbytes] = half.then(half)
-        return cls._cache[nbytes]
-
-
-def _crc32c_numpy(buf: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """CRC32C of each record buf[offset:offset+length], vectorised over 1 KiB lanes of all records."""
-    offsets = np.asarray(offsets, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = len(lengths)
-    out = np.zeros(n, dtype=np.uint32)
-    if n == 0:
-        return out
-    # Short records (< 4 bytes cannot take the init trick below) go through the byte table.
-    short = np.flatnonzero(lengths < 4)
-    for i in short:
-        c = 0xFFFFFFFF
-        for byte in buf[offsets[i]:offsets[i] + lengths[i]].tolist():
-            c = int(_T8[(c ^ byte) & 0xFF]) ^ (c >> 8)
-        out[i] = c ^ 0xFFFFFFFF
-    long_ = np.flatnonzero(lengths >= 4)
-    if len(long_) == 0:
-        return out
-    off, ln = offsets[long_], lengths[long_]
-    # Each record is left-padded with zeros to whole chunks (leading zeros leave a raw CRC at 0) and
-    # its first 4 bytes are xored with the 0xFFFFFFFF init, so raw CRC ^ 0xFFFFFFFF = CRC32C.
-    nchunks = (ln + _CHUNK - 1) // _CHUNK
-    first_chunk = np.concatenate([[0], np.cumsum(nchunks)[:-1]])
-    total_chunks = int(nchunks.sum())
-    chunk_crc = np.empty(total_chunks, dtype=np.uint32)
-    # Process records in groups of about _LANES chunks so the staging buffer stays small.
-    start = 0
-    while start < len(ln):
-        stop = start
-        chunks = 0
-        while stop < len(ln) and (chunks == 0 or chunks + nchunks[stop] <= _LANES):
-            chunks += int(nchunks[stop])
-            stop += 1
-        stage = np.zeros(chunks * _CHUNK, dtype=np.uint8)
-        base = int(first_chunk[start])
-        for r in range(start, stop):
-            end = (int(first_chunk[r]) - base + int(nchunks[r])) * _CHUNK
-            o, k = int(off[r]), int(ln[r])
-            stage[end - k:end] = buf[o:o + k]
-            stage[end - k:end - k + 4] ^= 0xFF
-        words = np.ascontiguousarray(stage.view(np.uint64).reshape(chunks, _CHUNK // 8).T)
-        chunk_crc[base:base + chunks] = _lanes_raw(words)
-        start = stop
-    # raw(record) = XOR over its chunks k of shift(chunk_crc[k], CHUNK * chunks-after-k): apply the
-    # shift bit by bit of the distance, then xor-reduce each record's chunks.
-    record_of_chunk = np.repeat(np.arange(len(ln)), nchunks)
-    distance = (first_chunk + nchunks)[record_of_chunk] - 1 - np.arange(total_chunks)
-    bit = 0
-    while (distance >> bit).any():
-        sel = np.flatnonzero((distance >> bit) & 1)
-        if len(sel):
-            chunk_crc[sel] = _Shift.by(_CHUNK << bit)(chunk_crc[sel])
-        bit += 1
-    raw = np.bitwise_xor.reduceat(chunk_crc, first_chunk)
-    out[long_] = raw ^ np.uint32(0xFFFFFFFF)
-    return out
-
-
-def _crc32c_backend():
-    """(name, fn(bytes-like) -> int) of a C implementation, or None; IODL_CRC32C=numpy forces ours."""
-    if os.environ.get("IODL_CRC32C", "").lower() == "numpy":
-        return None
-    try:
-        import crc32c as _c  # ICRAR crc32c: SSE4.2 / ARMv8 CRC instructions
-
-        return "crc32c", _c.crc32c
-    except ImportError:
-        pass
-    try:
-        import google_crc32c as _g
-
-        return "google-crc32c", _g.value
-    except ImportError:
-        return None
-
-
-def crc32c_backend_name() -> str:
-    b = _crc32c_backend()
-    return b[0] if b else "numpy"
+    return f"crc32c {version('crc32c')}"
 
 
 def crc32c_records(buf: np.ndarray, offsets, lengths) -> np.ndarray:
     """CRC32C of every record buf[offset:offset+length] (uint32 array)."""
-    backend = _crc32c_backend()
-    if backend is None:
-        return _crc32c_numpy(buf, offsets, lengths)
-    fn = backend[1]
-    mv = memoryview(buf)
-    return np.fromiter((fn(mv[o:o + n]) for o, n in zip(np.asarray(offsets).tolist(), np.asarray(lengths).tolist())),
+    mv = memoryview(buf).cast("B")
+    return np.fromiter((_crc.crc32c(mv[o:o + n]) for o, n in zip(np.asarray(offsets).tolist(),
+                                                               np.asarray(lengths).tolist())),
                        dtype=np.uint32, count=len(lengths))
 
 
 def crc32c(data) -> int:
     """CRC32C of one bytes-like object."""
-    arr = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-    return int(crc32c_records(arr, [0], [len(arr)])[0])
+    return _crc.crc32c(data)
 
 
 def masked_crc(crc):
@@ -218,9 +60,9 @@ def masked_crc(crc):
 
 
 def _length_crcs(sizes: np.ndarray) -> np.ndarray:
-    """CRC32C of each 8-byte little-endian length: one lane step per record, always vectorised."""
-    words = sizes.astype("<u8") ^ np.uint64(0xFFFFFFFF)  # the init, xored into the first 4 bytes
-    return _lanes_raw(words.reshape(1, -1)) ^ np.uint32(0xFFFFFFFF)
+    """CRC32C of each record's 8-byte little-endian length."""
+    lengths = sizes.astype("<u8").view(np.uint8)
+    return crc32c_records(lengths, np.arange(0, len(lengths), 8), np.full(len(sizes), 8))
 
 
 # ---------------------------------------------------------------- random content -------------

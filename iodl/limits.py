@@ -24,6 +24,7 @@ MAX_EPOCHS = 1_000_000
 MAX_STEPS = 1 << 40
 MAX_SECONDS = 30 * 86400.0         # --duration, --ramp, compute time per step: 30 days
 MAX_PREFETCH = 1024                # batches read ahead
+MAX_SHUFFLE_SIZE = 1 << 24         # samples in the shuffle buffer (their ids: 24 bytes each)
 MAX_DEPTH = 65536                  # requests in flight (the C engine's bound)
 MAX_BLOCK_SIZE = 1 << 30           # bytes per request (the C engine's bound)
 MAX_THREADS = 1024                 # asyncio reader tasks

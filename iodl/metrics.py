@@ -53,10 +53,16 @@ class RankResult:
     # the node-shared counters that the progress display reads while we run; None: not kept
     series: np.ndarray | None = None
     live: np.ndarray | None = None
+    # the measured window on the engine's clock, when fixed in advance (storage-only, infer-async):
+    # requests count by completion time inside it; (0, 0): every completion counts
+    window_ns: tuple[int, int] = (0, 0)
+    epochs_checked: int = 0   # step patterns: epoch shares in which every sample was taken exactly once
+    epochs_wrong: int = 0     # ... and those in which not (never expected: the order's own check)
 
     def engine_args(self, t0_ns: int) -> dict:
-        """The keywords that make an Engine.run feed this rank's series and live counters."""
-        out = {}
+        """The keywords that make an Engine.run count in this rank's window and feed its series
+        and live counters."""
+        out = {"window_start_ns": self.window_ns[0], "window_end_ns": self.window_ns[1]}
         if self.series is not None:
             out.update(series=self.series, series_origin_ns=t0_ns, series_bucket_ns=SERIES_BUCKET_NS)
         if self.live is not None:
@@ -80,7 +86,7 @@ class RankResult:
     def scalars(self) -> dict:
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
                                               "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb",
-                                              "pss_mb")}
+                                              "pss_mb", "epochs_checked", "epochs_wrong")}
 
     def note_process(self, startup_s: float) -> None:
         """What this rank's process cost: start-up time, CPU, peak memory."""
@@ -118,27 +124,42 @@ def process_age_s() -> float:
         return 0.0
 
 
-def summarize(parts: list[dict], hist: np.ndarray) -> dict:
-    """The docs/numbers.md figures for a group of ranks (one mount, or all)."""
+def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None) -> dict:
+    """The docs/numbers.md figures for a group of ranks (one mount, or all).
+
+    window_s: the run's measured window when the pattern fixes it; else the group's own, from
+    its first counted completion to its last."""
     active = [p for p in parts if p["ios"]]
-    total_bytes = sum(p["bytes"] for p in parts)
-    cached = sum(p["cached_bytes"] for p in parts)
-    # a hit fraction over bytes of which some could not be measured would be a guess: none at all
-    measured = not any(p.get("cache_unmeasured_bytes", 0) for p in parts)
-    ios = sum(p["ios"] for p in parts)
-    window = (max(p["t_end"] for p in active) - min(p["t_start"] for p in active)) if active else 0.0
-    rate = (lambda x: x / window) if window > 0 else (lambda x: 0.0)
-    return {
-        "bytes": total_bytes,
-        "ios": ios,
-        "window_s": window,
-        "bandwidth_MBps": rate(total_bytes) / MB,
-        "iops": rate(ios),
+    if window_s is None:
+        window_s = (max(p["t_end"] for p in active) - min(p["t_start"] for p in active)) if active else 0.0
+    block = {
+        "bytes": sum(p["bytes"] for p in parts),
+        "ios": sum(p["ios"] for p in parts),
+        "cached_bytes": sum(p["cached_bytes"] for p in parts),
         "latency_us": histogram.summary_us(hist, max((p["max_ns"] for p in parts), default=0)),
-        "cache_hit_fraction": (cached / total_bytes if total_bytes else 0.0) if measured else None,
-        "storage_bandwidth_MBps": rate(total_bytes - cached) / MB if measured else None,
+        # a hit fraction over bytes of which some could not be measured would be a guess: none at all
+        "cache_measured": not any(p.get("cache_unmeasured_bytes", 0) for p in parts),
         "errors": sum(p["errors"] for p in parts),
     }
+    return rate_block(block, window_s)
+
+
+def rate_block(block: dict, window_s: float) -> dict:
+    """Every rate of a result block from its counts and one window: count / window_s. The one
+    place a block's rates are made, so that bytes / window_s == bandwidth in every block."""
+    rate = (lambda x: x / window_s) if window_s > 0 else (lambda x: 0.0)
+    nbytes, cached, measured = block["bytes"], block["cached_bytes"], block["cache_measured"]
+    block.update(window_s=window_s, bandwidth_MBps=rate(nbytes) / MB, iops=rate(block["ios"]),
+                 cache_hit_fraction=(cached / nbytes if nbytes else 0.0) if measured else None,
+                 storage_bandwidth_MBps=rate(nbytes - cached) / MB if measured else None)
+    return block
+
+
+def set_window(reduced: dict, window_s: float) -> None:
+    """Take every block of a reduced result over one window (train-sync's: its steps' span)."""
+    for block in [reduced["total"], *reduced["mounts"]]:
+        rate_block(block, window_s)
+    reduced["window_s"] = window_s
 
 
 def latency_hist(hist: np.ndarray) -> dict:
@@ -179,8 +200,9 @@ def series_block(series: np.ndarray, mount_paths: list[str]) -> dict:
     return {"bucket_s": step, "mounts": mounts}
 
 
-def reduce_results(comm, mine: RankResult, mount_paths: list[str]) -> dict | None:
-    """Gather every rank's counters to rank 0; sum histograms per mount with a buffer collective."""
+def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: float | None = None) -> dict | None:
+    """Gather every rank's counters to rank 0; sum histograms per mount with a buffer collective.
+    window_s: the measured window, when the pattern fixes it (summarize)."""
     n = len(mount_paths)
     hists = np.zeros((n, len(mine.hist)), dtype=np.int64)
     hists[mine.mount] = mine.hist
@@ -197,11 +219,11 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str]) -> dict | Non
     for m, path in enumerate(mount_paths):
         group = [p for p in parts if p["mount"] == m]
         entry = {"path": path, "ranks": [p["rank"] for p in group]}
-        entry.update(summarize(group, hists[m]))
+        entry.update(summarize(group, hists[m], window_s))
         entry["depth"] = depth[m].tolist()
         entry["latency_hist"] = latency_hist(hists[m])
         mounts.append(entry)
-    total = summarize(parts, hists.sum(axis=0))
+    total = summarize(parts, hists.sum(axis=0), window_s)
     total["depth"] = depth.sum(axis=0).tolist()
     total["latency_hist"] = latency_hist(hists.sum(axis=0))
     return {

@@ -78,15 +78,15 @@ class _Cursor:
             os.close(fd)
         self.group, self.fds, self.rows = None, [], None
 
-    def run(self, into: RankResult, t0_ns: int, window: tuple[int, int] = (0, 0)) -> None:
-        """Read until the window's end (0: until the stream ends); count only inside the window."""
-        start, end = window
+    def run(self, into: RankResult, t0_ns: int) -> None:
+        """Read until into's window ends (no window: until the stream ends), counting inside it."""
+        end = into.window_ns[1]
         while True:
             if self.group is None and not self._open_next():
                 return
             try:
                 stats = self.engine.run(self.fds, self.rows[self.pos:], into.hist, deadline_ns=end,
-                                        window_start_ns=start, window_end_ns=end, **into.engine_args(t0_ns))
+                                        **into.engine_args(t0_ns))
             except KeyboardInterrupt as exc:
                 if getattr(exc, "stats", None):
                     into.add(exc.stats, t0_ns)  # what the interrupted run had counted
@@ -132,7 +132,8 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
             elif cfg.pattern == "storage-only":
                 # the ramp is not a separate phase: I/O runs on through its end, counted from then
                 measure_from = t0 + int(cfg.ramp_s * 1e9)
-                cursor.run(result, t0, (measure_from, measure_from + int(cfg.duration_s * 1e9)))
+                result.window_ns = (measure_from, measure_from + int(cfg.duration_s * 1e9))
+                cursor.run(result, t0)
             else:
                 cursor.run(result, t0)
         except KeyboardInterrupt:

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from .errors import IodlError, UsageError
+from .result import kind, workload_name
 
 FORMATS = (".png", ".html")
 MISSING = "plotting needs matplotlib: pip install 'iodl[plot]'"
@@ -44,13 +45,7 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _kind(doc: dict) -> str:
-    return "sweep" if doc.get("schema") == "iodl.sweep/1" else "result"
-
-
 def _title(docs: list[dict], what: str) -> str:
-    from .cmd.report import workload_name
-
     names = dict.fromkeys(f"{d.get('pattern', '?')} · {workload_name(d)}" for d in docs)
     return f"{what}: {', '.join(names)}"
 
@@ -62,7 +57,7 @@ def _short(path: str, width: int = 40) -> str:
 
 def figure(docs: list[tuple[str, dict]]):
     """The figure for (file name, document) pairs, all of one kind."""
-    kinds = {_kind(d) for _n, d in docs}
+    kinds = {kind(d) for _n, d in docs}
     if len(kinds) != 1:
         raise UsageError("--plot overlays files of one kind: give read results or sweeps, not both")
     return sweep_figure(docs) if kinds == {"sweep"} else read_figure(docs)

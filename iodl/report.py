@@ -6,7 +6,7 @@ import os
 
 # rich is imported inside the functions: only rank 0 prints, and 72 ranks need not pay for it
 
-SCHEMA = "iodl.result/1"
+from .result import RESULT as SCHEMA  # noqa: F401  (read.py writes it)
 
 
 def _pct(v) -> str:
@@ -87,8 +87,16 @@ def _print_train(t: dict, pattern: str, console) -> None:
     console.print(table)
     spread = t.get("per_rank_samples_per_s")
     if spread:
+        total = f", sum {spread['sum']:,.1f} (the total: every rank over the same window)" if "sum" in spread else ""
         console.print(f"per-rank samples/s: min {spread['min']:,.1f}, median {spread['median']:,.1f}, "
-                      f"max {spread['max']:,.1f} (the total is over the common window, not a sum of these)")
+                      f"max {spread['max']:,.1f}{total}")
+    if "consumed_MBps" in t:   # (older result files have no such figure)
+        console.print(f"window {t['window_s']:.2f} s (the table's): consumed {t['consumed_MBps']:,.1f} MB/s, the "
+                      f"samples the accelerators took; MB/s above is what reads completed in it (read-ahead included)")
+    if "epochs_checked" in t:
+        wrong = f", [red]{t['epochs_wrong']} NOT[/]" if t["epochs_wrong"] else ""
+        console.print(f"order: shuffle {t['shuffle']}; {t['epochs_checked']} finished epoch share(s) checked, "
+                      f"every sample taken exactly once{wrong}")
 
 
 def _print_nodes(nodes: list[dict], console) -> None:

@@ -26,7 +26,7 @@ from . import limits
 from .sizing import storage_MBps
 from .errors import IodlError, UsageError
 
-SCHEMA = "iodl.sweep/1"
+from .result import SWEEP as SCHEMA
 LAUNCH = "mpiexec per point"
 STEP_PATTERNS = ("train-sync", "infer-async")   # the patterns that measure AU
 PARTIAL_EXIT = 130                               # `iodl read` stopped by a signal: result written, partial

@@ -25,7 +25,7 @@ class _Cancelled(Exception):
     """The reader's engine was cancelled: the run is stopping, not failing."""
 
 
-STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "ios", "cached", "samples", "epoch")
+STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch")
 
 
 @dataclass
@@ -40,27 +40,57 @@ class StepConfig:
     compute_time_s: float
     prefetch: int
     sampling: str = "epoch"      # epoch: a seeded permutation per epoch split over ranks | random
+    shuffle: str = "file"        # none | file | sample | file+sample (workload.SHUFFLES)
+    shuffle_size: int = 1024     # samples in the sample-shuffle buffer (tf.data's and DLIO's shuffle_size)
     epochs: int = 1
     steps: int = 0               # total steps; 0: as many as the epochs need
-    duration_s: float = 0.0      # stop at the first step boundary after this (0: no limit)
+    duration_s: float = 0.0      # stop at the first step boundary after ramp + this (0: no limit)
+    ramp_s: float = 0.0          # infer-async: unmeasured seconds before the measured window
     delay_ns: int = 0
     engine_extra: dict = field(default_factory=dict)   # e.g. the null engine's shared device
+
+    @property
+    def fixed_window(self) -> bool:
+        """infer-async's ranks are not in step: the measured window is fixed in advance,
+        [ramp, ramp + duration] after the start barrier, and every rank reads through it."""
+        return self.pattern == "infer-async" and self.duration_s > 0
+
+
+def buffer_size(shuffle: str, shuffle_size: int, samples_per_shard: int) -> int:
+    """Samples held in the shuffle buffer: none without sample shuffling, and none for shards of
+    one sample (there a sample order is a shard order: sample shuffling shuffles the shards)."""
+    return shuffle_size if "sample" in shuffle and samples_per_shard > 1 else 0
 
 
 class SampleStream:
     """A rank's endless stream of samples, from whole shards read sequentially.
 
-    take(n) returns the requests that deliver the next n samples: a shard is read in whole
-    block_size requests from its start, as far as the last sample needed (to its end once its
-    last sample is taken), then the next shard begins.
+    next_shard() gives (shard, epoch): the rank's share of each epoch, in order. take(n) returns
+    the requests that deliver the next n samples: a shard is read in whole block_size requests
+    from its start, as far as the last sample needed (to its end once its last sample is
+    loaded), then the next shard begins. With a shuffle buffer of B samples (sample shuffling,
+    as tf.data's shuffle(B) and DLIO's shuffle_size do), loading stays B samples ahead and each
+    sample taken is drawn at random from what is loaded; the buffer empties at the end of an
+    epoch's share before the next one's samples enter (shuffle before repeat), so every sample
+    of a share is taken exactly once per epoch. Each finished share is checked for that.
     """
 
     CACHED_SHARDS = 64   # layouts kept per rank: an epoch revisits shards, 72 ranks share the RAM
 
-    def __init__(self, next_shard, sample_ends, sizes: np.ndarray, block_size: int):
+    def __init__(self, next_shard, sample_ends, sizes: np.ndarray, block_size: int, buffer: int = 0,
+                 rng: np.random.Generator | None = None, check: bool = True):
         self._next_shard, self._sample_ends, self._sizes, self._bs = next_shard, sample_ends, sizes, block_size
         self._shard, self._ends, self._rows, self._sample, self._row = None, None, None, 0, 0
         self._layouts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._buffer_cap, self._rng, self._check = buffer, rng or np.random.default_rng(0), check
+        self._buf_shard = np.empty(0, dtype=np.int64)     # loaded, not yet taken (shard, sample)
+        self._buf_sample = np.empty(0, dtype=np.int64)
+        self._buf_bytes = np.empty(0, dtype=np.int64)     # their sizes
+        self._epoch, self._held = None, None              # epoch being loaded; a next epoch's shard
+        self._taken: dict[int, np.ndarray] = {}           # this epoch's shards: times each sample was taken
+        self.epochs_checked = 0                           # shares finished with every sample taken once
+        self.epochs_wrong = 0                             # shares finished otherwise (a defect if ever > 0)
+        self.trace: list | None = None                    # a list: take() appends (shards, samples) taken
 
     def _layout(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
         """(sample end offsets, read plan) of a shard, computed once while it stays in use."""
@@ -75,46 +105,110 @@ class SampleStream:
     def size_of(self, shard: int) -> int:
         return int(self._sizes[shard])
 
-    def take(self, n: int) -> list[tuple[int, np.ndarray, bool]]:
-        """[(shard, rows, shard_finished)] for the next n samples."""
-        out = []
+    def _start_shard(self) -> bool:
+        """Begin the next shard of this epoch's share; False at the share's end (the next
+        epoch's first shard is held until the buffer is empty)."""
+        if self._held is None:
+            self._held = self._next_shard()
+        shard, epoch = self._held
+        if self._epoch is not None and epoch != self._epoch:
+            if len(self._buf_shard):
+                return False
+            self._check_epoch()
+        self._epoch, self._held = epoch, None
+        self._shard = shard
+        self._ends, self._rows = self._layout(shard)
+        self._sample = self._row = 0
+        if self._check and shard not in self._taken:
+            self._taken[shard] = np.zeros(len(self._ends), dtype=np.int32)
+        return True
+
+    def _check_epoch(self) -> None:
+        if self._taken:
+            ok = all(bool((t == 1).all()) for t in self._taken.values())
+            self.epochs_checked += ok
+            self.epochs_wrong += not ok
+        self._taken = {}
+
+    def _load(self, n: int, out: list) -> None:
+        """Load up to n samples of the current epoch's share into the buffer, appending the
+        requests that read them to out as (shard, rows, shard_finished)."""
         while n > 0:
-            if self._shard is None:
-                self._shard = self._next_shard()
-                self._ends, self._rows = self._layout(self._shard)
-                self._sample = self._row = 0
-                if not len(self._ends):            # a shard without samples adds nothing
-                    self._shard = None
-                    continue
+            if self._shard is None and not self._start_shard():
+                return
+            if not len(self._ends):            # a shard without samples adds nothing
+                self._shard = None
+                continue
             k = min(n, len(self._ends) - self._sample)
+            first = self._sample
             self._sample += k
             n -= k
             done = self._sample == len(self._ends)
             upto = len(self._rows) if done else -(-int(self._ends[self._sample - 1]) // self._bs)
             out.append((self._shard, self._rows[self._row:upto], done))
+            self._buf_shard = np.concatenate([self._buf_shard, np.full(k, self._shard, dtype=np.int64)])
+            self._buf_sample = np.concatenate([self._buf_sample, np.arange(first, first + k, dtype=np.int64)])
+            ends = self._ends[first:first + k].astype(np.int64)
+            self._buf_bytes = np.concatenate([self._buf_bytes, np.diff(ends, prepend=self._ends[first - 1] if first else 0)])
             self._row = upto
             if done:
                 self._shard = None
-        return out
+
+    def take(self, n: int) -> tuple[list[tuple[int, np.ndarray, bool]], int]:
+        """([(shard, rows, shard_finished)], bytes): the reads that make the next n samples
+        available, and the bytes of those n samples (what the accelerator consumes)."""
+        out: list = []
+        consumed = 0
+        while n > 0:
+            self._load(self._buffer_cap + n - len(self._buf_shard), out)
+            have = len(self._buf_shard)
+            if not have:                       # this epoch's share is used up: the next epoch begins
+                if not self._start_shard():
+                    raise RuntimeError("sample stream: an empty buffer could not start the next epoch")
+                continue
+            k = min(n, have)
+            if self._buffer_cap:
+                pick = np.sort(self._rng.choice(have, size=k, replace=False))
+            else:
+                pick = np.arange(k)            # no sample shuffling: in the order loaded
+            if self._check:
+                shards, samples = self._buf_shard[pick], self._buf_sample[pick]
+                for shard in np.unique(shards).tolist():
+                    np.add.at(self._taken[shard], samples[shards == shard], 1)
+            consumed += int(self._buf_bytes[pick].sum())
+            if self.trace is not None:
+                self.trace.append((self._buf_shard[pick], self._buf_sample[pick]))
+            keep = np.ones(have, dtype=bool)
+            keep[pick] = False
+            self._buf_shard, self._buf_sample, self._buf_bytes = (
+                self._buf_shard[keep], self._buf_sample[keep], self._buf_bytes[keep])
+            n -= k
+        return out, consumed
 
 
-def shard_source(cfg: StepConfig, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int):
-    """next_shard() for this rank, and the number of shards one epoch gives it."""
+def shard_source(cfg: StepConfig, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int,
+                 buffer: int = 0):
+    """next_shard() -> (shard, epoch) for this rank; buffer: the sample-shuffle buffer (buffer_size)."""
     if cfg.sampling == "random":
         rng = np.random.default_rng([cfg.seed, rank])
-        return (lambda: int(rng.integers(n_shards))), None
+        return lambda: (int(rng.integers(n_shards)), 0)   # no epochs: one shuffle buffer throughout
 
-    # epoch: one permutation per epoch shared by the mount's ranks; rank i takes every R-th shard.
-    # With more ranks than shards each rank still gets a whole shard (some are read twice).
+    # epoch: one shard order per epoch shared by the mount's ranks (seeded permutation when files
+    # are shuffled, index order when not; shards of one sample shuffle as samples do); rank i
+    # takes every R-th shard. With more ranks than shards each rank still gets a whole shard.
+    shuffled = "file" in cfg.shuffle or ("sample" in cfg.shuffle and not buffer)
+
     def shares():
         epoch = 0
         while True:
-            perm = np.random.default_rng([cfg.seed, epoch]).permutation(n_shards)
-            yield from (int(perm[j % n_shards]) for j in range(index_in_mount, max(n_shards, ranks_in_mount), ranks_in_mount))
+            perm = (np.random.default_rng([cfg.seed, epoch]).permutation(n_shards) if shuffled
+                    else np.arange(n_shards))
+            yield from ((int(perm[j % n_shards]), epoch)
+                        for j in range(index_in_mount, max(n_shards, ranks_in_mount), ranks_in_mount))
             epoch += 1
 
     it = shares()
-    return (lambda: next(it)), None
+    return lambda: next(it)
 
 
 @dataclass
@@ -148,9 +242,9 @@ class _Reader(threading.Thread):
                 self.fds[shard] = open_for_read(self.paths[shard], self.cfg.direct, self.stream.size_of(shard))
         return self.fds[shard]
 
-    def fetch(self) -> tuple[int, int, int]:
-        """Read one batch; returns (bytes, ios, cached bytes)."""
-        segments = self.stream.take(self.cfg.batch_size)
+    def fetch(self) -> int:
+        """Read what the next batch needs; returns the batch's bytes (its samples' sizes)."""
+        segments, consumed = self.stream.take(self.cfg.batch_size)
         fds = [self._fd(shard) for shard, _rows, _done in segments]
         if len(segments) == 1:
             rows = segments[0][1]            # one shard's plan: its file column is already 0
@@ -169,7 +263,7 @@ class _Reader(threading.Thread):
         for shard, _rows, done in segments:
             if done and shard in self.fds:
                 self._close(shard)
-        return stats["bytes"], stats["ios"], stats["cached_bytes"]
+        return consumed
 
     def _close(self, shard: int) -> None:
         fd = self.fds.pop(shard)
@@ -225,16 +319,20 @@ def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple
 
 def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, index_in_mount: int,
               ranks_in_mount: int, host: str, stop_flag=None, result: RankResult | None = None, on_epoch=None):
-    """Run train-sync or infer-async on this rank. Returns (RankResult, step records array).
+    """Run train-sync or infer-async on this rank. Returns (RankResult, step records array,
+    partial, steps per epoch).
 
     paths None with the null engine: no dataset, the shard layout comes from the workload spec.
     stop_flag: a callable returning True when the user asked to stop (SIGINT/SIGTERM).
     result: where to count (it may carry a series and live counters); on_epoch(epoch): called
     between the last step of an epoch and the first of the next (after the barrier in train-sync).
+    The stream's order check lands in result.epochs_checked / epochs_wrong.
     """
     sizes = np.asarray(sizes, dtype=np.int64)
-    next_shard, _ = shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank)
-    stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size)
+    buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
+    next_shard = shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer)
+    stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
+                          rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch")
     total_samples = sum(len(sample_ends(i)) for i in range(len(sizes)))
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
 
@@ -247,6 +345,10 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     comm.barrier()
     t0 = _native.monotonic_ns()
     clock = lambda: (_native.monotonic_ns() - t0) / 1e9  # noqa: E731
+    run_until = cfg.duration_s + (cfg.ramp_s if cfg.fixed_window else 0.0)
+    if cfg.fixed_window:
+        # reads count by their completion time inside the window, as storage-only's do
+        result.window_ns = (t0 + int(cfg.ramp_s * 1e9), t0 + int(run_until * 1e9))
     reader = _Reader(stream, paths, cfg, engine, result, t0)
     prefetching = cfg.prefetch > 0
     if prefetching:
@@ -260,14 +362,14 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
                 if stop_flag():
                     raise KeyboardInterrupt   # a stop seen before this step began (e.g. during set-up)
                 if prefetching:
-                    nbytes, ios, cached = reader.get(stop_flag)
+                    nbytes = reader.get(stop_flag)
                 else:
-                    nbytes, ios, cached = reader.fetch()
+                    nbytes = reader.fetch()
                 fetched = clock()
                 time.sleep(cfg.compute_time_s)
                 computed = clock()
                 step += 1
-                want_stop = (steps and step >= steps) or (cfg.duration_s and computed >= cfg.duration_s)
+                want_stop = (steps and step >= steps) or (run_until and computed >= run_until)
                 interrupted = stop_flag()
                 if sync:
                     # the barrier stands in for the gradient all-reduce; it also agrees on stopping
@@ -280,7 +382,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
                 break
             end = clock()
             records.add(t_start=start, t_end=end, data_wait=fetched - start, compute=computed - fetched,
-                        barrier=end - computed, bytes=nbytes, ios=ios, cached=cached, samples=cfg.batch_size,
+                        barrier=end - computed, bytes=nbytes, samples=cfg.batch_size,
                         epoch=(step - 1) // steps_per_epoch)
             if result.live is not None:
                 result.live[LIVE_STEPS] = step
@@ -300,6 +402,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
             for shard in list(reader.fds):
                 reader._close(shard)
             engine.close()
+    result.epochs_checked, result.epochs_wrong = stream.epochs_checked, stream.epochs_wrong
     return result, records.array(), partial, steps_per_epoch
 
 
@@ -315,8 +418,28 @@ def _measured(a: np.ndarray) -> np.ndarray:
     return ~first
 
 
-def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: float) -> dict:
-    """The train block of the result: steps, AU, samples/s, step times, where the time went."""
+def in_window(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Per step, the share of it inside [lo, hi]: a step's samples are taken as consumed evenly
+    over its time (a whole step inside counts 1, one straddling an edge its share)."""
+    t0, t1 = _col(a, "t_start"), _col(a, "t_end")
+    overlap = np.clip(np.minimum(t1, hi) - np.maximum(t0, lo), 0.0, None)
+    length = t1 - t0
+    return np.where(length > 0, overlap / np.where(length > 0, length, 1.0), ((t1 > lo) & (t1 <= hi)).astype(float))
+
+
+def steps_window(rows: list[np.ndarray]) -> tuple[float, float]:
+    """train-sync's window: from the first step's start to the last step's end over all ranks."""
+    rows = [a for a in rows if len(a)]
+    return (min(a[0, 0] for a in rows), max(a[-1, 1] for a in rows)) if rows else (0.0, 0.0)
+
+
+def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: float,
+                    window: tuple[float, float]) -> dict:
+    """The train block of the result: steps, AU, samples/s, step times, where the time went.
+
+    window: the run's measured window (seconds since the start barrier), the same one its
+    bandwidth is taken over: samples/s is the samples consumed inside it / its length, and so is
+    each rank's rate, so that the total is the sum of the ranks' rates."""
     rows = [a for a in per_rank if len(a)]
     allsteps = np.concatenate(rows) if rows else np.empty((0, len(STEP_FIELDS)))
     mask = np.concatenate([_measured(a) for a in rows]) if rows else np.empty(0, dtype=bool)
@@ -326,33 +449,33 @@ def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: floa
     m = allsteps[mask]
     step_time = _col(m, "t_end") - _col(m, "t_start")
     au = float(np.mean(_col(m, "compute") / step_time)) if len(m) else 0.0
-    samples = float(_col(allsteps, "samples").sum())
-    if pattern == "train-sync" or not rows:
-        window = (max(a[-1, 1] for a in rows) - min(a[0, 0] for a in rows)) if rows else 0.0
-        in_window = samples
-    else:
-        lo, hi = common_window(rows)
-        window = max(hi - lo, 0.0)
-        in_window = float(sum(_col(a, "samples")[(_col(a, "t_end") > lo) & (_col(a, "t_end") <= hi)].sum() for a in rows))
+    lo, hi = window
+    span = max(hi - lo, 0.0)
+    share = [in_window(a, lo, hi) for a in rows]
+    samples_in = [float((_col(a, "samples") * w).sum()) for a, w in zip(rows, share)]
+    consumed = float(sum((_col(a, "bytes") * w).sum() for a, w in zip(rows, share)))
+    rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
     pct = (lambda q: float(np.percentile(step_time, q)) if len(step_time) else 0.0)
     out = {
         "steps": int(max((len(a) for a in rows), default=0)),
         "au": au,
         "au_threshold": au_threshold,
         "au_excluded_steps": excluded,
-        "samples_per_s": in_window / window if window > 0 else 0.0,
-        "samples": int(samples),
-        "window_s": window,
+        "samples_per_s": rate(sum(samples_in)),
+        "samples": int(_col(allsteps, "samples").sum()),
+        "samples_in_window": sum(samples_in),
+        "window_s": span,
+        "consumed_bytes": consumed,
+        "consumed_MBps": rate(consumed) / 1e6,
         "step_time_s": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "max": float(step_time.max()) if len(step_time) else 0.0},
         "data_wait_s_per_step": float(_col(m, "data_wait").mean()) if len(m) else 0.0,
         "barrier_wait_s_per_step": float(_col(m, "barrier").mean()) if len(m) else 0.0,
         "compute_s_per_step": float(_col(m, "compute").mean()) if len(m) else 0.0,
     }
     if pattern == "infer-async" and rows:
-        rates = np.array([_col(a, "samples").sum() / (a[-1, 1] - a[0, 0]) for a in rows if a[-1, 1] > a[0, 0]])
-        if len(rates):
-            out["per_rank_samples_per_s"] = {"min": float(rates.min()), "median": float(np.median(rates)),
-                                             "max": float(rates.max())}
+        rates = np.array([rate(x) for x in samples_in])
+        out["per_rank_samples_per_s"] = {"min": float(rates.min()), "median": float(np.median(rates)),
+                                         "max": float(rates.max()), "sum": float(rates.sum())}
     return out
 
 
@@ -364,15 +487,3 @@ def data_wait_share(rows: list[np.ndarray]) -> float | None:
     steps = np.concatenate(rows)
     total = float((_col(steps, "t_end") - _col(steps, "t_start")).sum())
     return float(_col(steps, "data_wait").sum()) / total if total > 0 else 0.0
-
-
-def common_window(rows: list[np.ndarray]) -> tuple[float, float]:
-    """From the last rank's first step start to the first rank's last step end (docs/numbers.md, "The window")."""
-    return max(a[0, 0] for a in rows), min(a[-1, 1] for a in rows)
-
-
-def window_io(rows: list[np.ndarray], lo: float, hi: float) -> dict:
-    """Bytes, requests and cached bytes of the steps that ended inside [lo, hi]."""
-    def total(name):
-        return int(sum(_col(a, name)[(_col(a, "t_end") > lo) & (_col(a, "t_end") <= hi)].sum() for a in rows))
-    return {"bytes": total("bytes"), "ios": total("ios"), "cached": total("cached")}

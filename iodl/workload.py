@@ -53,6 +53,7 @@ class TrainSpec:
     shuffle: str
     seed: int
     prefetch: int             # steps read ahead of compute (tf.data prefetch)
+    shuffle_size: int = 1024  # samples in the sample-shuffle buffer (DLIO's reader.shuffle_size default)
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,7 @@ SCHEMA = {
         "shuffle": (_enum(SHUFFLES), "file"),
         "seed": (_nonneg_int, 1),
         "prefetch": (_upto(_nonneg_int, limits.MAX_PREFETCH), 2),
+        "shuffle_size": (_upto(_positive_int, limits.MAX_SHUFFLE_SIZE), 1024),
     },
     "read": {
         "block_size": (_size(True, limits.MAX_BLOCK_SIZE), "1MiB"),

@@ -26,7 +26,7 @@ def run(args) -> int:
 
     from ..errors import UsageError
     from ..report import make_console
-    from .report import describe, kind, load
+    from ..result import describe, kind, load
 
     a, b = load(args.a), load(args.b)
     if kind(a) != kind(b) or a.get("pattern") != b.get("pattern"):
@@ -51,7 +51,7 @@ def run(args) -> int:
 
 def _setup_rows(table, a: dict, b: dict) -> None:
     """What each run was: the reader sees at a glance which knob differs."""
-    from .report import kind, workload_name
+    from ..result import kind, workload_name
 
     def mode(d):
         return "?" if "direct" not in d else ("O_DIRECT" if d["direct"] else "buffered")

@@ -24,11 +24,15 @@ def add_arguments(p) -> None:
     p.add_argument("--block-size", metavar="SIZE", help="request size, e.g. 1MiB (default: the workload's)")
     p.add_argument("--duration", type=cli_float, metavar="S",
                    help="measured seconds (default 10 for storage-only and infer-async; train-sync runs its epochs)")
-    p.add_argument("--ramp", type=cli_float, default=2.0, metavar="S", help="unmeasured warm-up seconds, storage-only (default 2)")
+    p.add_argument("--ramp", type=cli_float, default=2.0, metavar="S",
+                   help="storage-only and infer-async: unmeasured seconds before the measured window (default 2)")
     p.add_argument("--steps", type=cli_int, metavar="N", help="train-sync/infer-async: stop after N steps")
     p.add_argument("--epochs", type=cli_int, metavar="N", help="train-sync/infer-async: epochs (default: the workload's)")
     p.add_argument("--sampling", choices=("epoch", "random"), default="epoch",
                    help="epoch: a seeded shard permutation per epoch split over ranks; random: each reader picks shards at random")
+    p.add_argument("--shuffle", choices=("none", "file", "sample", "file+sample"),
+                   help="what each epoch shuffles (default: the workload's): the shard order, the samples "
+                        "(in a buffer of the workload's shuffle_size samples), both, or nothing")
     p.add_argument("--batch-size", type=cli_int, metavar="N", help="samples per step (default: the workload's)")
     p.add_argument("--compute-time", type=cli_float, metavar="S", help="emulated compute per step (default: the workload's)")
     p.add_argument("--prefetch", type=cli_int, metavar="N", help="batches read ahead of compute (default: the workload's; 0 = off)")
@@ -67,8 +71,13 @@ def _setup(comm, args):
     # checked against the shards' real sizes once they are known (limits.check_plans in run)
     limits.check_memory(f"a dataset of {ds.files * ds.copies:,} shards", 200 * ds.files * ds.copies)
     if (args.pattern or wl.pattern) in ("train-sync", "infer-async") and args.engine != "null":
-        limits.check_open_files(f"a step of {batch} samples ({ds.samples_per_file} per shard)",
-                                limits.shards_per_step(batch, ds.samples_per_file))
+        from ..training import buffer_size
+
+        # the first step also fills the shuffle buffer
+        ahead = buffer_size(args.shuffle or wl.train.shuffle, wl.train.shuffle_size, ds.samples_per_file)
+        limits.check_open_files(f"a step of {batch} samples ({ds.samples_per_file} per shard)"
+                                + (f" and a shuffle buffer of {ahead}" if ahead else ""),
+                                limits.shards_per_step(batch + ahead, ds.samples_per_file))
     for root in args.root:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root}: no such directory")
@@ -80,6 +89,9 @@ def _setup(comm, args):
         if path:
             check_output_path(flag, path)   # found before the run, not after it has been lost
     pattern = args.pattern or wl.pattern
+    if pattern == "infer-async" and args.steps:
+        raise UsageError("--steps: infer-async runs for --duration (its ranks are not in step: the window "
+                         "they are measured over together is fixed in advance)")
     duration = args.duration if args.duration is not None else (0.0 if pattern == "train-sync" or args.steps else 10.0)
     engine = choose_engine(args.engine, args.direct)
     if engine == "psync":
@@ -166,23 +178,6 @@ def _cache_probe(comm, shared, node_mounts, mount, root, paths, sizes, copies) -
     return probe
 
 
-def _infer_windows(reduced: dict, all_records, n_mounts: int) -> None:
-    """infer-async: unsynchronised ranks, so the aggregate is taken over the common window."""
-    from ..training import common_window, window_io
-
-    for entry, group in [(reduced["total"], [r for _m, r in all_records])] + [
-            (reduced["mounts"][m], [r for mm, r in all_records if mm == m]) for m in range(n_mounts)]:
-        group = [r for r in group if len(r)]
-        if not group:
-            continue
-        lo, hi = common_window(group)
-        io = window_io(group, lo, hi)
-        span = max(hi - lo, 1e-9)
-        entry.update(window_s=hi - lo, bandwidth_MBps=io["bytes"] / span / 1e6, iops=io["ios"] / span,
-                     storage_bandwidth_MBps=(io["bytes"] - io["cached"]) / span / 1e6, window="common")
-    reduced["window_s"] = reduced["total"]["window_s"]
-
-
 def run(args) -> int:
     import math
 
@@ -245,7 +240,7 @@ def run(args) -> int:
     probes = comm.gather(_cache_probe(comm, shared, node_mounts, mount, roots[mount], paths, sizes, copies)
                          if measure_cache else None)
     mine = RankResult(rank=comm.rank, host=host, mount=mount,
-                      series=new_series(cfg.ramp_s + cfg.duration_s if cfg.pattern == "storage-only" else None),
+                      series=new_series(cfg.ramp_s + cfg.duration_s if cfg.pattern in ("storage-only", "infer-async") else None),
                       live=np.frombuffer(shared.mm, dtype=np.int64, count=LIVE_SLOT // 8,
                                          offset=shared.node_rank * LIVE_SLOT))
     console = make_console() if comm.rank == 0 else None
@@ -263,14 +258,19 @@ def run(args) -> int:
                           batch_size=args.batch_size or wl.train.batch_size,
                           compute_time_s=args.compute_time if args.compute_time is not None else wl.train.compute_time_s,
                           prefetch=args.prefetch if args.prefetch is not None else wl.train.prefetch,
-                          sampling=args.sampling, epochs=args.epochs or wl.train.epochs, steps=args.steps or 0,
-                          duration_s=cfg.duration_s, delay_ns=cfg.delay_ns, engine_extra=cfg.engine_extra)
+                          sampling=args.sampling, shuffle=args.shuffle or wl.train.shuffle,
+                          shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
+                          steps=args.steps or 0, duration_s=cfg.duration_s, ramp_s=cfg.ramp_s,
+                          delay_ns=cfg.delay_ns, engine_extra=cfg.engine_extra)
         total_steps, _spe = planned_steps(scfg, sum(len(sample_ends(i)) for i in range(len(sizes))), len(members))
+    # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
+    # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
+    fixed_window = cfg.pattern == "storage-only" or (scfg is not None and scfg.fixed_window)
     progress = None
     if comm.rank == 0 and (args.progress == "on" or (args.progress == "auto" and console.is_terminal)):
         from ..progress import Progress
 
-        total_s = cfg.ramp_s + cfg.duration_s if cfg.pattern == "storage-only" else (cfg.duration_s or 0.0)
+        total_s = cfg.ramp_s + cfg.duration_s if fixed_window else (cfg.duration_s or 0.0)
         progress = Progress(shared.mm, node_mounts, roots, total_s=total_s,
                             total_steps=total_steps if scfg and not cfg.duration_s else 0,
                             other_nodes=shared.node_size < comm.size or not shared.shared,
@@ -310,7 +310,8 @@ def run(args) -> int:
         flag = bool(c.allreduce(int(partial or stop()), "max"))
         recs = c.gather((mount, records)) if scfg is not None else None
         chk = c.gather((mount, len(sizes), int(sum(sizes)))) if cfg.pattern == "validate" else None  # dataset.validate_block
-        return flag, recs, chk, reduce_results(c, mine, roots)
+        # a stopped run's window is what it ran: from its first counted completion to its last
+        return flag, recs, chk, reduce_results(c, mine, roots, cfg.duration_s if fixed_window and not flag else None)
 
     missing = []
     try:
@@ -340,15 +341,29 @@ def run(args) -> int:
     if comm.rank != 0:
         return 0
     if scfg is not None:
-        from ..training import summarize_steps
+        from ..metrics import set_window
+        from ..training import steps_window, summarize_steps
 
-        train = summarize_steps([r for _m, r in all_records], cfg.pattern, wl.metric.au_threshold)
-        if cfg.pattern == "infer-async":
-            _infer_windows(reduced, all_records, len(roots))
+        steps = [r for _m, r in all_records]
+        ran = [p for p in reduced["per_rank"] if p["ios"]]
+        if fixed_window and not partial:
+            window = (cfg.ramp_s, cfg.ramp_s + cfg.duration_s)
+        elif fixed_window:   # stopped early: the counted completions' span
+            window = (min((p["t_start"] for p in ran), default=0.0), max((p["t_end"] for p in ran), default=0.0))
+        else:
+            # train-sync: from the first step's start to the last step's end, or to the last read
+            # if one completed later (prefetch drained at the end): every counted byte is inside
+            lo, hi = steps_window(steps)
+            window = (min([lo] + [p["t_start"] for p in ran]), max([hi] + [p["t_end"] for p in ran]))
+            set_window(reduced, window[1] - window[0])
+        train = summarize_steps(steps, cfg.pattern, wl.metric.au_threshold, window)
+        train["epochs_checked"] = sum(p["epochs_checked"] for p in reduced["per_rank"])
+        train["epochs_wrong"] = sum(p["epochs_wrong"] for p in reduced["per_rank"])
+        train["shuffle"] = scfg.shuffle if scfg.sampling == "epoch" else "random shards"
     result = {"schema": SCHEMA, "pattern": cfg.pattern, "engine": cfg.engine, "direct": cfg.direct,
               "iodepth": cfg.iodepth, "block_size": cfg.block_size, "ranks": reduced["ranks"],
               "hosts": reduced["hosts"], "workload": wl.to_dict(), "seed": cfg.seed,
-              "duration_s": cfg.duration_s or None, "ramp_s": cfg.ramp_s if cfg.pattern == "storage-only" else None,
+              "duration_s": cfg.duration_s or None, "ramp_s": cfg.ramp_s if fixed_window else None,
               "partial": partial, "window_s": reduced["window_s"], "total": reduced["total"],
               "mounts": reduced["mounts"], "per_rank": reduced["per_rank"]}
     if train is not None:

@@ -2,7 +2,6 @@
 the storage of a measured run can feed."""
 from __future__ import annotations
 
-import json
 
 
 def add_arguments(p) -> None:
@@ -12,28 +11,16 @@ def add_arguments(p) -> None:
                    help="an `iodl read --out` result: add, per mount, how many accelerators its storage MB/s feeds")
 
 
-def _load_result(path: str) -> dict:
-    from ..errors import UsageError
-
-    try:
-        with open(path) as f:
-            result = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    if not isinstance(result, dict) or result.get("schema") != "iodl.result/1":
-        raise UsageError(f"{path}: not an iodl read result (schema iodl.result/1)")
-    return result
-
-
 def run(args) -> int:
     from rich.table import Table
 
     from .. import workload
     from ..report import make_console
+    from ..result import RESULT, load
     from ..sizing import accelerators_fed, storage_MBps, workload_demand_MBps
 
     wls = [workload.load_workload(w) for w in (args.workload or workload.builtin_names())]
-    results = [(path, _load_result(path)) for path in args.result]
+    results = [(path, load(path, (RESULT,))) for path in args.result]
     mounts = [(path, m) for path, r in results for m in r["mounts"]]
     table = Table(title="storage demand per accelerator at full utilisation (batch x mean sample / compute time)")
     for col in ("workload", "pattern", "batch", "sample KB", "compute s", "MB/s per accelerator"):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from iodl.comm import MpiComm
-from iodl.training import StepConfig, run_steps, summarize_steps
+from iodl.training import StepConfig, run_steps, steps_window, summarize_steps
 
 pytestmark = pytest.mark.mpi
 
@@ -13,11 +13,12 @@ SAMPLE = 64 << 10           # 16 samples per 1 MiB request: a batch of 32 is exa
 SHARDS, PER_SHARD = 4, 64
 
 
-def _run(pattern, compute_s, delay_ns, prefetch, steps, batch=32):
+def _run(pattern, compute_s, delay_ns, prefetch, steps=0, batch=32, duration_s=0.0, ramp_s=0.0):
     comm = MpiComm()
     ends = np.cumsum(np.full(PER_SHARD, SAMPLE, dtype=np.int64))
     cfg = StepConfig(pattern=pattern, engine="null", direct=False, iodepth=1, block_size=MIB, seed=5,
-                     batch_size=batch, compute_time_s=compute_s, prefetch=prefetch, steps=steps, delay_ns=delay_ns)
+                     batch_size=batch, compute_time_s=compute_s, prefetch=prefetch, steps=steps, delay_ns=delay_ns,
+                     duration_s=duration_s, ramp_s=ramp_s)
     mine, records, partial, _spe = run_steps(comm, cfg, None, [int(ends[-1])] * SHARDS, lambda i: ends, 0,
                                              comm.rank, comm.size, comm.hostname())
     gathered = comm.gather(records)
@@ -33,7 +34,7 @@ def test_au_without_prefetch_is_compute_over_compute_plus_data_time():
     comm, mine, records, gathered = _run("train-sync", C, D_REQUEST, prefetch=0, steps=8)
     assert mine.ios == 2 * 8                   # every step read exactly its two requests
     if comm.rank == 0:
-        train = summarize_steps(gathered, "train-sync", 0.9)
+        train = summarize_steps(gathered, "train-sync", 0.9, steps_window(gathered))
         assert train["steps"] == 8
         assert train["au"] == pytest.approx(C / (C + 0.080), rel=0.02)
         # each of the two 40 ms sleeps may wake a few ms late when the 2 cores are busy
@@ -43,7 +44,7 @@ def test_au_without_prefetch_is_compute_over_compute_plus_data_time():
 def test_prefetch_hides_data_time_shorter_than_compute():
     comm, mine, records, gathered = _run("train-sync", C, D_REQUEST, prefetch=2, steps=8)
     if comm.rank == 0:
-        train = summarize_steps(gathered, "train-sync", 0.9)
+        train = summarize_steps(gathered, "train-sync", 0.9, steps_window(gathered))
         assert train["au"] >= 0.97, train
         assert train["au_excluded_steps"] == "first step of each epoch"
 
@@ -57,10 +58,13 @@ def test_train_sync_steps_are_barrier_aligned_across_ranks():
 
 
 def test_infer_async_reports_per_rank_spread_and_common_window():
-    comm, mine, records, gathered = _run("infer-async", 0.020 * (1 + MpiComm().rank), 0, prefetch=1, steps=10)
+    # a fixed window [0.2 s, 1.2 s] that every rank reads and computes through
+    comm, mine, records, gathered = _run("infer-async", 0.020 * (1 + MpiComm().rank), 0, prefetch=1,
+                                         duration_s=1.0, ramp_s=0.2)
     if comm.rank == 0:
-        infer = summarize_steps(gathered, "infer-async", 0.9)
+        infer = summarize_steps(gathered, "infer-async", 0.9, (0.2, 1.2))
         spread = infer["per_rank_samples_per_s"]
+        assert infer["samples_per_s"] == pytest.approx(spread["sum"], rel=1e-9)
         assert spread["min"] <= spread["median"] <= spread["max"]
         # rank r computes (r+1) x 20 ms per 32-sample step: its rate is known
         assert spread["max"] == pytest.approx(32 / 0.020, rel=0.10)
