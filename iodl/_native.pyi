@@ -86,13 +86,21 @@ class Engine:
         #   half of this machine's RAM: the pool is allocated and touched at once, so it must never be an OOM kill
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
             window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,
-            series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live: object = None) -> RunStats: ...
+            series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live: object = None,
+            clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
         # a signal whose handler raises stops the run within 100 ms; the exception carries .stats
         # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
         # t_start_ns/t_end_ns are clipped to it: a ramp runs on into the window without draining
         # latency = handed to the kernel (stamped just before io_submit/io_uring_enter/pread) -> completion
-        # reaped: fio's clat plus the submit call. One sample per completed request: hist.sum() == ios.
+        # reaped: fio's "lat" (slat + clat). One sample per completed request: hist.sum() == ios.
+        # clat_hist, slat_hist: None, or int64 arrays of HIST_BUCKETS like hist (TypeError otherwise), accumulated
+        #   into for exactly the completions hist counts, split as fio splits a request's latency at its issue_time
+        #   (when the submit call that took it returned; every request of one io_submit/io_uring_enter shares it):
+        #   clat = issued -> reaped, slat = handed over (hist's start) -> issued, so per request lat = slat + clat.
+        #   psync (fio's sync engines): clat is the whole pread, as in fio, and slat_hist gets no samples (fio's
+        #   slat_ns N is 0 for them). null: issued when its submit returns, so clat ~ delay_ns. Asking for either
+        #   costs async engines one more clock read per submit call; without them nothing changes.
         # plan: PLAN_DTYPE rows, or a C-contiguous (n, 3) uint64 array, or int64 without negative values; anything
         # else (float64, another struct, a strided view) is a ValueError, as is a row's file >= len(fds) or
         # length > block_size. The plan is copied before the GIL is released: changing the array while run()

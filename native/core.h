@@ -70,7 +70,15 @@ struct iodl_run_args {
 	size_t nfds;
 	const struct iodl_plan_row *plan;
 	size_t nrows;
-	int64_t *hist;			/* IODL_HIST_BUCKETS, accumulated into */
+	int64_t *hist;			/* IODL_HIST_BUCKETS, accumulated into: "lat", submit call -> reaped */
+	/*
+	 * NULL, or IODL_HIST_BUCKETS accumulated into, for the same counted completions as hist,
+	 * split at fio's issue_time (the submit call's return): clat = issued -> reaped, slat =
+	 * submit call entered -> issued, so per request lat = slat + clat. Sync engines (pread):
+	 * clat is the whole call and no slat is recorded, as fio. Asking for either makes async
+	 * engines read the clock once more per submit call; iodl read asks for neither.
+	 */
+	int64_t *clat_hist, *slat_hist;
 	uint64_t deadline_ns;		/* 0: none */
 	/*
 	 * The measured window (0: unbounded). Only completions inside it are counted, and the

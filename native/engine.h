@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IODL_OPS_VERSION 3	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept */
+#define IODL_OPS_VERSION 4	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
+				   4: async engines stamp t_issued_ns when asked (iodl_ctx.stamp_issued) */
 #define IODL_ALIGN 4096		/* O_DIRECT buffer/offset/length alignment */
 
 enum iodl_q_status {
@@ -34,6 +35,13 @@ struct iodl_req {
 	void *buf;
 	int64_t res;		/* bytes or -errno, set by the engine at completion */
 	uint64_t t_submit_ns;	/* set by core before ->commit() (or ->queue() for sync engines) */
+	/*
+	 * fio's issue_time: when the submit call that handed this request to the kernel returned.
+	 * Set by an async engine right after that call, only while c->stamp_issued (one clock
+	 * read per submit call); it must be the engine, because only it knows which of the staged
+	 * requests a call took (EAGAIN leaves the rest for a later call). Sync engines: core.
+	 */
+	uint64_t t_issued_ns;
 	uint64_t t_due_ns;	/* engine-owned: when an engine that makes up its latency (null) completes it */
 
 	/* core-only: the plan row this request belongs to, and how much of it is left */
@@ -59,6 +67,7 @@ struct iodl_ctx {
 	 */
 	uint64_t *device;
 	int fixed_bufs;			/* set by an engine that registered the pool */
+	int stamp_issued;		/* set by core for a run that measures slat/clat: see t_issued_ns */
 	void *eng;			/* engine-private state, owned by ->init()/->cleanup() */
 	const char *failed_syscall;	/* set when a call fails, for "(originated from X)" */
 	/*

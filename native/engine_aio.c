@@ -111,6 +111,13 @@ static int aio_commit(struct iodl_ctx *c)
 		int rc = sys_io_submit(d->ctx, d->nstaged - i, &d->staged[i]);
 
 		if (rc > 0) {
+			if (c->stamp_issued) {
+				/* every request this call took shares its return time (fio libaio_queued) */
+				uint64_t now = iodl_now_ns();
+
+				for (unsigned k = i; k < i + (unsigned)rc; k++)
+					((struct iodl_req *)(uintptr_t)d->staged[k]->aio_data)->t_issued_ns = now;
+			}
 			i += (unsigned)rc;
 			d->inkernel += (unsigned)rc;
 			continue;

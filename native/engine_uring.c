@@ -221,6 +221,13 @@ static int uring_commit(struct iodl_ctx *c)
 		int rc = sys_io_uring_enter(d->fd, d->nstaged - submitted, 0, 0);
 
 		if (rc > 0) {
+			if (c->stamp_issued) {
+				/* the kernel takes SQEs in ring order: these are staged[submitted, +rc) */
+				uint64_t now = iodl_now_ns();
+
+				for (unsigned k = submitted; k < submitted + (unsigned)rc; k++)
+					d->staged[k]->t_issued_ns = now;
+			}
 			submitted += (unsigned)rc;	/* a bad SQE is consumed too: its error is a CQE */
 			d->inkernel += (unsigned)rc;
 			continue;

@@ -253,7 +253,7 @@ bad:
 	return NULL;
 }
 
-static int get_hist(PyObject *obj, Py_buffer *view)
+static int get_hist(PyObject *obj, Py_buffer *view, const char *what)
 {
 	if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
 		return -1;
@@ -261,7 +261,7 @@ static int get_hist(PyObject *obj, Py_buffer *view)
 	    strchr("qlQL", view->format[strlen(view->format) - 1]))
 		return 0;
 	PyBuffer_Release(view);
-	PyErr_Format(PyExc_TypeError, "hist must be a writable contiguous int64 array of %d buckets",
+	PyErr_Format(PyExc_TypeError, "%s must be a writable contiguous int64 array of %d buckets", what,
 		     IODL_HIST_BUCKETS);
 	return -1;
 }
@@ -350,11 +350,12 @@ static PyObject *stats_dict(const struct iodl_stats *st)
 static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns",
-				  "series", "series_origin_ns", "series_bucket_ns", "live", NULL };
+				  "series", "series_origin_ns", "series_bucket_ns", "live", "clat_hist", "slat_hist", NULL };
 	PyObject *fds_obj, *plan_obj, *hist_obj, *series_obj = Py_None, *live_obj = Py_None, *result = NULL;
+	PyObject *clat_obj = Py_None, *slat_obj = Py_None;
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
 	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
-	Py_buffer hist = { 0 }, series = { 0 }, live = { 0 };
+	Py_buffer hist = { 0 }, series = { 0 }, live = { 0 }, clat = { 0 }, slat = { 0 };
 	struct iodl_plan_row *plan = NULL;
 	struct iodl_run_args a = { 0 };
 	struct interrupt_state intr = { 0 };
@@ -362,9 +363,9 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	int *fds = NULL, rc;
 	size_t nfds = 0, nrows = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLO:run", kwlist, &fds_obj, &plan_obj,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOO:run", kwlist, &fds_obj, &plan_obj,
 					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns, &series_obj,
-					 &series_origin_ns, &series_bucket_ns, &live_obj))
+					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj))
 		return NULL;
 	if (check_open(self) < 0)
 		return NULL;
@@ -378,7 +379,11 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	plan = get_plan(plan_obj, &nrows);
 	if (!plan)
 		goto out;
-	if (get_hist(hist_obj, &hist) < 0)
+	if (get_hist(hist_obj, &hist, "hist") < 0)
+		goto out;
+	if (clat_obj != Py_None && get_hist(clat_obj, &clat, "clat_hist") < 0)
+		goto out;
+	if (slat_obj != Py_None && get_hist(slat_obj, &slat, "slat_hist") < 0)
 		goto out;
 	if (series_obj != Py_None && get_series(series_obj, &series) < 0)
 		goto out;
@@ -401,6 +406,8 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	a.nfds = nfds;
 	a.nrows = nrows;
 	a.hist = hist.buf;
+	a.clat_hist = clat.obj ? clat.buf : NULL;
+	a.slat_hist = slat.obj ? slat.buf : NULL;
 	a.deadline_ns = (uint64_t)deadline_ns;
 	a.window_start_ns = (uint64_t)window_start_ns;
 	a.window_end_ns = (uint64_t)window_end_ns;
@@ -460,6 +467,10 @@ out:
 	PyMem_Free(plan);
 	if (hist.obj)
 		PyBuffer_Release(&hist);
+	if (clat.obj)
+		PyBuffer_Release(&clat);
+	if (slat.obj)
+		PyBuffer_Release(&slat);
 	if (series.obj)
 		PyBuffer_Release(&series);
 	if (live.obj)

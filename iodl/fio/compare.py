@@ -1,7 +1,9 @@
 """fio vs iodl on one job file: derive the job file both run, run them, put the numbers side by side.
 
 fio's JSON units (stat.c): `bw` KiB/s whatever kb_base says, `bw_bytes` B/s, `runtime` ms (after the
-ramp), latencies ns. Aggregates follow fio's group rule: sum(bytes) / max(runtime); percentiles come
+ramp), latencies ns. Latencies are compared kind with kind, as fio splits a request's time at its
+issue_time (when the submit call that took it returned): slat before it, clat after, lat = both.
+fio is run with lat_percentiles and slat_percentiles on so that all three have histograms. Aggregates follow fio's group rule: sum(bytes) / max(runtime); percentiles come
 from merged histograms (json+ `bins` for fio, the engine's buckets for iodl), first bucket whose
 cumulative count reaches p% (stat.c calc_clat_percentiles).
 """
@@ -20,6 +22,10 @@ from .jobfile import Job, JobFileError, Percent, read_sections, resolve
 
 SCHEMA = "iodl.fio-compare/1"
 PERCENTILES = {"p50": 50.0, "p99": 99.0, "p999": 99.9}
+# a side's latency keys -> fio's JSON keys; "latency_us" stays clat (its meaning in earlier documents)
+LATENCIES = {"latency_us": "clat_ns", "slat_us": "slat_ns", "lat_us": "lat_ns"}
+# fio reports lat and slat percentiles only when asked (clat's are on by default)
+FIO_PERCENTILE_ARGS = ["--lat_percentiles=1", "--slat_percentiles=1"]
 DEPTH_KEYS = ["1", "2", "4", "8", "16", "32", ">=64"]   # fio's iodepth_level = the engine's DEPTH_BUCKETS
 
 
@@ -95,14 +101,36 @@ def percentile_values(values: np.ndarray, counts: np.ndarray) -> dict:
 
 
 def side(nbytes: int, ios: int, runtime_s: float, lat_us: dict, depth: list | None, cpu_pct: float | None) -> dict:
+    """lat_us: {"latency_us": clat, "slat_us": slat, "lat_us": lat}, each {p50, p99, p999, mean} in us."""
     return {
         "bytes": int(nbytes), "ios": int(ios), "runtime_s": runtime_s,
         "bandwidth_MBps": nbytes / runtime_s / 1e6 if runtime_s else 0.0,
         "iops": ios / runtime_s if runtime_s else 0.0,
-        "latency_us": lat_us,
+        **lat_us,
         "depth_pct": dict(zip(DEPTH_KEYS, depth)) if depth is not None else None,
         "cpu_pct": cpu_pct,
     }
+
+
+def _fio_latency(reads: list[dict], key: str) -> dict:
+    """One latency kind (clat_ns, slat_ns, lat_ns) over clones: None where fio gave nothing
+    (sync engines have no slat; lat/slat percentiles only with lat_percentiles/slat_percentiles)."""
+    stats = [r.get(key) or {} for r in reads]
+    n = sum(st.get("N", 0) for st in stats)
+    if not n:
+        return {**{k: None for k in PERCENTILES}, "mean": None}
+    bins = [st.get("bins") for st in stats if st.get("N")]   # a clone that read nothing has none
+    if all(bins):
+        values = np.array([int(k) for b in bins for k in b], dtype=np.float64)
+        counts = np.array([c for b in bins for c in b.values()], dtype=np.float64)
+        lat = percentile_values(values, counts)
+    elif len(stats) == 1 and "percentile" in stats[0]:
+        pct = stats[0]["percentile"]
+        lat = {k: pct.get(f"{p:f}", 0) / 1000 or None for k, p in PERCENTILES.items()}
+    else:
+        lat = {k: None for k in PERCENTILES}   # plain json of several clones: percentiles cannot be merged
+    lat["mean"] = sum(st.get("mean", 0) * st.get("N", 0) for st in stats) / n / 1000
+    return lat
 
 
 def _fio_merge(entries: list[dict]) -> dict:
@@ -111,18 +139,7 @@ def _fio_merge(entries: list[dict]) -> dict:
     nbytes = sum(r["io_bytes"] for r in reads)
     ios = sum(r["total_ios"] for r in reads)
     runtime_s = max(r["runtime"] for r in reads) / 1000
-    bins = [r.get("clat_ns", {}).get("bins") for r in reads]
-    if all(bins):
-        values = np.array([int(k) for b in bins for k in b], dtype=np.float64)
-        counts = np.array([c for b in bins for c in b.values()], dtype=np.float64)
-        lat = percentile_values(values, counts)
-    elif len(reads) == 1 and "percentile" in reads[0].get("clat_ns", {}):
-        pct = reads[0]["clat_ns"]["percentile"]
-        lat = {k: pct.get(f"{p:f}", 0) / 1000 or None for k, p in PERCENTILES.items()}
-    else:
-        lat = {k: None for k in PERCENTILES}   # plain json of several clones: percentiles cannot be merged
-    n = sum(r["clat_ns"]["N"] for r in reads)
-    lat["mean"] = sum(r["clat_ns"]["mean"] * r["clat_ns"]["N"] for r in reads) / n / 1000 if n else None
+    lat = {name: _fio_latency(reads, key) for name, key in LATENCIES.items()}
     weights = np.array([r["total_ios"] for r in reads], dtype=np.float64)
     levels = np.array([[e.get("iodepth_level", {}).get(k, 0.0) for k in DEPTH_KEYS] for e in entries])
     depth = list(np.average(levels, axis=0, weights=weights if weights.sum() else None))
@@ -133,16 +150,18 @@ def _fio_merge(entries: list[dict]) -> dict:
 def _iodl_percentiles(hist: np.ndarray) -> dict:
     from .. import histogram   # fio's bucket function and percentile rule
 
+    if not hist.sum():
+        return {k: None for k in PERCENTILES}   # e.g. no slat for psync, as fio
     got = histogram.percentiles(hist, PERCENTILES.values())
     return {k: got[p] for k, p in PERCENTILES.items()}
 
 
 def _iodl_merge(results) -> dict:
-    hist = sum(r.hist for r in results)
     depth = sum(r.depth for r in results)
     runtime_s = max(r.window_ns for r in results) / 1e9
-    lat = _iodl_percentiles(hist)
-    lat["mean"] = None
+    # the engine's hist is submit call -> completion (fio's lat); clat/slat split it at the call's return
+    lat = {name: {**_iodl_percentiles(sum(getattr(r, attr) for r in results)), "mean": None}
+           for name, attr in (("latency_us", "clat_hist"), ("slat_us", "slat_hist"), ("lat_us", "hist"))}
     pct = list(100 * depth / depth.sum()) if depth.sum() else [0.0] * len(DEPTH_KEYS)
     cpu = float(np.mean([100 * r.cpu_s / (r.window_ns / 1e9) if r.window_ns else 0 for r in results]))
     # fio's group rule, sum(bytes) / max(runtime); iodl's window ends at the clone's last completion
@@ -168,7 +187,8 @@ def run_fio(jobfile: str, fio: str = "fio") -> dict:
     if binary is None:
         raise UsageError(f"fio not found ({fio}); use --fio-json FILE or --no-fio")
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        proc = subprocess.run([binary, "--output-format=json+", f"--output={out.name}", jobfile],
+        # before the job file: defaults for every job (a job's own lat_percentiles=0 still wins)
+        proc = subprocess.run([binary, "--output-format=json+", *FIO_PERCENTILE_ARGS, f"--output={out.name}", jobfile],
                               capture_output=True, text=True)
         if proc.returncode:
             lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
@@ -326,8 +346,14 @@ def render(doc: dict, console) -> None:
         q = entry.get("ratio") or {}
         row("bandwidth MB/s", lambda s: s["bandwidth_MBps"], r=q.get("bandwidth"))
         row("IOPS", lambda s: s["iops"], r=q.get("iops"))
-        for key, label in (("p50", "clat p50 us"), ("p99", "clat p99 us"), ("p999", "clat p99.9 us")):
-            row(label, lambda s, key=key: s["latency_us"].get(key))
+        # each kind against the same kind (fio's definitions, docs/fio-compare.md); a kind neither side
+        # has (slat of a sync engine, lat of a fio result without lat_percentiles) is left out
+        for kind, name in (("lat_us", "lat"), ("slat_us", "slat"), ("latency_us", "clat")):
+            for key, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+                def get(s, kind=kind, key=key):
+                    return (s.get(kind) or {}).get(key)
+                if (f and get(f) is not None) or (i and get(i) is not None):
+                    row(f"{name} {label} us", get, digits=2 if name == "slat" else 1)
         row("CPU % per worker", lambda s: s["cpu_pct"])
         t.add_row("queue depth", _depth(f.get("depth_pct")), _depth(i.get("depth_pct")), "")
         console.print(t)

@@ -90,7 +90,7 @@ IGNORED = {
     "clocksource": "iodl uses CLOCK_MONOTONIC",
     "cpus_allowed": "CPU placement", "cpus_allowed_policy": "CPU placement", "cpumask": "CPU placement",
     "numa_cpu_nodes": "NUMA placement", "numa_mem_policy": "NUMA placement", "gtod_cpu": "timing thread",
-    "clat_percentiles": "iodl always reports clat percentiles", "lat_percentiles": "statistics",
+    "clat_percentiles": "fio-compare always reports lat, slat and clat percentiles", "lat_percentiles": "statistics",
     "slat_percentiles": "statistics", "percentile_list": "iodl reports p50/p99/p99.9",
     "significant_figures": "statistics", "disable_lat": "statistics", "disable_clat": "statistics",
     "disable_slat": "statistics", "disable_bw_measurement": "statistics", "gtod_reduce": "statistics",

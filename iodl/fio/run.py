@@ -248,7 +248,9 @@ class CloneResult:
     ios: int = 0
     window_ns: int = 0
     cpu_s: float = 0.0
-    hist: np.ndarray | None = None
+    hist: np.ndarray | None = None        # lat: submit call -> completion (fio's lat_ns)
+    clat_hist: np.ndarray | None = None   # submit call returned -> completion (fio's clat_ns)
+    slat_hist: np.ndarray | None = None   # submit call entered -> returned (fio's slat_ns; empty for psync)
     depth: np.ndarray | None = None
     error: str = ""
 
@@ -258,7 +260,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     engine_mod = _engine_module()
     from .. import histogram
 
-    res = CloneResult(index, jobnum, hist=histogram.empty(), depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64))
+    res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
+                      depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64))
     files = plan.files[jobnum]
     rng = np.random.default_rng([plan.seed, jobnum])
     fds = []
@@ -356,7 +359,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             if budget_ios and now() >= ramp_end:
                 part = part[: max(0, budget_ios - res.ios)]
             # one run spans the ramp's end: the queue stays full across the boundary, as in fio
-            st = engine.run(fds, part, res.hist, deadline_ns=end, window_start_ns=ramp_end, window_end_ns=end)
+            st = engine.run(fds, part, res.hist, deadline_ns=end, window_start_ns=ramp_end, window_end_ns=end,
+                            clat_hist=res.clat_hist, slat_hist=res.slat_hist)
             _engine_module().raise_for_errors(st, part, [f.path for f in plan.files[res.jobnum]])
             if st["ios"]:
                 first_ns = first_ns or st["t_start_ns"]

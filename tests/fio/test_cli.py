@@ -76,6 +76,13 @@ def test_fio_json_is_compared_without_running_fio_again(tmp_path):
     assert entry["fio"]["runtime_s"] == max(j["read"]["runtime"] for j in fio) / 1000
     assert entry["iodl"]["bytes"] == 2 * 64 * 2**20 and entry["iodl"]["ios"] == 2 * 1024
     assert set(entry["fio"]["latency_us"]) >= {"p50", "p99", "p999"}
+    # made without lat_percentiles/slat_percentiles: fio gives means but no percentiles of those;
+    # the comparison shows what fio gave (None), while clat (latency_us) has them on both sides
+    assert entry["fio"]["lat_us"]["p50"] is None and entry["fio"]["lat_us"]["mean"] is not None
+    assert entry["fio"]["slat_us"]["p50"] is None
+    for kind in ("latency_us", "slat_us", "lat_us"):
+        assert entry["iodl"][kind]["p50"] is not None
+    assert entry["iodl"]["lat_us"]["p50"] >= entry["iodl"]["latency_us"]["p50"]
 
 
 JOB = """[global]
