@@ -30,7 +30,7 @@ from iodl import _native, histogram
 from iodl.engine import PLAN_DTYPE, open_for_read
 import numpy as np
 # the plan is built here, not by bench_engine: an old tree's iodl may lack what bench_engine imports
-plan = np.empty(3_000_000, dtype=PLAN_DTYPE)
+plan = np.zeros(3_000_000, dtype=PLAN_DTYPE)
 plan["file"], plan["length"] = 0, 4096
 plan["offset"] = np.random.default_rng(1).integers(0, (1 << 30) // 4096, len(plan), dtype=np.uint64) * 4096
 fd = open_for_read(sys.argv[2], True)

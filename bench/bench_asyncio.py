@@ -44,7 +44,7 @@ NATIVE_REF = {True: "uring", False: "uring"}     # the ratio column: asyncio / t
 
 
 def whole_file_plan(bs: int = 1 << 20) -> np.ndarray:
-    plan = np.empty(FILE_SIZE // bs, dtype=PLAN_DTYPE)
+    plan = np.zeros(FILE_SIZE // bs, dtype=PLAN_DTYPE)
     plan["file"], plan["offset"], plan["length"] = 0, np.arange(len(plan), dtype=np.uint64) * bs, bs
     return plan
 

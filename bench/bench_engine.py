@@ -43,7 +43,7 @@ QUIET_STEAL = 0.05   # a run that lost more of the CPU than this to the hypervis
 def warm(path: str) -> None:
     """Read the file once through O_DIRECT so that the loop's backing file is in the host cache."""
     fd = open_for_read(path, True)
-    plan = np.empty(FILE_SIZE >> 20, dtype=PLAN_DTYPE)
+    plan = np.zeros(FILE_SIZE >> 20, dtype=PLAN_DTYPE)
     plan["file"], plan["offset"], plan["length"] = 0, np.arange(len(plan)) << 20, 1 << 20
     with _native.Engine("aio", depth=8, block_size=1 << 20, direct=True) as eng:
         eng.run([fd], plan, histogram.empty())
@@ -53,7 +53,7 @@ def warm(path: str) -> None:
 def read_plan(bs: int, rows: int, sequential: bool, file_size: int = FILE_SIZE) -> np.ndarray:
     """`rows` requests of bs over one file: in order (wrapping), or at seeded random blocks."""
     blocks = file_size // bs
-    plan = np.empty(rows, dtype=PLAN_DTYPE)
+    plan = np.zeros(rows, dtype=PLAN_DTYPE)
     plan["file"] = 0
     if sequential:
         plan["offset"] = (np.arange(rows, dtype=np.uint64) % blocks) * bs

@@ -1,6 +1,7 @@
 """iodl._native: the per-I/O loop in C (see native/). Python runs per step, never per I/O.
 
-A *plan* is a numpy array of PLAN_DTYPE rows (file index into `fds`, byte offset, byte length);
+A *plan* is a numpy array of PLAN_DTYPE rows (file index into `fds`, byte offset, byte length, op:
+iodl.plan.OP_READ; rows of any other op are refused until the engines run them);
 the engine keeps `depth` requests of it in flight and returns counters; the latency histogram is
 accumulated in place into a caller-owned int64 array of HIST_BUCKETS (fio's log-linear bucket
 function with HIST_BITS sub-bucket bits, in nanoseconds, extended to ~137 s).
@@ -101,7 +102,8 @@ class Engine:
         #   psync (fio's sync engines): clat is the whole pread, as in fio, and slat_hist gets no samples (fio's
         #   slat_ns N is 0 for them). null: issued when its submit returns, so clat ~ delay_ns. Asking for either
         #   costs async engines one more clock read per submit call; without them nothing changes.
-        # plan: PLAN_DTYPE rows, or a C-contiguous (n, 3) uint64 array, or int64 without negative values; anything
+        # plan: PLAN_DTYPE rows, or a C-contiguous (n, 4) or (n, 3: reads) uint64 array, or int64 without negative
+        # values; a row whose op is not OP_READ is a ValueError (the seam where writes join); anything
         # else (float64, another struct, a strided view) is a ValueError, as is a row's file >= len(fds) or
         # length > block_size. The plan is copied before the GIL is released: changing the array while run()
         # runs changes nothing. fds: each 0..INT_MAX (the null engine also takes -1: no file), else ValueError.

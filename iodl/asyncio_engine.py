@@ -237,13 +237,20 @@ class AsyncioEngine:
 
     @staticmethod
     def _plan_columns(plan) -> np.ndarray:
+        """(n, 3) uint64 file, offset, length of a plan whose every row is a read (as module.c)."""
         a = plan if isinstance(plan, np.ndarray) else None
+        cols = None
         if a is not None and a.flags.c_contiguous:
-            if a.ndim == 1 and a.dtype.itemsize == 24:
-                return a.view(np.uint64).reshape(-1, 3) if len(a) else np.empty((0, 3), np.uint64)
-            if a.ndim == 2 and a.shape[1] == 3 and a.dtype.itemsize == 8:
-                return a.view(np.uint64)
-        raise TypeError("plan must be a contiguous array of PLAN_DTYPE rows (file, offset, length as uint64)")
+            if a.ndim == 1 and a.dtype.itemsize == 32:
+                cols = a.view(np.uint64).reshape(-1, 4) if len(a) else np.empty((0, 4), np.uint64)
+            elif a.ndim == 2 and a.shape[1] in (3, 4) and a.dtype.itemsize == 8:
+                cols = a.view(np.uint64)
+        if cols is None:
+            raise TypeError("plan must be a contiguous array of PLAN_DTYPE rows (file, offset, length, op as uint64)")
+        if cols.shape[1] == 4 and cols[:, 3].any():
+            row = int(np.flatnonzero(cols[:, 3])[0])
+            raise ValueError(f"plan row {row}: op {int(cols[row, 3])}: the engines run reads (op 0) only")
+        return cols[:, :3]
 
     @staticmethod
     def _check_hist(hist) -> np.ndarray:

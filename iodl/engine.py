@@ -15,7 +15,7 @@ import numpy as np
 from . import _native
 from .errors import IodlError, UsageError
 
-from .plan import PLAN_DTYPE  # noqa: F401  (re-exported: the engine's input format)
+from .plan import PLAN_DTYPE, new_plan  # (PLAN_DTYPE re-exported: the engine's input format)
 
 _SYSCALL = {"aio": "io_setup", "uring": "io_uring_setup"}
 ASYNCIO = "asyncio"   # not compiled in: iodl.asyncio_engine.AsyncioEngine
@@ -71,12 +71,15 @@ def open_engine(name: str, **options) -> _native.Engine:
 
 
 def as_plan(rows) -> np.ndarray:
-    """A contiguous PLAN_DTYPE array from rows of (file, offset, length) or a plan-like array."""
+    """A contiguous PLAN_DTYPE array from rows of (file, offset, length) (reads) or of (file,
+    offset, length, op), or a plan-like array."""
     if isinstance(rows, np.ndarray) and rows.dtype == PLAN_DTYPE:
         return np.ascontiguousarray(rows)
-    arr = np.asarray(rows, dtype=np.uint64).reshape(-1, 3)
-    plan = np.empty(len(arr), dtype=PLAN_DTYPE)
-    plan["file"], plan["offset"], plan["length"] = arr[:, 0], arr[:, 1], arr[:, 2]
+    arr = np.asarray(rows, dtype=np.uint64)
+    arr = arr.reshape(-1, arr.shape[-1] if arr.ndim == 2 and arr.shape[-1] == 4 else 3)
+    plan = new_plan(len(arr))
+    for i, name in enumerate(PLAN_DTYPE.names[:arr.shape[1]]):
+        plan[name] = arr[:, i]
     return plan
 
 

@@ -30,16 +30,17 @@ MAX_BLOCK_SIZE = 1 << 30           # bytes per request (the C engine's bound)
 MAX_THREADS = 1024                 # asyncio reader tasks
 MAX_SEED = (1 << 63) - 1
 MAX_DELAY_US = 60e6                # null engine: a minute per request
-MAX_PLAN_ROWS = 1 << 24            # requests in one plan (one engine call): 400 MB of rows, ~3 s to build
+MAX_PLAN_ROWS = 1 << 24            # requests in one plan (one engine call): 537 MB of rows, ~3 s to build
 MAX_RANKS = 65536                  # sweep --ranks: each point is one `mpiexec -n K`
 DIRECT_ALIGN = 4096                # O_DIRECT request sizes (the engine's ALIGN)
 FD_HEADROOM = 64                   # descriptors kept for MPI, logs and the interpreter
 
-# Memory per plan row (a request: file, offset, length = 24 bytes, iodl.plan.PLAN_DTYPE) at the
-# peak, measured with /usr/bin/time on 89M- and 134M-row plans:
-PLAN_ROW = 24
-GROUP_ROW_PEAK = 56    # storage-only/validate: the row, shard_plan's int64 temporaries, the engine's copy (measured 47)
-STEP_ROW_PEAK = 72     # a step: the shards' rows renumbered, concatenated, and the engine's copy (measured 71)
+# Memory per plan row (a request: file, offset, length, op = 32 bytes, iodl.plan.PLAN_DTYPE) at the
+# peak, measured with /usr/bin/time on 89M- and 134M-row plans of 24-byte rows (47 and 71 bytes),
+# plus the op column in the row and in the engine's copy:
+PLAN_ROW = 32
+GROUP_ROW_PEAK = 64    # storage-only/validate: the row, shard_plan's int64 temporaries, the engine's copy
+STEP_ROW_PEAK = 88     # a step: the shards' rows renumbered, concatenated, and the engine's copy
 
 
 def cli_float(text: str):

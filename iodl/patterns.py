@@ -5,13 +5,13 @@ folds the engine's counters into a RankResult. Python works per group of shards,
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import _native, plan
-from .engine import available_engines, check_engine, open_engine, open_for_read, raise_for_errors
+from .cursor import Cancelled, Cursor, ShardFiles
+from .engine import available_engines, check_engine, open_engine
 from .errors import UsageError
 from .metrics import RankResult
 
@@ -47,25 +47,23 @@ def choose_engine(requested: str, direct: bool) -> str:
     return "psync"
 
 
-class _Cursor:
-    """Where a rank is in its stream of shards: the current group's plan, open fds and position.
+class _GroupWalk:
+    """storage-only and validate: a rank's stream of shards, a group at a time, through the cursor.
 
-    A deadline can stop the engine mid-group; the next phase resumes at the same request.
+    A deadline can stop the engine mid-group; the next call resumes at the same request.
     """
 
-    def __init__(self, stream: plan.ShardStream, paths: list[str], sizes: np.ndarray, cfg: ReadConfig, engine):
-        self.stream, self.paths, self.sizes, self.cfg, self.engine = stream, paths, sizes, cfg, engine
-        self.group, self.fds, self.rows, self.pos = None, [], None, 0
+    def __init__(self, stream: plan.ShardStream, files: ShardFiles, sizes: np.ndarray, cfg: ReadConfig):
+        self.stream, self.files, self.sizes, self.cfg = stream, files, sizes, cfg
+        self.group, self.rows, self.pos = None, None, 0
 
     def _open_next(self) -> bool:
         group = self.stream.next_group()
         if group is None:
             return False
-        self.group = group
-        self.fds = []
+        self.group = [int(i) for i in group]
         try:
-            for i in group:
-                self.fds.append(open_for_read(self.paths[i], self.cfg.direct, int(self.sizes[i])))
+            self.files.open(self.group)
         except BaseException:
             self.close()
             raise
@@ -74,29 +72,20 @@ class _Cursor:
         return True
 
     def close(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.group, self.fds, self.rows = None, [], None
+        self.files.close_all()
+        self.group, self.rows = None, None
 
-    def run(self, into: RankResult, t0_ns: int) -> None:
-        """Read until into's window ends (no window: until the stream ends), counting inside it."""
-        end = into.window_ns[1]
+    def run(self, cursor: Cursor, end_ns: int) -> None:
+        """Read until end_ns (0: until the stream ends)."""
         while True:
             if self.group is None and not self._open_next():
                 return
-            try:
-                stats = self.engine.run(self.fds, self.rows[self.pos:], into.hist, deadline_ns=end,
-                                        **into.engine_args(t0_ns))
-            except KeyboardInterrupt as exc:
-                if getattr(exc, "stats", None):
-                    into.add(exc.stats, t0_ns)  # what the interrupted run had counted
-                raise
-            into.add(stats, t0_ns)
-            raise_for_errors(stats, self.rows[self.pos:], [self.paths[i] for i in self.group])
+            stats = cursor.run(self.files.open(self.group), self.rows[self.pos:], self.files.names(self.group),
+                               deadline_ns=end_ns)
             self.pos += stats["done"]
             if self.pos >= len(self.rows):
                 self.close()
-            if end and _native.monotonic_ns() >= end:
+            if end_ns and _native.monotonic_ns() >= end_ns:
                 return
 
 
@@ -122,23 +111,20 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
     result = result or RankResult(rank=comm.rank, host=host, mount=mount)
     engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
                          delay_ns=cfg.delay_ns, cache_check=not cfg.direct, **cfg.engine_extra)
-    cursor = _Cursor(plan.ShardStream(order, sizes), shards_paths, sizes, cfg, engine)
+    walk = _GroupWalk(plan.ShardStream(order, sizes), ShardFiles(shards_paths, sizes, cfg.direct), sizes, cfg)
     try:
         try:
             comm.barrier()  # the common origin of every rank's clock
             t0 = _native.monotonic_ns()
-            if stop_flag is not None and stop_flag():
-                pass   # stopped during set-up: nothing is read, the (empty) result is still written
-            elif cfg.pattern == "storage-only":
+            if cfg.pattern == "storage-only":
                 # the ramp is not a separate phase: I/O runs on through its end, counted from then
                 measure_from = t0 + int(cfg.ramp_s * 1e9)
                 result.window_ns = (measure_from, measure_from + int(cfg.duration_s * 1e9))
-                cursor.run(result, t0)
-            else:
-                cursor.run(result, t0)
-        except KeyboardInterrupt:
+            if stop_flag is None or not stop_flag():   # stopped during set-up: nothing is read
+                walk.run(Cursor(engine, result, t0), result.window_ns[1])
+        except (KeyboardInterrupt, Cancelled):
             pass  # a signal: keep what was counted; the caller marks the result partial
     finally:
-        cursor.close()
+        walk.close()
         engine.close()
     return result

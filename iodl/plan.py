@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 
-PLAN_DTYPE = np.dtype([("file", "<u8"), ("offset", "<u8"), ("length", "<u8")])
+# A row is one request: which of the run's files, where, how long, and what to do. The op column
+# is where writes and fsyncs (checkpoints) join reads without another plan format; the engines
+# run reads today and refuse a row of any other op.
+OP_READ, OP_WRITE, OP_FSYNC = 0, 1, 2
+PLAN_DTYPE = np.dtype([("file", "<u8"), ("offset", "<u8"), ("length", "<u8"), ("op", "<u8")])
+
+
+def new_plan(rows: int) -> np.ndarray:
+    """A plan of `rows` zeroed rows: every op is OP_READ until set."""
+    return np.zeros(rows, dtype=PLAN_DTYPE)
 
 
 def mount_of(rank: int, n_mounts: int) -> int:
@@ -23,7 +32,7 @@ def shard_plan(sizes: list[int] | np.ndarray, block_size: int) -> np.ndarray:
     """Rows that read each shard whole, in order, in block_size requests (the last one short)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     counts = (sizes + block_size - 1) // block_size
-    plan = np.empty(int(counts.sum()), dtype=PLAN_DTYPE)
+    plan = new_plan(int(counts.sum()))
     plan["file"] = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
     offset = (np.arange(len(plan), dtype=np.int64) - np.repeat(starts, counts)) * block_size

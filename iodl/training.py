@@ -6,7 +6,6 @@ steps really overlap the emulated compute (a sleep, never a spin). Python runs o
 """
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -15,14 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _native, plan
-from .engine import open_engine, open_for_read, raise_for_errors
+from .cursor import Cancelled, Cursor, ShardFiles
+from .engine import open_engine
 from .metrics import LIVE_STEPS, RankResult
 
 WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
-
-
-class _Cancelled(Exception):
-    """The reader's engine was cancelled: the run is stopping, not failing."""
 
 
 STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch")
@@ -101,9 +97,6 @@ class SampleStream:
             layout = (np.asarray(self._sample_ends(shard)), plan.shard_plan([self._sizes[shard]], self._bs))
             self._layouts[shard] = layout
         return layout
-
-    def size_of(self, shard: int) -> int:
-        return int(self._sizes[shard])
 
     def _start_shard(self) -> bool:
         """Begin the next shard of this epoch's share; False at the share's end (the next
@@ -223,29 +216,19 @@ class StepRecords:
 
 
 class _Reader(threading.Thread):
-    """Fetches whole batches through the engine, `prefetch` ahead of the compute loop."""
+    """Fetches whole batches through the cursor, `prefetch` ahead of the compute loop."""
 
-    def __init__(self, stream: SampleStream, paths, cfg: StepConfig, engine, result: RankResult, t0_ns: int):
+    def __init__(self, stream: SampleStream, files: ShardFiles, cfg: StepConfig, cursor: Cursor):
         super().__init__(daemon=True, name="iodl-reader")
-        self.stream, self.paths, self.cfg, self.engine, self.result, self.t0 = stream, paths, cfg, engine, result, t0_ns
+        self.stream, self.files, self.cfg, self.cursor = stream, files, cfg, cursor
         self.out: queue.Queue = queue.Queue(maxsize=max(cfg.prefetch, 1))
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        self.fds: dict[int, int] = {}
-
-    def _fd(self, shard: int) -> int:
-        if shard not in self.fds:
-            if self.cfg.engine == "null" and self.paths is None:
-                self.fds[shard] = -1              # no dataset: the null engine never touches fds
-            else:
-                # the size the dataset promises: a shorter (truncated) shard is refused by name
-                self.fds[shard] = open_for_read(self.paths[shard], self.cfg.direct, self.stream.size_of(shard))
-        return self.fds[shard]
 
     def fetch(self) -> int:
         """Read what the next batch needs; returns the batch's bytes (its samples' sizes)."""
         segments, consumed = self.stream.take(self.cfg.batch_size)
-        fds = [self._fd(shard) for shard, _rows, _done in segments]
+        shards = [shard for shard, _rows, _done in segments]
         if len(segments) == 1:
             rows = segments[0][1]            # one shard's plan: its file column is already 0
         else:
@@ -254,21 +237,12 @@ class _Reader(threading.Thread):
                 part = part.copy()
                 part["file"] = i
                 parts.append(part)
-            rows = np.concatenate(parts) if parts else np.empty(0, dtype=plan.PLAN_DTYPE)
-        stats = self.engine.run(fds, rows, self.result.hist, **self.result.engine_args(self.t0))
-        self.result.add(stats, self.t0)
-        if stats.get("interrupted"):
-            raise _Cancelled()
-        raise_for_errors(stats, rows, [self.paths[s] if self.paths else f"shard {s}" for s, _r, _d in segments])
+            rows = np.concatenate(parts) if parts else plan.new_plan(0)
+        self.cursor.run(self.files.open(shards), rows, self.files.names(shards))
         for shard, _rows, done in segments:
-            if done and shard in self.fds:
-                self._close(shard)
+            if done:
+                self.files.close(shard)
         return consumed
-
-    def _close(self, shard: int) -> None:
-        fd = self.fds.pop(shard)
-        if fd >= 0:
-            os.close(fd)
 
     def run(self) -> None:
         try:
@@ -280,7 +254,7 @@ class _Reader(threading.Thread):
                         break
                     except queue.Full:
                         continue
-        except _Cancelled:
+        except Cancelled:
             pass
         except BaseException as exc:  # the compute loop looks at it every slice of its wait
             self.error = exc
@@ -304,11 +278,10 @@ class _Reader(threading.Thread):
         """Stop reading: the engine's cancel() ends a read in progress within ~100 ms (plus the
         bounded drain of what is in flight), so this never waits for slow storage."""
         self.stop.set()
-        self.engine.cancel()
+        self.cursor.engine.cancel()
         self.join(timeout=5)
         if not self.is_alive():
-            for shard in list(self.fds):
-                self._close(shard)
+            self.files.close_all()
 
 
 def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple[int, int]:
@@ -349,7 +322,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     if cfg.fixed_window:
         # reads count by their completion time inside the window, as storage-only's do
         result.window_ns = (t0 + int(cfg.ramp_s * 1e9), t0 + int(run_until * 1e9))
-    reader = _Reader(stream, paths, cfg, engine, result, t0)
+    reader = _Reader(stream, ShardFiles(paths, sizes, cfg.direct), cfg, Cursor(engine, result, t0))
     prefetching = cfg.prefetch > 0
     if prefetching:
         reader.start()
@@ -375,7 +348,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
                     # the barrier stands in for the gradient all-reduce; it also agrees on stopping
                     flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0))
                     want_stop, interrupted = bool(flags & 1), bool(flags & 2)
-            except (KeyboardInterrupt, _Cancelled):
+            except (KeyboardInterrupt, Cancelled):
                 # a stop request seen mid-step (waiting for data, computing, at the barrier): every
                 # rank got the signal too, so none waits for this one; the unfinished step is dropped
                 partial = True
@@ -393,14 +366,13 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
                 break
             if on_epoch and step % steps_per_epoch == 0:
                 on_epoch(step // steps_per_epoch)
-    except (KeyboardInterrupt, _Cancelled):
+    except (KeyboardInterrupt, Cancelled):
         partial = True   # the signal landed between two steps' waits
     finally:
         if prefetching:
             reader.close()
         if not reader.is_alive():
-            for shard in list(reader.fds):
-                reader._close(shard)
+            reader.files.close_all()
             engine.close()
     result.epochs_checked, result.epochs_wrong = stream.epochs_checked, stream.epochs_wrong
     return result, records.array(), partial, steps_per_epoch

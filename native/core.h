@@ -61,8 +61,10 @@ int iodl_reads_accounted(int fd, const struct stat *sb);
 /* 0 (*out set), IODL_NOT_MEASURABLE, or -errno (*failed names the call) */
 int iodl_resident_bytes(int fd, uint64_t offset, uint64_t len, uint64_t *out, const char **failed);
 
-struct iodl_plan_row {		/* iodl.engine.PLAN_DTYPE */
-	uint64_t file, offset, length;
+enum { IODL_OP_READ, IODL_OP_WRITE, IODL_OP_FSYNC };	/* iodl.plan.OP_*: engines run reads */
+
+struct iodl_plan_row {		/* iodl.plan.PLAN_DTYPE */
+	uint64_t file, offset, length, op;
 };
 
 struct iodl_run_args {

@@ -204,8 +204,9 @@ static void format_bare(const char *fmt, char *out, size_t n)
 
 /*
  * The plan, copied into C memory: the loop reads it with the GIL released, when another thread
- * could change the caller's array. A 1-d PLAN_DTYPE array, or a C-contiguous (n, 3) array of
- * uint64, or of int64 without negative values. Returns a PyMem block or NULL (exception set).
+ * could change the caller's array. A 1-d PLAN_DTYPE array, or a C-contiguous (n, 4) array of
+ * uint64 (file, offset, length, op) or (n, 3) (reads), or the same of int64 without negative
+ * values. Every row's op must be a read. Returns a PyMem block or NULL (exception set).
  */
 static struct iodl_plan_row *get_plan(PyObject *obj, size_t *nrows)
 {
@@ -213,6 +214,7 @@ static struct iodl_plan_row *get_plan(PyObject *obj, size_t *nrows)
 	struct iodl_plan_row *rows = NULL;
 	char fmt[64];
 	int is_signed = 0, ok = 0;
+	Py_ssize_t cols = 4;
 
 	if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
 		PyErr_Clear();
@@ -220,28 +222,46 @@ static struct iodl_plan_row *get_plan(PyObject *obj, size_t *nrows)
 	}
 	format_bare(view.format ? view.format : "B", fmt, sizeof(fmt));
 	if (view.ndim == 1 && view.itemsize == sizeof(struct iodl_plan_row))
-		ok = !strcmp(fmt, "T{L:file:L:offset:L:length:}") || !strcmp(fmt, "T{Q:file:Q:offset:Q:length:}");
-	else if (view.ndim == 2 && view.shape[1] == 3 && view.itemsize == 8 && fmt[0] && !fmt[1] &&
-		 strchr("LQlq", fmt[0])) {
+		ok = !strcmp(fmt, "T{L:file:L:offset:L:length:L:op:}") || !strcmp(fmt, "T{Q:file:Q:offset:Q:length:Q:op:}");
+	else if (view.ndim == 2 && (view.shape[1] == 3 || view.shape[1] == 4) && view.itemsize == 8 && fmt[0] &&
+		 !fmt[1] && strchr("LQlq", fmt[0])) {
 		ok = 1;
+		cols = view.shape[1];
 		is_signed = fmt[0] == 'l' || fmt[0] == 'q';
 	}
 	if (!ok) {
 		PyBuffer_Release(&view);
 		goto bad;
 	}
-	*nrows = (size_t)view.len / sizeof(struct iodl_plan_row);
-	rows = PyMem_Malloc(*nrows ? *nrows * sizeof(*rows) : 1);
+	*nrows = (size_t)view.len / (size_t)(cols * 8);
+	rows = PyMem_Calloc(*nrows ? *nrows : 1, sizeof(*rows));
 	if (!rows) {
 		PyBuffer_Release(&view);
 		PyErr_NoMemory();
 		return NULL;
 	}
-	memcpy(rows, view.buf, *nrows * sizeof(*rows));
+	if (cols == 4) {
+		memcpy(rows, view.buf, *nrows * sizeof(*rows));
+	} else {		/* (n, 3): reads; op stays 0 (IODL_OP_READ) */
+		const uint64_t *in = view.buf;
+
+		for (size_t i = 0; i < *nrows; i++) {
+			rows[i].file = in[3 * i];
+			rows[i].offset = in[3 * i + 1];
+			rows[i].length = in[3 * i + 2];
+		}
+	}
 	PyBuffer_Release(&view);
-	for (size_t i = 0; is_signed && i < *nrows; i++) {
-		if ((int64_t)rows[i].file < 0 || (int64_t)rows[i].offset < 0 || (int64_t)rows[i].length < 0) {
-			PyErr_Format(PyExc_ValueError, "plan row %zu: negative file, offset or length", i);
+	for (size_t i = 0; i < *nrows; i++) {
+		if (is_signed && ((int64_t)rows[i].file < 0 || (int64_t)rows[i].offset < 0 ||
+				  (int64_t)rows[i].length < 0 || (int64_t)rows[i].op < 0)) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: negative file, offset, length or op", i);
+			PyMem_Free(rows);
+			return NULL;
+		}
+		if (rows[i].op != IODL_OP_READ) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: op %llu: the engines run reads (op 0) only",
+				     i, (unsigned long long)rows[i].op);
 			PyMem_Free(rows);
 			return NULL;
 		}
@@ -249,7 +269,7 @@ static struct iodl_plan_row *get_plan(PyObject *obj, size_t *nrows)
 	return rows;
 bad:
 	PyErr_SetString(PyExc_ValueError, "plan must be a contiguous array of PLAN_DTYPE rows, or of shape "
-			"(n, 3) with dtype uint64 or int64 (file, offset, length)");
+			"(n, 4) or (n, 3) with dtype uint64 or int64 (file, offset, length[, op])");
 	return NULL;
 }
 

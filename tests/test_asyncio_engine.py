@@ -119,7 +119,7 @@ def test_window_counts_only_completions_inside_it(datafile):
     window, about 3/4 (the run's own rate, so the VM's load largely cancels)."""
     size = os.path.getsize(datafile)
     rows = 200_000
-    plan = np.empty(rows, dtype=PLAN_DTYPE)
+    plan = np.zeros(rows, dtype=PLAN_DTYPE)
     plan["file"], plan["offset"], plan["length"] = 0, (np.arange(rows) * 4096) % size, 4096
     fd = open_for_read(datafile, False)
     try:

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import IodlError
+from ..plan import new_plan  # the engine's row type (numpy only: importable without the engine)
 from .jobfile import Job, JobFileError
-
-from ..plan import PLAN_DTYPE  # the engine's row type (numpy only: importable without the engine)
 from .layout import FileSpec, clone_files, min_bs, open_input
+
 
 def _engine_module():
     """The C engine, imported when a run starts (parsing and job checks work without it)."""
@@ -36,7 +36,7 @@ ENGINES = {"libaio": "aio", "io_uring": "uring", "psync": "psync", "sync": "psyn
            "pvsync2": "psync", "null": "null"}
 SYNC_ENGINES = {"psync"}
 SERVICE_TYPES = ("roundrobin", "sequential", "random")
-MAX_PLAN_ROWS = 1 << 20   # rows per engine call at most (memory: 24 B a row)
+MAX_PLAN_ROWS = 1 << 20   # rows per engine call at most (memory: 32 B a row)
 PLAN_TARGET_ROWS = 1 << 16   # time_based, unpaced: passes joined into one call up to this many rows
 DISTINCT_PASSES = 32         # of which at most this many are drawn anew (Python time before the run)
 
@@ -230,7 +230,7 @@ def pass_plan(plan: JobPlan, files: list[FileSpec], rng: np.random.Generator) ->
         turn = np.empty(len(slots), dtype=np.int64)      # turn of each (file, chunk), chunks numbered by file
         turn[starts[slots] + nth] = np.arange(len(slots))
         order = np.lexsort((index_in_file, turn[np.repeat(starts, counts) + chunk]))
-    out = np.empty(len(order), dtype=PLAN_DTYPE)
+    out = new_plan(len(order))
     out["file"] = file_ids[order]
     out["offset"] = np.concatenate([o for o, _ in streams])[order] if len(order) else 0
     out["length"] = np.concatenate([ln for _, ln in streams])[order] if len(order) else 0
@@ -253,6 +253,23 @@ class CloneResult:
     slat_hist: np.ndarray | None = None   # submit call entered -> returned (fio's slat_ns; empty for psync)
     depth: np.ndarray | None = None
     error: str = ""
+    measure_ns: tuple[int, int] = (0, 0)   # the measured window on the engine's clock: (ramp end, end or 0)
+    first_ns: int = 0                      # first and last counted completion
+    last_ns: int = 0
+
+    # iodl.cursor.Counters: the cursor counts a clone's runs as a rank's
+    def engine_args(self, t0_ns: int) -> dict:
+        return {"window_start_ns": self.measure_ns[0], "window_end_ns": self.measure_ns[1],
+                "clat_hist": self.clat_hist, "slat_hist": self.slat_hist}
+
+    def add(self, st: dict, t0_ns: int) -> None:
+        if not st["ios"]:
+            return
+        self.first_ns = self.first_ns or st["t_start_ns"]
+        self.last_ns = st["t_end_ns"]
+        self.bytes += st["bytes"]
+        self.ios += st["ios"]
+        self.depth += np.asarray(st["depth"], dtype=np.int64)
 
 
 def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None = None) -> CloneResult:
@@ -319,13 +336,17 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     only when a request's queue time is comparable to the ramp (a throttled mount, deep queues).
     """
     from .._native import monotonic_ns as now
+    from ..cursor import Cursor
 
     t0 = now() + plan.startdelay_ns
     while now() < t0:
         time.sleep((t0 - now()) / 1e9)
     ramp_end = t0 + plan.ramp_ns
     end = ramp_end + plan.runtime_ns if plan.runtime_ns else 0
-    first_ns = last_ns = 0
+    # one run spans the ramp's end: the queue stays full across the boundary, as in fio
+    res.measure_ns = (ramp_end, end)
+    cursor = Cursor(engine, res, t0)
+    names = [f.path for f in plan.files[res.jobnum]]
     cpu0 = _cpu()
     budget_bytes = plan.io_limit or 0
     budget_ios = plan.number_ios or 0
@@ -354,26 +375,18 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             passes += k - 1
         while len(rows):
             if end and now() >= end:
-                return _finish(res, first_ns, last_ns, cpu0)
+                return _finish(res, cpu0)
             part = rows[:MAX_PLAN_ROWS]
             if budget_ios and now() >= ramp_end:
                 part = part[: max(0, budget_ios - res.ios)]
-            # one run spans the ramp's end: the queue stays full across the boundary, as in fio
-            st = engine.run(fds, part, res.hist, deadline_ns=end, window_start_ns=ramp_end, window_end_ns=end,
-                            clat_hist=res.clat_hist, slat_hist=res.slat_hist)
-            _engine_module().raise_for_errors(st, part, [f.path for f in plan.files[res.jobnum]])
+            st = cursor.run(fds, part, names, deadline_ns=end)
             if st["ios"]:
-                first_ns = first_ns or st["t_start_ns"]
-                last_ns = st["t_end_ns"]
-                res.bytes += st["bytes"]
-                res.ios += st["ios"]
-                res.depth += np.asarray(st["depth"], dtype=np.int64)
                 if budget_bytes and res.bytes >= budget_bytes and not plan.time_based:
-                    return _finish(res, first_ns, last_ns, cpu0)
+                    return _finish(res, cpu0)
                 if budget_ios and res.ios >= budget_ios:
-                    return _finish(res, first_ns, last_ns, cpu0)
+                    return _finish(res, cpu0)
             rows = rows[st["done"]:]
-    return _finish(res, first_ns, last_ns, cpu0)
+    return _finish(res, cpu0)
 
 
 def _cpu() -> float:
@@ -381,8 +394,8 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _finish(res: CloneResult, first_ns: int, last_ns: int, cpu0) -> None:
-    res.window_ns = max(0, last_ns - first_ns)
+def _finish(res: CloneResult, cpu0) -> None:
+    res.window_ns = max(0, res.last_ns - res.first_ns)
     res.cpu_s = _cpu() - cpu0 if cpu0 is not None else 0.0
 
 

@@ -131,7 +131,7 @@ def test_deadline_stops_submitting_and_drains(tmp_path, name, direct):
     size = 4 << 20
     paths = make_files(tmp_path, [size])
     rows = 200_000
-    plan = np.empty(rows, dtype=PLAN_DTYPE)
+    plan = np.zeros(rows, dtype=PLAN_DTYPE)
     plan["file"] = 0
     plan["offset"] = (np.arange(rows) * ALIGN) % size
     plan["length"] = ALIGN
@@ -570,7 +570,7 @@ def test_live_counts_the_ramp_and_the_series_only_the_window(tmp_path, name, dir
     size = 4 << 20
     paths = make_files(tmp_path, [size])
     rows = 200_000
-    plan = np.empty(rows, dtype=PLAN_DTYPE)
+    plan = np.zeros(rows, dtype=PLAN_DTYPE)
     plan["file"], plan["offset"], plan["length"] = 0, (np.arange(rows) * ALIGN) % size, ALIGN
     kw = {"delay_ns": 200_000} if name == "null" else {}
     series = np.zeros((10, SW), dtype=np.int64)

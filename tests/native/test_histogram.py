@@ -90,7 +90,7 @@ def test_merge_is_addition():
 def test_engine_fills_the_bucket_of_each_latency():
     """One null request with a delay: its sample lands in the bucket of the exact max_ns it reports."""
     h = histogram.empty()
-    plan = np.array([(0, 0, 1)], dtype=[("file", "<u8"), ("offset", "<u8"), ("length", "<u8")])
+    plan = np.array([(0, 0, 1, 0)], dtype=[("file", "<u8"), ("offset", "<u8"), ("length", "<u8"), ("op", "<u8")])
     with _native.Engine("null", delay_ns=1_000_000) as eng:
         st = eng.run([-1], plan, h)
     assert h.sum() == 1 and h[_native.hist_index(st["max_ns"])] == 1
