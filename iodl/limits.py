@@ -36,11 +36,10 @@ DIRECT_ALIGN = 4096                # O_DIRECT request sizes (the engine's ALIGN)
 FD_HEADROOM = 64                   # descriptors kept for MPI, logs and the interpreter
 
 # Memory per plan row (a request: file, offset, length, op = 32 bytes, iodl.plan.PLAN_DTYPE) at the
-# peak, measured with /usr/bin/time on 89M- and 134M-row plans of 24-byte rows (47 and 71 bytes),
-# plus the op column in the row and in the engine's copy:
+# peak, measured as RSS above the same run with 1 MiB requests (tests/test_bad_input.py):
 PLAN_ROW = 32
 GROUP_ROW_PEAK = 64    # storage-only/validate: the row, shard_plan's int64 temporaries, the engine's copy
-STEP_ROW_PEAK = 88     # a step: the shards' rows renumbered, concatenated, and the engine's copy
+STEP_ROW_PEAK = 104    # a step: the shards' rows renumbered, concatenated, and the engine's copy (measured 95)
 
 
 def cli_float(text: str):

@@ -1,36 +1,63 @@
 """Patterns: when each rank reads (and, for DL patterns, computes and synchronises).
 
-A pattern drives one engine per rank through a plan, a group of whole shards at a time, and
-folds the engine's counters into a RankResult. Python works per group of shards, never per I/O.
+A pattern is registered here with what `iodl read` needs to know of it (Pattern) and runs one
+rank's part of a run (Run) through the cursor into that rank's RankResult; a new pattern is one
+module that registers itself. storage-only and validate live here (a group of whole shards at a
+time), train-sync and infer-async in iodl.training. Python works per group or step, never per I/O.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from . import _native, plan
 from .cursor import Cancelled, Cursor, ShardFiles
 from .engine import available_engines, check_engine, open_engine
+from .config import ReadConfig
 from .errors import UsageError
 from .metrics import RankResult
 
-PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
-STEP_PATTERNS = ("train-sync", "infer-async")
+
+@dataclass(frozen=True)
+class Pattern:
+    """A read pattern as `iodl read` drives it."""
+    name: str                    # one of workload.PATTERNS (the names a workload file may give)
+    steps: bool                  # emulates accelerators: a StepConfig, step records, the train block, AU
+    fixed_window: Callable[[ReadConfig], bool]   # measured over [ramp, ramp + duration], fixed in advance
+    run: Callable[["Run"], tuple[np.ndarray | None, bool]]   # one rank: (step records or None, partial)
 
 
 @dataclass
-class ReadConfig:
-    pattern: str
-    engine: str
-    direct: bool
-    iodepth: int
-    block_size: int
-    duration_s: float
-    ramp_s: float
-    seed: int
-    delay_ns: int = 0
-    engine_extra: dict = field(default_factory=dict)   # e.g. the null engine's shared device
+class Run:
+    """One rank's part of a run: what every pattern is given."""
+    comm: object
+    cfg: ReadConfig              # a StepConfig for step patterns
+    paths: list[str] | None      # the mount's shards (None: the null engine without a dataset)
+    sizes: np.ndarray
+    sample_ends: Callable        # shard -> its samples' end offsets
+    mount: int
+    n_mounts: int
+    host: str
+    result: RankResult           # where to count (it may carry a series and live counters)
+    stop: Callable[[], bool]     # True once the user asked to stop
+    on_epoch: Callable | None = None   # called between epochs (step patterns)
+
+
+_REGISTRY: dict[str, Pattern] = {}
+
+
+def register(pattern: Pattern) -> Pattern:
+    _REGISTRY[pattern.name] = pattern
+    return pattern
+
+
+def registry() -> dict[str, Pattern]:
+    """Every pattern by name."""
+    from . import training  # noqa: F401  (registers train-sync and infer-async)
+
+    return _REGISTRY
 
 
 def choose_engine(requested: str, direct: bool) -> str:
@@ -128,3 +155,13 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
         walk.close()
         engine.close()
     return result
+
+
+def _reads(run: Run) -> tuple[None, bool]:
+    run_reads(run.comm, run.cfg, run.paths, run.sizes, run.mount, run.n_mounts, run.host, result=run.result,
+              stop_flag=run.stop)
+    return None, False
+
+
+register(Pattern("storage-only", steps=False, fixed_window=lambda cfg: True, run=_reads))
+register(Pattern("validate", steps=False, fixed_window=lambda cfg: False, run=_reads))

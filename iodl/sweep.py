@@ -28,7 +28,6 @@ from .errors import IodlError, UsageError
 
 from .result import SWEEP as SCHEMA
 LAUNCH = "mpiexec per point"
-STEP_PATTERNS = ("train-sync", "infer-async")   # the patterns that measure AU
 PARTIAL_EXIT = 130                               # `iodl read` stopped by a signal: result written, partial
 STOP_GRACE_S = 15.0                              # after SIGINT, time a point gets to write its partial result
 

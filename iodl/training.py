@@ -16,40 +16,14 @@ import numpy as np
 from . import _native, plan
 from .cursor import Cancelled, Cursor, ShardFiles
 from .engine import open_engine
+from .config import StepConfig
 from .metrics import LIVE_STEPS, RankResult
+from .patterns import Pattern, Run, register
 
 WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
 
 
 STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch")
-
-
-@dataclass
-class StepConfig:
-    pattern: str                 # train-sync | infer-async
-    engine: str
-    direct: bool
-    iodepth: int
-    block_size: int
-    seed: int
-    batch_size: int
-    compute_time_s: float
-    prefetch: int
-    sampling: str = "epoch"      # epoch: a seeded permutation per epoch split over ranks | random
-    shuffle: str = "file"        # none | file | sample | file+sample (workload.SHUFFLES)
-    shuffle_size: int = 1024     # samples in the sample-shuffle buffer (tf.data's and DLIO's shuffle_size)
-    epochs: int = 1
-    steps: int = 0               # total steps; 0: as many as the epochs need
-    duration_s: float = 0.0      # stop at the first step boundary after ramp + this (0: no limit)
-    ramp_s: float = 0.0          # infer-async: unmeasured seconds before the measured window
-    delay_ns: int = 0
-    engine_extra: dict = field(default_factory=dict)   # e.g. the null engine's shared device
-
-    @property
-    def fixed_window(self) -> bool:
-        """infer-async's ranks are not in step: the measured window is fixed in advance,
-        [ramp, ramp + duration] after the start barrier, and every rank reads through it."""
-        return self.pattern == "infer-async" and self.duration_s > 0
 
 
 def buffer_size(shuffle: str, shuffle_size: int, samples_per_shard: int) -> int:
@@ -376,6 +350,18 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
             engine.close()
     result.epochs_checked, result.epochs_wrong = stream.epochs_checked, stream.epochs_wrong
     return result, records.array(), partial, steps_per_epoch
+
+
+def _steps(run: Run) -> tuple[np.ndarray, bool]:
+    members = plan.ranks_of_mount(run.mount, run.n_mounts, run.comm.size)
+    _result, records, partial, _spe = run_steps(run.comm, run.cfg, run.paths, run.sizes, run.sample_ends, run.mount,
+                                                members.index(run.comm.rank), len(members), run.host, run.stop,
+                                                result=run.result, on_epoch=run.on_epoch)
+    return records, partial
+
+
+register(Pattern("train-sync", steps=True, fixed_window=lambda cfg: False, run=_steps))
+register(Pattern("infer-async", steps=True, fixed_window=lambda cfg: cfg.fixed_window, run=_steps))
 
 
 def _col(a: np.ndarray, name: str) -> np.ndarray:

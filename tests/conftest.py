@@ -13,6 +13,8 @@ an exception other than a failed assert is a failure on any host.
 """
 import functools
 import os
+import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -20,6 +22,7 @@ from pytest_rerunfailures import get_reruns_count   # the plugin that owns `flak
 
 from iodl import probe
 from iodl.groundtruth import CpuSteal
+from tests.helpers import NotJudged
 
 pytest_plugins = ["pytester"]   # tests/test_timing_claims.py runs small suites under this conftest
 
@@ -88,10 +91,17 @@ def pytest_runtest_call(item):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if item.get_closest_marker("flaky") is None or call.when != "call" or not report.failed:
+    if call.when != "call" or not report.failed:
+        return
+    last = getattr(item, "execution_count", 1) > (get_reruns_count(item) or 0)
+    if last and call.excinfo is not None and call.excinfo.errisinstance(NotJudged):
+        # the test saw that this machine cannot judge its claim now (e.g. the device was contended)
+        report.outcome = NOT_JUDGED
+        report.iodl_reason = str(call.excinfo.value)
+        return
+    if item.get_closest_marker("flaky") is None:
         return
     stolen = getattr(item, "_iodl_steal", 0.0)
-    last = getattr(item, "execution_count", 1) > (get_reruns_count(item) or 0)
     # only a claim that did not hold (an assert) can be excused; a crash is a crash on any host
     claim = call.excinfo is not None and call.excinfo.errisinstance(AssertionError)
     if last and claim and stolen > STOLEN:
@@ -108,10 +118,12 @@ def pytest_report_teststatus(report):
 
 def pytest_terminal_summary(terminalreporter):
     reports = terminalreporter.stats.get(NOT_JUDGED, [])
-    lines = [f"{r.nodeid}: the hypervisor stole {100 * r.iodl_stolen:.1f}% of the CPU; {_crash(r)}" for r in reports]
+    lines = [f"{r.nodeid}: {r.iodl_reason}" if hasattr(r, "iodl_reason") else
+             f"{r.nodeid}: the hypervisor stole {100 * r.iodl_stolen:.1f}% of the CPU; {_crash(r)}" for r in reports]
     if lines:
         terminalreporter.write_sep("=", f"timing claims not judged (the hypervisor stole > {100 * STOLEN:.0f}% "
-                                        "of the CPU during the last attempt)", yellow=True)
+                                        "of the CPU during the last attempt, or the test saw it could not judge)",
+                                   yellow=True)
         for line in lines:
             terminalreporter.write_line(f"NOT JUDGED {line}")
     path = os.environ.get("IODL_NOT_JUDGED")
@@ -124,3 +136,39 @@ def _crash(report) -> str:
     """The failed assertion's one line, as pytest's short summary would show it."""
     crash = getattr(report.longrepr, "reprcrash", None)
     return crash.message.splitlines()[0] if crash and crash.message else "failed"
+
+
+# An iodl an ordinary user can run (uid 65534 through setpriv): the test interpreter may live in
+# root's home (mode 700), so the user gets a venv of Debian's system python3 in a world-readable
+# temporary directory with a copy of this checkout installed, built once per session.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture(scope="session")
+def nobody_iodl():
+    """The path of an `iodl` that uid 65534 can run: a venv of /usr/bin/python3 in a
+    world-readable directory, with a copy of this checkout installed into it."""
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import venv, ensurepip, sysconfig; "
+                            "print(sysconfig.get_paths()['include'])"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        require_or_skip("root", False, f"{SYSTEM_PYTHON} cannot make a venv (apt-get install python3-venv python3-dev): "
+                        f"{probe.stderr.strip()[-200:]}")
+    if not os.path.exists(os.path.join(probe.stdout.strip(), "Python.h")):
+        require_or_skip("root", False, f"{SYSTEM_PYTHON} has no headers to build iodl's C engine (apt-get install python3-dev)")
+    top = tempfile.mkdtemp(prefix="iodl-nobody-", dir="/var/tmp")
+    os.chmod(top, 0o755)
+    src, venv = os.path.join(top, "src"), os.path.join(top, "venv")
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "venv", "build", "*.egg-info",
+                                                             "__pycache__", "*.so", ".pytest_cache", "bench"))
+    try:
+        for cmd in ([SYSTEM_PYTHON, "-m", "venv", venv],
+                    [os.path.join(venv, "bin", "pip"), "install", "--quiet", "--disable-pip-version-check", src]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if proc.returncode != 0:
+                require_or_skip("root", False, f"could not build the venv for uid 65534 ({' '.join(cmd[:3])}): "
+                                f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+        subprocess.run(["chmod", "-R", "a+rX", top], check=True)
+        yield os.path.join(venv, "bin", "iodl")
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -10,6 +10,15 @@ import sys
 BIN = os.path.dirname(sys.executable)
 
 
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]   # run as an ordinary user
+
+
+class NotJudged(Exception):
+    """Raised by a test that sees this machine cannot judge its claim right now (a contended
+    device, say): reported "not judged" and counted, never passed, skipped or failed
+    (tests/conftest.py)."""
+
+
 def mpiexec() -> str | None:
     return shutil.which("mpiexec", path=BIN + os.pathsep + os.environ.get("PATH", ""))
 

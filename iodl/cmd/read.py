@@ -11,7 +11,7 @@ HELP = "replay a read pattern against one or more dataset roots"
 
 def add_arguments(p) -> None:
     from ..limits import cli_float, cli_int   # numbers are bounded in _setup: a bad one is one line, no usage block
-    from ..patterns import PATTERNS
+    from ..workload import PATTERNS
 
     p.add_argument("--pattern", choices=PATTERNS, help="the schedule (default: the workload's, e.g. train-sync)")
     p.add_argument("--workload", metavar="NAME|FILE",
@@ -53,7 +53,8 @@ def _setup(comm, args):
     from .. import cache, limits
     from ..dataset import workload_for_roots
     from ..errors import UsageError
-    from ..patterns import ReadConfig, choose_engine
+    from ..config import ReadConfig
+    from ..patterns import choose_engine
 
     # every number bounded here, on every rank, before any I/O (bounds: iodl/limits.py)
     given_block = limits.check_read_options(args)
@@ -189,7 +190,7 @@ def run(args) -> int:
     from ..comm import NodeShared, RanksNotAnswering, SerialComm, collective
     from ..errors import UsageError
     from ..metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
-    from ..patterns import STEP_PATTERNS, run_reads
+    from ..patterns import Run, registry
     from ..plan import mount_of, ranks_of_mount
     from ..report import SCHEMA, make_console, print_result, write_result
     from ..sizing import demand_MBps, sizing_block, workload_demand_MBps
@@ -198,7 +199,8 @@ def run(args) -> int:
     comm = comm_mod.world()
     wl, cfg = collective(comm, lambda: _setup(comm, args))
     roots = [os.path.abspath(r) for r in args.root]
-    synthetic = cfg.engine == "null" and not roots and cfg.pattern in STEP_PATTERNS
+    pattern = registry()[cfg.pattern]
+    synthetic = cfg.engine == "null" and not roots and pattern.steps
     if synthetic:
         roots = ["(null: no dataset)"]
     elif not roots:
@@ -248,24 +250,25 @@ def run(args) -> int:
         for line in cache.small_dataset_warnings(cache.node_view(probes, [])):
             console.print(f"[yellow]warning:[/] {line}")
     on_epoch = (lambda _epoch: cache.drop()) if args.drop_caches == "epoch" and leader else None
-    scfg = members = None
-    if cfg.pattern in STEP_PATTERNS:
-        from ..training import StepConfig, planned_steps
+    scfg = None
+    if pattern.steps:
+        from dataclasses import fields
+
+        from ..config import StepConfig
+        from ..training import planned_steps
 
         members = ranks_of_mount(mount, len(roots), comm.size)
-        scfg = StepConfig(pattern=cfg.pattern, engine=cfg.engine, direct=cfg.direct, iodepth=cfg.iodepth,
-                          block_size=cfg.block_size, seed=cfg.seed,
+        scfg = StepConfig(**{f.name: getattr(cfg, f.name) for f in fields(cfg)},
                           batch_size=args.batch_size or wl.train.batch_size,
                           compute_time_s=args.compute_time if args.compute_time is not None else wl.train.compute_time_s,
                           prefetch=args.prefetch if args.prefetch is not None else wl.train.prefetch,
                           sampling=args.sampling, shuffle=args.shuffle or wl.train.shuffle,
                           shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
-                          steps=args.steps or 0, duration_s=cfg.duration_s, ramp_s=cfg.ramp_s,
-                          delay_ns=cfg.delay_ns, engine_extra=cfg.engine_extra)
+                          steps=args.steps or 0)
         total_steps, _spe = planned_steps(scfg, sum(len(sample_ends(i)) for i in range(len(sizes))), len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
-    fixed_window = cfg.pattern == "storage-only" or (scfg is not None and scfg.fixed_window)
+    fixed_window = pattern.fixed_window(scfg or cfg)
     progress = None
     if comm.rank == 0 and (args.progress == "on" or (args.progress == "auto" and console.is_terminal)):
         from ..progress import Progress
@@ -279,16 +282,9 @@ def run(args) -> int:
     records = None
     try:
         stop.arm()
-        if scfg is not None:
-            from ..training import run_steps
-
-            mine, records, partial, _spe = run_steps(comm, scfg, paths, sizes, sample_ends, mount,
-                                                     members.index(comm.rank), len(members), host, stop,
-                                                     result=mine, on_epoch=on_epoch)
-        else:
-            mine = run_reads(comm, cfg, paths, np.asarray(sizes), mount, len(roots), host, result=mine,
-                             stop_flag=stop)
-            partial = False
+        records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=np.asarray(sizes),
+                                           sample_ends=sample_ends, mount=mount, n_mounts=len(roots), host=host,
+                                           result=mine, stop=stop, on_epoch=on_epoch))
     except KeyboardInterrupt:
         # the signal landed outside the pattern's own waits (opening the engine, closing files):
         # what was counted is in `mine` all the same

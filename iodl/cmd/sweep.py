@@ -59,11 +59,12 @@ def _read_options(argv: list[str]):
     if opts.pattern is None:
         argv += ["--pattern", "train-sync"]   # AU needs a step pattern; the workload's may be storage-only
         opts.pattern = "train-sync"
-    from ..sweep import STEP_PATTERNS
+    from ..patterns import registry
 
-    if opts.pattern not in STEP_PATTERNS:
+    steps = [name for name, p in registry().items() if p.steps]   # the patterns that measure AU
+    if opts.pattern not in steps:
         raise UsageError(f"--pattern {opts.pattern}: a sweep measures accelerator utilisation, which only the step "
-                         f"patterns have ({', '.join(STEP_PATTERNS)})")
+                         f"patterns have ({', '.join(steps)})")
     return argv, opts
 
 

@@ -6,7 +6,8 @@ import pytest
 
 from iodl.comm import MpiComm
 from iodl.metrics import reduce_results
-from iodl.patterns import ReadConfig, run_reads
+from iodl.config import ReadConfig
+from iodl.patterns import run_reads
 from iodl.plan import mount_of
 
 pytestmark = pytest.mark.mpi

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from iodl.comm import MpiComm
-from iodl.training import StepConfig, run_steps, steps_window, summarize_steps
+from iodl.config import StepConfig
+from iodl.training import run_steps, steps_window, summarize_steps
 
 pytestmark = pytest.mark.mpi
 

@@ -7,9 +7,7 @@ setpriv) neither owns nor may write the shards, so the kernel hides their page-c
 it (mincore would call every page resident): its hit fraction must still be the device's, and
 what was resident at the start must be "not measurable", never a number.
 
-The uid 65534 run needs an iodl that user can execute: a venv of Debian's system python3 (the
-test interpreter lives in root's home, mode 700) with this checkout installed, built once per
-session in a world-readable temporary directory.
+The uid 65534 run needs an iodl that user can execute: tests/conftest.py's nobody_iodl.
 """
 from __future__ import annotations
 
@@ -24,13 +22,10 @@ import time
 import pytest
 
 from iodl.groundtruth import LoopMount, drop_caches, page_cache_drops
-from tests.helpers import load_json
+from tests.helpers import NOBODY, load_json
 
 pytestmark = [pytest.mark.root, pytest.mark.loopdev]
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SYSTEM_PYTHON = "/usr/bin/python3"
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 # The issue's bound. What the device delivers beyond the data read is what iodl's opens read of
 # the filesystem's metadata (warmed before the run, so a few kB at most) and readahead, which
 # reads inside the shards only: they are read whole, and readahead never crosses EOF.
@@ -40,35 +35,6 @@ TOLERANCE = 0.03
 def _device_read_bytes(device: str) -> int:
     with open(f"/sys/block/{os.path.basename(device)}/stat") as f:
         return int(f.read().split()[2]) * 512
-
-
-@pytest.fixture(scope="session")
-def nobody_iodl(tmp_path_factory):
-    """The path of an `iodl` that uid 65534 can run: a venv of /usr/bin/python3 in a
-    world-readable directory, with a copy of this checkout installed into it."""
-    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import venv, ensurepip, sysconfig; "
-                            "print(sysconfig.get_paths()['include'])"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"{SYSTEM_PYTHON} cannot make a venv (apt-get install python3-venv python3-dev): "
-                    f"{probe.stderr.strip()[-200:]}")
-    if not os.path.exists(os.path.join(probe.stdout.strip(), "Python.h")):
-        pytest.skip(f"{SYSTEM_PYTHON} has no headers to build iodl's C engine (apt-get install python3-dev)")
-    top = tempfile.mkdtemp(prefix="iodl-nobody-", dir="/var/tmp")
-    os.chmod(top, 0o755)
-    src, venv = os.path.join(top, "src"), os.path.join(top, "venv")
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "venv", "build", "*.egg-info",
-                                                             "__pycache__", "*.so", ".pytest_cache", "bench"))
-    try:
-        for cmd in ([SYSTEM_PYTHON, "-m", "venv", venv],
-                    [os.path.join(venv, "bin", "pip"), "install", "--quiet", "--disable-pip-version-check", src]):
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            if proc.returncode != 0:
-                pytest.skip(f"could not build the venv for uid 65534 ({' '.join(cmd[:3])}): "
-                            f"{(proc.stderr or proc.stdout).strip()[-300:]}")
-        subprocess.run(["chmod", "-R", "a+rX", top], check=True)
-        yield os.path.join(venv, "bin", "iodl")
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

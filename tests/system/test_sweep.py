@@ -8,7 +8,6 @@ analysis puts it.
 2. A blkio-throttled loop mount (the throttle T is the truth): N accelerators demanding d MB/s
    each are fed while N d <= T, so AU = min(1, T / (N d)) and the knee is floor(T / (0.9 d)).
 """
-import argparse
 import math
 import os
 import signal
@@ -47,14 +46,6 @@ iodepth = 8
     return str(path)
 
 
-def _read_has_option(flag: str) -> bool:
-    from iodl.cmd import read
-
-    parser = argparse.ArgumentParser()
-    read.add_arguments(parser)
-    return flag in parser._option_string_actions
-
-
 def _report(doc, analytic):
     """One line per point for the test log: measured AU beside the analysis."""
     for p in doc["points"]:
@@ -64,8 +55,6 @@ def _report(doc, analytic):
 
 @pytest.mark.flaky(reruns=1)  # 8 sleeping ranks on 2 noisy cores: one bounded rerun for a burst from elsewhere
 def test_null_shared_device_knee_is_the_analytic_one(tmp_path):
-    if not _read_has_option("--delay-shared"):
-        pytest.skip("iodl read has no --delay-shared yet (the null engine's emulated shared device)")
     compute_s, batch, delay_us = 0.2, 8, 5200
     r_delay = batch * delay_us / 1e6                  # device seconds one rank needs per step: 41.6 ms
     analytic = lambda n: min(1.0, compute_s / (n * r_delay))  # noqa: E731  4: 1.0, 5: 0.96, 6: 0.80, 8: 0.60

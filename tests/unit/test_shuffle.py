@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from iodl import plan
-from iodl.training import SampleStream, StepConfig, buffer_size, shard_source
+from iodl.config import StepConfig
+from iodl.training import SampleStream, buffer_size, shard_source
 
 SHARDS, PER_SHARD, RANKS, BATCH = 12, 40, 3, 16
 SIZES = np.random.default_rng(7).integers(1000, 9000, size=(SHARDS, PER_SHARD))   # sample sizes, per shard

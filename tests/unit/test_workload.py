@@ -189,3 +189,12 @@ def test_fuzzed_toml_text_only_ever_raises_usage_error(text):
         W.parse_workload(GOOD + text, "f.toml")
     except UsageError as exc:
         assert str(exc).startswith("f.toml") and "\n" not in str(exc)
+
+
+def test_every_pattern_a_workload_may_name_is_registered_once():
+    from iodl.patterns import registry
+
+    reg = registry()
+    assert sorted(reg) == sorted(W.PATTERNS)
+    assert {n for n, p in reg.items() if p.steps} == {"train-sync", "infer-async"}
+    assert all(p.name == n for n, p in reg.items())
