@@ -155,6 +155,21 @@ def rate_block(block: dict, window_s: float) -> dict:
     return block
 
 
+def steps_run_window(fixed: bool, partial: bool, ramp_s: float, duration_s: float, per_rank: list[dict],
+                     steps_span: tuple[float, float]) -> tuple[float, float]:
+    """A step pattern's window, seconds since the start barrier (docs/numbers.md, "The window"):
+    [ramp, ramp + duration] when fixed in advance (infer-async); a stopped run's first to last
+    counted completion; train-sync's steps' span, stretched to a read that completed after the
+    last step (read-ahead drained at the end) so that every counted byte is inside."""
+    ran = [p for p in per_rank if p["ios"]]
+    starts, ends = [p["t_start"] for p in ran], [p["t_end"] for p in ran]
+    if fixed and not partial:
+        return ramp_s, ramp_s + duration_s
+    if fixed:
+        return min(starts, default=0.0), max(ends, default=0.0)
+    return min([steps_span[0], *starts]), max([steps_span[1], *ends])
+
+
 def set_window(reduced: dict, window_s: float) -> None:
     """Take every block of a reduced result over one window (train-sync's: its steps' span)."""
     for block in [reduced["total"], *reduced["mounts"]]:

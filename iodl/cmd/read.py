@@ -337,21 +337,13 @@ def run(args) -> int:
     if comm.rank != 0:
         return 0
     if scfg is not None:
-        from ..metrics import set_window
+        from ..metrics import set_window, steps_run_window
         from ..training import steps_window, summarize_steps
 
         steps = [r for _m, r in all_records]
-        ran = [p for p in reduced["per_rank"] if p["ios"]]
-        if fixed_window and not partial:
-            window = (cfg.ramp_s, cfg.ramp_s + cfg.duration_s)
-        elif fixed_window:   # stopped early: the counted completions' span
-            window = (min((p["t_start"] for p in ran), default=0.0), max((p["t_end"] for p in ran), default=0.0))
-        else:
-            # train-sync: from the first step's start to the last step's end, or to the last read
-            # if one completed later (prefetch drained at the end): every counted byte is inside
-            lo, hi = steps_window(steps)
-            window = (min([lo] + [p["t_start"] for p in ran]), max([hi] + [p["t_end"] for p in ran]))
-            set_window(reduced, window[1] - window[0])
+        window = steps_run_window(fixed_window, partial, cfg.ramp_s, cfg.duration_s, reduced["per_rank"],
+                                  steps_window(steps))
+        set_window(reduced, window[1] - window[0])
         train = summarize_steps(steps, cfg.pattern, wl.metric.au_threshold, window)
         train["epochs_checked"] = sum(p["epochs_checked"] for p in reduced["per_rank"])
         train["epochs_wrong"] = sum(p["epochs_wrong"] for p in reduced["per_rank"])
