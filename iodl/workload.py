@@ -354,7 +354,12 @@ def builtin_names() -> list[str]:
 
 
 def load_workload(name_or_path: str) -> Workload:
-    """A built-in workload by name ("resnet50") or a TOML file by path."""
+    """A built-in workload by name ("resnet50"), a TOML file by path, or a DLIO / MLPerf Storage
+    YAML file (iodl/dlio.py)."""
+    from . import dlio
+
+    if dlio.looks_like_yaml(name_or_path):
+        return dlio.load(name_or_path)
     looks_like_path = os.sep in name_or_path or name_or_path.endswith(".toml") or os.path.exists(name_or_path)
     if not looks_like_path:
         resource = os.path.join(BUILTIN_DIR, name_or_path + ".toml")

@@ -7,7 +7,7 @@ HELP = "write a workload's dataset under one or more roots"
 def add_arguments(p) -> None:
     from ..limits import cli_int   # numbers are bounded by Workload.with_overrides: a bad one is one line
 
-    p.add_argument("--workload", default="tiny", metavar="NAME|FILE", help="built-in workload name or TOML file (default tiny)")
+    p.add_argument("--workload", default="tiny", metavar="NAME|FILE", help="built-in workload name, TOML file, or DLIO/MLPerf YAML file (default tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR", required=True,
                    help="dataset root (repeatable: every root gets the whole dataset; one per mount)")
     p.add_argument("--files", type=cli_int, metavar="N", help="shards per copy (default: the workload's)")

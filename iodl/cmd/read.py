@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
 
     p.add_argument("--pattern", choices=PATTERNS, help="the schedule (default: the workload's, e.g. train-sync)")
     p.add_argument("--workload", metavar="NAME|FILE",
-                   help="built-in workload name or TOML file (default: the one the dataset was generated for, else tiny)")
+                   help="built-in workload name, TOML file, or DLIO/MLPerf YAML file (default: the one the dataset was generated for, else tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="dataset root (repeatable: ranks map to roots round-robin); default: the tiny dataset in the data directory")
     p.add_argument("--engine", default="auto", help="auto, uring, aio, psync, asyncio or null (default auto: see docs/engines.md)")

@@ -1,0 +1,305 @@
+"""DLIO / MLPerf Storage workload YAML, read as iodl workloads (`--workload FILE.yaml`).
+
+Both forms DLIO uses: a workload file (top level: model, framework, workflow, dataset, reader,
+train, checkpoint, metric, ...) and the resolved config a run saves (the same under `workload:`).
+Every key DLIO knows is either honoured (it becomes an iodl workload setting), shown as
+informational (it shapes nothing iodl emulates: iodl says so), or refused with the reason; a key
+DLIO does not know is refused with its file and line. DLIO itself falls back to a default for a
+misspelt key (a `record_length_byte` silently reads 64 KiB records): iodl never does. The table
+of every key is docs/dlio.md; KEYS below is its source.
+
+Where a key is absent, DLIO's own default applies (not iodl's): e.g. no shuffling, batch 1,
+seed 123.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import UsageError
+
+HONOUR, INFO, REFUSE = "honoured", "informational", "refused"
+
+
+@dataclass(frozen=True)
+class Rule:
+    how: str                          # HONOUR, INFO or REFUSE
+    why: str                          # what iodl does with it, or why not
+    to: tuple[str, str] | None = None # HONOUR: the iodl [section] key it sets
+    conv: Callable | None = None      # HONOUR: DLIO value -> iodl value (ValueError: refused with the reason)
+
+
+def _number(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"must be a number, got {v!r}")
+    return v
+
+
+def _bytes(v) -> str:
+    # resnet50's record_length_bytes is 114660.07: a byte count is whole, so it is rounded
+    return f"{round(_number(v))}B"
+
+
+def _compute(v):
+    """computation_time: a number, or {mean, stdev} / a distribution. iodl's compute is a fixed
+    sleep per step: a spread other than 0 cannot be honoured."""
+    if isinstance(v, dict):
+        extra = {k: x for k, x in v.items() if k not in ("mean", "stdev")}
+        if extra or _number(v.get("stdev", 0)) != 0:
+            raise ValueError("iodl's compute is a fixed sleep per step: give a number (or mean with stdev 0)")
+        return _number(v.get("mean", 0))
+    return _number(v)
+
+
+def _fmt(v):
+    from .workload import FORMATS
+
+    if v not in FORMATS:
+        raise ValueError(f"iodl lays out {', '.join(FORMATS)} datasets; {v!r} is not one of them yet")
+    return v
+
+
+def _training(v):
+    if v is not True:
+        raise ValueError(f"{v!r}: iodl read emulates training (train: true); this file does not train "
+                         "(a data-generation or checkpoint-only workload)")
+    return "train-sync"
+
+
+_SHUFFLE = {"off": False, "seed": True, "random": True, False: False, True: True, None: False}
+
+
+def _shuffle_flag(v):
+    if v not in _SHUFFLE:
+        raise ValueError(f"must be off, seed or random, got {v!r}")
+    return _SHUFFLE[v]
+
+
+_IO = "shapes nothing iodl emulates"
+
+# section -> key -> Rule. DLIO's key names (dlio_benchmark utils/config.py), with 2.0.0's older
+# record_length* names, which iodl honours as DLIO 2.0.0 did.
+KEYS: dict[str, dict[str, Rule]] = {
+    "model": {
+        "name": Rule(INFO, "names the workload"),
+        "type": Rule(INFO, _IO),
+        "model_size": Rule(INFO, "the checkpoint's size: checkpoints are not emulated by iodl read"),
+        **{k: Rule(INFO, "the model's shape: sizes checkpoints, not emulated by iodl read") for k in (
+            "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size",
+            "model_datatype", "optimizer_datatype", "parallelism", "transformer", "layer_parameters",
+            "optimization_groups")},
+    },
+    "framework": {},     # a scalar section: see _SCALARS
+    "workflow": {
+        "generate_data": Rule(INFO, "iodl generate lays out the dataset"),
+        "train": Rule(HONOUR, "training: the train-sync pattern (false, a checkpoint-only workload, is refused)",
+                      ("workload", "pattern"), _training),
+        "checkpoint": Rule(INFO, "checkpoints during training are not emulated by iodl read"),
+        "evaluation": Rule(INFO, "evaluation reads are not emulated"),
+        "profiling": Rule(INFO, "DLIO's profiler: iodl measures on its own"),
+    },
+    "dataset": {
+        "format": Rule(HONOUR, "the shard format", ("dataset", "format"), _fmt),
+        "num_files_train": Rule(HONOUR, "shards", ("dataset", "files"), _number),
+        "num_samples_per_file": Rule(HONOUR, "samples per shard", ("dataset", "samples_per_file"), _number),
+        "record_length_bytes": Rule(HONOUR, "mean sample size (rounded to whole bytes)", ("dataset", "sample_size"), _bytes),
+        "record_length": Rule(HONOUR, "DLIO 2.0.0's name of record_length_bytes", ("dataset", "sample_size"), _bytes),
+        "record_length_bytes_stdev": Rule(HONOUR, "sample size spread (rounded to whole bytes)",
+                                          ("dataset", "sample_size_stdev"), _bytes),
+        "record_length_stdev": Rule(HONOUR, "DLIO 2.0.0's name of record_length_bytes_stdev",
+                                    ("dataset", "sample_size_stdev"), _bytes),
+        "record_length_bytes_resize": Rule(INFO, "the decoded tensor's size in memory: no I/O"),
+        "record_length_resize": Rule(INFO, "DLIO 2.0.0's name of record_length_bytes_resize: no I/O"),
+        "data_folder": Rule(INFO, "where the data is: give it as --root"),
+        "num_subfolders_train": Rule(INFO, "iodl generate lays out its own folders; reading honours any layout"),
+        "num_files_eval": Rule(INFO, "evaluation reads are not emulated"),
+        "num_subfolders_eval": Rule(INFO, "evaluation reads are not emulated"),
+        "num_samples_per_file_eval": Rule(INFO, "evaluation reads are not emulated"),
+        "file_prefix": Rule(INFO, "iodl names its own files"),
+        "keep_files": Rule(INFO, _IO),
+        "record_dims": Rule(INFO, "the sample's array shape: no I/O"),
+        "record_element_type": Rule(INFO, "the sample's element type: no I/O"),
+        "enable_chunking": Rule(INFO, "hdf5 chunking: iodl lays out contiguous hdf5"),
+        "chunk_size": Rule(INFO, "hdf5 chunking: iodl lays out contiguous hdf5"),
+        "compression": Rule(REFUSE, "iodl writes incompressible data uncompressed"),
+        "compression_level": Rule(REFUSE, "iodl writes incompressible data uncompressed"),
+    },
+    "reader": {
+        "batch_size": Rule(HONOUR, "samples per step per rank", ("train", "batch_size"), _number),
+        "read_threads": Rule(HONOUR, "reader threads of the input pipeline", ("read", "read_threads"), _number),
+        "file_shuffle": Rule(HONOUR, "shuffle the shard order each epoch (seed and random both: iodl is seeded)",
+                             ("train", "shuffle"), _shuffle_flag),
+        "sample_shuffle": Rule(HONOUR, "shuffle samples in a buffer of shuffle_size", ("train", "shuffle"),
+                               _shuffle_flag),
+        "shuffle_size": Rule(HONOUR, "the sample-shuffle buffer", ("train", "shuffle_size"), _number),
+        "prefetch_size": Rule(HONOUR, "batches read ahead of compute", ("train", "prefetch"), _number),
+        "data_loader": Rule(INFO, "tensorflow or pytorch: iodl reads whole shards sequentially either way"),
+        "computation_threads": Rule(INFO, _IO),
+        "transfer_size": Rule(INFO, "iodl's request size is [read] block_size (--block-size)"),
+        "batch_size_eval": Rule(INFO, "evaluation reads are not emulated"),
+        "dont_use_mmap": Rule(INFO, "iodl reads with read calls, never mmap"),
+        "odirect": Rule(INFO, "O_DIRECT is iodl read --direct"),
+        "read_type": Rule(INFO, _IO),
+        "pin_memory": Rule(INFO, _IO),
+        "multiprocessing_context": Rule(INFO, _IO),
+        "data_loader_classname": Rule(REFUSE, "custom data loaders are DLIO code"),
+        "data_loader_sampler": Rule(INFO, _IO),
+        "reader_classname": Rule(REFUSE, "custom readers are DLIO code"),
+        "preprocess_time": Rule(REFUSE, "a per-sample preprocessing time is not emulated"),
+        "preprocess_time_stdev": Rule(REFUSE, "a per-sample preprocessing time is not emulated"),
+    },
+    "train": {
+        "computation_time": Rule(HONOUR, "emulated compute per step", ("train", "compute_time_s"), _compute),
+        "computation_time_stdev": Rule(REFUSE, "iodl's compute is a fixed sleep per step"),
+        "epochs": Rule(HONOUR, "epochs", ("train", "epochs"), _number),
+        "seed": Rule(HONOUR, "seed of sizes, content and order", ("train", "seed"), _number),
+        "seed_change_epoch": Rule(INFO, "iodl's order changes every epoch"),
+        "total_training_steps": Rule(INFO, "bounds the run: give it as --steps"),
+    },
+    "evaluation": {k: Rule(INFO, "evaluation is not emulated") for k in (
+        "eval_time", "eval_time_stdev", "epochs_between_evals", "eval_after_epoch")},
+    "checkpoint": {k: Rule(INFO, "checkpoints are not emulated by iodl read") for k in (
+        "checkpoint_folder", "checkpoint_after_epoch", "epochs_between_checkpoints", "steps_between_checkpoints",
+        "model_size", "type", "checkpoint_type", "fsync", "time_between_checkpoints", "num_checkpoints_write",
+        "num_checkpoints_read", "recovery_rank_shift", "rank_sync", "mode", "randomize_tensor", "checkpoint_mechanism",
+        "checkpoint_mechanism_classname")},
+    "metric": {
+        "au": Rule(HONOUR, "the AU a rank count must reach", ("metric", "au_threshold"), _number),
+    },
+    "output": {k: Rule(INFO, "iodl writes its own output (--out)") for k in ("folder", "log_file", "metric")},
+    "profiling": {k: Rule(INFO, "DLIO's profiler: iodl measures on its own") for k in (
+        "profiler", "iostat_devices", "tensorboard")},
+}
+# sections whose value is one scalar
+_SCALARS = {"framework": Rule(INFO, "tensorflow or pytorch: iodl reads whole shards sequentially either way")}
+# the resolved config a DLIO run saves wraps the workload in `workload:`, next to hydra's own keys
+_RESOLVED_EXTRA = {"hydra", "defaults"}
+
+# DLIO's defaults (utils/config.py) where iodl's differ: a key the file leaves out means DLIO's value
+_DLIO_DEFAULTS = {("train", "batch_size"): 1, ("read", "read_threads"): 1, ("train", "epochs"): 1,
+                  ("train", "compute_time_s"): 0.0, ("train", "seed"): 123, ("train", "shuffle_size"): 1024,
+                  ("metric", "au_threshold"): 0.90, ("workload", "pattern"): "train-sync"}
+
+
+def looks_like_yaml(path: str) -> bool:
+    return path.lower().endswith((".yaml", ".yml"))
+
+
+def load(path: str):
+    """The iodl Workload a DLIO YAML file describes (UsageError with file:line otherwise)."""
+    import yaml
+
+    from .workload import workload_from_dict
+
+    label = os.path.basename(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UsageError(f"workload {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{label}: not UTF-8 text") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{label}:{mark.line + 1}" if mark else label
+        raise UsageError(f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    top = _mapping(root, label, "the file")
+    if "workload" in top:   # a run's resolved config
+        for key, (line, _v) in top.items():
+            if key != "workload" and key not in _RESOLVED_EXTRA:
+                raise UsageError(f"{label}:{line}: {key}: unknown top-level key (a resolved DLIO config holds "
+                                 "`workload:` and hydra's keys)")
+        top = _mapping(top["workload"][1], label, "workload")
+    d, lines = _translate(top, label)
+    d["workload"].setdefault("name", os.path.splitext(label)[0])
+    d["workload"]["description"] = (f"{label}: a DLIO/MLPerf Storage workload (model "
+                                    f"{d['workload'].pop('model', '?')}) read by iodl (docs/dlio.md)")
+    try:
+        return workload_from_dict({**d.pop("workload"), **d, "source": os.path.abspath(path)}, label)
+    except UsageError as exc:
+        # workload.py's checks name iodl's keys; put the DLIO key's line in front
+        msg = str(exc)
+        for (section, key), (line, dlio) in lines.items():
+            if f"[{section}] {key}:" in msg:
+                raise UsageError(f"{label}:{line}: {dlio}: {msg.split(': ', 1)[-1]}") from None
+        raise
+
+
+def _mapping(node, label: str, what: str) -> dict:
+    """{key: (line, value node)} of a YAML mapping node; duplicate keys are refused."""
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        line = node.start_mark.line + 1 if node is not None else 1
+        raise UsageError(f"{label}:{line}: {what}: must be a mapping of keys")
+    out = {}
+    for k, v in node.value:
+        key = k.value
+        if key in out:
+            raise UsageError(f"{label}:{k.start_mark.line + 1}: {key}: given twice (first at line {out[key][0]})")
+        out[key] = (k.start_mark.line + 1, v)
+    return out
+
+
+def _value(node):
+    import yaml
+
+    return yaml.constructor.SafeConstructor().construct_document(node) if node is not None else None
+
+
+def _translate(top: dict, label: str) -> tuple[dict, dict]:
+    """The iodl workload dict of a DLIO mapping, and (iodl section, key) -> (line, DLIO key)."""
+    import difflib
+
+    d: dict = {"workload": {}, "dataset": {}, "train": {}, "read": {}, "metric": {}}
+    lines: dict = {}
+    shuffle = {"file_shuffle": False, "sample_shuffle": False}
+    for section, (sline, node) in top.items():
+        if section in _SCALARS:
+            continue
+        if section not in KEYS:
+            hint = difflib.get_close_matches(section, list(KEYS) + list(_SCALARS), n=1)
+            raise UsageError(f"{label}:{sline}: {section}: unknown section"
+                             + (f" (did you mean {hint[0]}?)" if hint else ""))
+        rules = KEYS[section]
+        for key, (line, vnode) in _mapping(node, label, section).items():
+            rule = rules.get(key)
+            where = f"{label}:{line}: [{section}] {key}"
+            if rule is None:
+                hint = difflib.get_close_matches(key, rules, n=1)
+                raise UsageError(f"{where}: not a DLIO key iodl knows" + (f" (did you mean {hint[0]}?)" if hint else "")
+                                 + "; DLIO would silently use its default here, iodl refuses")
+            if rule.how == REFUSE:
+                raise UsageError(f"{where}: not honoured: {rule.why}")
+            if section == "model" and key == "name":
+                d["workload"]["model"] = str(_value(vnode))
+            if rule.how == INFO:
+                continue
+            try:
+                value = rule.conv(_value(vnode))
+            except ValueError as exc:
+                raise UsageError(f"{where}: {exc}") from None
+            if key in shuffle:
+                shuffle[key] = value
+                lines[("train", "shuffle")] = (line, f"[{section}] {key}")
+                continue
+            target_section, target_key = rule.to
+            d[target_section][target_key] = value
+            lines[(target_section, target_key)] = (line, f"[{section}] {key}")
+    both = (shuffle["file_shuffle"], shuffle["sample_shuffle"])
+    d["train"]["shuffle"] = {(False, False): "none", (True, False): "file", (False, True): "sample",
+                             (True, True): "file+sample"}[both]
+    for (section, key), value in _DLIO_DEFAULTS.items():
+        d[section].setdefault(key, value)
+    return d, lines
+
+
+def key_table() -> list[tuple[str, str, str, str]]:
+    """(section, key, how, why) of every DLIO key iodl knows: the table of docs/dlio.md."""
+    rows = [(s, k, r.how, r.why + (f" -> [{r.to[0]}] {r.to[1]}" if r.to else "")) for s, keys in KEYS.items()
+            for k, r in keys.items()]
+    rows += [(s, "", r.how, r.why) for s, r in _SCALARS.items()]
+    return rows

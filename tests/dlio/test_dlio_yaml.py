@@ -1,0 +1,106 @@
+"""DLIO / MLPerf Storage workload YAML as iodl reads it (iodl/dlio.py), with files written for
+these tests in the shapes DLIO uses (a workload file, a run's resolved config)."""
+import os
+import re
+
+import pytest
+
+from iodl import dlio
+from iodl.errors import UsageError
+from iodl.workload import load_workload
+from tests.helpers import iodl, load_json
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+UNET = os.path.join(HERE, "unet3d_like.yaml")
+RESNET = os.path.join(HERE, "resnet_like_resolved.yaml")
+DOC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "dlio.md")
+
+
+def test_a_workload_file_becomes_its_numbers():
+    w = load_workload(UNET)
+    assert (w.name, w.pattern) == ("unet3d_like", "train-sync")
+    d, t = w.dataset, w.train
+    assert (d.format, d.files, d.samples_per_file, d.sample_size, d.sample_size_stdev) == ("npz", 24, 1, 65536, 8192)
+    assert (t.batch_size, t.compute_time_s, t.epochs, t.shuffle, t.seed) == (3, 0.05, 2, "file+sample", 123)
+    assert w.read.read_threads == 4 and w.metric.au_threshold == 0.90
+
+
+def test_a_resolved_config_with_old_key_names_and_a_fractional_record():
+    w = load_workload(RESNET)
+    # record_length (DLIO 2.0.0's name) honoured; 20000.07 bytes rounded to whole bytes
+    assert (w.dataset.files, w.dataset.samples_per_file, w.dataset.sample_size) == (8, 40, 20000)
+    # no shuffle keys: DLIO's default is no shuffling, not iodl's
+    assert (w.train.batch_size, w.train.compute_time_s, w.train.shuffle, w.train.epochs) == (16, 0.02, "none", 1)
+
+
+def _variant(tmp_path, old: str, new: str) -> str:
+    text = open(UNET).read()
+    assert old in text
+    path = tmp_path / "w.yaml"
+    path.write_text(text.replace(old, new))
+    return str(path)
+
+
+def _line_of(path: str, needle: str) -> int:
+    return next(i for i, line in enumerate(open(path), start=1) if needle in line)
+
+
+@pytest.mark.parametrize("old,new,needle,says", [
+    ("record_length_bytes: 65536", "record_length_byte: 65536", "record_length_byte:",
+     "[dataset] record_length_byte: not a DLIO key iodl knows (did you mean record_length_bytes?)"),
+    ("batch_size: 3", "batch_size: three", "batch_size: three", "[reader] batch_size: must be a number"),
+    ("format: npz", "format: jpeg", "format: jpeg", "[dataset] format: iodl lays out"),
+    ("computation_time: 0.05", "computation_time: {mean: 0.05, stdev: 0.01}", "computation_time",
+     "[train] computation_time: iodl's compute is a fixed sleep"),
+    ("  train: True", "  train: False", "train: False", "[workflow] train: False: iodl read emulates training"),
+    ("metric:", "metrics:", "metrics:", "metrics: unknown section (did you mean metric?)"),
+    ("  epochs: 2", "  epochs: 2\n  epochs: 3", "epochs: 3", "epochs: given twice (first at line"),
+    ("  au: 0.90", "  au: 1.5", "au: 1.5", "[metric] au:"),
+])
+def test_a_bad_key_is_one_line_with_file_and_line(tmp_path, old, new, needle, says):
+    path = _variant(tmp_path, old, new)
+    with pytest.raises(UsageError) as err:
+        load_workload(path)
+    msg = str(err.value)
+    assert msg.startswith(f"w.yaml:{_line_of(path, needle)}: "), msg
+    assert says in msg and "\n" not in msg
+
+
+def test_the_same_workload_in_both_forms_is_the_same(tmp_path):
+    body = "".join("  " + line if line.strip() else line for line in open(UNET) if not line.startswith("#"))
+    path = tmp_path / "resolved.yaml"
+    path.write_text("workload:\n" + body + "hydra:\n  run:\n    dir: x\n")
+    a, b = load_workload(UNET), load_workload(str(path))
+    assert (a.dataset, a.train, a.read, a.metric, a.pattern) == (b.dataset, b.train, b.read, b.metric, b.pattern)
+
+
+def test_the_docs_table_is_the_key_table():
+    """docs/dlio.md lists every key iodl knows, with what it does, exactly as iodl/dlio.py has them."""
+    rows = set()
+    for line in open(DOC, encoding="utf-8"):
+        m = re.match(r"\| `([a-z_]+)` \| `?([a-z_0-9]*)`? \| (honoured|informational|refused) \| (.*) \|$", line.strip())
+        if m:
+            rows.add((m.group(1), m.group(2), m.group(3), m.group(4)))
+    assert rows == {(s, k, how, why.replace("|", "\\|")) for s, k, how, why in dlio.key_table()}
+
+
+def test_null_engine_runs_a_yaml_workload_under_mpi(tmp_path):
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--workload", UNET, "--engine", "null", "--steps", "3", "--out", str(out), ranks=2, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    r = load_json(out)
+    assert r["workload"]["dataset"]["sample_size"] == 65536 and r["workload"]["train"]["batch_size"] == 3
+    assert r["train"]["steps"] == 3 and r["train"]["samples"] == 2 * 3 * 3
+
+
+def test_generate_then_read_a_yaml_workload_with_a_real_engine(tmp_path):
+    root = tmp_path / "ds"
+    gen = iodl("generate", "--workload", RESNET, "--root", str(root), "--quiet", timeout=120)
+    assert gen.returncode == 0, gen.stderr
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--root", str(root), "--engine", "psync", "--out", str(out), ranks=2, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    r = load_json(out)
+    assert r["workload"]["name"] == "resnet_like_resolved"          # the dataset's own workload
+    assert r["train"]["samples"] == 8 * 40 // (2 * 16) * 2 * 16     # one epoch, whole batches per rank
+    assert r["total"]["bytes"] >= 8 * 40 * 20000
