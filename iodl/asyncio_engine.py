@@ -318,7 +318,7 @@ class AsyncioEngine:
         st = _Run(len(cols))
         if self._cancelled:
             st.interrupted = True
-            return self._stats(st, _native.account(*[np.empty(0, np.uint64)] * 4, histogram.empty()))
+            return self._stats(st, _native.account(*[np.empty(0, np.int64)] * 4, histogram.empty()))
         st.live = live
         rows = _Rows(cols)
         self._busy = True
@@ -342,8 +342,9 @@ class AsyncioEngine:
         finally:
             self._busy = False
             # also on Ctrl-C: the latencies of what ran are filed, as the native loop files them
-            done = np.array(st.done, dtype=np.uint64).reshape(-1, _DONE_COLS).T.copy()
-            submits = np.array(st.submits, dtype=np.uint64).reshape(-1, _SUBMIT_COLS).T.copy()
+            # (fromiter: 5x quicker than np.array on a long list of ints, ~0.2 s per 1M completions)
+            done = np.fromiter(st.done, np.int64, len(st.done)).reshape(-1, _DONE_COLS).T.copy()
+            submits = np.fromiter(st.submits, np.int64, len(st.submits)).reshape(-1, _SUBMIT_COLS).T.copy()
             counted = _native.account(
                 done[0], done[1], done[2], done[3], hist, window_start_ns=int(window_start_ns),
                 window_end_ns=int(window_end_ns), series=series, series_origin_ns=int(series_origin_ns),
