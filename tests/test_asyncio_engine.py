@@ -307,3 +307,22 @@ def test_clat_and_slat_as_a_sync_engine(datafile):
         os.close(fd)
     assert st["ios"] == 128 and int(lat.sum()) == 128
     assert np.array_equal(clat, lat) and slat.sum() == 0
+
+
+def test_records_packed_in_chunks_add_up(datafile, monkeypatch):
+    """A long run's records are packed into arrays as it goes: packed every 3 completions, every
+    completion and submit still reaches _native.account once."""
+    import iodl.asyncio_engine as ae
+    monkeypatch.setattr(ae, "_PACK", 3)
+    fd = open_for_read(datafile, False)
+    series, hist, live = histogram.series_empty(2), histogram.empty(), np.zeros(3, np.int64)
+    try:
+        with AsyncioEngine(depth=4, block_size=BS) as eng:
+            st = eng.run([fd], seq_plan(os.path.getsize(datafile), repeat=2), hist, series=series,
+                         series_origin_ns=_native.monotonic_ns(), live=live)
+    finally:
+        os.close(fd)
+    n = 256
+    assert (st["done"], st["ios"], st["bytes"], int(hist.sum()), sum(st["depth"])) == (n, n, n * BS, n, n)
+    assert series[:, histogram.SERIES_IOS].sum() == n and series[:, histogram.SERIES_BYTES].sum() == n * BS
+    assert live.tolist() == [n * BS, n, 0]
