@@ -144,3 +144,37 @@ class Engine:
     def __exit__(self, *exc: object) -> None: ...
 
 def monotonic_ns() -> int: ...                 # the engine's clock (CLOCK_MONOTONIC), for deadlines
+
+class Counted(TypedDict):  # the part of RunStats that account() decides (same meaning, same keys)
+    ios: int
+    bytes: int
+    cached_bytes: int
+    cache_unmeasured_bytes: int
+    t_start_ns: int
+    t_end_ns: int
+    max_ns: int
+    depth: list[int]
+    series_clamped: int
+
+def account(times_ns: np.ndarray, nbytes: np.ndarray, cached: np.ndarray | None, lat_ns: np.ndarray,
+            hist: np.ndarray, *, window_start_ns: int = 0, window_end_ns: int = 0,
+            series: np.ndarray | None = None, series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000,
+            live: object = None, clat_ns: np.ndarray | None = None, slat_ns: np.ndarray | None = None,
+            clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None,
+            unmeasured: np.ndarray | None = None, submit_ns: np.ndarray | None = None,
+            inflight: np.ndarray | None = None, t_start_ns: int = 0, t_end_ns: int = 0) -> Counted: ...
+    # Counts completions an engine outside C recorded (the asyncio engine) with the very function Engine.run's loop
+    # calls per completion (native/account.c), so both obey one definition. Entry i of the equal-length 1-d
+    # contiguous int64/uint64 arrays times_ns, nbytes, cached (None: 0), lat_ns is one completed request (errors
+    # are not completions), in completion order: reaped at times_ns[i] (CLOCK_MONOTONIC), nbytes[i] delivered,
+    # cached[i] of them not from the storage, latency lat_ns[i]. Exactly as in Engine.run: counted iff
+    # window_start_ns <= times_ns[i] < window_end_ns (0 = unbounded); a counted one adds to ios, bytes,
+    # cached_bytes, max_ns, hist[hist_index(lat)], its series row (see Engine.run's series=) and, when
+    # unmeasured[i] != 0, to cache_unmeasured_bytes; live (as Engine.run's) moves at every entry, counted or not.
+    # clat_hist: clat_ns[i], or lat_ns[i] without clat_ns (a sync read: clat is all of it); slat_hist: slat_ns[i],
+    # and nothing without slat_ns (fio's sync engines record no slat). depth: submit_ns and inflight (given
+    # together, their own length): one request handed over at submit_ns[j] with inflight[j] in flight then,
+    # sampled iff submit_ns[j] is inside the window. t_start_ns/t_end_ns: pass the run's first submit and last
+    # completion (0: nothing was issued, both become the call time); they come back clipped to the window as
+    # Engine.run clips them (0, 0 if nothing was counted). hist, clat_hist, slat_hist, series and live are
+    # accumulated into; the arrays are checked as Engine.run checks them (TypeError/ValueError).

@@ -20,12 +20,18 @@ engine is made, so the first run does not pay for them inside the clock.
 
 Measured, per request: latency = just before the `await` of the read -> just after it returns
 to the task (thread hand-off both ways included: that is what the loader waits for), on
-time.monotonic_ns() (CLOCK_MONOTONIC, the clock of _native.monotonic_ns()). Bytes, ios, window,
-deadline, errors, short reads, depth, the time series and the live counters are counted as core.c
-does. The series is filed at the end of the run (histogram.series_add, vectorised), the live
-counters at every completion (another process reads them while we run). Rate pacing follows fio's
-rate as the native loop does (behind schedule: issue at once; ahead: drain, then sleep), with the
-event loop's timer resolution (libuv: 1 ms) instead of clock_nanosleep.
+time.monotonic_ns() (CLOCK_MONOTONIC, the clock of _native.monotonic_ns()). A read is a sync call
+seen from its task, so clat_hist gets the whole latency and slat_hist nothing (fio's sync engines,
+as psync). What a completion counts for is not decided here: each reader task records every
+completion (time, bytes, cached bytes, latency, whether its hits are measurable) and every submit
+(time, reads in flight), and run() files them at its end through _native.account, the function
+core.c's loop uses per completion (native/account.c): the window, the histograms, max_ns, ios and
+bytes, the series rows, the depth bins and the clipped t_start_ns/t_end_ns are therefore the native
+engines' by construction. Only the live counters are bumped here, at every completion, because
+another process reads them while we run. Deadline, errors, short reads and cancel are handled as
+core.c handles them. Rate pacing follows fio's rate as the native loop does (behind schedule: issue
+at once; ahead: drain, then sleep), with the event loop's timer resolution (libuv: 1 ms) instead of
+clock_nanosleep.
 
 cache_check: as core.c, a delivered byte is a hit unless the read made the storage deliver it,
 known from the kernel's per-thread count of the bytes a thread's reads fetched from storage
@@ -81,11 +87,6 @@ def _round_up(v: int, a: int) -> int:
     return (v + a - 1) // a * a
 
 
-def _depth_index(depth: int) -> int:
-    """fio's iodepth_level bins (core.h iodl_depth_index): floor(log2(depth)), capped at >= 64."""
-    return min(depth.bit_length() - 1, histogram.DEPTH_BUCKETS - 1) if depth > 1 else 0
-
-
 def _pread_counted(fd: int, n: int, offset: int) -> tuple[int, int]:
     """os.pread in an executor thread: bytes read, and the bytes that thread's read made the
     storage deliver (its misses and the readahead it started)."""
@@ -123,25 +124,49 @@ class _Rows:
         return rows[i]
 
 
+# the columns of _Run.done and _Run.submits, flattened (one list.extend per event is the cheapest
+# record in Python); _native.account takes them as arrays
+_DONE_COLS = 5          # completion time, bytes, cached bytes, latency, hits not measurable (0/1)
+_SUBMIT_COLS = 2        # submit time, reads in flight then
+# Records are moved from the lists into int64 arrays every this many completions: a long run then
+# holds 56 bytes per completion instead of ~150 of list slots and int objects.
+_PACK = 1 << 16
+
+
+class _Records:
+    """A flat list of int records of `cols` columns, packed into int64 chunks as it grows."""
+
+    def __init__(self, cols: int):
+        self.cols, self.flat, self.chunks = cols, [], []
+
+    def pack(self) -> None:
+        if self.flat:
+            # fromiter: 5x quicker than np.array on a long list of ints
+            self.chunks.append(np.fromiter(self.flat, np.int64, len(self.flat)))
+            self.flat.clear()
+
+    def columns(self) -> np.ndarray:
+        """(cols, n): one contiguous int64 row per column, as _native.account takes them."""
+        self.pack()
+        flat = np.concatenate(self.chunks) if self.chunks else np.empty(0, np.int64)
+        return flat.reshape(-1, self.cols).T.copy()
+
+
 class _Run:
-    """One run's counters (the fields of core.c's struct iodl_stats) and loop state."""
+    """One run's loop state and what _native.account is not given: errors, short rows, the run's
+    first submit and last completion (t_start/t_end, clipped there), every completion and submit."""
 
     def __init__(self, nrows: int):
         self.nrows = nrows
         self.next_row = 0
         self.stop = False
         self.inflight = 0
-        self.ios = self.bytes = self.cached = self.unmeasured = self.errors = 0
+        self.errors = 0
         self.first_errno = 0
         self.first_error_row = -1
-        self.t_start = self.t_end = self.t_first = self.t_last = 0
-        self.depth = [0] * histogram.DEPTH_BUCKETS
-        self.lats: list[int] = []
-        # counted completions for the series, filed at the end: (time, bytes, cached bytes)
-        self.ends: list[int] | None = None
-        self.sizes: list[int] = []
-        self.cached_each: list[int] = []
-        self.series_clamped = 0
+        self.t_start = self.t_end = 0
+        self.done = _Records(_DONE_COLS)
+        self.submits = _Records(_SUBMIT_COLS)
         self.interrupted = False
         self.short_rows = self.short_file_size = 0
         self.first_short_row = -1
@@ -253,11 +278,11 @@ class AsyncioEngine:
         return cols[:, :3]
 
     @staticmethod
-    def _check_hist(hist) -> np.ndarray:
+    def _check_hist(hist, what: str = "hist") -> np.ndarray:
         h = hist if isinstance(hist, np.ndarray) else None
         if (h is None or h.ndim != 1 or h.size != histogram.HIST_BUCKETS or h.dtype.itemsize != 8
                 or h.dtype.kind not in "iu" or not h.flags.c_contiguous or not h.flags.writeable):
-            raise TypeError(f"hist must be a writable contiguous int64 array of {histogram.HIST_BUCKETS} buckets")
+            raise TypeError(f"{what} must be a writable contiguous int64 array of {histogram.HIST_BUCKETS} buckets")
         return h
 
     @staticmethod
@@ -285,7 +310,8 @@ class AsyncioEngine:
 
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
             window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,
-            series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live=None) -> dict:
+            series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live=None,
+            clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None) -> dict:
         self._check_open()
         if deadline_ns < 0 or window_start_ns < 0 or window_end_ns < 0:
             raise ValueError("deadline_ns and the window must be >= 0")
@@ -297,6 +323,8 @@ class AsyncioEngine:
             raise TypeError("fds must be a sequence of file descriptors") from None
         cols = self._plan_columns(plan)
         hist = self._check_hist(hist)
+        clat_hist = self._check_hist(clat_hist, "clat_hist") if clat_hist is not None else None
+        slat_hist = self._check_hist(slat_hist, "slat_hist") if slat_hist is not None else None
         if series is not None:
             series = self._check_series(series)
         live = self._live_view(live) if live is not None else None
@@ -312,15 +340,13 @@ class AsyncioEngine:
         st = _Run(len(cols))
         if self._cancelled:
             st.interrupted = True
-            return self._stats(st, 0, 0)
+            return self._stats(st, _native.account(*[np.empty(0, np.int64)] * 4, histogram.empty()))
         st.live = live
-        if series is not None:
-            st.ends = []
         rows = _Rows(cols)
         self._busy = True
         try:
             fut = asyncio.run_coroutine_threadsafe(
-                self._main(st, fds, rows, int(deadline_ns), int(window_start_ns), int(window_end_ns)), self._loop)
+                self._main(st, fds, rows, int(deadline_ns)), self._loop)
             interrupt = None
             while True:
                 try:
@@ -337,14 +363,17 @@ class AsyncioEngine:
                 raise interrupt
         finally:
             self._busy = False
-            if st.lats:
-                histogram.add(hist, st.lats)
-            if st.ends:
-                st.series_clamped = histogram.series_add(series, st.ends, st.sizes, st.cached_each, st.lats,
-                                                         int(series_origin_ns), int(series_bucket_ns))
-        return self._stats(st, window_start_ns, window_end_ns)
+            # also on Ctrl-C: the latencies of what ran are filed, as the native loop files them
+            done, submits = st.done.columns(), st.submits.columns()
+            counted = _native.account(
+                done[0], done[1], done[2], done[3], hist, window_start_ns=int(window_start_ns),
+                window_end_ns=int(window_end_ns), series=series, series_origin_ns=int(series_origin_ns),
+                series_bucket_ns=int(series_bucket_ns), clat_hist=clat_hist, slat_hist=slat_hist,
+                unmeasured=done[4], submit_ns=submits[0], inflight=submits[1], t_start_ns=st.t_start,
+                t_end_ns=st.t_end)
+        return self._stats(st, counted)
 
-    async def _main(self, st: _Run, fds, rows, deadline, w0, w1) -> None:
+    async def _main(self, st: _Run, fds, rows, deadline) -> None:
         st.idle = asyncio.Event()
         st.idle.set()
         sizes: list = [None] * len(fds)
@@ -365,7 +394,7 @@ class AsyncioEngine:
                 except OSError:
                     pass
 
-        st.tasks = [asyncio.ensure_future(self._reader(i, st, fds, rows, deadline, w0, w1, sizes, measured, seen,
+        st.tasks = [asyncio.ensure_future(self._reader(i, st, fds, rows, deadline, sizes, measured, seen,
                                                        first_use)) for i in range(min(self._depth, st.nrows))]
         if st.tasks:
             await asyncio.wait(st.tasks)        # all of them: none may outlive the run
@@ -390,13 +419,15 @@ class AsyncioEngine:
             st.stop = True                      # a bug, not an I/O error: stop the others too
             raise
 
-    async def _read_rows(self, slot, st: _Run, fds, rows, deadline, w0, w1, sizes, measured, seen, first_use) -> None:
+    async def _read_rows(self, slot, st: _Run, fds, rows, deadline, sizes, measured, seen, first_use) -> None:
         """One reader task: take the next row, read it (and the rest of a short read), count it."""
         clock = time.monotonic_ns
         direct, pool, rate = self._direct, self._pool, self._rate
         pread, preadv = self._pread, self._preadv
         buf = self._slots[slot] if direct else None
-        depth_hist, lats, ends, live = st.depth, st.lats, st.ends, st.live
+        record, record_submit, live = st.done.flat.extend, st.submits.flat.extend, st.live
+        done_flat, pack_at = st.done.flat, _PACK * _DONE_COLS
+        cache_check = self._cache_check
         while True:
             if self._cancelled and not st.stop:
                 st.stop = st.interrupted = True
@@ -427,8 +458,7 @@ class AsyncioEngine:
                 t0 = clock()
                 if not st.t_start:
                     st.t_start = t0
-                if (not w0 or t0 >= w0) and (not w1 or t0 < w1):
-                    depth_hist[_depth_index(st.inflight)] += 1
+                record_submit((t0, st.inflight))
                 err = storage = 0
                 try:
                     if direct:
@@ -450,30 +480,22 @@ class AsyncioEngine:
                     break
                 # O_DIRECT rounds the length up: what the plan did not ask for is not delivered
                 n = res if res < want else want
-                counted = (not w0 or now >= w0) and (not w1 or now < w1)
-                cached = 0
-                if not self._cache_check:
+                cached = unmeasured = 0
+                if not cache_check:
                     pass
                 elif measured[f]:
                     # core.c cached_of: charged with what the storage delivered and is not yet charged
+                    # (in completion order, window or not, so it is decided here and not at the end)
                     self._storage_pending += storage
                     miss = min(n, self._storage_pending)
                     self._storage_pending -= miss
                     cached = n - miss
-                elif counted:
-                    st.unmeasured += n
-                if counted:
-                    lats.append(now - t0)
-                    st.ios += 1
-                    st.bytes += n
-                    st.cached += cached
-                    if not st.t_first:
-                        st.t_first = now
-                    st.t_last = now
-                    if ends is not None:
-                        ends.append(now)
-                        st.sizes.append(n)
-                        st.cached_each.append(cached)
+                else:
+                    unmeasured = 1
+                record((now, n, cached, now - t0, unmeasured))
+                if len(done_flat) >= pack_at:
+                    st.done.pack()
+                    st.submits.pack()
                 if live is not None:
                     # the loop's thread is the only writer: each store is one aligned 8-byte write
                     live[0] += n
@@ -495,22 +517,12 @@ class AsyncioEngine:
                 break
 
     @staticmethod
-    def _stats(st: _Run, w0: int, w1: int) -> dict:
-        t_start, t_end = st.t_start, st.t_end
-        if not t_start:
-            t_start = t_end = time.monotonic_ns()
-        if w0 or w1:
-            if not st.ios:
-                t_start = t_end = 0
-            else:
-                t_start = max(t_start, w0)
-                t_end = w1 if w1 and t_end >= w1 else st.t_last
-        return {"done": st.first_error_row if st.errors else st.next_row, "ios": st.ios, "bytes": st.bytes,
-                "cached_bytes": st.cached, "cache_unmeasured_bytes": st.unmeasured, "errors": st.errors, "first_errno": st.first_errno,
-                "first_error_row": st.first_error_row, "t_start_ns": t_start, "t_end_ns": t_end,
-                "max_ns": max(st.lats) if st.lats else 0, "depth": list(st.depth),
-                "series_clamped": st.series_clamped, "interrupted": st.interrupted,
-                "short_rows": st.short_rows, "first_short_row": st.first_short_row,
+    def _stats(st: _Run, counted: dict) -> dict:
+        """RunStats: what _native.account counted (ios, bytes, cached and unmeasured bytes, the
+        clipped t_start_ns/t_end_ns, max_ns, depth, series_clamped), and the run's own outcome."""
+        return {"done": st.first_error_row if st.errors else st.next_row, **counted, "errors": st.errors,
+                "first_errno": st.first_errno, "first_error_row": st.first_error_row,
+                "interrupted": st.interrupted, "short_rows": st.short_rows, "first_short_row": st.first_short_row,
                 "short_file_size": st.short_file_size, "abandoned": 0}
 
     # --- lifecycle ------------------------------------------------------------------------------

@@ -183,39 +183,6 @@ static void untake(struct loop *L, struct iodl_req *r, int was_reissue)
 	L->free_slots[L->nfree++] = r->slot;
 }
 
-static int in_window(const struct iodl_run_args *a, uint64_t t)
-{
-	return (!a->window_start_ns || t >= a->window_start_ns) && (!a->window_end_ns || t < a->window_end_ns);
-}
-
-static void series_add(struct loop *L, uint64_t now, uint64_t n, uint64_t cached, unsigned hist_idx)
-{
-	const struct iodl_run_args *a = L->a;
-	uint64_t b = now > a->series_origin_ns ? (now - a->series_origin_ns) / a->series_bucket_ns : 0;
-	int64_t *row;
-
-	if (b >= a->series_rows) {
-		/* filed in the last row rather than dropped, so the columns still add up to the stats */
-		b = a->series_rows - 1;
-		L->st->series_clamped++;
-	}
-	row = a->series + b * IODL_SERIES_WIDTH;
-	row[IODL_SERIES_BYTES] += (int64_t)n;
-	row[IODL_SERIES_IOS]++;
-	row[IODL_SERIES_CACHED] += (int64_t)cached;
-	row[IODL_SERIES_LAT + (hist_idx >> IODL_SERIES_SHIFT)]++;
-}
-
-/*
- * Another process reads these while we run. We are the only writer of our counters, so a
- * relaxed load and store (no read-modify-write, no lock) is enough: a reader sees each
- * counter whole, old or new.
- */
-static void live_add(int64_t *live, unsigned i, uint64_t v)
-{
-	__atomic_store_n(&live[i], __atomic_load_n(&live[i], __ATOMIC_RELAXED) + (int64_t)v, __ATOMIC_RELAXED);
-}
-
 /*
  * The row met EOF before its length: the file is shorter than the plan (truncated since the
  * plan was made). Counted, not an error here: a plan may read past EOF on purpose (whole files
@@ -250,16 +217,15 @@ static void storage_sample(struct loop *L, uint64_t now)
 	L->storage_seen_ns = now;
 }
 
-static uint64_t cached_of(struct loop *L, const struct file_state *f, uint64_t n, int counted, uint64_t lat,
-			  uint64_t now)
+static uint64_t cached_of(struct loop *L, const struct file_state *f, uint64_t n, uint64_t lat, uint64_t now,
+			  int *unmeasured)
 {
 	uint64_t miss;
 
 	if (!L->cache_check)
 		return 0;
 	if (!f->measured) {
-		if (counted)
-			L->st->cache_unmeasured_bytes += n;
+		*unmeasured = 1;
 		return 0;
 	}
 	/* once per batch of completions at most (they share `now`) */
@@ -275,9 +241,8 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 	const struct iodl_run_args *a = L->a;
 	struct iodl_stats *st = L->st;
 	const struct file_state *f = &L->files[r->file];
-	uint64_t n, lat, end, row_offset, cached;
-	unsigned idx;
-	int counted;
+	struct iodl_done d = { .t_ns = now, .lat_ns = now - r->t_submit_ns };
+	uint64_t n, end, row_offset;
 
 	if (r->res == -EINTR) {		/* nothing was read: ask again */
 		L->reissue[L->nreissue++] = r;
@@ -298,35 +263,14 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 	n = (uint64_t)r->res > r->skip ? (uint64_t)r->res - r->skip : 0;
 	if (n > r->want)
 		n = r->want;
-	counted = in_window(a, now);
-	cached = cached_of(L, f, n, counted, now - r->t_submit_ns, now);
-	if (counted) {
-		lat = now - r->t_submit_ns;
-		idx = iodl_hist_index(lat);
-		a->hist[idx]++;
-		if (lat > st->max_ns)
-			st->max_ns = lat;
-		st->ios++;
-		st->cached_bytes += cached;
-		st->bytes += n;
-		if (!st->t_first_ns)
-			st->t_first_ns = now;
-		st->t_last_ns = now;
-		if (a->series)
-			series_add(L, now, n, cached, idx);
-		/* fio's split at the submit call's return (clamped: both clocks are ours, but a
-		 * stamp an engine forgot must not wrap into the last bucket) */
-		if (a->clat_hist)
-			a->clat_hist[iodl_hist_index(now > r->t_issued_ns ? now - r->t_issued_ns : 0)]++;
-		if (a->slat_hist && !(L->c->ops->flags & IODL_ENG_SYNC))
-			a->slat_hist[iodl_hist_index(r->t_issued_ns > r->t_submit_ns
-						     ? r->t_issued_ns - r->t_submit_ns : 0)]++;
-	}
-	if (a->live) {
-		live_add(a->live, IODL_LIVE_BYTES, n);
-		live_add(a->live, IODL_LIVE_IOS, 1);
-		live_add(a->live, IODL_LIVE_CACHED, cached);
-	}
+	d.bytes = n;
+	d.cached = cached_of(L, f, n, d.lat_ns, now, &d.unmeasured);
+	/* fio's split at the submit call's return (clamped: both clocks are ours, but a stamp an
+	 * engine forgot must not wrap into the last bucket) */
+	d.clat_ns = now > r->t_issued_ns ? now - r->t_issued_ns : 0;
+	d.slat_ns = r->t_issued_ns > r->t_submit_ns ? r->t_issued_ns - r->t_submit_ns : 0;
+	d.has_slat = !(L->c->ops->flags & IODL_ENG_SYNC);
+	iodl_account(a, st, &d);
 	r->got += n;
 	r->want -= n;
 	row_offset = a->plan[r->row].offset;
@@ -461,8 +405,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 					r->t_submit_ns = r->t_issued_ns = now;
 					if (!st->t_start_ns)
 						st->t_start_ns = now;
-					if (in_window(a, now))
-						st->depth[0]++;
+					iodl_account_submit(a, st, now, 1, 1);
 					ops->queue(c, r);
 					now = iodl_now_ns();
 					st->t_end_ns = now;
@@ -490,9 +433,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 				for (unsigned i = 0; i < L.nstaged; i++)
 					L.staged[i]->t_submit_ns = now;
 				L.inflight += L.nstaged;
-				/* as fio: every request of the batch sees the depth the batch brought us to */
-				if (in_window(a, now))
-					st->depth[iodl_depth_index(L.inflight)] += L.nstaged;
+				iodl_account_submit(a, st, now, L.inflight, L.nstaged);
 				L.nstaged = 0;
 				ret = ops->commit(c);
 				if (ret < 0) {
@@ -558,20 +499,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 	st->done = st->errors ? (uint64_t)st->first_error_row : L.next_row;
 	if (st->abandoned && !st->errors)
 		st->done = first_unfinished(&L);
-	if (!st->t_start_ns)
-		st->t_start_ns = st->t_end_ns = iodl_now_ns();
-	if (a->window_start_ns || a->window_end_ns) {
-		/* what was measured: from the window's start (or the first submit, if later) to the
-		 * last counted completion, or the window's end if requests were still in flight then */
-		if (!st->ios) {
-			st->t_start_ns = st->t_end_ns = 0;
-		} else {
-			if (st->t_start_ns < a->window_start_ns)
-				st->t_start_ns = a->window_start_ns;
-			st->t_end_ns = a->window_end_ns && st->t_end_ns >= a->window_end_ns ? a->window_end_ns
-											: st->t_last_ns;
-		}
-	}
+	iodl_account_finish(a, st, iodl_now_ns());
 out:
 	if (slack >= 0)
 		prctl(PR_SET_TIMERSLACK, slack ? slack : 1, 0, 0, 0);

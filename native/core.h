@@ -145,6 +145,27 @@ int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t f
 /* 1: released; 0: timeout_ns passed first; -EINTR */
 int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeout_ns);
 
+/*
+ * account.c: what one completed request counts for, the single definition that core.c's loop
+ * and _native.account (a Python engine's recorded completions) both use.
+ */
+struct iodl_done {
+	uint64_t t_ns;			/* reaped: decides the window and the series row */
+	uint64_t bytes, cached;		/* delivered, and of them not delivered by the storage */
+	uint64_t lat_ns;		/* handed over -> reaped: hist, max_ns */
+	uint64_t clat_ns, slat_ns;	/* issued -> reaped, handed over -> issued (see clat_hist) */
+	int has_slat;			/* 0: a sync read, which has no slat (fio) */
+	int unmeasured;			/* cache_check on, but this file's hits cannot be measured */
+};
+
+/* Count d into st and a's histograms, series and live counters; 1 if inside the window. */
+int iodl_account(const struct iodl_run_args *a, struct iodl_stats *st, const struct iodl_done *d);
+/* n requests handed over at t_ns, bringing the requests in flight to inflight: the depth bins */
+void iodl_account_submit(const struct iodl_run_args *a, struct iodl_stats *st, uint64_t t_ns, unsigned inflight,
+			 unsigned n);
+/* st->t_start_ns (first submit) and t_end_ns (last completion) as reported: clipped to the window */
+void iodl_account_finish(const struct iodl_run_args *a, struct iodl_stats *st, uint64_t now);
+
 int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
 		  size_t block_size, int direct, uint64_t delay_ns, uint64_t *device, const char **failed);
 void iodl_ctx_close(struct iodl_ctx *c);

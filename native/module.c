@@ -682,6 +682,163 @@ static PyObject *py_monotonic_ns(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 	return PyLong_FromUnsignedLongLong(iodl_now_ns());
 }
 
+/*
+ * One column of _native.account: None (when optional), or a 1-d C-contiguous array of 8-byte
+ * integers of n entries (n < 0: this one sets n). int64 and uint64 alike: values are taken as
+ * uint64, as the loop's own stamps are.
+ */
+static int get_column(PyObject *obj, Py_buffer *view, Py_ssize_t *n, const char *what)
+{
+	char fmt[8];
+
+	view->obj = NULL;
+	if (obj == Py_None)
+		return 0;
+	if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+		PyErr_Clear();
+		view->obj = NULL;
+		goto bad;
+	}
+	format_bare(view->format ? view->format : "B", fmt, sizeof(fmt));
+	if (view->ndim != 1 || view->itemsize != 8 || !fmt[0] || fmt[1] || !strchr("LQlq", fmt[0])) {
+		PyBuffer_Release(view);
+		goto bad;
+	}
+	if (*n < 0) {
+		*n = view->shape[0];
+	} else if (view->shape[0] != *n) {
+		PyErr_Format(PyExc_ValueError, "%s has %zd entries, not %zd", what, view->shape[0], *n);
+		PyBuffer_Release(view);
+		return -1;
+	}
+	return 0;
+bad:
+	PyErr_Format(PyExc_ValueError, "%s must be a 1-d contiguous int64 or uint64 array", what);
+	return -1;
+}
+
+/* entry i of a column, or dflt when the column was not given */
+static uint64_t col(const Py_buffer *view, Py_ssize_t i, uint64_t dflt)
+{
+	return view->obj ? ((const uint64_t *)view->buf)[i] : dflt;
+}
+
+/*
+ * account(times_ns, nbytes, cached, lat_ns, hist, ...) -> dict: completions a Python engine
+ * recorded, counted by iodl_account exactly as the loop counts its own (see _native.pyi).
+ */
+static PyObject *py_account(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "times_ns", "nbytes", "cached", "lat_ns", "hist", "window_start_ns",
+				  "window_end_ns", "series", "series_origin_ns", "series_bucket_ns", "live",
+				  "clat_ns", "slat_ns", "clat_hist", "slat_hist", "unmeasured", "submit_ns",
+				  "inflight", "t_start_ns", "t_end_ns", NULL };
+	enum { TIMES, BYTES, CACHED, LAT, CLAT, SLAT, UNMEASURED, SUBMIT, INFLIGHT, NCOLS };
+	static const char *names[NCOLS] = { "times_ns", "nbytes", "cached", "lat_ns", "clat_ns", "slat_ns",
+					    "unmeasured", "submit_ns", "inflight" };
+	PyObject *obj[NCOLS], *hist_obj, *series_obj = Py_None, *live_obj = Py_None;
+	PyObject *clat_obj = Py_None, *slat_obj = Py_None, *result = NULL;
+	long long window_start_ns = 0, window_end_ns = 0, series_origin_ns = 0, series_bucket_ns = 1000000000;
+	long long t_start_ns = 0, t_end_ns = 0;
+	Py_buffer cols[NCOLS] = { { 0 } }, hist = { 0 }, series = { 0 }, live = { 0 }, clat = { 0 }, slat = { 0 };
+	Py_ssize_t n = -1, nsub = -1;
+	struct iodl_run_args a = { 0 };
+	struct iodl_stats st = { 0 };
+
+	for (int i = 0; i < NCOLS; i++)
+		obj[i] = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$LLOLLOOOOOOOOLL:account", kwlist, &obj[TIMES],
+					 &obj[BYTES], &obj[CACHED], &obj[LAT], &hist_obj, &window_start_ns,
+					 &window_end_ns, &series_obj, &series_origin_ns, &series_bucket_ns, &live_obj,
+					 &obj[CLAT], &obj[SLAT], &clat_obj, &slat_obj, &obj[UNMEASURED], &obj[SUBMIT],
+					 &obj[INFLIGHT], &t_start_ns, &t_end_ns))
+		return NULL;
+	if (window_start_ns < 0 || window_end_ns < 0 || t_start_ns < 0 || t_end_ns < 0)
+		return PyErr_Format(PyExc_ValueError, "the window, t_start_ns and t_end_ns must be >= 0");
+	if (series_origin_ns < 0 || series_bucket_ns <= 0)
+		return PyErr_Format(PyExc_ValueError, "series_origin_ns must be >= 0 and series_bucket_ns > 0");
+	if (obj[TIMES] == Py_None || obj[BYTES] == Py_None || obj[LAT] == Py_None)
+		return PyErr_Format(PyExc_ValueError, "times_ns, nbytes and lat_ns are required (cached may be None)");
+	if ((obj[SUBMIT] == Py_None) != (obj[INFLIGHT] == Py_None))
+		return PyErr_Format(PyExc_ValueError, "submit_ns and inflight go together");
+	for (int i = 0; i < NCOLS; i++)
+		if (get_column(obj[i], &cols[i], i < SUBMIT ? &n : &nsub, names[i]) < 0)
+			goto out;
+	if (get_hist(hist_obj, &hist, "hist") < 0)
+		goto out;
+	if (clat_obj != Py_None && get_hist(clat_obj, &clat, "clat_hist") < 0)
+		goto out;
+	if (slat_obj != Py_None && get_hist(slat_obj, &slat, "slat_hist") < 0)
+		goto out;
+	if (series_obj != Py_None && get_series(series_obj, &series) < 0)
+		goto out;
+	if (live_obj != Py_None && get_shared(live_obj, &live, IODL_LIVE_N * sizeof(int64_t), "live") < 0)
+		goto out;
+	a.hist = hist.buf;
+	a.clat_hist = clat.obj ? clat.buf : NULL;
+	a.slat_hist = slat.obj ? slat.buf : NULL;
+	a.window_start_ns = (uint64_t)window_start_ns;
+	a.window_end_ns = (uint64_t)window_end_ns;
+	if (series.obj) {
+		a.series = series.buf;
+		a.series_rows = (size_t)series.shape[0];
+		a.series_origin_ns = (uint64_t)series_origin_ns;
+		a.series_bucket_ns = (uint64_t)series_bucket_ns;
+	}
+	a.live = live.obj ? live.buf : NULL;
+	/* the loop's order: depth is sampled at submit, the rest at completion, then the ends clipped */
+	for (Py_ssize_t i = 0; i < nsub; i++) {
+		uint64_t inflight = col(&cols[INFLIGHT], i, 1);
+
+		iodl_account_submit(&a, &st, col(&cols[SUBMIT], i, 0), inflight > UINT_MAX ? UINT_MAX : (unsigned)inflight, 1);
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		struct iodl_done d = {
+			.t_ns = col(&cols[TIMES], i, 0),
+			.bytes = col(&cols[BYTES], i, 0),
+			.cached = col(&cols[CACHED], i, 0),
+			.lat_ns = col(&cols[LAT], i, 0),
+			.has_slat = cols[SLAT].obj != NULL,
+			.unmeasured = col(&cols[UNMEASURED], i, 0) != 0,
+		};
+
+		/* without clat_ns a request is a sync read: clat is all of it (fio's sync engines) */
+		d.clat_ns = col(&cols[CLAT], i, d.lat_ns);
+		d.slat_ns = col(&cols[SLAT], i, 0);
+		iodl_account(&a, &st, &d);
+	}
+	st.t_start_ns = (uint64_t)t_start_ns;
+	st.t_end_ns = (uint64_t)t_end_ns;
+	iodl_account_finish(&a, &st, iodl_now_ns());
+	{
+		PyObject *depth = PyList_New(IODL_DEPTH_BUCKETS);
+
+		if (!depth)
+			goto out;
+		for (int i = 0; i < IODL_DEPTH_BUCKETS; i++)
+			PyList_SET_ITEM(depth, i, PyLong_FromUnsignedLongLong(st.depth[i]));
+		result = Py_BuildValue("{sKsKsKsKsKsKsKsNsK}", "ios", st.ios, "bytes", st.bytes,
+				       "cached_bytes", st.cached_bytes, "cache_unmeasured_bytes",
+				       st.cache_unmeasured_bytes, "t_start_ns", st.t_start_ns, "t_end_ns", st.t_end_ns,
+				       "max_ns", st.max_ns, "depth", depth, "series_clamped", st.series_clamped);
+	}
+out:
+	for (int i = 0; i < NCOLS; i++)
+		if (cols[i].obj)
+			PyBuffer_Release(&cols[i]);
+	if (hist.obj)
+		PyBuffer_Release(&hist);
+	if (clat.obj)
+		PyBuffer_Release(&clat);
+	if (slat.obj)
+		PyBuffer_Release(&slat);
+	if (series.obj)
+		PyBuffer_Release(&series);
+	if (live.obj)
+		PyBuffer_Release(&live);
+	return result;
+}
+
 /* node_barrier(shared_buffer, nranks, flag) -> OR of every rank's flag for this round */
 static PyObject *py_node_barrier(PyObject *Py_UNUSED(m), PyObject *args)
 {
@@ -720,6 +877,11 @@ static PyMethodDef module_methods[] = {
 	{ "node_barrier", py_node_barrier, METH_VARARGS,
 	  "node_barrier(shared_buffer, nranks, flag) -> OR of the round's flags; waits in the kernel" },
 	{ "engines", py_engines, METH_NOARGS, "compiled-in engine names" },
+	{ "account", (PyCFunction)(void (*)(void))py_account, METH_VARARGS | METH_KEYWORDS,
+	  "account(times_ns, nbytes, cached, lat_ns, hist, *, window_start_ns=0, window_end_ns=0, series=None, "
+	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None, clat_ns=None, slat_ns=None, "
+	  "clat_hist=None, slat_hist=None, unmeasured=None, submit_ns=None, inflight=None, t_start_ns=0, "
+	  "t_end_ns=0) -> the counted part of RunStats, for completions a Python engine recorded" },
 	{ "probe", py_probe, METH_O, "probe(engine) -> 0 if usable here, else an errno" },
 	{ "hist_index", py_hist_index, METH_O, "latency histogram bucket of a value in ns" },
 	{ "resident_bytes", py_resident_bytes, METH_VARARGS,

@@ -289,3 +289,40 @@ def test_live_counters_move_while_it_runs_and_stats_keys_match_native(datafile):
     assert live.tolist() == [n * 4096, n, 0] and out["st"]["ios"] == n
     with _native.Engine("null") as native:
         assert set(out["st"]) == set(native.run([-1], as_plan([(0, 0, 1)]), histogram.empty()))
+
+
+def test_clat_and_slat_as_a_sync_engine(datafile):
+    """clat_hist/slat_hist as _native.pyi has them for psync (fio's sync engines): a read is one call seen
+    from its task, so clat is its whole latency and slat gets no samples; a bad array is a TypeError."""
+    fd = open_for_read(datafile, False)
+    try:
+        with AsyncioEngine(depth=3, block_size=BS) as eng:
+            lat, clat, slat = histogram.empty(), histogram.empty(), histogram.empty()
+            st = eng.run([fd], seq_plan(os.path.getsize(datafile)), lat, clat_hist=clat, slat_hist=slat)
+            with pytest.raises(TypeError, match="clat_hist must be"):
+                eng.run([fd], seq_plan(BS), histogram.empty(), clat_hist=np.zeros(5, np.int64))
+            with pytest.raises(TypeError, match="slat_hist must be"):
+                eng.run([fd], seq_plan(BS), histogram.empty(), slat_hist=histogram.empty().astype(np.float64))
+    finally:
+        os.close(fd)
+    assert st["ios"] == 128 and int(lat.sum()) == 128
+    assert np.array_equal(clat, lat) and slat.sum() == 0
+
+
+def test_records_packed_in_chunks_add_up(datafile, monkeypatch):
+    """A long run's records are packed into arrays as it goes: packed every 3 completions, every
+    completion and submit still reaches _native.account once."""
+    import iodl.asyncio_engine as ae
+    monkeypatch.setattr(ae, "_PACK", 3)
+    fd = open_for_read(datafile, False)
+    series, hist, live = histogram.series_empty(2), histogram.empty(), np.zeros(3, np.int64)
+    try:
+        with AsyncioEngine(depth=4, block_size=BS) as eng:
+            st = eng.run([fd], seq_plan(os.path.getsize(datafile), repeat=2), hist, series=series,
+                         series_origin_ns=_native.monotonic_ns(), live=live)
+    finally:
+        os.close(fd)
+    n = 256
+    assert (st["done"], st["ios"], st["bytes"], int(hist.sum()), sum(st["depth"])) == (n, n, n * BS, n, n)
+    assert series[:, histogram.SERIES_IOS].sum() == n and series[:, histogram.SERIES_BYTES].sum() == n * BS
+    assert live.tolist() == [n * BS, n, 0]
