@@ -147,22 +147,6 @@ def coarse_index(ns) -> np.ndarray:
     return index(ns) >> SERIES_SHIFT
 
 
-def series_add(series: np.ndarray, end_ns, nbytes, cached, lat_ns, origin_ns: int = 0,
-               bucket_ns: int = 1_000_000_000) -> int:
-    """File counted completions (arrays of completion time, bytes, cached bytes, latency) into
-    series in place, as the C engine does (core.c series_add); returns how many fell past the last
-    row (they are filed in it)."""
-    end = np.asarray(end_ns, dtype=np.int64)
-    b = np.maximum(end - int(origin_ns), 0) // int(bucket_ns)
-    clamped = int((b >= len(series)).sum())
-    b = np.minimum(b, len(series) - 1)
-    np.add.at(series[:, SERIES_BYTES], b, np.asarray(nbytes, dtype=np.int64))
-    np.add.at(series[:, SERIES_IOS], b, 1)
-    np.add.at(series[:, SERIES_CACHED], b, np.asarray(cached, dtype=np.int64))
-    np.add.at(series, (b, SERIES_LAT + coarse_index(lat_ns)), 1)
-    return clamped
-
-
 def series_percentile_us(coarse_counts, q: float) -> float:
     """The q-th percentile (q in %) of SERIES_LAT_BUCKETS coarse counts (one series row's latency
     columns), µs, fio's way: the first bucket whose cumulative count reaches q/100 * N, reported as
