@@ -179,6 +179,19 @@ def _cache_probe(comm, shared, node_mounts, mount, root, paths, sizes, copies) -
     return probe
 
 
+def _datasize_warning(wl, reduced: dict, shards: int, root: str, console) -> None:
+    """MLPerf Storage's dataset-size rule (iodl datasize) for this run's ranks and hosts: say so
+    when the dataset is smaller. Memory: rank 0's host's, taken as every host's."""
+    from .. import cache
+    from ..mlperf import data_size
+
+    need = data_size(wl, reduced["ranks"], len(reduced["hosts"]), cache.meminfo().get("MemTotal", 0))
+    if shards < need.files:
+        console.print(f"[yellow]warning:[/] {root} holds {shards:,} files; MLPerf Storage's rules ask at least "
+                      f"{need.files:,} for {reduced['ranks']} accelerator(s) on {len(reduced['hosts'])} host(s) "
+                      f"(500 steps x batch, and 5x the client memory): `iodl datasize` says why")
+
+
 def run(args) -> int:
     import math
 
@@ -381,6 +394,8 @@ def run(args) -> int:
     if missing:
         result["missing_ranks"] = missing
     print_result(result, console)
+    if pattern.steps and not synthetic:
+        _datasize_warning(wl, reduced, len(sizes), roots[mount], console)
     if args.out:
         write_result(result, args.out)
     if args.csv:

@@ -3,7 +3,6 @@ the storage of a measured run can feed."""
 from __future__ import annotations
 
 
-
 def add_arguments(p) -> None:
     p.add_argument("--workload", action="append", default=[], metavar="NAME|FILE",
                    help="workload(s) to size (repeatable; default: every built-in one)")

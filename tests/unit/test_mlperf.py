@@ -1,0 +1,48 @@
+"""MLPerf Storage's dataset-size rule (iodl/mlperf.py, iodl datasize) against the rule's arithmetic."""
+import json
+
+import pytest
+
+from iodl.mlperf import GiB, data_size
+from iodl.workload import load_workload
+from tests.helpers import iodl
+
+
+def test_the_rule_is_the_larger_of_500_steps_and_5x_memory():
+    wl = load_workload("unet3d")                 # 1 sample of 146,600,628 B per file, batch 7
+    spf, rec, batch = wl.dataset.samples_per_file, wl.dataset.sample_size, wl.train.batch_size
+    # 8 accelerators, 1 host of 512 GiB: 500 x 7 x 8 = 28,000 samples beat 5 x 512 GiB / 146.6 MB = 18,750.4 files
+    s = data_size(wl, 8, 1, 512 * GiB)
+    assert s.files_by_steps == 500 * batch * 8 // spf == 28_000
+    assert s.files_by_memory == 18_751 and s.files == 28_000 and s.dictated_by == "steps"
+    assert s.bytes == 28_000 * spf * rec
+    # 2 accelerators on 4 hosts of 2 TiB: memory decides, and the files hold at least 5x of it
+    s = data_size(wl, 2, 4, 2048 * GiB)
+    assert s.dictated_by == "memory" and s.files * spf * rec >= 5 * 4 * 2048 * GiB > (s.files - 1) * spf * rec
+
+
+def test_datasize_command_prints_the_figures_and_the_generate_command():
+    proc = iodl("datasize", "--workload", "resnet50", "--accelerators", "72", "--hosts", "9", "--host-memory-gb", "256",
+                "--root", "/data/r50", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    wl = load_workload("resnet50")
+    want = data_size(wl, 72, 9, 256 * GiB)
+    assert out["files"] == want.files and out["dictated_by"] == want.dictated_by
+    assert out["generate"] == f"iodl generate --workload resnet50 --files {want.files} --root /data/r50"
+
+
+@pytest.mark.parametrize("args", [["--accelerators", "0"], ["--accelerators", "2", "--hosts", "-1"],
+                                  ["--accelerators", "2", "--host-memory-gb", "nan"]])
+def test_bad_numbers_are_one_line(args):
+    proc = iodl("datasize", "--workload", "tiny", *args)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_read_warns_when_the_dataset_is_below_the_rule(tmp_path):
+    root = tmp_path / "ds"
+    assert iodl("generate", "--workload", "tiny", "--root", str(root), "--quiet").returncode == 0
+    proc = iodl("read", "--root", str(root), "--steps", "2", "--engine", "psync")
+    assert proc.returncode == 0, proc.stderr
+    flat = " ".join(proc.stdout.split())
+    assert f"{root} holds 16 files; MLPerf Storage's rules ask at least" in flat
