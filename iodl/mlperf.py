@@ -36,3 +36,36 @@ def data_size(wl, accelerators: int, hosts: int, host_memory_bytes: int) -> Data
     return DataSize(accelerators=accelerators, hosts=hosts, host_memory_bytes=host_memory_bytes,
                     files_by_steps=by_steps, files_by_memory=by_memory, files=files, bytes=files * file_bytes,
                     dictated_by="memory" if by_memory > by_steps else "steps")
+
+
+def summary(per_rank: list, au_threshold: float) -> dict | None:
+    """MLPerf Storage's figures of a step run, beside iodl's own (docs/numbers.md, "MLPerf's view").
+
+    Per rank and epoch, as the rules define them: AU = total compute time / total running time,
+    leaving out the first step (its time and its compute); samples/s = the epoch's samples / its
+    whole time, first step included. AU is then the mean over ranks, samples/s the sum over
+    ranks, each a mean over epochs; pass: AU >= the workload's threshold. per_rank: each rank's
+    step records (training.STEP_FIELDS)."""
+    import numpy as np
+
+    from .training import STEP_FIELDS
+
+    col = {name: i for i, name in enumerate(STEP_FIELDS)}
+    au: dict[int, list[float]] = {}
+    rate: dict[int, list[float]] = {}
+    for rows in per_rank:
+        if not len(rows):
+            continue
+        for epoch in np.unique(rows[:, col["epoch"]]).tolist():
+            steps = rows[rows[:, col["epoch"]] == epoch]
+            whole = steps[-1, col["t_end"]] - steps[0, col["t_start"]]
+            rest = steps[-1, col["t_end"]] - steps[0, col["t_end"]]     # all but the first step
+            if rest > 0:
+                au.setdefault(epoch, []).append(float(steps[1:, col["compute"]].sum() / rest))
+            if whole > 0:
+                rate.setdefault(epoch, []).append(float(steps[:, col["samples"]].sum() / whole))
+    if not au:
+        return None   # no epoch of any rank had two steps: MLPerf's AU is not defined
+    mean_au = float(np.mean([np.mean(v) for v in au.values()]))
+    return {"au": mean_au, "samples_per_s": float(np.mean([np.sum(v) for v in rate.values()])),
+            "au_threshold": au_threshold, "pass": mean_au >= au_threshold, "epochs": len(au)}

@@ -93,6 +93,12 @@ def _print_train(t: dict, pattern: str, console) -> None:
     if "consumed_MBps" in t:   # (older result files have no such figure)
         console.print(f"window {t['window_s']:.2f} s (the table's): consumed {t['consumed_MBps']:,.1f} MB/s, the "
                       f"samples the accelerators took; MB/s above is what reads completed in it (read-ahead included)")
+    m = t.get("mlperf")
+    if m:
+        verdict = "[green]pass[/]" if m["pass"] else "[red]fail[/]"
+        console.print(f"MLPerf Storage's view: AU {100 * m['au']:.1f}% ({verdict} at {100 * m['au_threshold']:.0f}%; "
+                      f"compute / run time per rank and epoch, first step left out), {m['samples_per_s']:,.1f} "
+                      "samples/s (first step included)")
     if "epochs_checked" in t:
         wrong = f", [red]{t['epochs_wrong']} NOT[/]" if t["epochs_wrong"] else ""
         console.print(f"order: shuffle {t['shuffle']}; {t['epochs_checked']} finished epoch share(s) checked, "

@@ -46,3 +46,27 @@ def test_read_warns_when_the_dataset_is_below_the_rule(tmp_path):
     assert proc.returncode == 0, proc.stderr
     flat = " ".join(proc.stdout.split())
     assert f"{root} holds 16 files; MLPerf Storage's rules ask at least" in flat
+
+
+def test_mlperf_au_and_samples_per_s_from_known_steps():
+    """Two ranks, one epoch of 3 steps each: rank 0 steps of 1.0 s with 0.8 s compute, rank 1 a
+    slow first step (3 s) then 1.0 s steps with 0.5 s compute. MLPerf: AU per rank = compute /
+    time without the first step: 0.8 and 0.5, mean 0.65; samples/s = 3 x 10 samples / the epoch's
+    whole time: 30/3 + 30/5 = 16."""
+    import numpy as np
+
+    from iodl.mlperf import summary
+    from iodl.training import STEP_FIELDS
+
+    def rank(first, step, compute):
+        rows, t = [], 0.0
+        for i, length in enumerate([first, step, step]):
+            rows.append({"t_start": t, "t_end": t + length, "data_wait": length - compute, "compute": compute,
+                         "barrier": 0.0, "bytes": 100, "samples": 10, "epoch": 0})
+            t += length
+        return np.array([[r[f] for f in STEP_FIELDS] for r in rows])
+
+    got = summary([rank(1.0, 1.0, 0.8), rank(3.0, 1.0, 0.5)], 0.7)
+    assert got["au"] == pytest.approx(0.65) and got["samples_per_s"] == pytest.approx(16.0)
+    assert got["pass"] is False and got["epochs"] == 1
+    assert summary([rank(1.0, 1.0, 0.8)[:1]], 0.7) is None      # one step: AU undefined
