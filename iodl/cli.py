@@ -23,6 +23,7 @@ COMMANDS = {
     "fio-compare": ("iodl.cmd.fio_compare", "run a fio job file with fio and with iodl, side by side"),
     "sweep": ("iodl.cmd.sweep", "run a pattern at several rank counts and find how many accelerators the storage supports"),
     "sizing": ("iodl.cmd.sizing", "per-accelerator storage demand of workloads, and how many a measured run can feed"),
+    "workloads": ("iodl.cmd.workloads", "list the built-in workloads, their shape and their source"),
     "datasize": ("iodl.cmd.datasize", "the smallest dataset MLPerf Storage's rules accept for a workload"),
     "report": ("iodl.cmd.report", "print result files again, write their time series as CSV, or plot them"),
     "compare": ("iodl.cmd.compare", "put two result files side by side"),

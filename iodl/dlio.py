@@ -215,6 +215,7 @@ def load(path: str):
         top = _mapping(top["workload"][1], label, "workload")
     d, lines = _translate(top, label)
     d["workload"].setdefault("name", os.path.splitext(label)[0])
+    d["workload"]["origin"] = f"{os.path.abspath(path)} (a DLIO workload file)"
     d["workload"]["description"] = (f"{label}: a DLIO/MLPerf Storage workload (model "
                                     f"{d['workload'].pop('model', '?')}) read by iodl (docs/dlio.md)")
     try:

@@ -78,6 +78,7 @@ class Workload:
     read: ReadSpec
     metric: MetricSpec
     source: str               # "builtin:NAME" or the file's path
+    origin: str = ""          # where the numbers come from (e.g. an MLPerf Storage file, by repository and commit)
 
     def to_dict(self) -> dict:
         """The resolved spec in plain JSON types, sizes in bytes (for result files and manifests)."""
@@ -86,6 +87,7 @@ class Workload:
             "description": self.description,
             "pattern": self.pattern,
             "source": self.source,
+            "origin": self.origin,
             "dataset": dataclasses.asdict(self.dataset),
             "train": dataclasses.asdict(self.train),
             "read": dataclasses.asdict(self.read),
@@ -194,6 +196,7 @@ SCHEMA = {
         "name": (_name, _REQUIRED),
         "description": (_text, ""),
         "pattern": (_enum(PATTERNS), "train-sync"),
+        "origin": (_text, ""),
     },
     "dataset": {
         "format": (_enum(FORMATS), _REQUIRED),
@@ -293,7 +296,7 @@ def workload_from_dict(d: dict, label: str) -> Workload:
     """A Workload from its to_dict() form (a dataset manifest keeps it), checked like a file."""
     if not isinstance(d, dict):
         raise UsageError(f"{label}: not a workload")
-    data = {"workload": {k: d[k] for k in ("name", "description", "pattern") if k in d}}
+    data = {"workload": {k: d[k] for k in ("name", "description", "pattern", "origin") if k in d}}
     data.update({s: d[s] for s in _CLASSES if s in d})
     return _resolve(data, _Lines(""), label, d.get("source") if isinstance(d.get("source"), str) else None)
 
@@ -332,7 +335,7 @@ def _resolve(data: dict, lines: "_Lines", label: str, source: str | None) -> Wor
     w = resolved.pop("workload")
     parts = {s: _CLASSES[s](**v) for s, v in resolved.items()}
     limits.check_dataset(parts["dataset"], label)
-    return Workload(name=w["name"], description=w["description"], pattern=w["pattern"],
+    return Workload(name=w["name"], description=w["description"], pattern=w["pattern"], origin=w["origin"],
                     source=source or label, **parts)
 
 

@@ -70,3 +70,33 @@ def test_mlperf_au_and_samples_per_s_from_known_steps():
     assert got["au"] == pytest.approx(0.65) and got["samples_per_s"] == pytest.approx(16.0)
     assert got["pass"] is False and got["epochs"] == 1
     assert summary([rank(1.0, 1.0, 0.8)[:1]], 0.7) is None      # one step: AU undefined
+
+
+# MLPerf Storage's published numbers (v2.0 files; v3.0 unet3d_b200's compute time): files,
+# samples per file, record bytes, stdev, batch, compute s, epochs, shuffle, read threads, AU
+MLPERF = {
+    "unet3d_a100": (168, 1, 146_600_628, 68_341_808, 7, 0.636, 5, "file+sample", 4, 0.90),
+    "unet3d_h100": (168, 1, 146_600_628, 68_341_808, 7, 0.323, 5, "file+sample", 4, 0.90),
+    "unet3d_b200": (168, 1, 146_600_628, 68_341_808, 7, 0.162, 5, "file+sample", 4, 0.90),
+    "resnet50_a100": (1024, 1251, 114_660, 0, 400, 0.435, 5, "none", 8, 0.90),
+    "resnet50_h100": (1024, 1251, 114_660, 0, 400, 0.224, 5, "none", 8, 0.90),
+    "cosmoflow_a100": (524_288, 1, 2_828_486, 71_311, 1, 0.00551, 5, "file+sample", 4, 0.70),
+    "cosmoflow_h100": (524_288, 1, 2_828_486, 71_311, 1, 0.0035, 5, "file+sample", 4, 0.70),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MLPERF))
+def test_mlperf_builtins_carry_the_published_numbers_and_their_origin(name):
+    w = load_workload(name)
+    d, t = w.dataset, w.train
+    assert (d.files, d.samples_per_file, d.sample_size, d.sample_size_stdev, t.batch_size, t.compute_time_s, t.epochs,
+            t.shuffle, w.read.read_threads, w.metric.au_threshold) == MLPERF[name]
+    assert w.origin.startswith("mlcommons/storage@") and ".yaml" in w.origin
+
+
+def test_workloads_lists_every_builtin_with_its_origin():
+    proc = iodl("workloads", "--json")
+    assert proc.returncode == 0, proc.stderr
+    listed = {w["name"]: w for w in json.loads(proc.stdout)}
+    assert set(MLPERF) <= set(listed) and "tiny" in listed
+    assert all(listed[n]["origin"] for n in MLPERF)
