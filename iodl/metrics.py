@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import histogram
+
+if TYPE_CHECKING:
+    from .result import Block, PerRank
 
 MB = 1e6
 SERIES_BUCKET_NS = 1_000_000_000   # the time series has one row per second (docs/report.md: CSV, plots)
@@ -83,7 +87,7 @@ class RankResult:
         self.t_end = max(self.t_end, (stats["t_end_ns"] - t0_ns) / 1e9)
         self.depth += np.asarray(stats["depth"], dtype=np.int64)
 
-    def scalars(self) -> dict:
+    def scalars(self) -> "PerRank":
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
                                               "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb",
                                               "pss_mb", "epochs_checked", "epochs_wrong")}
@@ -124,7 +128,7 @@ def process_age_s() -> float:
         return 0.0
 
 
-def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None) -> dict:
+def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None) -> "Block":
     """The docs/numbers.md figures for a group of ranks (one mount, or all).
 
     window_s: the run's measured window when the pattern fixes it; else the group's own, from
@@ -144,7 +148,7 @@ def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None
     return rate_block(block, window_s)
 
 
-def rate_block(block: dict, window_s: float) -> dict:
+def rate_block(block: dict, window_s: float) -> "Block":
     """Every rate of a result block from its counts and one window: count / window_s. The one
     place a block's rates are made, so that bytes / window_s == bandwidth in every block."""
     rate = (lambda x: x / window_s) if window_s > 0 else (lambda x: 0.0)

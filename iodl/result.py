@@ -1,19 +1,143 @@
-"""The result documents iodl writes and reads back: their schemas, loading, and what an older
-file lacks. The keys and every figure in them are defined in docs/numbers.md (a test holds a real
+"""The result documents iodl writes and reads back: their schemas (typed below), loading, and
+what an older file lacks. The keys and every figure in them are defined in docs/numbers.md (a test holds a real
 result against that list); the figures themselves are made where they are defined once:
 metrics.rate_block (rates, cache), training.summarize_steps (the accelerator view),
 sizing.sizing_block, cache.node_view."""
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 RESULT = "iodl.result/1"      # iodl read --out
 SWEEP = "iodl.sweep/1"        # iodl sweep --out
 
-# the top-level keys of a read result; the optional ones appear when they apply (docs/numbers.md)
-RESULT_KEYS = ("schema", "pattern", "engine", "direct", "iodepth", "block_size", "ranks", "hosts", "workload",
-               "seed", "duration_s", "ramp_s", "partial", "window_s", "total", "mounts", "per_rank")
-OPTIONAL_KEYS = ("train", "nodes", "drop_caches", "sizing", "validate", "series", "missing_ranks")
+
+
+# ---- the read result's schema (iodl.result/1), as types: docs/numbers.md explains every key, and
+# tests/test_result_docs.py holds real results, these types and that page to one another.
+
+class Latency(TypedDict):
+    p50: float
+    p90: float
+    p99: float
+    p999: float
+    max: float
+
+
+class Block(TypedDict):
+    """A group of ranks' figures: the total, or one mount (metrics.summarize and rate_block)."""
+    bytes: int
+    ios: int
+    cached_bytes: int
+    cache_measured: bool
+    window_s: float
+    bandwidth_MBps: float
+    iops: float
+    cache_hit_fraction: float | None
+    storage_bandwidth_MBps: float | None
+    latency_us: Latency
+    errors: int
+    depth: list[int]
+    latency_hist: dict
+
+
+class _Mount(Block):
+    path: str
+    ranks: list[int]
+
+
+class Mount(_Mount, total=False):
+    cache: dict             # buffered runs (cache.cache_blocks)
+
+
+class Total(Block, total=False):
+    cache: dict
+
+
+MLPerfView = TypedDict("MLPerfView", {"au": float, "samples_per_s": float, "au_threshold": float, "pass": bool,
+                                      "epochs": int})
+
+
+class _Train(TypedDict):
+    """The accelerator view of a step pattern (training.summarize_steps)."""
+    steps: int
+    au: float
+    au_threshold: float
+    au_excluded_steps: str
+    samples_per_s: float
+    samples: int
+    samples_in_window: float
+    window_s: float
+    consumed_bytes: float
+    consumed_MBps: float
+    step_time_s: dict
+    data_wait_s_per_step: float
+    barrier_wait_s_per_step: float
+    compute_s_per_step: float
+    epochs_checked: int
+    epochs_wrong: int
+    shuffle: str
+    mlperf: MLPerfView | None
+
+
+class Train(_Train, total=False):
+    per_rank_samples_per_s: dict    # infer-async
+
+
+class PerRank(TypedDict):
+    """One rank's counters (metrics.RankResult.scalars)."""
+    rank: int
+    host: str
+    mount: int
+    bytes: int
+    ios: int
+    cached_bytes: int
+    cache_unmeasured_bytes: int
+    errors: int
+    t_start: float | None
+    t_end: float | None
+    max_ns: int
+    startup_s: float
+    cpu_s: float
+    max_rss_mb: float
+    pss_mb: float
+    epochs_checked: int
+    epochs_wrong: int
+
+
+class _Result(TypedDict):
+    schema: str
+    pattern: str
+    engine: str
+    direct: bool
+    iodepth: int
+    block_size: int
+    ranks: int
+    hosts: list[str]
+    workload: dict
+    seed: int
+    duration_s: float | None
+    ramp_s: float | None
+    partial: bool
+    window_s: float
+    total: Total
+    mounts: list[Mount]
+    per_rank: list[PerRank]
+
+
+class Result(_Result, total=False):
+    """A read result; the keys below appear when they apply."""
+    train: Train                    # step patterns
+    nodes: list[dict]               # buffered runs (cache.node_view)
+    drop_caches: str | None         # buffered runs
+    sizing: dict                    # all but validate (sizing.sizing_block)
+    validate: dict                  # validate (dataset.validate_block)
+    series: dict                    # metrics.series_block
+    missing_ranks: list[int]        # after a stop some rank did not answer
+
+
+RESULT_KEYS = tuple(_Result.__annotations__)
+OPTIONAL_KEYS = tuple(k for k in Result.__annotations__ if k not in _Result.__annotations__)
 
 
 def load(path: str, schemas: tuple[str, ...] = (RESULT, SWEEP)) -> dict:

@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from .engine import open_engine
 from .config import StepConfig
 from .metrics import LIVE_STEPS, RankResult
 from .patterns import Pattern, Run, register
+
+if TYPE_CHECKING:
+    from .result import Train
 
 WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
 
@@ -392,7 +396,7 @@ def steps_window(rows: list[np.ndarray]) -> tuple[float, float]:
 
 
 def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: float,
-                    window: tuple[float, float]) -> dict:
+                    window: tuple[float, float]) -> "Train":
     """The train block of the result: steps, AU, samples/s, step times, where the time went.
 
     window: the run's measured window (seconds since the start barrier), the same one its

@@ -143,3 +143,31 @@ def test_each_figure_is_its_definition(results):
             assert train["consumed_bytes"] <= doc["total"]["bytes"]
         if pattern == "infer-async":
             assert train["samples_per_s"] == pytest.approx(train["per_rank_samples_per_s"]["sum"], rel=1e-12)
+
+
+def _required(td) -> set[str]:
+    return set(td.__required_keys__)
+
+
+def test_results_are_of_the_types_that_own_the_schema(results):
+    """iodl.result's types are the schema: every real result has each required key of each part,
+    and no key the types do not name."""
+    for doc in results.values():
+        assert _required(R._Result) <= set(doc) <= set(R.Result.__annotations__)
+        assert _required(R.Block) <= set(doc["total"]) <= set(R.Total.__annotations__)
+        for m in doc["mounts"]:
+            assert _required(R._Mount) <= set(m) <= set(R.Mount.__annotations__)
+        for r in doc["per_rank"]:
+            assert set(r) == set(R.PerRank.__annotations__)
+        assert set(doc["total"]["latency_us"]) == set(R.Latency.__annotations__)
+        if "train" in doc:
+            assert _required(R._Train) <= set(doc["train"]) <= set(R.Train.__annotations__)
+            if doc["train"]["mlperf"] is not None:
+                assert set(doc["train"]["mlperf"]) == set(R.MLPerfView.__annotations__)
+
+
+def test_the_docs_list_the_types_keys():
+    block = _strip_comments(_schema_block())
+    assert set(R.Block.__annotations__) - {"latency_hist"} <= _words(_group(block, "total"))
+    assert set(R.Train.__annotations__) <= _words(_group(block, "train"))
+    assert set(R.PerRank.__annotations__) <= _words(_group(block, "per_rank"))
