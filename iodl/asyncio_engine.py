@@ -83,6 +83,11 @@ def unavailable() -> str | None:
     return None
 
 
+def _end_by(window_end_ns: int, cancel_ns: int) -> int:
+    """The window's end, or the cancel time if that came first (0: unbounded), as account.c."""
+    return cancel_ns if cancel_ns and (not window_end_ns or cancel_ns < window_end_ns) else window_end_ns
+
+
 def _round_up(v: int, a: int) -> int:
     return (v + a - 1) // a * a
 
@@ -210,6 +215,7 @@ class AsyncioEngine:
         self._busy = False
         self._closed = False
         self._cancelled = False
+        self._cancel_ns = 0
         self._pread = aiofiles.os.wrap(_pread_counted)
         self._preadv = aiofiles.os.wrap(os.preadv)
         self._slot = _round_up(block_size, ALIGN)
@@ -247,6 +253,8 @@ class AsyncioEngine:
     def cancel(self) -> None:
         """From any thread (as _native.Engine.cancel): the run stops taking rows, lets the reads in
         flight finish and returns its stats with interrupted=True; later runs return at once."""
+        if not self._cancelled:
+            self._cancel_ns = time.monotonic_ns()   # what completes after this only drains (not counted)
         self._cancelled = True
 
     def __repr__(self) -> str:
@@ -367,7 +375,7 @@ class AsyncioEngine:
             done, submits = st.done.columns(), st.submits.columns()
             counted = _native.account(
                 done[0], done[1], done[2], done[3], hist, window_start_ns=int(window_start_ns),
-                window_end_ns=int(window_end_ns), series=series, series_origin_ns=int(series_origin_ns),
+                window_end_ns=_end_by(int(window_end_ns), self._cancel_ns), series=series, series_origin_ns=int(series_origin_ns),
                 series_bucket_ns=int(series_bucket_ns), clat_hist=clat_hist, slat_hist=slat_hist,
                 unmeasured=done[4], submit_ns=submits[0], inflight=submits[1], t_start_ns=st.t_start,
                 t_end_ns=st.t_end)

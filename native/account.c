@@ -6,9 +6,19 @@
  */
 #include "core.h"
 
+/* the window's end, or the cancel time if that came first (0: unbounded) */
+static uint64_t window_end(const struct iodl_run_args *a)
+{
+	uint64_t c = a->cancel_ns ? __atomic_load_n(a->cancel_ns, __ATOMIC_ACQUIRE) : 0;
+
+	return c && (!a->window_end_ns || c < a->window_end_ns) ? c : a->window_end_ns;
+}
+
 static int in_window(const struct iodl_run_args *a, uint64_t t)
 {
-	return (!a->window_start_ns || t >= a->window_start_ns) && (!a->window_end_ns || t < a->window_end_ns);
+	uint64_t end = window_end(a);
+
+	return (!a->window_start_ns || t >= a->window_start_ns) && (!end || t < end);
 }
 
 static void series_add(const struct iodl_run_args *a, struct iodl_stats *st, const struct iodl_done *d,
@@ -84,9 +94,11 @@ void iodl_account_submit(const struct iodl_run_args *a, struct iodl_stats *st, u
 
 void iodl_account_finish(const struct iodl_run_args *a, struct iodl_stats *st, uint64_t now)
 {
+	uint64_t end = window_end(a);
+
 	if (!st->t_start_ns)
 		st->t_start_ns = st->t_end_ns = now;	/* nothing was issued */
-	if (!a->window_start_ns && !a->window_end_ns)
+	if (!a->window_start_ns && !end)
 		return;
 	/* what was measured: from the window's start (or the first submit, if later) to the last
 	 * counted completion, or the window's end if requests were still in flight then */
@@ -96,5 +108,5 @@ void iodl_account_finish(const struct iodl_run_args *a, struct iodl_stats *st, u
 	}
 	if (st->t_start_ns < a->window_start_ns)
 		st->t_start_ns = a->window_start_ns;
-	st->t_end_ns = a->window_end_ns && st->t_end_ns >= a->window_end_ns ? a->window_end_ns : st->t_last_ns;
+	st->t_end_ns = end && st->t_end_ns >= end ? end : st->t_last_ns;
 }

@@ -89,6 +89,11 @@ struct iodl_run_args {
 	 * not stretch it.
 	 */
 	uint64_t window_start_ns, window_end_ns;
+	/*
+	 * NULL, or when Engine.cancel() was called (0: not yet), written from another thread. What
+	 * completes after it only drains: the run ended there, like a window's end.
+	 */
+	const uint64_t *cancel_ns;
 	uint64_t rate_bps;		/* 0: unpaced */
 	/*
 	 * Requests per submit call (fio's iodepth_batch_submit): 1, fio's default, hands each

@@ -46,6 +46,7 @@ typedef struct {
 	unsigned submit_batch;		/* requests per submit call; 0: all that have a slot */
 	int direct, cache_check, busy;
 	int cancelled;			/* set by cancel() from any thread, read without the GIL */
+	uint64_t cancel_ns;		/* when cancel() was called (core.h: iodl_run_args.cancel_ns) */
 	uint64_t storage_pending;	/* cache_check: storage bytes not yet charged (core.h) */
 	Py_buffer device;		/* null's shared device word, held (kept mapped) while open */
 } EngineObject;
@@ -444,6 +445,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	a.storage_pending = &self->storage_pending;
 	a.interrupted = interrupted;
 	a.interrupted_arg = &intr;
+	a.cancel_ns = &self->cancel_ns;
 	intr.cancelled = &self->cancelled;
 
 	if (__atomic_load_n(&self->cancelled, __ATOMIC_ACQUIRE)) {
@@ -502,6 +504,10 @@ out:
 /* From any thread, GIL or not in the run's thread: the run stops and returns its stats. */
 static PyObject *Engine_cancel(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
+	uint64_t unset = 0;
+
+	/* the first cancel's time: completions after it are not counted (they only drain) */
+	__atomic_compare_exchange_n(&self->cancel_ns, &unset, iodl_now_ns(), 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 	__atomic_store_n(&self->cancelled, 1, __ATOMIC_RELEASE);
 	Py_RETURN_NONE;
 }
