@@ -109,8 +109,25 @@ def check_keep_dir(directory: str, ranks: list[int]) -> str:
     return directory
 
 
+# Python 3.10 has no -P: drop the working directory (sys.path[0] is '' under -c) before importing iodl
+_BOOT_310 = "import sys; del sys.path[0]; from iodl.cli import main; sys.exit(main())"
+
+
+def python_iodl() -> list[str]:
+    """The argv that runs iodl in a child Python without the working directory first on sys.path.
+
+    `python -m iodl` puts the working directory first: run from the folder holding a clone named
+    iodl (an editable install), that folder shadows the package ("cannot import name
+    '__version__' from 'iodl' (unknown location)"). -P (3.11+) leaves it out; on 3.10 a -c
+    stub removes it before the import.
+    """
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", "iodl"]
+    return [sys.executable, "-c", _BOOT_310]
+
+
 def point_command(mpiexec: str, ranks: int, read_args: list[str], out: str) -> list[str]:
-    return [mpiexec, "-n", str(ranks), sys.executable, "-m", "iodl", "read", *read_args, "--out", out]
+    return [mpiexec, "-n", str(ranks), *python_iodl(), "read", *read_args, "--out", out]
 
 
 @dataclass

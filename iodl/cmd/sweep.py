@@ -8,9 +8,43 @@ import os
 HELP = "run a pattern at several rank counts and find how many accelerators the storage supports"
 
 
+# the sweep's own options (each takes one value); every other option is passed on to `iodl read`
+OWN_OPTIONS = ("--ranks", "--threshold", "--out", "--keep", "--mpiexec", "--timeout")
+
+
+def own_options_first(argv: list[str]) -> list[str]:
+    """`iodl sweep --ranks 1,2 --engine null` as `iodl sweep --ranks 1,2 -- --engine null`.
+
+    Read options may follow the sweep's own without `--`: the sweep's options (OWN_OPTIONS, -h)
+    are kept before a `--` and everything else goes after it, in order. Without `--` an --out is
+    the sweep's own; after `--` everything is a read option, as before.
+    """
+    try:
+        at = argv.index("sweep") + 1
+    except ValueError:
+        return argv
+    head, rest = argv[:at], argv[at:]
+    own, read = [], []
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a == "--":
+            read += rest[i + 1:]
+            break
+        if a in ("-h", "--help") or a.split("=", 1)[0] in OWN_OPTIONS:
+            own.append(a)
+            if a in OWN_OPTIONS and i + 1 < len(rest):
+                own.append(rest[i + 1])
+                i += 1
+        else:
+            read.append(a)
+        i += 1
+    return head + own + (["--", *read] if read else [])
+
+
 def add_arguments(p) -> None:
     p.usage = ("%(prog)s --ranks K,K,... [--threshold AU] [--out FILE] [--keep DIR] [--mpiexec PATH] [--timeout S] "
-               "-- [READ_OPTION ...]")
+               "[--] [READ_OPTION ...]")
     p.epilog = ("example: iodl sweep --ranks 1,2,4,8 --out sweep.json -- --workload resnet50 --root /mnt/a "
                 "--direct --steps 50   (docs/sweep.md)")
     # Numbers are taken as text and checked by iodl.sweep: a bad value is then one error line,
@@ -25,7 +59,7 @@ def add_arguments(p) -> None:
     p.add_argument("--mpiexec", metavar="PATH", help="launcher (default: mpiexec next to this Python, else on PATH)")
     p.add_argument("--timeout", metavar="S", help="seconds a point may run before it is stopped and the sweep fails (default: none)")
     p.add_argument("read_args", nargs=argparse.REMAINDER, metavar="-- READ_OPTION",
-                   help="everything after -- goes to every point's `iodl read` (pattern train-sync unless --pattern "
+                   help="every option that is not the sweep's own (or everything after --) goes to every point's `iodl read` (pattern train-sync unless --pattern "
                         "infer-async; not --out, which the sweep sets)")
 
 
