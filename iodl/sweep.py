@@ -275,24 +275,24 @@ def document(pattern: str, workload: dict, engine: str, threshold: float, points
 
 
 def print_sweep(doc: dict, console=None) -> None:
-    from rich.table import Table
-
-    from .report import make_console
+    from .report import make_console, print_table
 
     console = console or make_console()
     points = [Point(**p) for p in doc["points"]]
     threshold = doc["au_threshold"]
-    table = Table(title=f"iodl sweep: {doc['pattern']}, workload {doc['workload'].get('name', '?')}, "
-                        f"engine {doc['engine']}, {doc['launch']}")
-    for col in ("ranks", "AU", "samples/s", "linear samples/s", "efficiency", "MB/s", "storage MB/s"):
-        table.add_column(col, justify="right")
+    title = (f"iodl sweep: {doc['pattern']}, workload {doc['workload'].get('name', '?')}, "
+             f"engine {doc['engine']}, {doc['launch']}")
+    columns = [(c, "right") for c in ("ranks", "AU", "samples/s", "linear samples/s", "efficiency", "MB/s",
+                                      "storage MB/s")]
+    rows = []
     for p, (linear, eff) in zip(points, scaling(points)):
         au = f"{100 * p.au:.1f}%"
         au = f"[green]{au}[/]" if meets(p.au, threshold) else f"[red]{au}[/]"
         ranks = str(p.ranks) + (" (partial)" if p.exit_code == PARTIAL_EXIT else "")
-        table.add_row(ranks, au, f"{p.samples_per_s:,.1f}", f"{linear:,.1f}", f"{100 * eff:.1f}%",
-                      f"{p.bandwidth_MBps:,.1f}", "-" if p.storage_bandwidth_MBps is None else f"{p.storage_bandwidth_MBps:,.1f}")
-    console.print(table)
+        rows.append([ranks, au, f"{p.samples_per_s:,.1f}", f"{linear:,.1f}", f"{100 * eff:.1f}%",
+                     f"{p.bandwidth_MBps:,.1f}",
+                     "-" if p.storage_bandwidth_MBps is None else f"{p.storage_bandwidth_MBps:,.1f}"])
+    print_table(console, title, columns, rows)
     demand = doc["demand_MBps_per_accelerator"]
     if demand is not None:
         console.print(f"demand per accelerator at 100% AU: {demand:,.2f} MB/s (batch x mean sample size / compute time)")
