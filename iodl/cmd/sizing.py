@@ -2,8 +2,6 @@
 the storage of a measured run can feed."""
 from __future__ import annotations
 
-import os
-
 
 
 def add_arguments(p) -> None:
@@ -15,7 +13,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from .. import workload
-    from ..report import make_console, print_table, short_paths
+    from ..report import make_console, print_table
     from ..result import RESULT, load
     from ..sizing import accelerators_fed, storage_MBps, workload_demand_MBps
 
@@ -25,14 +23,10 @@ def run(args) -> int:
     console = make_console()
     columns = [("workload", "left"), ("pattern", "left"), ("batch", "right"), ("sample KB", "right"),
                ("compute s", "right"), ("MB/s per accelerator", "right")]
-    # a measured mount's column says which result file and which of its mounts (prefixes printed once below)
-    files = _labels([os.path.abspath(path) for path, _m in mounts])
-    _prefix, paths = short_paths([m["path"] for _p, m in mounts])
-    many = len(results) > 1 or len(mounts) > 1
-    for n, ((_path, m), name, where) in enumerate(zip(mounts, files, paths), 1):
+    # a measured mount's column is numbered; the legend below says which result file and mount it is
+    for n, (_path, m) in enumerate(mounts, 1):
         storage = storage_MBps(m)
-        label = f"[{n}] {name} {where}" if many else f"{name} {where}"
-        columns.append((f"fed by {label} ({'not measurable' if storage is None else f'{storage:,.1f}'} MB/s)", "right"))
+        columns.append((f"[{n}] fed ({'not measurable' if storage is None else f'{storage:,.1f} MB/s'})", "right"))
     rows = []
     for wl in wls:
         demand = workload_demand_MBps(wl)
@@ -44,18 +38,8 @@ def run(args) -> int:
                 columns, rows)
     if mounts:
         for n, (path, m) in enumerate(mounts, 1):
-            console.print(f"{f'[{n}] ' if many else ''}{os.path.abspath(path)}: mount {m['path']}", highlight=False)
+            console.print(f"[{n}] {path}, mount {m['path']}", highlight=False, markup=False)
         console.print("A mount's count holds for the storage MB/s it delivered in that run; it is the storage's limit "
                       "only if the run was storage-bound (storage-only, or ranks waiting for data).")
     return 0
-
-
-def _labels(paths: list[str]) -> list[str]:
-    """The shortest tail of each file's path that tells them apart: a.json, run1/r.json ..."""
-    parts = [p.split(os.sep) for p in paths]
-    for depth in range(1, max((len(p) for p in parts), default=1) + 1):
-        tails = ["/".join(p[-depth:]) for p in parts]
-        if len({t for t in tails}) == len(set(paths)):
-            return tails
-    return paths
 

@@ -163,13 +163,19 @@ def run(args) -> int:
         raise KeyboardInterrupt
 
     old_term = signal.signal(signal.SIGTERM, on_term)
+    from ..progress import Clock, wrap
+
     points, first, failure, interrupted, k = [], None, None, None, None
+    last_s = 0.0
     try:
         for i, k in enumerate(ranks):
             out = os.path.join(workdir, sweep.result_name(k))
             print(f"sweep: point {i + 1}/{len(ranks)}: {k} rank(s) ...", flush=True)
             start = time.monotonic()
-            done = sweep.run_point(sweep.point_command(mpiexec, k, read_argv, out), timeout)
+            # on a terminal a clock ticks while the point runs (its own output is in its result file)
+            with Clock(f"sweep: point {i + 1}/{len(ranks)}, {k} rank(s)", last_s):
+                done = sweep.run_point(sweep.point_command(mpiexec, k, read_argv, out), timeout)
+            last_s = time.monotonic() - start
             result = _load(out)
             why = done.error_line or "no error output"
             if done.timed_out:
@@ -184,9 +190,9 @@ def run(args) -> int:
             point = sweep.point_from_result(k, result, out if keep else None, done.exit_code)
             points.append(point)
             first = first or result
-            print(f"sweep: {k} rank(s): AU {100 * point.au:.1f}%, {point.samples_per_s:,.1f} samples/s, "
-                  f"{'-' if point.storage_bandwidth_MBps is None else f'{point.storage_bandwidth_MBps:,.1f}'} storage MB/s "
-                  f"({time.monotonic() - start:.1f} s)", flush=True)
+            print(wrap(f"sweep: {k} rank(s): AU {100 * point.au:.1f}%, {point.samples_per_s:,.1f} samples/s, "
+                       f"{'-' if point.storage_bandwidth_MBps is None else f'{point.storage_bandwidth_MBps:,.1f}'} "
+                       f"storage MB/s ({last_s:.1f} s)"), flush=True)
     except KeyboardInterrupt:
         interrupted = k  # the point that was running (run_point has stopped it)
     finally:
