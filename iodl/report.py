@@ -32,7 +32,8 @@ def make_console():
     return Console()
 
 
-def print_table(console, title: str | None, columns: list[tuple[str, str]], rows: list, keep: int = 1) -> None:
+def print_table(console, title: str | None, columns: list[tuple[str, str]], rows: list, keep: int = 1,
+                paths: int | None = None) -> None:
     """Print a table no wider than the console, with no cell cut.
 
     columns: (header, justify); rows: lists of cells (rich markup allowed), ("section", None) for
@@ -44,6 +45,23 @@ def print_table(console, title: str | None, columns: list[tuple[str, str]], rows
     """
     from rich.table import Table
     from rich.text import Text
+
+    if paths is not None:
+        # column `paths` holds mount paths: when the table is too wide for them, the prefix they
+        # share is printed once above it and each cell keeps what is left
+        listed = [(r if isinstance(r, list) else r[0]) for r in rows]
+        full = [c[paths] for c in listed if c != "section"]
+        natural = sum(max([Text.from_markup(c[i]).cell_len for c in listed if c != "section"] + [len(h)])
+                      for i, (h, _j) in enumerate(columns)) + 3 * len(columns) + 1
+        prefix, short = short_paths(full)
+        if prefix and natural > console.width:
+            console.print(f"mounts under {prefix}", highlight=False, markup=False)
+            names = dict(zip(full, short))
+
+            def shorten(cells):
+                return cells if cells == "section" else [names.get(c, c) if i == paths else c
+                                                         for i, c in enumerate(cells)]
+            rows = [shorten(r) if isinstance(r, list) else (shorten(r[0]), r[1]) for r in rows]
 
     cells = [r if isinstance(r, list) else r[0] for r in rows]
     cells = [c for c in cells if c != "section"]
@@ -114,13 +132,10 @@ def print_result(result: dict, console=None) -> None:
     if buffered:
         columns += [("cache hit", "right"), ("predicted", "right"), ("storage MB/s", "right")]
     mounts = result["mounts"]
-    prefix, names = short_paths([m["path"] for m in mounts])
-    if prefix:
-        console.print(f"mounts under {prefix}", highlight=False)
-    rows = [_row(name, _ranks(m["ranks"]), m, buffered) for name, m in zip(names, mounts)]
+    rows = [_row(m["path"], _ranks(m["ranks"]), m, buffered) for m in mounts]
     if len(mounts) > 1:
         rows += [("section", None), (_row("total", str(result["ranks"]), result["total"], buffered), "bold")]
-    print_table(console, title, columns, rows)
+    print_table(console, title, columns, rows, paths=0)
     if buffered and result["total"].get("cache_hit_fraction", 0.0) is None:
         console.print("cache hit, storage MB/s: not measurable here (the kernel does not account these reads "
                       "to the reader: NFS, FUSE, overlay, or no task I/O accounting); '-' is not a zero")
@@ -168,22 +183,19 @@ def _print_nodes(nodes: list[dict], console) -> None:
     """Page cache per host: what it could hold, what it held, what it was predicted to serve, and did."""
     columns = [("host", "left"), ("mount", "left"), ("RAM GB", "right"), ("page cache GB", "right"),
                ("dataset GB", "right"), ("at start", "right"), ("predicted", "right"), ("cache hit", "right")]
-    pairs = [(h, m) for h in nodes for m in h["mounts"]]
-    prefix, names = short_paths([m["path"] for _h, m in pairs])
-    rows = [[h["host"], name, f"{h['mem_total_bytes'] / 1e9:,.1f}", f"{h['page_cache_bytes'] / 1e9:,.1f}",
+    rows = [[h["host"], m["path"], f"{h['mem_total_bytes'] / 1e9:,.1f}", f"{h['page_cache_bytes'] / 1e9:,.1f}",
              f"{m['dataset_bytes'] / 1e9:,.3f}", _pct(m["resident_at_start_fraction"]),
-             _pct(m["predicted_hit_fraction"]), _pct(m["cache_hit_fraction"])] for (h, m), name in zip(pairs, names)]
-    print_table(console, "page cache per node (predicted = min(1, page cache / dataset bytes the node reads))"
-                + (f"; mounts under {prefix}" if prefix else ""), columns, rows, keep=2)
+             _pct(m["predicted_hit_fraction"]), _pct(m["cache_hit_fraction"])] for h in nodes for m in h["mounts"]]
+    print_table(console, "page cache per node (predicted = min(1, page cache / dataset bytes the node reads))",
+                columns, rows, keep=2, paths=1)
 
 
 def _print_sizing(sizing: dict, workload: str, console) -> None:
     demand = sizing["demand_MBps_per_accelerator"]
     title = (f"sizing: one {workload} accelerator at full utilisation reads {demand:,.1f} MB/s "
              "(batch x mean sample / compute time)")
-    prefix, names = short_paths([m["path"] for m in sizing["mounts"]])
     rows = []
-    for m, name in zip(sizing["mounts"], names):
+    for m in sizing["mounts"]:
         # not storage-bound: the ranks never waited, the storage could have given more
         if m["storage_MBps"] is None:
             fed = "- (the storage's share of the bytes was not measurable)"
@@ -193,9 +205,9 @@ def _print_sizing(sizing: dict, workload: str, console) -> None:
             fed = f"{m['accelerators_fed']}"
         else:
             fed = f">= {m['accelerators_fed']} (not storage-bound)"
-        rows.append([name, "-" if m["storage_MBps"] is None else f"{m['storage_MBps']:,.1f}", fed])
-    print_table(console, title + (f"; mounts under {prefix}" if prefix else ""),
-                [("mount", "left"), ("storage MB/s", "right"), ("accelerators fed", "right")], rows)
+        rows.append([m["path"], "-" if m["storage_MBps"] is None else f"{m['storage_MBps']:,.1f}", fed])
+    print_table(console, title, [("mount", "left"), ("storage MB/s", "right"), ("accelerators fed", "right")], rows,
+                paths=0)
 
 
 def _ranks(ranks: list[int]) -> str:
