@@ -43,8 +43,8 @@ def own_options_first(argv: list[str]) -> list[str]:
 
 
 def add_arguments(p) -> None:
-    p.usage = ("%(prog)s --ranks K,K,... [--threshold AU] [--out FILE] [--keep DIR] [--mpiexec PATH] [--timeout S] "
-               "[--] [READ_OPTION ...]")
+    p.usage = ("%(prog)s --ranks K,K,... [--threshold AU] [--out FILE] [--keep DIR]\n"
+               "                  [--mpiexec PATH] [--timeout S] [--] [READ_OPTION ...]")
     p.epilog = ("example: iodl sweep --ranks 1,2,4,8 --out sweep.json -- --workload resnet50 --root /mnt/a "
                 "--direct --steps 50   (docs/sweep.md)")
     # Numbers are taken as text and checked by iodl.sweep: a bad value is then one error line,
