@@ -164,8 +164,17 @@ def cache_blocks(nodes: list[dict], n_mounts: int) -> tuple[dict, list[dict]]:
     return total, per_mount
 
 
+def _plain_folder(path: str) -> bool:
+    """A --root that is a folder of files with no iodl manifest: generate does not write there."""
+    from .dataset import MANIFEST
+
+    return os.path.isdir(path) and not os.path.exists(os.path.join(path, MANIFEST))
+
+
 def small_dataset_warnings(nodes: list[dict]) -> list[str]:
-    """One line per host whose datasets are under RAM_MULTIPLE x its RAM."""
+    """One line per host whose datasets are under RAM_MULTIPLE x its RAM, saying how to fix it."""
+    from .units import format_size
+
     out = []
     for h in nodes:
         ram, data = h["mem_total_bytes"], h["dataset_bytes"]
@@ -173,7 +182,14 @@ def small_dataset_warnings(nodes: list[dict]) -> list[str]:
             continue
         copies = max(m.get("copies", 1) for m in h["mounts"])
         need = copies_needed(data, copies, ram)
-        out.append(f"{h['host']} reads {data / 1e9:,.2f} GB of datasets but has {ram / 1e9:,.1f} GB of RAM: "
-                   f"under {RAM_MULTIPLE}x RAM the page cache serves repeat reads, so bandwidth is not the storage's. "
-                   f"Generate with --copies {need} (or read with --direct)")
+        line = (f"{h['host']} reads {format_size(data)} of datasets but has {format_size(ram)} of RAM. "
+                f"Under {RAM_MULTIPLE}x RAM ({format_size(RAM_MULTIPLE * ram)}) the page cache serves repeat reads, "
+                f"so the bandwidth measured is not the storage's. Read with --direct, or ")
+        if any(_plain_folder(m.get("path", "")) for m in h["mounts"]):
+            line += (f"read a dataset of at least {format_size(RAM_MULTIPLE * ram)} (iodl generate writes only "
+                     f"into a new or iodl-made --root, e.g. iodl generate --root NEWDIR --copies N).")
+        else:
+            line += (f"regenerate with --copies {need}: {format_size(need * data / max(copies, 1))} "
+                     f"in all on this host.")
+        out.append(line)
     return out

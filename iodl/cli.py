@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     try:
+        if next((a for a in argv if not a.startswith("-")), None) == "sweep":
+            from .cmd.sweep import own_options_first
+
+            argv = own_options_first(argv)   # read options may follow without `--`
         args = build_parser(argv).parse_args(argv)
         module = importlib.import_module(args._module)
         return int(module.run(args) or 0)

@@ -60,9 +60,19 @@ def registry() -> dict[str, Pattern]:
     return _REGISTRY
 
 
+# fio's ioengine names for the same engines: `--engine libaio` reads as fio users expect
+ENGINE_ALIASES = {"libaio": "aio", "io_uring": "uring", "sync": "psync", "pvsync": "psync"}
+
+
+def engine_name(requested: str) -> str:
+    """iodl's name for an engine given by iodl's or fio's name."""
+    return ENGINE_ALIASES.get(requested, requested)
+
+
 def choose_engine(requested: str, direct: bool) -> str:
     """`auto`: io_uring when usable (it is asynchronous for buffered reads too), else native AIO for
     O_DIRECT (Linux AIO is synchronous on buffered files), else psync."""
+    requested = engine_name(requested)
     if requested != "auto":
         check_engine(requested)
         return requested

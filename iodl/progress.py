@@ -103,3 +103,132 @@ class Progress:
             self._live.stop()
         if self._thread is not None:
             self._thread.join(timeout=2)
+
+
+def console_width() -> int:
+    """COLUMNS, else the terminal's width, else 80 (a pipe, a log)."""
+    import shutil
+
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def wrap(line: str) -> str:
+    """A plain line folded at spaces to the console width (for print(), which does not wrap)."""
+    import textwrap
+
+    return textwrap.fill(line, console_width(), break_long_words=False, break_on_hyphens=False) or line
+
+
+def _duration(s: float) -> str:
+    s = int(round(max(s, 0.0)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class Ticker:
+    """Progress of one long piece of work (generate's bytes, a sweep point's seconds).
+
+    On a terminal one line redrawn in place (at most `redraw` times a second) with what is done,
+    the rate and the time left; it is erased by close(). Otherwise (a pipe, a log) one plain line
+    at most every `every` seconds (IODL_PROGRESS_EVERY overrides it), so logs are not flooded.
+    """
+
+    def __init__(self, label: str, total: float = 0.0, unit: str = "MB", scale: float = 1e6, stream=None,
+                 tty: bool | None = None, every: float = 10.0, redraw: float = 0.25, clock=time.monotonic):
+        import os
+        import sys
+
+        self.label, self.total, self.unit, self.scale = label, float(total), unit, scale
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty() if tty is None else tty
+        env = os.environ.get("IODL_PROGRESS_EVERY")
+        try:
+            self.every = float(env) if env else every
+        except ValueError:
+            self.every = every
+        self.redraw, self.clock = redraw, clock
+        self.t0 = clock()
+        self._last = None if self.tty else self.t0   # logs: the first line after `every`, not at once
+        self._shown = False
+        self.done = 0.0
+
+    def text(self, done: float, now: float | None = None) -> str:
+        now = self.clock() if now is None else now
+        elapsed = now - self.t0
+        rate = done / elapsed if elapsed > 0 else 0.0
+        parts = [f"{self.label}: {done / self.scale:,.1f}"]
+        if self.total:
+            parts[0] += f" of {self.total / self.scale:,.1f} {self.unit} ({100 * min(done / self.total, 1):.0f}%)"
+        else:
+            parts[0] += f" {self.unit}"
+        parts.append(f"{rate / self.scale:,.1f} {self.unit}/s")
+        if self.total and rate > 0:
+            parts.append(f"ETA {_duration((self.total - done) / rate)}")
+        elif self.total:
+            parts.append("ETA ?")
+        parts.append(f"{_duration(elapsed)} elapsed")
+        line = ", ".join(parts)
+        width = console_width() - 1
+        while len(line) > width and len(parts) > 1:   # what matters most stays: the label and the share done
+            parts.pop()
+            line = ", ".join(parts)
+        return line
+
+    def update(self, done: float) -> None:
+        self.done = done
+        now = self.clock()
+        wait = self.redraw if self.tty else self.every
+        if self._last is not None and now - self._last < wait:
+            return
+        self._last = now
+        self._emit(self.text(done, now))
+
+    def _emit(self, line: str) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line)
+            self._shown = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Erase the terminal line (the caller prints the final summary)."""
+        if self.tty and self._shown:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._shown = False
+
+
+class Clock:
+    """A Ticker of seconds for work that reports no progress of its own (a sweep point): a
+    thread updates it on a terminal; on a log it stays silent (the caller prints a line per step)."""
+
+    def __init__(self, label: str, expected_s: float = 0.0, stream=None, tty: bool | None = None):
+        self.ticker = Ticker(label, total=expected_s, unit="s", scale=1.0, stream=stream, tty=tty)
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self) -> "Clock":
+        if self.ticker.tty:
+            self._thread = threading.Thread(target=self._run, daemon=True, name="iodl-clock")
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ticker.redraw):
+            t = self.ticker
+            elapsed = t.clock() - t.t0
+            line = f"{t.label}: {_duration(elapsed)} elapsed"
+            if t.total:
+                line += (f", ~{_duration(t.total - elapsed)} left if as long as the last point" if elapsed < t.total
+                         else f", longer than the last point ({_duration(t.total)})")
+            t._emit(line[:console_width() - 1])
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.ticker.close()

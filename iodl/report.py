@@ -25,35 +25,117 @@ def _row(name: str, ranks: str, s: dict, buffered: bool) -> list[str]:
 
 
 def make_console():
-    """Rich narrows tables to 80 columns when output is not a terminal: give logs the full width."""
+    """The terminal's width; 80 columns when output is not a terminal (a pipe, mpirun's rank 0, a
+    log); COLUMNS says otherwise in both cases. Tables are fitted to it by print_table."""
     from rich.console import Console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=180)
+    return Console()
+
+
+def print_table(console, title: str | None, columns: list[tuple[str, str]], rows: list, keep: int = 1,
+                paths: int | None = None) -> None:
+    """Print a table no wider than the console, with no cell cut.
+
+    columns: (header, justify); rows: lists of cells (rich markup allowed), ("section", None) for
+    a rule before the next row, or (cells, style). Headers wrap at their spaces when space is
+    short. When the columns still do not fit side by side, the first `keep` columns (the row
+    names) are repeated and the others go on in a second table (a third ...) rather than being
+    squeezed and cut; a single cell wider than the console (a very long path) is folded onto more
+    lines, never cut with an ellipsis.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    if paths is not None:
+        # column `paths` holds mount paths: when the table is too wide for them, the prefix they
+        # share is printed once above it and each cell keeps what is left
+        listed = [(r if isinstance(r, list) else r[0]) for r in rows]
+        full = [c[paths] for c in listed if c != "section"]
+        natural = sum(max([Text.from_markup(c[i]).cell_len for c in listed if c != "section"] + [len(h)])
+                      for i, (h, _j) in enumerate(columns)) + 3 * len(columns) + 1
+        prefix, short = short_paths(full)
+        if prefix and natural > console.width:
+            console.print(f"mounts under {prefix}", highlight=False, markup=False)
+            names = dict(zip(full, short))
+
+            def shorten(cells):
+                return cells if cells == "section" else [names.get(c, c) if i == paths else c
+                                                         for i, c in enumerate(cells)]
+            rows = [shorten(r) if isinstance(r, list) else (shorten(r[0]), r[1]) for r in rows]
+
+    cells = [r if isinstance(r, list) else r[0] for r in rows]
+    cells = [c for c in cells if c != "section"]
+    longest = [max([Text.from_markup(row[i]).cell_len for row in cells] + [0]) for i in range(len(columns))]
+    natural = [max(w, len(h)) for w, (h, _j) in zip(longest, columns)]
+    narrow = [max([w] + [len(word) for word in h.split()]) for w, (h, _j) in zip(longest, columns)]
+
+    def width(cols, widths) -> int:   # a rich table with the default box: "│ a │ b │"
+        return sum(widths[i] for i in cols) + 3 * len(cols) + 1
+
+    def build(cols: list[int], with_title: bool) -> Table:
+        # headers wrap first; spare columns go back to the headers that wrapped, widest need first
+        widths = {i: narrow[i] for i in cols}
+        spare = console.width - width(cols, widths)
+        for i in sorted(cols, key=lambda i: natural[i] - narrow[i]):
+            give = min(max(spare, 0), natural[i] - narrow[i])
+            widths[i] += give
+            spare -= give
+        if spare < 0:   # one column alone is too wide: it folds (width None lets rich share it out)
+            widths = {i: None if natural[i] > console.width // 2 else narrow[i] for i in cols}
+        table = Table(title=title if with_title else None)
+        for i in cols:
+            header, justify = columns[i]
+            table.add_column(header, justify=justify, overflow="fold", width=widths[i])
+        for row in rows:
+            row_cells, style = (row, None) if isinstance(row, list) else row
+            if row_cells == "section":
+                table.add_section()
+            else:
+                table.add_row(*[row_cells[i] for i in cols], style=style)
+        return table
+
+    head = list(range(min(keep, len(columns))))
+    groups, group = [], []
+    for i in range(len(head), len(columns)):
+        if group and width(head + group + [i], narrow) > console.width:
+            groups.append(group)
+            group = []
+        group.append(i)
+    groups.append(group)
+    for n, group in enumerate(groups):
+        console.print(build(head + group, n == 0))
+
+
+def short_paths(paths: list[str]) -> tuple[str, list[str]]:
+    """('/mnt/data/', ['a', 'b']) for ['/mnt/data/a', '/mnt/data/b']: the prefix mounts share,
+    printed once above a table, and what is left of each; ('', paths) when there is nothing to factor."""
+    distinct = sorted(set(paths))
+    if len(distinct) < 2 or not all(p.startswith("/") for p in distinct):
+        return "", list(paths)
+    common = os.path.commonpath(distinct)
+    if common in distinct:          # nested roots (/a and /a/b): keep the last part of the shorter
+        common = os.path.dirname(common)
+    if common in ("/", ""):
+        return "", list(paths)
+    prefix = common.rstrip("/") + "/"
+    return prefix, [p[len(prefix):] for p in paths]
 
 
 def print_result(result: dict, console=None) -> None:
-    from rich.table import Table
-
     console = console or make_console()
     buffered = not result["direct"]
     title = (f"iodl {result['pattern']}: {result['ranks']} rank(s), engine {result['engine']}, "
              f"{'buffered' if buffered else 'O_DIRECT'}, iodepth {result['iodepth']}, "
              f"window {result['window_s']:.2f} s")
-    table = Table(title=title)
-    for col in ("mount", "ranks", "MB/s", "IOPS", "p50 µs", "p99 µs", "p99.9 µs", "max µs"):
-        table.add_column(col, justify="left" if col == "mount" else "right")
+    columns = [("mount", "left"), ("ranks", "right"), ("MB/s", "right"), ("IOPS", "right"), ("p50 µs", "right"),
+               ("p99 µs", "right"), ("p99.9 µs", "right"), ("max µs", "right")]
     if buffered:
-        table.add_column("cache hit", justify="right")
-        table.add_column("predicted", justify="right")
-        table.add_column("storage MB/s", justify="right")
+        columns += [("cache hit", "right"), ("predicted", "right"), ("storage MB/s", "right")]
     mounts = result["mounts"]
-    for m in mounts:
-        table.add_row(*_row(m["path"], _ranks(m["ranks"]), m, buffered))
+    rows = [_row(m["path"], _ranks(m["ranks"]), m, buffered) for m in mounts]
     if len(mounts) > 1:
-        table.add_section()
-        table.add_row(*_row("total", str(result["ranks"]), result["total"], buffered), style="bold")
-    console.print(table)
+        rows += [("section", None), (_row("total", str(result["ranks"]), result["total"], buffered), "bold")]
+    print_table(console, title, columns, rows, paths=0)
     if buffered and result["total"].get("cache_hit_fraction", 0.0) is None:
         console.print("cache hit, storage MB/s: not measurable here (the kernel does not account these reads "
                       "to the reader: NFS, FUSE, overlay, or no task I/O accounting); '-' is not a zero")
@@ -74,17 +156,15 @@ def print_result(result: dict, console=None) -> None:
 
 
 def _print_train(t: dict, pattern: str, console) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"{pattern}: accelerator view (AU leaves out: {t['au_excluded_steps']})")
-    for col in ("steps/rank", "AU", "samples/s", "step p50 s", "step p99 s", "compute s", "data wait s", "barrier wait s"):
-        table.add_column(col, justify="right")
     au = f"{100 * t['au']:.1f}%"
     au = f"[green]{au}[/]" if t["au"] >= t["au_threshold"] else f"[red]{au}[/]"
-    table.add_row(str(t["steps"]), au, f"{t['samples_per_s']:,.1f}", f"{t['step_time_s']['p50']:.4f}",
-                  f"{t['step_time_s']['p99']:.4f}", f"{t['compute_s_per_step']:.4f}",
-                  f"{t['data_wait_s_per_step']:.4f}", f"{t['barrier_wait_s_per_step']:.4f}")
-    console.print(table)
+    columns = [(c, "right") for c in ("steps/rank", "AU", "samples/s", "step p50 s", "step p99 s", "compute s",
+                                      "data wait s", "barrier wait s")]
+    row = [str(t["steps"]), au, f"{t['samples_per_s']:,.1f}", f"{t['step_time_s']['p50']:.4f}",
+           f"{t['step_time_s']['p99']:.4f}", f"{t['compute_s_per_step']:.4f}",
+           f"{t['data_wait_s_per_step']:.4f}", f"{t['barrier_wait_s_per_step']:.4f}"]
+    print_table(console, f"{pattern}: accelerator view (AU leaves out: {t['au_excluded_steps']})", columns, [row],
+                keep=0)
     spread = t.get("per_rank_samples_per_s")
     if spread:
         total = f", sum {spread['sum']:,.1f} (the total: every rank over the same window)" if "sum" in spread else ""
@@ -107,27 +187,20 @@ def _print_train(t: dict, pattern: str, console) -> None:
 
 def _print_nodes(nodes: list[dict], console) -> None:
     """Page cache per host: what it could hold, what it held, what it was predicted to serve, and did."""
-    from rich.table import Table
-
-    table = Table(title="page cache per node (predicted = min(1, page cache / dataset bytes the node reads))")
-    for col in ("host", "mount", "RAM GB", "page cache GB", "dataset GB", "at start", "predicted", "cache hit"):
-        table.add_column(col, justify="left" if col in ("host", "mount") else "right")
-    for h in nodes:
-        for m in h["mounts"]:
-            table.add_row(h["host"], m["path"], f"{h['mem_total_bytes'] / 1e9:,.1f}", f"{h['page_cache_bytes'] / 1e9:,.1f}",
-                          f"{m['dataset_bytes'] / 1e9:,.3f}", _pct(m["resident_at_start_fraction"]),
-                          _pct(m["predicted_hit_fraction"]), _pct(m["cache_hit_fraction"]))
-    console.print(table)
+    columns = [("host", "left"), ("mount", "left"), ("RAM GB", "right"), ("page cache GB", "right"),
+               ("dataset GB", "right"), ("at start", "right"), ("predicted", "right"), ("cache hit", "right")]
+    rows = [[h["host"], m["path"], f"{h['mem_total_bytes'] / 1e9:,.1f}", f"{h['page_cache_bytes'] / 1e9:,.1f}",
+             f"{m['dataset_bytes'] / 1e9:,.3f}", _pct(m["resident_at_start_fraction"]),
+             _pct(m["predicted_hit_fraction"]), _pct(m["cache_hit_fraction"])] for h in nodes for m in h["mounts"]]
+    print_table(console, "page cache per node (predicted = min(1, page cache / dataset bytes the node reads))",
+                columns, rows, keep=2, paths=1)
 
 
 def _print_sizing(sizing: dict, workload: str, console) -> None:
-    from rich.table import Table
-
     demand = sizing["demand_MBps_per_accelerator"]
-    table = Table(title=f"sizing: one {workload} accelerator at full utilisation reads {demand:,.1f} MB/s "
-                        "(batch x mean sample / compute time)")
-    for col in ("mount", "storage MB/s", "accelerators fed"):
-        table.add_column(col, justify="left" if col == "mount" else "right")
+    title = (f"sizing: one {workload} accelerator at full utilisation reads {demand:,.1f} MB/s "
+             "(batch x mean sample / compute time)")
+    rows = []
     for m in sizing["mounts"]:
         # not storage-bound: the ranks never waited, the storage could have given more
         if m["storage_MBps"] is None:
@@ -138,8 +211,9 @@ def _print_sizing(sizing: dict, workload: str, console) -> None:
             fed = f"{m['accelerators_fed']}"
         else:
             fed = f">= {m['accelerators_fed']} (not storage-bound)"
-        table.add_row(m["path"], "-" if m["storage_MBps"] is None else f"{m['storage_MBps']:,.1f}", fed)
-    console.print(table)
+        rows.append([m["path"], "-" if m["storage_MBps"] is None else f"{m['storage_MBps']:,.1f}", fed])
+    print_table(console, title, [("mount", "left"), ("storage MB/s", "right"), ("accelerators fed", "right")], rows,
+                paths=0)
 
 
 def _ranks(ranks: list[int]) -> str:

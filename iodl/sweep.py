@@ -109,8 +109,25 @@ def check_keep_dir(directory: str, ranks: list[int]) -> str:
     return directory
 
 
+# Python 3.10 has no -P: drop the working directory (sys.path[0] is '' under -c) before importing iodl
+_BOOT_310 = "import sys; del sys.path[0]; from iodl.cli import main; sys.exit(main())"
+
+
+def python_iodl() -> list[str]:
+    """The argv that runs iodl in a child Python without the working directory first on sys.path.
+
+    `python -m iodl` puts the working directory first: run from the folder holding a clone named
+    iodl (an editable install), that folder shadows the package ("cannot import name
+    '__version__' from 'iodl' (unknown location)"). -P (3.11+) leaves it out; on 3.10 a -c
+    stub removes it before the import.
+    """
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", "iodl"]
+    return [sys.executable, "-c", _BOOT_310]
+
+
 def point_command(mpiexec: str, ranks: int, read_args: list[str], out: str) -> list[str]:
-    return [mpiexec, "-n", str(ranks), sys.executable, "-m", "iodl", "read", *read_args, "--out", out]
+    return [mpiexec, "-n", str(ranks), *python_iodl(), "read", *read_args, "--out", out]
 
 
 @dataclass
@@ -258,24 +275,24 @@ def document(pattern: str, workload: dict, engine: str, threshold: float, points
 
 
 def print_sweep(doc: dict, console=None) -> None:
-    from rich.table import Table
-
-    from .report import make_console
+    from .report import make_console, print_table
 
     console = console or make_console()
     points = [Point(**p) for p in doc["points"]]
     threshold = doc["au_threshold"]
-    table = Table(title=f"iodl sweep: {doc['pattern']}, workload {doc['workload'].get('name', '?')}, "
-                        f"engine {doc['engine']}, {doc['launch']}")
-    for col in ("ranks", "AU", "samples/s", "linear samples/s", "efficiency", "MB/s", "storage MB/s"):
-        table.add_column(col, justify="right")
+    title = (f"iodl sweep: {doc['pattern']}, workload {doc['workload'].get('name', '?')}, "
+             f"engine {doc['engine']}, {doc['launch']}")
+    columns = [(c, "right") for c in ("ranks", "AU", "samples/s", "linear samples/s", "efficiency", "MB/s",
+                                      "storage MB/s")]
+    rows = []
     for p, (linear, eff) in zip(points, scaling(points)):
         au = f"{100 * p.au:.1f}%"
         au = f"[green]{au}[/]" if meets(p.au, threshold) else f"[red]{au}[/]"
         ranks = str(p.ranks) + (" (partial)" if p.exit_code == PARTIAL_EXIT else "")
-        table.add_row(ranks, au, f"{p.samples_per_s:,.1f}", f"{linear:,.1f}", f"{100 * eff:.1f}%",
-                      f"{p.bandwidth_MBps:,.1f}", "-" if p.storage_bandwidth_MBps is None else f"{p.storage_bandwidth_MBps:,.1f}")
-    console.print(table)
+        rows.append([ranks, au, f"{p.samples_per_s:,.1f}", f"{linear:,.1f}", f"{100 * eff:.1f}%",
+                     f"{p.bandwidth_MBps:,.1f}",
+                     "-" if p.storage_bandwidth_MBps is None else f"{p.storage_bandwidth_MBps:,.1f}"])
+    print_table(console, title, columns, rows)
     demand = doc["demand_MBps_per_accelerator"]
     if demand is not None:
         console.print(f"demand per accelerator at 100% AU: {demand:,.2f} MB/s (batch x mean sample size / compute time)")

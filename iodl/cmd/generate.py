@@ -26,11 +26,27 @@ def run(args) -> int:
     comm = comm_mod.world()
     wl = collective(comm, lambda: load_workload(args.workload).with_overrides(
         files=args.files, copies=args.copies, format=args.format, seed=args.seed))
+    from ..progress import Ticker, wrap
+
     talk = comm.rank == 0 and not args.quiet
-    result = generate(wl, args.root, comm, say=(lambda line: print(line, flush=True)) if talk else None)
+    # rank 0 sees its own share of the shards; the ranks' shares are near equal, so its fraction
+    # done and its time left stand for the whole job
+    label = "iodl generate" + (" (rank 0's share)" if comm.size > 1 else "")
+    ticker = Ticker(label) if talk else None
+
+    def progress(done: int, total: int) -> None:
+        ticker.total = total
+        ticker.update(done)
+
+    try:
+        result = generate(wl, args.root, comm, say=(lambda line: print(wrap(line), flush=True)) if talk else None,
+                          progress=progress if talk else None)
+    finally:
+        if ticker:
+            ticker.close()
     if talk:
         files = (result.shards_written + result.shards_skipped)
-        print(f"iodl generate: {files} files ({result.shards_written} written, {result.shards_skipped} already there), "
-              f"{format_size(result.total_bytes)} per root, wrote {format_size(result.bytes_written)} "
-              f"in {result.seconds:.2f} s = {result.mbps:.0f} MB/s", flush=True)
+        print(wrap(f"iodl generate: {files} files ({result.shards_written} written, {result.shards_skipped} already "
+                   f"there), {format_size(result.total_bytes)} per root, wrote {format_size(result.bytes_written)} "
+                   f"in {result.seconds:.2f} s = {result.mbps:.0f} MB/s"), flush=True)
     return 0

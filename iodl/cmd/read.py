@@ -54,8 +54,9 @@ def _setup(comm, args):
     from ..dataset import workload_for_roots
     from ..errors import UsageError
     from ..config import ReadConfig
-    from ..patterns import choose_engine
+    from ..patterns import choose_engine, engine_name
 
+    args.engine = engine_name(args.engine)   # fio's names (libaio, io_uring, sync, psync) as iodl's
     # every number bounded here, on every rank, before any I/O (bounds: iodl/limits.py)
     given_block = limits.check_read_options(args)
     wl = workload_for_roots(args.root, args.workload)
@@ -81,7 +82,8 @@ def _setup(comm, args):
                                 limits.shards_per_step(batch + ahead, ds.samples_per_file))
     for root in args.root:
         if not os.path.isdir(root):
-            raise UsageError(f"--root {root}: no such directory")
+            raise UsageError(f"--root {root}: " + ("not a directory (give the folder that holds the dataset's "
+                                                    "files)" if os.path.exists(root) else "no such directory"))
     if args.drop_caches:
         cache.check_can_drop()
     from ..report import check_output_path

@@ -21,7 +21,7 @@ def run(args) -> int:
     from ..result import kind, load
 
     # everything that can be wrong is found before anything is printed or written
-    docs = [(path, load(path)) for path in args.files]
+    docs = [(path, load(_json_file(path))) for path in args.files]
     if args.plot:
         from ..plot import check_path, require_matplotlib
 
@@ -56,6 +56,22 @@ def run(args) -> int:
         plot(docs, args.plot)
         console.print(f"plot written to {args.plot}")
     return 0
+
+
+def _json_file(path: str) -> str:
+    """path, or a one-line UsageError when it is not JSON at all (say, a CSV or a log given by mistake)."""
+    import json
+
+    from ..errors import UsageError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            json.load(f)
+    except OSError:
+        pass   # load() says why it cannot be read
+    except ValueError:   # bad JSON or bad UTF-8
+        raise UsageError(f"{path}: not a JSON result file (iodl read --out and iodl sweep --out write one)") from None
+    return path
 
 
 def _print_read(path: str, doc: dict, console) -> None:

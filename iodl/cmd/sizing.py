@@ -11,31 +11,34 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from rich.table import Table
-
     from .. import workload
-    from ..report import make_console
+    from ..report import make_console, print_table
     from ..result import RESULT, load
     from ..sizing import accelerators_fed, storage_MBps, workload_demand_MBps
 
     wls = [workload.load_workload(w) for w in (args.workload or workload.builtin_names())]
     results = [(path, load(path, (RESULT,))) for path in args.result]
     mounts = [(path, m) for path, r in results for m in r["mounts"]]
-    table = Table(title="storage demand per accelerator at full utilisation (batch x mean sample / compute time)")
-    for col in ("workload", "pattern", "batch", "sample KB", "compute s", "MB/s per accelerator"):
-        table.add_column(col, justify="left" if col in ("workload", "pattern") else "right")
-    for path, m in mounts:
+    console = make_console()
+    columns = [("workload", "left"), ("pattern", "left"), ("batch", "right"), ("sample KB", "right"),
+               ("compute s", "right"), ("MB/s per accelerator", "right")]
+    # a measured mount's column is numbered; the legend below says which result file and mount it is
+    for n, (_path, m) in enumerate(mounts, 1):
         storage = storage_MBps(m)
-        table.add_column(f"fed by {m['path']}\n({'not measurable' if storage is None else f'{storage:,.1f}'} MB/s)",
-                         justify="right")
+        columns.append((f"[{n}] fed ({'not measurable' if storage is None else f'{storage:,.1f} MB/s'})", "right"))
+    rows = []
     for wl in wls:
         demand = workload_demand_MBps(wl)
         cells = [wl.name, wl.pattern, str(wl.train.batch_size), f"{wl.dataset.sample_size / 1e3:,.1f}",
                  f"{wl.train.compute_time_s:g}", f"{demand:,.1f}"]
         cells += ["-" if storage_MBps(m) is None else str(accelerators_fed(storage_MBps(m), demand)) for _p, m in mounts]
-        table.add_row(*cells)
-    make_console().print(table)
+        rows.append(cells)
+    print_table(console, "storage demand per accelerator at full utilisation (batch x mean sample / compute time)",
+                columns, rows)
     if mounts:
-        print("A mount's count holds for the storage MB/s it delivered in that run; it is the storage's limit "
-              "only if the run was storage-bound (storage-only, or ranks waiting for data).")
+        for n, (path, m) in enumerate(mounts, 1):
+            console.print(f"[{n}] {path}, mount {m['path']}", highlight=False, markup=False)
+        console.print("A mount's count holds for the storage MB/s it delivered in that run; it is the storage's limit "
+                      "only if the run was storage-bound (storage-only, or ranks waiting for data).")
     return 0
+

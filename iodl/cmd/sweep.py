@@ -8,9 +8,43 @@ import os
 HELP = "run a pattern at several rank counts and find how many accelerators the storage supports"
 
 
+# the sweep's own options (each takes one value); every other option is passed on to `iodl read`
+OWN_OPTIONS = ("--ranks", "--threshold", "--out", "--keep", "--mpiexec", "--timeout")
+
+
+def own_options_first(argv: list[str]) -> list[str]:
+    """`iodl sweep --ranks 1,2 --engine null` as `iodl sweep --ranks 1,2 -- --engine null`.
+
+    Read options may follow the sweep's own without `--`: the sweep's options (OWN_OPTIONS, -h)
+    are kept before a `--` and everything else goes after it, in order. Without `--` an --out is
+    the sweep's own; after `--` everything is a read option, as before.
+    """
+    try:
+        at = argv.index("sweep") + 1
+    except ValueError:
+        return argv
+    head, rest = argv[:at], argv[at:]
+    own, read = [], []
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a == "--":
+            read += rest[i + 1:]
+            break
+        if a in ("-h", "--help") or a.split("=", 1)[0] in OWN_OPTIONS:
+            own.append(a)
+            if a in OWN_OPTIONS and i + 1 < len(rest):
+                own.append(rest[i + 1])
+                i += 1
+        else:
+            read.append(a)
+        i += 1
+    return head + own + (["--", *read] if read else [])
+
+
 def add_arguments(p) -> None:
-    p.usage = ("%(prog)s --ranks K,K,... [--threshold AU] [--out FILE] [--keep DIR] [--mpiexec PATH] [--timeout S] "
-               "-- [READ_OPTION ...]")
+    p.usage = ("%(prog)s --ranks K,K,... [--threshold AU] [--out FILE] [--keep DIR]\n"
+               "                  [--mpiexec PATH] [--timeout S] [--] [READ_OPTION ...]")
     p.epilog = ("example: iodl sweep --ranks 1,2,4,8 --out sweep.json -- --workload resnet50 --root /mnt/a "
                 "--direct --steps 50   (docs/sweep.md)")
     # Numbers are taken as text and checked by iodl.sweep: a bad value is then one error line,
@@ -25,7 +59,7 @@ def add_arguments(p) -> None:
     p.add_argument("--mpiexec", metavar="PATH", help="launcher (default: mpiexec next to this Python, else on PATH)")
     p.add_argument("--timeout", metavar="S", help="seconds a point may run before it is stopped and the sweep fails (default: none)")
     p.add_argument("read_args", nargs=argparse.REMAINDER, metavar="-- READ_OPTION",
-                   help="everything after -- goes to every point's `iodl read` (pattern train-sync unless --pattern "
+                   help="every option that is not the sweep's own (or everything after --) goes to every point's `iodl read` (pattern train-sync unless --pattern "
                         "infer-async; not --out, which the sweep sets)")
 
 
@@ -129,13 +163,19 @@ def run(args) -> int:
         raise KeyboardInterrupt
 
     old_term = signal.signal(signal.SIGTERM, on_term)
+    from ..progress import Clock, wrap
+
     points, first, failure, interrupted, k = [], None, None, None, None
+    last_s = 0.0
     try:
         for i, k in enumerate(ranks):
             out = os.path.join(workdir, sweep.result_name(k))
             print(f"sweep: point {i + 1}/{len(ranks)}: {k} rank(s) ...", flush=True)
             start = time.monotonic()
-            done = sweep.run_point(sweep.point_command(mpiexec, k, read_argv, out), timeout)
+            # on a terminal a clock ticks while the point runs (its own output is in its result file)
+            with Clock(f"sweep: point {i + 1}/{len(ranks)}, {k} rank(s)", last_s):
+                done = sweep.run_point(sweep.point_command(mpiexec, k, read_argv, out), timeout)
+            last_s = time.monotonic() - start
             result = _load(out)
             why = done.error_line or "no error output"
             if done.timed_out:
@@ -150,9 +190,9 @@ def run(args) -> int:
             point = sweep.point_from_result(k, result, out if keep else None, done.exit_code)
             points.append(point)
             first = first or result
-            print(f"sweep: {k} rank(s): AU {100 * point.au:.1f}%, {point.samples_per_s:,.1f} samples/s, "
-                  f"{'-' if point.storage_bandwidth_MBps is None else f'{point.storage_bandwidth_MBps:,.1f}'} storage MB/s "
-                  f"({time.monotonic() - start:.1f} s)", flush=True)
+            print(wrap(f"sweep: {k} rank(s): AU {100 * point.au:.1f}%, {point.samples_per_s:,.1f} samples/s, "
+                       f"{'-' if point.storage_bandwidth_MBps is None else f'{point.storage_bandwidth_MBps:,.1f}'} "
+                       f"storage MB/s ({last_s:.1f} s)"), flush=True)
     except KeyboardInterrupt:
         interrupted = k  # the point that was running (run_point has stopped it)
     finally:

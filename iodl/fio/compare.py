@@ -186,6 +186,7 @@ def run_fio(jobfile: str, fio: str = "fio") -> dict:
     binary = shutil.which(fio)
     if binary is None:
         raise UsageError(f"fio not found ({fio}); use --fio-json FILE or --no-fio")
+    print("fio-compare: running fio on the job file (then the same work in iodl) ...", flush=True)
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         # before the job file: defaults for every job (a job's own lat_percentiles=0 still wins)
         proc = subprocess.run([binary, "--output-format=json+", *FIO_PERCENTILE_ARGS, f"--output={out.name}", jobfile],
