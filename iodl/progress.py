@@ -95,7 +95,7 @@ class Progress:
     def _print_lines(self) -> None:
         self.rates()  # the first reading: rates need two
         while not self._stop.wait(self.interval):
-            print(self.line(), flush=True)
+            print(wrap(self.line()), flush=True)   # a log line within the console width
 
     def stop(self) -> None:
         self._stop.set()
