@@ -324,7 +324,8 @@ def test_every_readme_command_fits_80_columns_with_no_cell_cut(tmp_path, two_mou
     readme = open(os.path.join(ROOT, "README.md")).read()
     table = readme.split("## Commands", 1)[1].split("\n\n", 2)[1]
     commands = re.findall(r"^\| `iodl ([\w-]+)", table, re.M)
-    assert commands == ["read", "generate", "probe", "fio-compare", "sweep", "sizing", "report", "compare"]
+    assert commands == ["read", "generate", "probe", "fio-compare", "sweep", "sizing", "workloads", "datasize",
+                        "report", "compare"]
     ran = set()
     env = dict(NARROW)
 
@@ -368,6 +369,10 @@ def test_every_readme_command_fits_80_columns_with_no_cell_cut(tmp_path, two_mou
     _check_fits(_iodl("sizing", env=env), "sizing")
     _check_fits(_iodl("sizing", "--result", r1, "--result", r2, env=env), "sizing --result")
     ran.add("sizing")
+    _check_fits(_iodl("workloads", env=env), "workloads")
+    ran.add("workloads")
+    _check_fits(_iodl("datasize", "--workload", "unet3d_h100", "--accelerators", "8", env=env), "datasize")
+    ran.add("datasize")
     _check_fits(_iodl("report", r1, r2, s, env=env), "report")
     _check_fits(_iodl("report", r2, "--plot", str(tmp_path / "p.png"), "--csv", str(tmp_path / "p.csv"), env=env),
                 "report --plot --csv")

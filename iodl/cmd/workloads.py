@@ -11,9 +11,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import json
 
-    from rich.table import Table
-
-    from ..report import make_console
+    from ..report import make_console, print_table
     from ..sizing import workload_demand_MBps
     from ..workload import builtin_names, load_workload
 
@@ -21,16 +19,14 @@ def run(args) -> int:
     if args.json:
         print(json.dumps([w.to_dict() for w in wls], indent=2))
         return 0
-    table = Table(title="built-in workloads (--workload NAME; a TOML or DLIO YAML file works too)")
-    for col in ("name", "pattern", "dataset", "batch", "compute s", "MB/s per acc."):
-        table.add_column(col, justify="left" if col in ("name", "pattern", "dataset") else "right")
-    for w in wls:
-        d = w.dataset
-        table.add_row(w.name, w.pattern, f"{d.files:,} {d.format} x {d.samples_per_file:,} x {d.sample_size / 1e3:,.1f} kB",
-                      str(w.train.batch_size), f"{w.train.compute_time_s:g}", f"{workload_demand_MBps(w):,.1f}")
+    columns = [("name", "left"), ("pattern", "left"), ("dataset", "left"), ("batch", "right"),
+               ("compute s", "right"), ("MB/s per acc.", "right")]
+    rows = [[w.name, w.pattern, f"{w.dataset.files:,} {w.dataset.format} x {w.dataset.samples_per_file:,} x "
+             f"{w.dataset.sample_size / 1e3:,.1f} kB", str(w.train.batch_size), f"{w.train.compute_time_s:g}",
+             f"{workload_demand_MBps(w):,.1f}"] for w in wls]
     console = make_console()
-    console.print(table)
+    print_table(console, "built-in workloads (--workload NAME; a TOML or DLIO YAML file works too)", columns, rows)
     for w in wls:
         if w.origin:
-            console.print(f"{w.name}: {w.origin}")
+            console.print(f"{w.name}: {w.origin}", overflow="fold")
     return 0
