@@ -16,6 +16,12 @@ record in the file:
             "offsets" and "lengths" datasets indexing it; the extent is the sample's bytes inside
             "data" (located with get_offset() on the written file). Headers and the index are in
             no extent.
+- npy:      one .npy (numpy's 1.0 header) of a 1-D uint8 array of the samples back to back, streamed
+            like raw; the extent is the sample's bytes inside the array.
+- jpeg/png: one sample per file, a real image of exactly the sample's size (raised to the smallest
+            valid file): a tiny Pillow-encoded image plus filler segments (JPEG COM after SOI, PNG
+            private `ioDL` chunks before IEND) carrying the random content; the extent is the file,
+            recorded from the written file (iodl-extents.npy) since it may exceed the drawn size.
 """
 from __future__ import annotations
 
