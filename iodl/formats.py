@@ -458,27 +458,30 @@ class Jpeg(_Image):
 
 
 class Png(_Image):
-    """The PNG of a 4x4 RGB noise image drawn per file (stored, zlib level 0, so its length is
-    fixed), then private ancillary `ioDL` chunks of random payload making up the size, then IEND."""
+    """A 4x4 RGB noise PNG (the same in every file, encoded once per process by Pillow, stored with
+    zlib level 0) up to its IDAT, then private ancillary `ioDL` chunks of random payload making up
+    the size (the first always carries at least FIRST bytes), then IEND."""
     name, suffix, MAGIC = "png", "png", b"\x89PNG\r\n\x1a\n"
+    FIRST = 16
     CHUNK = 1 << 30       # payload bytes per ioDL chunk (PNG allows 2^31 - 1)
     TYPE = b"ioDL"        # ancillary (i), private (o), reserved bit clear (D), unsafe to copy (L)
 
-    def image(self, key) -> bytes:
-        pixels = np.random.default_rng([*key, 0x9A6]).integers(0, 256, (4, 4, 3), dtype=np.uint8)
-        return _encode(pixels, "PNG", compress_level=0)
+    def base(self) -> bytes:
+        if "png" not in self._bases:
+            noise = np.random.default_rng(0x10D1).integers(0, 256, (4, 4, 3), dtype=np.uint8)
+            image = _encode(noise, "PNG", compress_level=0)
+            if not image.endswith(b"\x00\x00\x00\x00IEND\xaeB`\x82"):
+                raise ValueError("Pillow wrote a PNG that does not end in IEND")
+            self._bases["png"] = image
+        return self._bases["png"]
 
     def minimum(self):
-        if "png" not in self._bases:
-            self._bases["png"] = len(self.image((0,)))
-        return self._bases["png"] + 12      # at least one ioDL chunk (12 bytes of framing)
+        return len(self.base()) + 12 + self.FIRST   # one ioDL chunk: 12 bytes of framing, FIRST of payload
 
     def lay_out(self, view, key):
         import zlib
 
-        image = self.image(key)
-        if len(image) != self.minimum() - 12 or not image.endswith(b"\x00\x00\x00\x00IEND\xaeB`\x82"):
-            raise ValueError("Pillow wrote a PNG of another length than planned")
+        image = self.base()
         head = len(image) - 12
         view[:head] = np.frombuffer(image, dtype=np.uint8)[:head]
         pos = head
