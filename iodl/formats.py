@@ -16,6 +16,12 @@ record in the file:
             "offsets" and "lengths" datasets indexing it; the extent is the sample's bytes inside
             "data" (located with get_offset() on the written file). Headers and the index are in
             no extent.
+- npy:      one .npy (numpy's 1.0 header) of a 1-D uint8 array of the samples back to back, streamed
+            like raw; the extent is the sample's bytes inside the array.
+- jpeg/png: one sample per file, a real image of exactly the sample's size (raised to the smallest
+            valid file): a tiny Pillow-encoded image plus filler segments (JPEG COM after SOI, PNG
+            private `ioDL` chunks before IEND) carrying the random content; the extent is the file,
+            recorded from the written file (iodl-extents.npy) since it may exceed the drawn size.
 """
 from __future__ import annotations
 
@@ -319,4 +325,173 @@ class Hdf5(Format):
             return False
 
 
-FORMATS: dict[str, Format] = {f.name: f for f in (TFRecord(), Hdf5(), Npz(), Raw())}
+class Npy(Format):
+    """One .npy file: a 1-D uint8 array of the samples back to back, streamed like raw after a
+    header written by numpy's own writer (format version 1.0, padded to 64 bytes)."""
+    name, suffix, streams = "npy", "npy", True
+
+    @staticmethod
+    def header(nbytes: int) -> bytes:
+        import io
+
+        from numpy.lib import format as npy
+
+        out = io.BytesIO()
+        npy.write_array_header_1_0(out, {"descr": "|u1", "fortran_order": False, "shape": (int(nbytes),)})
+        return out.getvalue()
+
+    def size_of(self, sizes):
+        total = int(sizes.sum())
+        return len(self.header(total)) + total
+
+    def extents(self, sizes):
+        ext = _tile(sizes.astype(np.uint64))
+        ext[:, 0] += np.uint64(len(self.header(int(sizes.sum()))))
+        return ext
+
+    def pieces(self, sizes, key, buffer):
+        head = np.frombuffer(self.header(int(sizes.sum())), dtype=np.uint8)
+        total = len(head) + int(sizes.sum())
+        content = Content(key, total)
+        for a in range(0, total, self.PIECE):
+            b = min(a + self.PIECE, total)
+            view = content.fill(a, b, buffer(b - a + 2 * BLOCK))
+            if a < len(head):
+                n = min(len(head), b) - a
+                view[:n] = head[a:a + n]
+            yield view
+
+    def prepare(self, sizes, key, out=None):
+        """The whole shard in one buffer (tests; generation streams pieces())."""
+        return np.concatenate([p.copy() for p in self.pieces(sizes, key, content_buffer)])
+
+
+class _Image(Format):
+    """One sample per file, a real image file of exactly the sample's size (raised to `minimum`
+    when smaller): a small image encoded by Pillow plus format-legal filler segments whose
+    payload is the shard's random content. The extent is the whole file."""
+    _bases: dict = {}
+
+    def minimum(self) -> int:
+        raise NotImplementedError
+
+    def file_size(self, size: int) -> int:
+        """The file a sample of this planned size becomes."""
+        return max(int(size), self.minimum())
+
+    def size_of(self, sizes):
+        if len(sizes) != 1:
+            raise ValueError(f"a {self.name} file holds one sample, got {len(sizes)}")
+        return self.file_size(sizes[0])
+
+    # extents() stays None: the file may be larger than the planned sample (see minimum()), so the
+    # extent, the whole file, is recorded from the file (iodl-extents.npy) rather than from sizes.
+    def extents_from_file(self, path, samples):
+        if samples != 1:
+            raise ValueError(f"{path}: a {self.name} file holds one sample, not {samples}")
+        return np.array([[0, os.path.getsize(path)]], dtype=np.uint64)
+
+    def prepare(self, sizes, key, out=None):
+        total = self.size_of(sizes)
+        view = random_bytes(total, key, out)   # the filler's payload: incompressible, unique per shard
+        self.lay_out(view, key)
+        return view
+
+    def write(self, prepared, fd):
+        mv = memoryview(prepared).cast("B")
+        pos = 0
+        while pos < len(mv):
+            pos += os.write(fd, mv[pos:])
+
+    def check_file(self, path, sizes):
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(len(self.MAGIC))
+            return magic == self.MAGIC and os.path.getsize(path) == self.size_of(sizes)
+        except (OSError, ValueError):
+            return False
+
+
+def _encode(array: np.ndarray, fmt: str, **options) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(array).save(out, fmt, **options)
+    return out.getvalue()
+
+
+def _spread(total: int, most: int) -> list[int]:
+    """total split into as few nearly equal parts as keep each at most `most`."""
+    n = max(1, -(-total // most))
+    return [total // n + (1 if j < total % n else 0) for j in range(n)]
+
+
+class Jpeg(_Image):
+    """SOI, then COM segments (FF FE, 2-byte length, random payload) making up the size, then the
+    rest of an 8x8 grayscale noise JPEG (the same in every file, encoded once per process by
+    Pillow). The first COM segment always carries at least FIRST random bytes, so that no two
+    files are alike even at the minimum size."""
+    name, suffix, MAGIC = "jpeg", "jpg", b"\xff\xd8"
+    FIRST = 16
+    SEGMENT = 4 + 65533   # a COM segment: marker, length, at most 65,533 payload bytes
+
+    def base(self) -> bytes:
+        if "jpeg" not in self._bases:
+            noise = np.random.default_rng(0x10D1).integers(0, 256, (8, 8), dtype=np.uint8)
+            self._bases["jpeg"] = _encode(noise, "JPEG", quality=75)
+        return self._bases["jpeg"]
+
+    def minimum(self):
+        return len(self.base()) + 4 + self.FIRST
+
+    def lay_out(self, view, key):
+        base = self.base()
+        filler = len(view) - len(base)          # >= 4 + FIRST
+        view[:2] = (0xFF, 0xD8)                 # SOI
+        pos = 2
+        for seg in _spread(filler, self.SEGMENT):  # each part >= 4 + FIRST (one part) or >= 32,768
+            view[pos:pos + 4] = (0xFF, 0xFE, (seg - 2) >> 8, (seg - 2) & 0xFF)
+            pos += seg
+        view[pos:] = np.frombuffer(base, dtype=np.uint8)[2:]
+
+
+class Png(_Image):
+    """A 4x4 RGB noise PNG (the same in every file, encoded once per process by Pillow, stored with
+    zlib level 0) up to its IDAT, then private ancillary `ioDL` chunks of random payload making up
+    the size (the first always carries at least FIRST bytes), then IEND."""
+    name, suffix, MAGIC = "png", "png", b"\x89PNG\r\n\x1a\n"
+    FIRST = 16
+    CHUNK = 1 << 30       # payload bytes per ioDL chunk (PNG allows 2^31 - 1)
+    TYPE = b"ioDL"        # ancillary (i), private (o), reserved bit clear (D), unsafe to copy (L)
+
+    def base(self) -> bytes:
+        if "png" not in self._bases:
+            noise = np.random.default_rng(0x10D1).integers(0, 256, (4, 4, 3), dtype=np.uint8)
+            image = _encode(noise, "PNG", compress_level=0)
+            if not image.endswith(b"\x00\x00\x00\x00IEND\xaeB`\x82"):
+                raise ValueError("Pillow wrote a PNG that does not end in IEND")
+            self._bases["png"] = image
+        return self._bases["png"]
+
+    def minimum(self):
+        return len(self.base()) + 12 + self.FIRST   # one ioDL chunk: 12 bytes of framing, FIRST of payload
+
+    def lay_out(self, view, key):
+        import zlib
+
+        image = self.base()
+        head = len(image) - 12
+        view[:head] = np.frombuffer(image, dtype=np.uint8)[:head]
+        pos = head
+        for seg in _spread(len(view) - len(image), self.CHUNK + 12):
+            n = seg - 12
+            view[pos:pos + 8] = np.frombuffer(struct.pack(">I4s", n, self.TYPE), dtype=np.uint8)
+            crc = zlib.crc32(memoryview(view[pos + 4:pos + 8 + n]))
+            view[pos + 8 + n:pos + 12 + n] = np.frombuffer(struct.pack(">I", crc), dtype=np.uint8)
+            pos += seg
+        view[pos:] = np.frombuffer(image, dtype=np.uint8)[head:]
+
+
+FORMATS: dict[str, Format] = {f.name: f for f in (TFRecord(), Hdf5(), Npz(), Raw(), Npy(), Jpeg(), Png())}

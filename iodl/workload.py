@@ -20,7 +20,8 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-FORMATS = ("tfrecord", "hdf5", "npz", "raw")
+FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png")
+ONE_SAMPLE_FORMATS = ("jpeg", "png")   # one sample per file (as DLIO documents them)
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
 SHUFFLES = ("none", "file", "sample", "file+sample")
 
@@ -106,8 +107,15 @@ class Workload:
             ds = dataclasses.replace(ds, format=_check(_enum(FORMATS), format, "--format"))
         if seed is not None:
             tr = dataclasses.replace(tr, seed=_check(_nonneg_int, seed, "--seed"))
+        _check_one_sample(ds, "--format" if format is not None else self.source)
         limits.check_dataset(ds, "with the command line's values")
         return dataclasses.replace(self, dataset=ds, train=tr)
+
+
+def _check_one_sample(ds: DatasetSpec, where: str) -> None:
+    if ds.format in ONE_SAMPLE_FORMATS and ds.samples_per_file != 1:
+        raise UsageError(f"{where}: format {ds.format} holds one sample per file (as in DLIO), but samples_per_file "
+                         f"is {ds.samples_per_file}: set samples_per_file = 1")
 
 
 # ---- value checkers: each returns the resolved value or raises ValueError(reason) ----
@@ -334,6 +342,7 @@ def _resolve(data: dict, lines: "_Lines", label: str, source: str | None) -> Wor
                 out[key] = checker(default)
     w = resolved.pop("workload")
     parts = {s: _CLASSES[s](**v) for s, v in resolved.items()}
+    _check_one_sample(parts["dataset"], f"{_where(label, lines.of('dataset', 'samples_per_file'))}: [dataset]")
     limits.check_dataset(parts["dataset"], label)
     return Workload(name=w["name"], description=w["description"], pattern=w["pattern"], origin=w["origin"],
                     source=source or label, **parts)

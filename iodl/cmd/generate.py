@@ -6,13 +6,14 @@ HELP = "write a workload's dataset under one or more roots"
 
 def add_arguments(p) -> None:
     from ..limits import cli_int   # numbers are bounded by Workload.with_overrides: a bad one is one line
+    from ..workload import FORMATS
 
     p.add_argument("--workload", default="tiny", metavar="NAME|FILE", help="built-in workload name, TOML file, or DLIO/MLPerf YAML file (default tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR", required=True,
                    help="dataset root (repeatable: every root gets the whole dataset; one per mount)")
     p.add_argument("--files", type=cli_int, metavar="N", help="shards per copy (default: the workload's)")
     p.add_argument("--copies", type=cli_int, metavar="N", help="copies of the dataset, in copy-NNNN/ directories (default: the workload's)")
-    p.add_argument("--format", choices=("tfrecord", "hdf5", "npz", "raw"), help="shard format (default: the workload's)")
+    p.add_argument("--format", choices=FORMATS, help="shard format (default: the workload's)")
     p.add_argument("--seed", type=cli_int, metavar="S", help="seed of sample sizes and content (default: the workload's)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 

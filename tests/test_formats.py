@@ -1,0 +1,143 @@
+"""npy, jpeg and png shards: real files, read back by their own libraries (numpy, Pillow)."""
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from iodl import dataset as D
+from iodl import formats as F
+from iodl import workload as W
+from iodl.comm import SerialComm
+from iodl.errors import UsageError
+from tests.helpers import iodl
+
+Image = pytest.importorskip("PIL.Image", reason="jpeg/png shards are written and read with Pillow")
+
+COMM = SerialComm()
+TOML = """
+[workload]
+name = "t"
+[dataset]
+format = "{fmt}"
+files = {files}
+samples_per_file = {spf}
+sample_size = "{size}"
+sample_size_stdev = "{stdev}"
+[train]
+batch_size = 4
+compute_time_s = 0.001
+"""
+
+
+def wl_file(tmp_path, fmt, files=5, spf=1, size="3000B", stdev="900B"):
+    p = tmp_path / f"{fmt}.toml"
+    p.write_text(TOML.format(fmt=fmt, files=files, spf=spf, size=size, stdev=stdev))
+    return str(p)
+
+
+def small(tmp_path, fmt, **kw):
+    return W.load_workload(wl_file(tmp_path, fmt, **kw))
+
+
+def test_npy_loads_in_numpy_and_extents_are_the_samples(tmp_path):
+    wl = small(tmp_path, "npy", files=3, spf=30, size="5000B", stdev="3000B")   # some 1-byte samples
+    D.generate(wl, [str(tmp_path / "n")], COMM)
+    ds = D.open_dataset(str(tmp_path / "n"))
+    assert ds.manifest["extents"] is None            # computed from the sizes: the header length is exact
+    for i, shard in enumerate(ds.shards):
+        sizes = ds.sample_sizes(i)
+        arr = np.load(shard.path, allow_pickle=False)
+        assert arr.dtype == np.uint8 and arr.shape == (int(sizes.sum()),)
+        raw = open(shard.path, "rb").read()
+        ext = ds.sample_extents(i).astype(np.int64)
+        assert ext[:, 1].tolist() == sizes.tolist()
+        assert (ext[1:, 0] == ext[:-1].sum(axis=1)).all() and ext[-1].sum() == len(raw) == shard.size
+        ends = np.cumsum(sizes)
+        for (off, n), end in zip(ext.tolist(), ends.tolist()):
+            assert raw[off:off + n] == arr[end - n:end].tobytes()
+        assert len(zlib.compress(arr.tobytes())) > 0.99 * arr.size    # incompressible
+
+
+def test_npy_header_is_what_numpy_writes():
+    import io
+
+    for n in (0, 1, 9, 10, 12345):
+        b = io.BytesIO()
+        np.save(b, np.zeros(n, np.uint8), allow_pickle=False)
+        assert b.getvalue() == F.Npy.header(n) + bytes(n)
+    assert len(F.Npy.header(10**15)) == 128   # 64-byte aligned, the same length for any shard
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png"])
+def test_images_open_in_pillow_with_the_planned_size(tmp_path, fmt):
+    form = F.FORMATS[fmt]
+    low = form.minimum()
+    sizes = [1, 2, low - 1, low, low + 1, low + 3, 1000, 4096, 65535, 65537, 65553, 65554, 65555,
+             131_074, 131_075, 131_076, 300_001]
+    for j, size in enumerate(sizes):
+        path = tmp_path / f"s{j}.{form.suffix}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        try:
+            form.write(form.prepare(np.array([size]), (3, 0, j)), fd)
+        finally:
+            os.close(fd)
+        assert os.path.getsize(path) == form.file_size(size) == max(size, low)
+        with Image.open(path) as im:
+            assert im.format == fmt.upper()
+            im.load()                             # decodes the pixels
+        with Image.open(path) as im:
+            im.verify()                           # PNG: every chunk's CRC
+        assert form.check_file(str(path), np.array([size]))
+        assert not form.check_file(str(path), np.array([max(size, low) + 1]))
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png"])
+def test_image_dataset_sizes_across_the_stdev_and_content(tmp_path, fmt):
+    # a mean close to the minimum and a wide stdev: tiny sizes (raised) and larger ones
+    wl = small(tmp_path, fmt, files=40, size="600B", stdev="2000B")
+    root = tmp_path / fmt
+    D.generate(wl, [str(root)], COMM)
+    ds = D.open_dataset(str(root))
+    form = F.FORMATS[fmt]
+    drawn = [int(ds.sample_sizes(i)[0]) for i in range(len(ds.shards))]
+    assert min(drawn) < form.minimum() < max(drawn)
+    blobs = []
+    for i, shard in enumerate(ds.shards):
+        size = os.path.getsize(shard.path)
+        assert size == shard.size == max(drawn[i], form.minimum())
+        assert ds.sample_extents(i).tolist() == [[0, size]]
+        with Image.open(shard.path) as im:
+            im.load()
+        blobs.append(open(shard.path, "rb").read())
+    assert len(set(blobs)) == len(blobs)              # no two files alike, even at the minimum
+    big = max(blobs, key=len)
+    assert len(zlib.compress(big)) > 0.98 * len(big)
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png"])
+def test_images_hold_one_sample_per_file(tmp_path, fmt):
+    with pytest.raises(UsageError, match=r"holds one sample per file.*samples_per_file is 4"):
+        small(tmp_path, fmt, spf=4)
+    wl = small(tmp_path, "tfrecord", spf=4)
+    with pytest.raises(UsageError, match="--format: format .* holds one sample per file"):
+        wl.with_overrides(format=fmt)
+    r = iodl("generate", "--workload", "tiny", "--format", fmt, "--root", str(tmp_path / "x"))
+    assert r.returncode == 2 and "one sample per file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("fmt", ["npy", "jpeg", "png"])
+def test_generate_and_validate_round_trip(tmp_path, fmt):
+    spf = 8 if fmt == "npy" else 1
+    work = wl_file(tmp_path, fmt, files=6, spf=spf, size="20KiB", stdev="8KiB")
+    root = str(tmp_path / "ds")
+    r = iodl("generate", "--workload", work, "--root", root)
+    assert r.returncode == 0, r.stderr
+    r = iodl("generate", "--workload", work, "--root", root)          # a re-run finds every shard complete
+    assert r.returncode == 0 and "(0 written, 6 already there)" in r.stdout, r.stdout + r.stderr
+    r = iodl("read", "--root", root, "--pattern", "validate")
+    assert r.returncode == 0, r.stderr
+    ds = D.open_dataset(root)
+    total = sum(s.size for s in ds.shards)
+    assert f"{total} of {total} bytes read" in r.stdout
