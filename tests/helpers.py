@@ -30,7 +30,8 @@ def iodl(*args: str, ranks: int = 0, timeout: float = 300, preexec_fn=None, env=
         exe = mpiexec()
         assert exe, "mpiexec not found next to the test interpreter (pip install mpich)"
         cmd = [exe, "-n", str(ranks), *cmd]
-    full_env = dict(os.environ, **(env or {}))
+    # wide tables by default (tests read rows back whole); a test of the 80-column layout passes COLUMNS
+    full_env = dict(os.environ, **{"COLUMNS": os.environ.get("COLUMNS", "250")}, **(env or {}))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn, env=full_env)
 
 
