@@ -471,7 +471,9 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 		}
 
 		/* under pacing fio quiesces: drain everything in flight before sleeping */
-		int n = ops->getevents(c, pace_until ? L.inflight : 1, c->depth);
+		unsigned min_ev = pace_until ? L.inflight : 1;
+		unsigned max_ev = a->reap_batch && a->reap_batch < c->depth ? a->reap_batch : c->depth;
+		int n = ops->getevents(c, min_ev, max_ev > min_ev ? max_ev : min_ev);
 		if (n == -EINTR) {
 			was_interrupted(&L);
 			continue;

@@ -101,6 +101,12 @@ struct iodl_run_args {
 	 * them in one call (fewer syscalls; on some devices, e.g. loop, a slower pipeline).
 	 */
 	unsigned submit_batch;
+	/*
+	 * Completions taken per reap at most (fio's iodepth_batch_complete_max, which fio 3.33 fixes
+	 * up to iodepth_batch_complete_min = 1: one per io_getevents, so the queue is refilled to
+	 * iodepth after every completion). 0: all that are ready (iodl's own default).
+	 */
+	unsigned reap_batch;
 	/* NULL or series_rows x IODL_SERIES_WIDTH, accumulated into for counted completions */
 	int64_t *series;
 	size_t series_rows;

@@ -44,6 +44,7 @@ typedef struct {
 	unsigned depth;			/* as the engine runs it (psync: 1) */
 	long long rate_bps;
 	unsigned submit_batch;		/* requests per submit call; 0: all that have a slot */
+	unsigned reap_batch;		/* completions per reap at most; 0: all that are ready */
 	int direct, cache_check, busy;
 	int cancelled;			/* set by cancel() from any thread, read without the GIL */
 	uint64_t cancel_ns;		/* when cancel() was called (core.h: iodl_run_args.cancel_ns) */
@@ -81,9 +82,9 @@ static int get_shared(PyObject *obj, Py_buffer *view, Py_ssize_t len, const char
 static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
-				  "cache_check", "device", "submit_batch", NULL };
+				  "cache_check", "device", "submit_batch", "reap_batch", NULL };
 	const char *name;
-	Py_ssize_t depth = 1, block_size = 1 << 20, submit_batch = 1;
+	Py_ssize_t depth = 1, block_size = 1 << 20, submit_batch = 1, reap_batch = 0;
 	int direct = 0, cache_check = 0, rc;
 	long long delay_ns = 0, rate_bps = 0;
 	PyObject *device = Py_None;
@@ -91,9 +92,9 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	const char *failed = NULL;
 	EngineObject *self;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOn:Engine", kwlist, &name, &depth,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnn:Engine", kwlist, &name, &depth,
 					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device,
-					 &submit_batch))
+					 &submit_batch, &reap_batch))
 		return NULL;
 	ops = iodl_engine_find(name);
 	if (!ops)
@@ -107,6 +108,8 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return PyErr_Format(PyExc_ValueError, "delay_ns and rate_bps must be >= 0");
 	if (submit_batch < 0 || submit_batch > MAX_DEPTH)
 		return PyErr_Format(PyExc_ValueError, "submit_batch must be 0..%d, not %zd", MAX_DEPTH, submit_batch);
+	if (reap_batch < 0 || reap_batch > MAX_DEPTH)
+		return PyErr_Format(PyExc_ValueError, "reap_batch must be 0..%d, not %zd", MAX_DEPTH, reap_batch);
 	{
 		uint64_t slots = ops->flags & IODL_ENG_SYNC ? 1 : (uint64_t)depth;
 		uint64_t pool = slots * (((uint64_t)block_size + IODL_ALIGN - 1) / IODL_ALIGN * IODL_ALIGN);
@@ -137,6 +140,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->rate_bps = rate_bps;
 	/* a batch as deep as the queue is the same as "all that have a slot" */
 	self->submit_batch = submit_batch >= depth ? 0 : (unsigned)submit_batch;
+	self->reap_batch = reap_batch >= depth ? 0 : (unsigned)reap_batch;
 	self->direct = direct;
 	self->cache_check = cache_check;
 	Py_BEGIN_ALLOW_THREADS
@@ -434,6 +438,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	a.window_end_ns = (uint64_t)window_end_ns;
 	a.rate_bps = (uint64_t)self->rate_bps;
 	a.submit_batch = self->submit_batch;
+	a.reap_batch = self->reap_batch;
 	if (series.obj) {
 		a.series = series.buf;
 		a.series_rows = (size_t)series.shape[0];
@@ -595,8 +600,9 @@ static PyTypeObject EngineType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "iodl._native.Engine",
 	.tp_doc = "Engine(name, *, depth=1, block_size=1<<20, direct=False, delay_ns=0, rate_bps=0, "
-		  "cache_check=False, device=None, submit_batch=1): keeps `depth` requests of a plan in "
-		  "flight, handing them to the kernel `submit_batch` at a time (0: all that have a slot)",
+		  "cache_check=False, device=None, submit_batch=1, reap_batch=0): keeps `depth` requests of a plan in "
+		  "flight, handing them to the kernel `submit_batch` at a time (0: all that have a slot) and "
+		  "taking at most `reap_batch` completions per reap (0: all that are ready)",
 	.tp_basicsize = sizeof(EngineObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_new = Engine_new,

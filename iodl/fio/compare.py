@@ -316,11 +316,21 @@ def _fmt(v, digits=1):
     return "-" if v is None else f"{v:,.{digits}f}"
 
 
-def _depth(d: dict | None) -> str:
+def depth_row(d: dict | None) -> str:
+    """Every depth bucket that has requests, in bucket order, in whole percent that add to 100
+    (largest remainders; fio's own json rounds tiny shares up to 0.1%, so its row is normalised)."""
     if not d:
         return "-"
-    top = sorted(d.items(), key=lambda kv: -kv[1])[:2]
-    return " ".join(f"{k}:{v:.0f}%" for k, v in top if v >= 0.5) or "-"
+    items = [(k, float(v)) for k, v in d.items() if v and v > 0]
+    total = sum(v for _, v in items)
+    if not total:
+        return "-"
+    exact = [(k, 100 * v / total) for k, v in items]
+    whole = {k: int(x) for k, x in exact}
+    short = 100 - sum(whole.values())
+    for k, _ in sorted(exact, key=lambda kv: -(kv[1] - int(kv[1])))[:short]:
+        whole[k] += 1
+    return " ".join(f"{k}:{whole[k]}%" for k, _ in exact if whole[k]) or "-"
 
 
 def render(doc: dict, console) -> None:
@@ -354,7 +364,7 @@ def render(doc: dict, console) -> None:
                 def get(s, kind=kind, key=key):
                     return (s.get(kind) or {}).get(key)
                 if (f and get(f) is not None) or (i and get(i) is not None):
-                    row(f"{name} {label} us", get, digits=2 if name == "slat" else 1)
+                    row(f"{name} {label} µs", get, digits=2 if name == "slat" else 1)
         row("CPU % per worker", lambda s: s["cpu_pct"])
-        t.add_row("queue depth", _depth(f.get("depth_pct")), _depth(i.get("depth_pct")), "")
+        t.add_row("queue depth", depth_row(f.get("depth_pct")), depth_row(i.get("depth_pct")), "")
         console.print(t)

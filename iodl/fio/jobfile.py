@@ -51,6 +51,13 @@ class Percent:
     value: int
 
 
+@dataclass(frozen=True)
+class Zones:
+    """A size written as Nz: N zones (fio's FIO_OPT_STR_VAL_ZONE, meaningful with zonemode)."""
+
+    value: int
+
+
 @dataclass
 class Job:
     """One [job] section after [global] inheritance: canonical name -> parsed value."""
@@ -73,21 +80,124 @@ class Job:
 # Stage 1: text -> sections
 
 def _system_keywords() -> dict[str, str]:
-    """fio's reserved keywords (options.c fio_keywords), computed as fio does."""
+    """fio's reserved keywords (fio 3.33 options.c fio_keywords_init), computed as fio does:
+    $pagesize = page_size, $mb_memory = os_phys_mem() / MiB (physical pages x page size),
+    $ncpus = cpus_configured() = sysconf(_SC_NPROCESSORS_CONF). fio 3.33 has no other keyword."""
     pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return {"$pagesize": str(os.sysconf("SC_PAGE_SIZE")), "$mb_memory": str(pages // (1024 * 1024)),
-            "$ncpus": str(os.sysconf("SC_NPROCESSORS_ONLN"))}
+            "$ncpus": str(os.sysconf("SC_NPROCESSORS_CONF"))}
 
 
 _ENV = re.compile(r"\$\{([^}]*)\}")
 
 
+class BcError(ValueError):
+    pass
+
+
+_BC_TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d*)?|\.\d+)|([-+*/%^()]))")
+
+
+def bc_eval(expr: str) -> str:
+    """What `echo 'EXPR' | bc` prints for fio's keyword arithmetic (scale=0: a division truncates
+    toward zero; + - * / % ^, unary minus, parentheses). Anything else is a bc error (BcError), as
+    when bc prints nothing to fio."""
+    from fractions import Fraction
+
+    pos, tokens = 0, []
+    text = expr.rstrip()
+    while pos < len(text):
+        m = _BC_TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise BcError(f"bc cannot evaluate '{expr.strip()}'")
+        tokens.append(("n", Fraction(m.group(1))) if m.group(1) else ("o", m.group(2)))
+        pos = m.end()
+    tokens.append(("o", "$"))
+    i = 0
+
+    def peek():
+        return tokens[i]
+
+    def take():
+        nonlocal i
+        i += 1
+        return tokens[i - 1]
+
+    def trunc(q):
+        return Fraction(int(q))   # toward zero, bc's scale=0
+
+    def primary():
+        kind, v = take()
+        if kind == "n":
+            return v
+        if v == "(":
+            x = additive()
+            if take() != ("o", ")"):
+                raise BcError(f"bc cannot evaluate '{expr.strip()}'")
+            return x
+        if v == "-":
+            return -primary()   # bc: unary minus binds tighter than ^
+        raise BcError(f"bc cannot evaluate '{expr.strip()}'")
+
+    def power():
+        x = primary()
+        if peek() == ("o", "^"):
+            take()
+            e = power()   # right associative
+            if e.denominator != 1 or abs(e) > 4096:
+                raise BcError(f"bc cannot evaluate '{expr.strip()}'")
+            x = trunc(x ** int(e)) if e < 0 else x ** int(e)
+        return x
+
+    def multiplicative():
+        x = power()
+        while peek()[1] in ("*", "/", "%"):
+            op = take()[1]
+            y = power()
+            if op == "*":
+                x = x * y
+            elif not y:
+                raise BcError("bc: divide by zero")
+            elif op == "/":
+                x = trunc(x / y)
+            else:
+                x = x - trunc(x / y) * y
+        return x
+
+    def additive():
+        x = multiplicative()
+        while peek()[1] in ("+", "-"):
+            op = take()[1]
+            y = multiplicative()
+            x = x + y if op == "+" else x - y
+        return x
+
+    value = additive()
+    if peek() != ("o", "$"):
+        raise BcError(f"bc cannot evaluate '{expr.strip()}'")
+    return str(int(value))   # fio reads the result with strtoll: the integer part
+
+
+def _bc_calc(line: str) -> str:
+    """fio 3.33 options.c bc_calc, run on an option after a keyword was replaced in it: only when
+    the option (name included) has + - * or / and no quote; only the value after the first '='."""
+    if not any(c in line for c in "+-*/") or "'" in line:
+        return line
+    key, eq, value = line.partition("=")
+    if not eq or len(line) >= 128 or len(value) > 100:
+        return line
+    return key + "=" + bc_eval(value)
+
+
 def _substitute(text: str, env, keywords: dict[str, str]) -> str:
     # ${VAR}: anywhere on the line, undefined -> empty (fio_option_dup_subs)
     text = _ENV.sub(lambda m: env.get(m.group(1), ""), text)
+    replaced = False
     for word, value in keywords.items():
-        text = text.replace(word, value)
-    return text
+        if word in text:
+            text = text.replace(word, value)
+            replaced = True
+    return _bc_calc(text) if replaced else text
 
 
 def _strip(line: str) -> str:
@@ -141,7 +251,11 @@ def _read_into(path, text, sections, env, keywords, depth):
                 raise JobFileError(f"include file not found: {name}", path, number)
             _read_into(target, _read_text(target), sections, env, keywords, depth + 1)
             continue
-        line = _substitute(line, env, keywords)
+        try:
+            line = _substitute(line, env, keywords)
+        except BcError as exc:
+            # fio: bc prints nothing, "failed parsing", the job is dropped
+            raise JobFileError(f"cannot evaluate '{line}': {exc}", path, number) from None
         key, eq, value = line.partition("=")
         key = key.strip()
         if not key:
@@ -316,10 +430,18 @@ def parse_value(name: str, text: str | None, kb_base: int):
     if kind in ("bool", "set"):
         return parse_bool(None if text is None else split_rwt(text)[0], bare_ok=kind == "set")
     if text is None:
-        if kind == "str":
+        if kind == "str" and name != "bssplit":
             return ""
         raise ValueError("requires an argument")
     if kind == "int":
+        if text.endswith("z"):
+            # parse.c: the whole value ending in 'z' is a zone count for the zone-valued options
+            if name not in _ZONE_VALUED:
+                raise ValueError("'z' suffix isn't applicable")
+            m = re.fullmatch(r"\s*\+?(\d+)z", text)
+            if not m:
+                raise ValueError(f"unexpected zone value '{text}'")
+            return Zones(int(m.group(1)))
         parts = [parse_size(p, kb_base) for p in split_rwt(text)]
         return parts if name in _RWT else parts[0]
     if kind in ("time", "utime"):
@@ -341,6 +463,8 @@ def parse_value(name: str, text: str | None, kb_base: int):
         return int(text)
     return text
 
+
+_ZONE_VALUED = {"size", "io_size", "offset", "offset_increment", "zoneskip"}
 
 # options with separate read, write and trim values: parse_value returns [r, w, t] (missing ones
 # take the last given, as fio's !more branch does)
@@ -390,25 +514,52 @@ def _filename_paths(value: str, directory: str | None) -> tuple:
 
 
 def _apply(section: Section, values: dict, where: dict) -> None:
-    known = []
+    """fio_options_parse for one section: its own table first (sorted by priority), then what is
+    left against the options of the section's ioengine (fio loads the engine only then)."""
+    known, left = [], []
     for o in section.options:
         name = opts.canonical(o.key)
         if name is None:
-            raise JobFileError(f"unknown option '{o.key}' in [{section.name}]{opts.did_you_mean(o.key)}", o.file, o.line)
-        known.append((name, o))
+            left.append(o)
+        else:
+            known.append((name, o))
     known.sort(key=lambda item: -opts.PRIO.get(item[0], 0))   # stable, like fio's option sort
+    if left:
+        engine = _engine_name(values, known)
+        for o in left:
+            if o.key in opts.ENGINE_OPTIONS.get(engine, ()):
+                known.append((o.key, o))
+                continue
+            owners = opts.engine_owners(o.key)
+            if owners:
+                raise JobFileError(f"option '{o.key}' in [{section.name}] belongs to ioengine {', '.join(owners)}, "
+                                   f"not to ioengine={engine} (fio: Bad option)", o.file, o.line)
+            raise JobFileError(f"unknown option '{o.key}' in [{section.name}]{opts.did_you_mean(o.key)}", o.file, o.line)
     for name, o in known:
         kb_base = values.get("kb_base", 1024)
         try:
-            value = parse_value(name, o.value, kb_base)
+            value = parse_value(name, o.value, kb_base) if name in opts.TYPE else (o.value or "")
         except (ValueError, OverflowError) as exc:
             raise JobFileError(f"bad value for '{o.key}' in [{section.name}]: {o.value!r}: {exc}", o.file, o.line) from None
         if name in _RWT:
             value = (value + [value[-1]] * 3)[:3]
         if name == "filename":
             values["@filenames"] = values.get("@filenames", ()) + _filename_paths(value, values.get("directory"))
+        if name == "buffered":
+            # fio: buffered is direct negated (one field, .neg): whichever is parsed last wins
+            name, value = "direct", 1 - value
         values[name] = value
         where[name] = o
+
+
+def _engine_name(values: dict, known: list) -> str:
+    """The ioengine in effect for a section's engine options (its own, else inherited; fio's
+    default psync). `libaio` and `external:/x.so` style names keep only the engine's name."""
+    engine = values.get("ioengine", "psync")
+    for name, o in known:
+        if name == "ioengine" and o.value:
+            engine = o.value.strip()
+    return engine
 
 
 def resolve(sections: list[Section]) -> list[Job]:

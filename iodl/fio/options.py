@@ -26,7 +26,8 @@ _TYPES = {
         buffer_compress_percentage buffer_compress_chunk dedupe_percentage dedupe_working_set_percentage
         significant_figures gtod_cpu cgroup_weight uid gid hugepage-size flow_id flow flow_sleep
         size io_size offset offset_increment zoneskip number_ios sync_file_range zonesize zonecapacity
-        zonerange sqthread_poll_cpu force_async""",
+        zonerange sqthread_poll_cpu force_async percentage_sequential iomem_align verifysort_nr rwmixcycle
+        gpu_dev_id flow_watermark hipri_percentage cmdprio_percentage cmdprio_class cmdprio""",
     "time": "startdelay runtime ramp_time latency_target latency_window steadystate_duration steadystate_ramp_time",
     "utime": "thinktime thinktime_spin thinktime_iotime",
     "bool": """unique_filename randrepeat serialize_overlap fill_device file_append allrandrepeat direct
@@ -37,8 +38,8 @@ _TYPES = {
         unlink unlink_each_loop per_job_logs log_max_value log_offset log_prio log_store_compressed
         log_unix_epoch log_alternate_epoch block_error_percentiles stats scramble_buffers dedupe_global
         clat_percentiles lat_percentiles slat_percentiles disk_util gtod_reduce disable_lat disable_clat
-        disable_slat disable_bw_measurement error_dump cgroup_nodelete nowait libaio_vectored
-        nonvectored uncached""",
+        disable_slat disable_bw_measurement error_dump cgroup_nodelete nowait
+        nonvectored uncached bs_is_seq_rand softrandommap verifysort""",
     "set": """bs_unaligned norandommap time_based verify_only exitall exitall_on_error stonewall new_group
         thread group_reporting zero_buffers refill_buffers userspace_reap hipri fixedbufs registerfiles
         sqthread_poll""",
@@ -51,7 +52,8 @@ _TYPES = {
         lockmem rate_process sync write_hint cpus_allowed cpus_allowed_policy numa_cpu_nodes
         numa_mem_policy exit_what write_bw_log write_lat_log write_iops_log write_hist_log
         log_compression_cpus buffer_pattern dedupe_mode unified_rw_reporting continue_on_error profile
-        cgroup kb_base unit_base steadystate file_service_type thinktime_blocks_type""",
+        cgroup kb_base unit_base steadystate file_service_type thinktime_blocks_type verify_async_cpus
+        cmdprio_bssplit""",
 }
 TYPE = {name: kind for kind, names in _TYPES.items() for name in names.split()}
 
@@ -62,6 +64,54 @@ ALIASES = {
     "fileoffset": "offset", "nr_files": "nrfiles", "timeout": "runtime", "iomem": "mem", "ratemin": "rate_min",
     "ratecycle": "rate_cycle", "wait_for_previous": "stonewall", "disable_bw": "disable_bw_measurement",
     "ss": "steadystate", "ss_dur": "steadystate_duration", "ss_ramp": "steadystate_ramp_time",
+    "mem_align": "iomem_align",
+}
+
+# Options that belong to an I/O engine (fio 3.33 engines/*.c, each engine's `.options`). fio parses
+# them only after loading the section's ioengine, and an option of another engine is its "Bad option".
+# tests/fio/test_fio_crosscheck.py holds these against `fio --enghelp=ENGINE` for every engine the
+# installed fio has.
+_CMDPRIO = "cmdprio_percentage cmdprio_class cmdprio cmdprio_bssplit"
+_URING = f"hipri {_CMDPRIO} fixedbufs registerfiles sqthread_poll sqthread_poll_cpu nonvectored uncached nowait force_async cmd_type"
+_NET = "hostname port protocol proto nodelay listen pingpong interface ttl window_size mss"
+_RPMA = "serverip port direct_write_to_pmem busy_wait_polling"
+ENGINE_OPTIONS = {name: set(names.split()) for name, names in {
+    "libaio": f"userspace_reap {_CMDPRIO} nowait",
+    "io_uring": _URING, "io_uring_cmd": _URING,
+    "pvsync2": "hipri hipri_percentage uncached nowait",
+    "sg": "hipri readfua writefua sg_write_mode stream_id",
+    "net": _NET, "netsplice": _NET,
+    "mmap": "thp",
+    "cpuio": "cpuload cpumode cpuchunks exit_on_io_done",
+    "exec": "program arguments grace_time std_redirect",
+    "e4defrag": "donorname inplace",
+    "filestat": "stat_type",
+    "gfapi": "volume brick single-instance", "gfapi_async": "volume brick single-instance",
+    "http": """https http_host http_user http_pass http_s3_key http_s3_keyid http_swift_auth_token
+        http_s3_region http_s3_sse_customer_key http_s3_sse_customer_algorithm http_s3_storage_class
+        http_mode http_verbose""",
+    "libcufile": "gpu_dev_ids cuda_io",
+    "libhdfs": "namenode hostname port hdfsdirectory chunk_size chunck_size single_instance hdfs_use_direct",
+    "libiscsi": "initiator",
+    "librpma_apm_client": _RPMA, "librpma_apm_server": _RPMA,
+    "librpma_gpspm_client": _RPMA, "librpma_gpspm_server": _RPMA,
+    "mtd": "skip_bad",
+    "nbd": "uri",
+    "nfs": "nfs_url",
+    "rados": "clustername pool clientname conf busy_poll touch_objects",
+    "rbd": "clustername rbdname pool clientname busy_poll",
+    "rdma": "hostname bindname port verb proto",
+    "dfs": "pool cont chunk_size object_class svcl",
+    "xnvme": "hipri sqthread_poll xnvme_be xnvme_async xnvme_sync xnvme_admin xnvme_dev_nsid xnvme_iovec",
+    "windowsaio": "no_completion_thread",
+}.items()}
+ENGINE_ONLY = set().union(*ENGINE_OPTIONS.values())   # none of them is in fio's own table
+
+# Options of fio's built-in profiles (profiles/act.c, profiles/tiobench.c): registered into fio's
+# option table at start-up, so fio accepts them in any job; iodl emulates no profile.
+PROFILE_OPTIONS = {
+    "act": set("device-names load test-duration threads-per-queue read-req-num-512-blocks large-block-op-kbytes prep".split()),
+    "tiobench": set("size block numruns dir threads".split()),
 }
 
 # fio parses a section's options sorted by priority (options.c .prio), stably: kb_base first, so it
@@ -73,6 +123,7 @@ HONOURED = set("""
     name directory filename filename_format unique_filename nrfiles size filesize io_size offset number_ios
     loops numjobs rw rw_sequencer bs bsrange bssplit ba randrepeat randseed allrandrepeat norandommap
     file_service_type time_based runtime ramp_time startdelay ioengine iodepth iodepth_batch direct buffered invalidate
+    iodepth_batch_complete_min iodepth_batch_complete_max
     rate rate_iops rate_process create_serialize create_on_open allow_file_create fallocate overwrite
     stonewall new_group group_reporting kb_base thread
 """.split())
@@ -82,14 +133,12 @@ IGNORED = {
     "description": "text only",
     "sync": "write-only (O_SYNC/O_DSYNC); no effect on reads",
     "unit_base": "only changes fio's printed units",
-    "iodepth_batch_complete_min": "iodl's engine reaps what is ready",
-    "iodepth_batch_complete_max": "iodl's engine reaps what is ready",
     "iodepth_low": "iodl's engine refills to iodepth at once",
     "openfiles": "iodl opens all of a worker's files",
     "fadvise_hint": "a hint; iodl issues none",
     "clocksource": "iodl uses CLOCK_MONOTONIC",
     "cpus_allowed": "CPU placement", "cpus_allowed_policy": "CPU placement", "cpumask": "CPU placement",
-    "numa_cpu_nodes": "NUMA placement", "numa_mem_policy": "NUMA placement", "gtod_cpu": "timing thread",
+    "gtod_cpu": "timing thread",
     "clat_percentiles": "fio-compare always reports lat, slat and clat percentiles", "lat_percentiles": "statistics",
     "slat_percentiles": "statistics", "percentile_list": "iodl reports p50/p99/p99.9",
     "significant_figures": "statistics", "disable_lat": "statistics", "disable_clat": "statistics",
@@ -97,23 +146,82 @@ IGNORED = {
     "unified_rw_reporting": "reads only", "bwavgtime": "statistics", "iopsavgtime": "statistics",
     "stats": "statistics", "disk_util": "statistics", "per_job_logs": "logs",
     "create_fsync": "layout detail", "create_only": "layout detail", "mem": "buffer allocation",
-    "userspace_reap": "engine tuning", "hipri": "engine tuning", "fixedbufs": "engine tuning",
-    "registerfiles": "engine tuning", "sqthread_poll": "engine tuning", "sqthread_poll_cpu": "engine tuning",
-    "nonvectored": "engine tuning", "libaio_vectored": "engine tuning", "force_async": "engine tuning",
-    "nowait": "engine tuning", "uncached": "engine tuning", "lockmem": "memory locking",
+    "userspace_reap": "iodl reaps libaio completions from the ring when they are there",
+    "fixedbufs": "iodl's io_uring engine registers its buffers", "registerfiles": "engine tuning",
+    "sqthread_poll_cpu": "engine tuning", "nonvectored": "engine tuning", "lockmem": "memory locking",
     "nice": "scheduling", "prio": "I/O priority", "prioclass": "I/O priority",
 }
 
-KNOWN = set(TYPE) | set(ALIASES)
+CORE = set(TYPE) - ENGINE_ONLY   # fio's own option table (options.c), without aliases
+PROFILE_ONLY = set().union(*PROFILE_OPTIONS.values()) - CORE
+KNOWN = CORE | set(ALIASES) | PROFILE_ONLY | ENGINE_ONLY
+
+# Engine options iodl honours or ignores when the job's ioengine has them (see IGNORED below);
+# every other engine option is refused by name, with its engine.
+ENGINE_HONOURED: set = set()
 
 
 def canonical(key: str) -> str | None:
-    """fio's name for `key` (resolving aliases), or None if fio has no such option."""
-    if key in TYPE:
+    """fio's name for `key` in its own table (resolving aliases; profile options included), or None:
+    then it is an engine option (see engine_owners) or unknown to fio."""
+    if key in CORE or key in PROFILE_ONLY:
         return key
     return ALIASES.get(key)
 
 
+def engine_owners(key: str) -> list[str]:
+    """The fio engines that have option `key`."""
+    return sorted(e for e, names in ENGINE_OPTIONS.items() if key in names)
+
+
+def profile_of(key: str) -> str | None:
+    return next((p for p, names in PROFILE_OPTIONS.items() if key in names), None) if key in PROFILE_ONLY else None
+
+
 def did_you_mean(key: str) -> str:
-    close = difflib.get_close_matches(key, sorted(KNOWN), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(key, sorted(CORE | set(ALIASES)), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+# Accepted when off (0, or bare where 0 is the default is impossible), refused when on: each changes
+# what fio measures or reports, and iodl does not do it. Value -> why.
+ONLY_OFF = {
+    "gtod_reduce": "fio then reports no latencies (iodl would show some fio does not have)",
+    "disable_lat": "fio then reports no lat", "disable_clat": "fio then reports no clat",
+    "disable_slat": "fio then reports no slat",
+    "hipri": "polled completions are not emulated", "sqthread_poll": "a kernel submission thread is not emulated",
+    "nowait": "RWF_NOWAIT/IOCB_NOWAIT is not emulated", "uncached": "RWF_UNCACHED is not emulated",
+    "force_async": "IOSQE_ASYNC is not emulated",
+}
+
+_WHY = [
+    (("numa_",), "NUMA placement is not emulated"),
+    (("verify", "do_verify", "experimental_verify", "trim_"), "verification and trims are not emulated (iodl reads)"),
+    (("write_", "log_", "per_job_logs", "read_iolog", "replay_", "merge_blktrace"), "logs and I/O replay are not emulated"),
+    (("zone", "max_open_zones", "job_max_open_zones", "read_beyond_wp", "ignore_zone_limits"), "zoned devices are not emulated"),
+    (("thinktime",), "think time is not emulated"),
+    (("exec_",), "iodl runs no commands"),
+    (("flow",), "flow control between jobs is not emulated"),
+    (("steadystate", "ss"), "steady-state detection is not emulated"),
+    (("latency_", "max_latency"), "latency targets are not emulated"),
+    (("cgroup",), "cgroups are not emulated"),
+    (("rwmix", "fsync", "fdatasync", "sync_file_range", "write_barrier", "end_fsync", "fill_device",
+      "file_append", "buffer_", "dedupe", "scramble", "zero_buffers", "refill_buffers", "overwrite",
+      "unlink", "trim", "pre_read"), "iodl reads only"),
+]
+
+
+def why(name: str) -> str:
+    """Why iodl cannot honour option `name` that fio knows (one phrase)."""
+    owners = engine_owners(name)
+    if owners:
+        return f"an option of ioengine {', '.join(owners)} that iodl does not emulate"
+    profile = profile_of(name)
+    if profile:
+        return f"an option of fio's {profile} profile; iodl runs no profiles"
+    if name == "profile":
+        return "fio's built-in profiles are not emulated"
+    for prefixes, reason in _WHY:
+        if name.startswith(prefixes):
+            return reason
+    return "not emulated by iodl (see docs/fio-compare.md)"

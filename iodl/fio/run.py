@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import IodlError
 from ..plan import new_plan  # the engine's row type (numpy only: importable without the engine)
-from .jobfile import Job, JobFileError
+from .jobfile import Job, JobFileError, Zones
 from .layout import FileSpec, clone_files, min_bs, open_input
 
 
@@ -49,6 +49,7 @@ class JobPlan:
     engine: str
     depth: int
     submit_batch: int     # iodepth_batch(_submit): requests per submit call, 0 = all that have a slot
+    reap_batch: int       # completions taken per reap at most (fio's iodepth_batch_complete_max, after its fix-ups)
     direct: bool
     random: bool
     seq_len: int          # rw=randread:N -> N sequential blocks per random pick; rw=read:N -> hole bytes
@@ -92,16 +93,24 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     """
     from . import options as opts
 
+    # the engine first: an option of an engine iodl lacks is named with that engine
+    ioengine = job.get("ioengine", "psync")
+    if ioengine not in ENGINES:
+        raise _reject(job, "ioengine", f"value 'ioengine={ioengine}' (iodl has {', '.join(ENGINES)})")
+    engine = ENGINES[ioengine]
     for key, option in job.where.items():
-        if key not in opts.HONOURED and key not in opts.IGNORED:
-            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]", option.file, option.line)
+        value = job.values.get(key)
+        if key in opts.ONLY_OFF and value not in (0, "0"):
+            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {opts.ONLY_OFF[key]}",
+                               option.file, option.line)
+        if key not in opts.HONOURED and key not in opts.IGNORED and key not in opts.ONLY_OFF:
+            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {opts.why(key)}",
+                               option.file, option.line)
+        if isinstance(value, Zones):
+            raise _reject(job, key, f"value '{option.key}={option.value}' (a number of zones; zoned devices are not emulated)")
     rw, _, suffix = job.get("rw", "read").partition(":")
     if rw not in ("read", "randread"):
         raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl reads only)")
-    ioengine = job.get("ioengine", "psync")
-    if ioengine not in ENGINES:
-        raise _reject(job, "ioengine", f"value 'ioengine={ioengine}'")
-    engine = ENGINES[ioengine]
     service, _, service_n = job.get("file_service_type", "roundrobin").partition(":")
     if service not in SERVICE_TYPES:
         raise _reject(job, "file_service_type", f"value 'file_service_type={service}'")
@@ -123,12 +132,16 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     try:
         seq_len = int(suffix or 0) if rw == "randread" else (_size(suffix, job) if suffix else 0)
         service_n = int(service_n or 1)
-    except ValueError:
+    except (ValueError, TypeError):
         raise _reject(job, "rw", f"value 'rw={job.values['rw']}'") from None
+    if not isinstance(seq_len, int) or seq_len < 0 or seq_len >= 1 << 48:
+        # fio's ddir_seq_add < 0 reads backwards from the end; iodl's plans only step forwards
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (a negative or huge offset increment: "
+                                 "iodl reads forwards only)")
     rate = job.get("rate", [0])[0]
     rate_iops = job.get("rate_iops", [0])[0]
     rate_bps = rate or rate_iops * min_bs(job)   # fio init.c: rate_iops becomes bytes/s of min bs
-    direct = bool(job.get("direct", 0)) or job.get("buffered", 1) == 0
+    direct = bool(job.get("direct", 0))   # buffered=N is stored as direct=1-N where fio parses it (last wins)
     overrides = overrides or {}
     runtime_us = overrides.get("runtime_us", job.get("runtime", 0))
     ramp_us = overrides.get("ramp_us", job.get("ramp_time", 0))
@@ -138,7 +151,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     seed = job.get("randseed")
     plan = JobPlan(
         job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
-        submit_batch=job.get("iodepth_batch", 1),
+        submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job),
         direct=direct, random=rw == "randread", seq_len=seq_len, block_sizes=block_sizes,
         align=job.get("ba", [0])[0] or min_bs(job), rate_bps=rate_bps, time_based=time_based,
         runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
@@ -155,6 +168,16 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     _check_directory(job)
     plan.files = [clone_files(job, n, taken, null=engine == "null") for n in range(plan.numjobs)]
     return plan
+
+
+def _reap_batch(job: Job) -> int:
+    """fio 3.33: iodepth_batch_complete_max (default 0) is raised to iodepth_batch_complete_min
+    (default 1) by init.c fixup_options, and td_io_getevents raises a max below the min it waits for
+    (at least 1) to that min: so fio reaps one completion per io_getevents by default and refills
+    the queue after each, which keeps its depth at iodepth (its `16=100%`)."""
+    lo = job.get("iodepth_batch_complete_min", 1)
+    hi = max(job.get("iodepth_batch_complete_max", 0), lo)
+    return max(1, hi)
 
 
 def _check_directory(job: Job) -> None:
@@ -289,7 +312,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
         else:
             fds = [open_input(f.path, plan.direct) for f in files]
         with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
-                                    rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth)) as engine:
+                                    rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
+                                    reap_batch=min(plan.reap_batch, plan.depth)) as engine:
             if start is not None:
                 start.wait()
             _drive(plan, engine, fds, rng, res)

@@ -54,7 +54,7 @@ def test_buffered_libaio_clat_is_near_zero_on_both_sides(tmp_path):
             assert side["lat_us"][key] >= side["latency_us"][key], (key, side)
     assert p50(iodl, "latency_us") < p50(fio, "lat_us") / 2
     # the table says which kind each row is
-    for label in ("lat p50 us", "slat p50 us", "clat p50 us"):
+    for label in ("lat p50 µs", "slat p50 µs", "clat p50 µs"):
         assert label in stdout
 
 
