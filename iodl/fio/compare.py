@@ -338,10 +338,13 @@ def render(doc: dict, console) -> None:
     from rich.table import Table
 
     n = doc.get("repeat", 1)
-    for entry in doc["jobs"] + (doc["groups"] if len(doc["jobs"]) > 1 else []):
+    jobs = doc["jobs"]
+    groups = doc["groups"] if len(jobs) > 1 else []
+    for n_entry, entry in enumerate(jobs + groups):
         f, i = entry["fio"] or {}, entry["iodl"] or {}
-        # escaped: a job may be named [/dev/sdb], which is not rich markup
-        title = escape(f"[{entry['name']}]") + (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
+        # titled with the job's [name] (escaped: [/dev/sdb] is not rich markup); a group's table says so
+        head = f"job [{entry['name']}]" if n_entry < len(jobs) else f"reporting {entry['name']}"
+        title = escape(head) + (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
         t = Table(title=title, title_justify="left")
         t.add_column("metric")
         t.add_column("fio", justify="right")

@@ -149,7 +149,7 @@ IGNORED = {
     "userspace_reap": "iodl reaps libaio completions from the ring when they are there",
     "fixedbufs": "iodl's io_uring engine registers its buffers", "registerfiles": "engine tuning",
     "sqthread_poll_cpu": "engine tuning", "nonvectored": "engine tuning", "lockmem": "memory locking",
-    "nice": "scheduling", "prio": "I/O priority", "prioclass": "I/O priority",
+    "block_error_percentiles": "trim error statistics only", "error_dump": "error messages only",
 }
 
 CORE = set(TYPE) - ENGINE_ONLY   # fio's own option table (options.c), without aliases
@@ -205,6 +205,7 @@ _WHY = [
     (("steadystate", "ss"), "steady-state detection is not emulated"),
     (("latency_", "max_latency"), "latency targets are not emulated"),
     (("cgroup",), "cgroups are not emulated"),
+    (("prio", "nice"), "process and I/O priorities are not emulated"),
     (("rwmix", "fsync", "fdatasync", "sync_file_range", "write_barrier", "end_fsync", "fill_device",
       "file_append", "buffer_", "dedupe", "scramble", "zero_buffers", "refill_buffers", "overwrite",
       "unlink", "trim", "pre_read"), "iodl reads only"),

@@ -3,6 +3,7 @@ parsed (`out=`), `--showcmd` the options it read, and a run shows the files it l
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,121 @@ def test_fio_lays_out_the_files_we_expect(tmp_path):
             for spec in clone_files(job, n):
                 ours[spec.path] = spec.needed
     assert ours == theirs
+
+
+# ---------------------------------------------------------------------------------------------
+# Keyword arithmetic, option tables and the job-file battery, each against the installed fio
+
+def test_keyword_arithmetic_matches_fio(tmp_path):
+    """fio 3.33 replaces $pagesize/$mb_memory/$ncpus and then hands the value to bc (options.c
+    bc_calc); this machine's keywords, so the numbers are the ones fio computes here."""
+    path = tmp_path / "job.fio"
+    path.write_text("[a]\nsize=5*1024*1024*$mb_memory/8\nnumjobs=$ncpus*2\nbs=$pagesize*2\n"
+                    "iodepth=$ncpus+30/4\nio_size=($mb_memory-1)*2\nfilesize=1G\nrw=read\n")
+    theirs = fio_outs(str(path))
+    job = jf.parse(str(path))[0]
+    assert job.values["size"] == theirs["size"][0] and job.values["numjobs"] == theirs["numjobs"][0]
+    assert job.values["bs"][0] == theirs["bs"][0] and job.values["iodepth"] == theirs["iodepth"][0]
+    assert job.values["io_size"] == theirs["io_size"][0]
+    assert job.values["filesize"] == [(1 << 30, 1 << 30)] and theirs["filesize"][0] == 1 << 30
+    assert job.values["size"] > 5 * 1024 * 1024   # not the 5 the old parser read
+
+
+def _names(text: str) -> set:
+    return set(re.findall(r"^\s*([A-Za-z0-9_-]+)\s*:", text, re.M))
+
+
+def test_option_tables_match_fio():
+    """Every option `fio --cmdhelp=all` lists is in iodl's table, and every engine's options are the
+    ones `fio --enghelp=ENGINE` lists (for each engine this fio has)."""
+    listed = _names(subprocess.run(["fio", "--cmdhelp=all"], capture_output=True, text=True).stdout)
+    assert len(listed) > 150
+    assert listed - opts.CORE - set(opts.ALIASES) == set()
+    out = subprocess.run(["fio", "--enghelp"], capture_output=True, text=True).stdout
+    engines = [line.strip() for line in out.splitlines()[1:] if line.strip()]
+    assert "libaio" in engines and "psync" in engines
+    aliases = {"proto", "chunck_size"}   # engine aliases: fio's help does not list them
+    for engine in engines:
+        theirs = _names(subprocess.run(["fio", f"--enghelp={engine}"], capture_output=True, text=True).stdout)
+        assert theirs == opts.ENGINE_OPTIONS.get(engine, set()) - aliases, engine
+
+
+def _trace_by_section(path, env):
+    """[(section name, {option: [out values]})] in fio's parse order, from its --debug=parse trace."""
+    out = subprocess.run(["fio", "--parse-only", "--debug=parse", str(path)], capture_output=True, text=True,
+                         env=dict(os.environ, **env), cwd=path.parent).stdout
+    sections, current = [], None
+    for line in out.splitlines():
+        m = re.search(r"Parsing section \[(.*)\]$", line)
+        if m:
+            sections.append((m.group(1), {}))
+            continue
+        m = re.search(r"\bhandle_option=(\S+), ptr=", line)
+        if m and "__handle_option" not in line and sections:
+            current = m.group(1)
+            sections[-1][1][current] = []
+            continue
+        m = re.search(r"ret=0, out=(\d+)", line)
+        if m and current and sections:
+            sections[-1][1][current].append(int(m.group(1)))
+    return sections
+
+
+def _comparable(name, ours, outs):
+    if opts.TYPE.get(name) == "range":
+        if len(outs) == 1:   # one value given: fio stores it as both ends
+            return [ours[0][0], ours[0][1]], outs * 2
+        return list(ours[0]), sorted(outs[:2])
+    if isinstance(ours, jf.Percent):
+        return [(1 << 64) - 1 - ours.value], outs[:1]
+    if isinstance(ours, list):
+        return ours[: len(outs)], outs[: len(ours)]
+    return [ours], outs[:1]
+
+
+JOBS = Path(__file__).parent / "jobs"
+BATTERY = sorted(JOBS.glob("*.fio"))
+BATTERY_ENV = {"IODL_JOB_ALIGN": "4096", "IODL_JOB_SIZE": "64k", "IODL_TEST_DEV": ""}
+
+
+@pytest.mark.parametrize("path", BATTERY, ids=lambda p: p.name)
+def test_battery_parses_as_fio_parses(path, monkeypatch):
+    """Every value iodl reads from the battery's job files equals the one fio's parse trace prints
+    for the same option of the same section; iodl calls an option unknown only when fio does."""
+    for k, v in BATTERY_ENV.items():
+        monkeypatch.setenv(k, v)
+    fio = subprocess.run(["fio", "--parse-only", str(path)], capture_output=True, text=True,
+                         env=dict(os.environ, **BATTERY_ENV), cwd=path.parent)
+    try:
+        sections = jf.read_sections(str(path))
+        jobs = jf.resolve(sections)
+    except jf.JobFileError as exc:
+        if "unknown option" in str(exc):
+            assert "Bad option" in fio.stderr + fio.stdout, (str(exc), fio.stderr)
+        return
+    if "not loadable" in fio.stderr + fio.stdout:
+        return   # an engine this fio lacks: it cannot check that engine's options or their values
+    assert "Bad option" not in fio.stderr + fio.stdout, fio.stderr   # fio knows all iodl parsed
+    value_of = {}
+    for job in jobs:
+        for name, o in job.where.items():
+            value_of[o] = (name, job.values[name])
+    theirs = _trace_by_section(path, BATTERY_ENV)
+    checked = 0
+    for section, (fio_name, outs_by_option) in zip(sections, theirs):
+        assert section.name == fio_name
+        for o in section.options:
+            outs = outs_by_option.get(o.key) or outs_by_option.get(opts.canonical(o.key) or o.key)
+            if not outs or o not in value_of or opts.TYPE.get(value_of[o][0]) == "float":
+                continue   # a string, or a [global] value every job below overrode
+            name, ours = value_of[o]
+            if isinstance(ours, (jf.Zones, str)):
+                continue
+            if o.key == "buffered":
+                ours = 1 - ours   # stored as direct (one field in fio)
+            ours, outs = _comparable(name, ours, outs)
+            assert ours == outs, f"{section.name}.{o.key}: iodl {ours} fio {outs}"
+            checked += 1
+    sizes = [o for s in sections for o in s.options if o in value_of and opts.TYPE.get(value_of[o][0]) == "int"
+             and not isinstance(value_of[o][1], jf.Zones)]
+    assert checked or not sizes, "fio's trace had none of the values iodl read"
