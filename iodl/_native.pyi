@@ -67,7 +67,7 @@ class RunStats(TypedDict):
 class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
                  delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None,
-                 submit_batch: int = 1) -> None: ...
+                 submit_batch: int = 1, reap_batch: int = 0) -> None: ...
         # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
         # delay_ns: null engine only, each request completes delay_ns after submit (sleeping, not spinning)
         # device: null engine only (ValueError otherwise). A writable, 8-byte aligned buffer of >= 8 bytes
@@ -82,6 +82,8 @@ class Engine:
         # submit_batch: fio's iodepth_batch_submit. 1 (fio's default) hands each request to the kernel as
         #   soon as it has a slot, one submit call each; N waits for N staged requests (or no free slot);
         #   0 (or >= depth) submits every request that has a slot in one call. Depth is sampled per batch.
+        # reap_batch: completions taken per reap at most (fio's iodepth_batch_complete; fio's default reaps one
+        #   and refills, so every submit sees the full depth); 0: all that are ready (iodl read's default)
         # cache_check: buffered reads measure cached_bytes (RunStats.cached_bytes)
         # ValueError when depth x block_size (psync: 1 x block_size), each rounded up to ALIGN, exceeds 4 GiB or
         #   half of this machine's RAM: the pool is allocated and touched at once, so it must never be an OOM kill

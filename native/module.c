@@ -372,6 +372,49 @@ static PyObject *stats_dict(const struct iodl_stats *st)
 			     "abandoned", st->abandoned);
 }
 
+/*
+ * The arrays a run counts into (Engine.run and account take the same ones): borrowed for the
+ * call, then given back by outputs_release, also after an error part way through.
+ */
+struct outputs {
+	Py_buffer hist, clat, slat, series, live;
+};
+
+static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObject *slat, PyObject *series,
+		       PyObject *live, struct iodl_run_args *a, long long series_origin_ns, long long series_bucket_ns)
+{
+	if (get_hist(hist, &o->hist, "hist") < 0)
+		return -1;
+	if (clat != Py_None && get_hist(clat, &o->clat, "clat_hist") < 0)
+		return -1;
+	if (slat != Py_None && get_hist(slat, &o->slat, "slat_hist") < 0)
+		return -1;
+	if (series != Py_None && get_series(series, &o->series) < 0)
+		return -1;
+	if (live != Py_None && get_shared(live, &o->live, IODL_LIVE_N * sizeof(int64_t), "live") < 0)
+		return -1;
+	a->hist = o->hist.buf;
+	a->clat_hist = o->clat.obj ? o->clat.buf : NULL;
+	a->slat_hist = o->slat.obj ? o->slat.buf : NULL;
+	if (o->series.obj) {
+		a->series = o->series.buf;
+		a->series_rows = (size_t)o->series.shape[0];
+		a->series_origin_ns = (uint64_t)series_origin_ns;
+		a->series_bucket_ns = (uint64_t)series_bucket_ns;
+	}
+	a->live = o->live.obj ? o->live.buf : NULL;
+	return 0;
+}
+
+static void outputs_release(struct outputs *o)
+{
+	Py_buffer *all[] = { &o->hist, &o->clat, &o->slat, &o->series, &o->live };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (all[i]->obj)
+			PyBuffer_Release(all[i]);
+}
+
 static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns",
@@ -380,7 +423,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	PyObject *clat_obj = Py_None, *slat_obj = Py_None;
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
 	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
-	Py_buffer hist = { 0 }, series = { 0 }, live = { 0 }, clat = { 0 }, slat = { 0 };
+	struct outputs o = { 0 };
 	struct iodl_plan_row *plan = NULL;
 	struct iodl_run_args a = { 0 };
 	struct interrupt_state intr = { 0 };
@@ -404,15 +447,8 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	plan = get_plan(plan_obj, &nrows);
 	if (!plan)
 		goto out;
-	if (get_hist(hist_obj, &hist, "hist") < 0)
-		goto out;
-	if (clat_obj != Py_None && get_hist(clat_obj, &clat, "clat_hist") < 0)
-		goto out;
-	if (slat_obj != Py_None && get_hist(slat_obj, &slat, "slat_hist") < 0)
-		goto out;
-	if (series_obj != Py_None && get_series(series_obj, &series) < 0)
-		goto out;
-	if (live_obj != Py_None && get_shared(live_obj, &live, IODL_LIVE_N * sizeof(int64_t), "live") < 0)
+	if (outputs_get(&o, hist_obj, clat_obj, slat_obj, series_obj, live_obj, &a, series_origin_ns,
+			series_bucket_ns) < 0)
 		goto out;
 	a.plan = plan;
 	for (size_t i = 0; i < nrows; i++) {
@@ -430,22 +466,12 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	a.fds = fds;
 	a.nfds = nfds;
 	a.nrows = nrows;
-	a.hist = hist.buf;
-	a.clat_hist = clat.obj ? clat.buf : NULL;
-	a.slat_hist = slat.obj ? slat.buf : NULL;
 	a.deadline_ns = (uint64_t)deadline_ns;
 	a.window_start_ns = (uint64_t)window_start_ns;
 	a.window_end_ns = (uint64_t)window_end_ns;
 	a.rate_bps = (uint64_t)self->rate_bps;
 	a.submit_batch = self->submit_batch;
 	a.reap_batch = self->reap_batch;
-	if (series.obj) {
-		a.series = series.buf;
-		a.series_rows = (size_t)series.shape[0];
-		a.series_origin_ns = (uint64_t)series_origin_ns;
-		a.series_bucket_ns = (uint64_t)series_bucket_ns;
-	}
-	a.live = live.obj ? live.buf : NULL;
 	a.cache_check = self->cache_check;
 	a.storage_pending = &self->storage_pending;
 	a.interrupted = interrupted;
@@ -492,16 +518,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	result = stats_dict(&st);
 out:
 	PyMem_Free(plan);
-	if (hist.obj)
-		PyBuffer_Release(&hist);
-	if (clat.obj)
-		PyBuffer_Release(&clat);
-	if (slat.obj)
-		PyBuffer_Release(&slat);
-	if (series.obj)
-		PyBuffer_Release(&series);
-	if (live.obj)
-		PyBuffer_Release(&live);
+	outputs_release(&o);
 	PyMem_Free(fds);
 	return result;
 }
@@ -752,7 +769,8 @@ static PyObject *py_account(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw
 	PyObject *clat_obj = Py_None, *slat_obj = Py_None, *result = NULL;
 	long long window_start_ns = 0, window_end_ns = 0, series_origin_ns = 0, series_bucket_ns = 1000000000;
 	long long t_start_ns = 0, t_end_ns = 0;
-	Py_buffer cols[NCOLS] = { { 0 } }, hist = { 0 }, series = { 0 }, live = { 0 }, clat = { 0 }, slat = { 0 };
+	Py_buffer cols[NCOLS] = { { 0 } };
+	struct outputs o = { 0 };
 	Py_ssize_t n = -1, nsub = -1;
 	struct iodl_run_args a = { 0 };
 	struct iodl_stats st = { 0 };
@@ -776,28 +794,11 @@ static PyObject *py_account(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw
 	for (int i = 0; i < NCOLS; i++)
 		if (get_column(obj[i], &cols[i], i < SUBMIT ? &n : &nsub, names[i]) < 0)
 			goto out;
-	if (get_hist(hist_obj, &hist, "hist") < 0)
+	if (outputs_get(&o, hist_obj, clat_obj, slat_obj, series_obj, live_obj, &a, series_origin_ns,
+			series_bucket_ns) < 0)
 		goto out;
-	if (clat_obj != Py_None && get_hist(clat_obj, &clat, "clat_hist") < 0)
-		goto out;
-	if (slat_obj != Py_None && get_hist(slat_obj, &slat, "slat_hist") < 0)
-		goto out;
-	if (series_obj != Py_None && get_series(series_obj, &series) < 0)
-		goto out;
-	if (live_obj != Py_None && get_shared(live_obj, &live, IODL_LIVE_N * sizeof(int64_t), "live") < 0)
-		goto out;
-	a.hist = hist.buf;
-	a.clat_hist = clat.obj ? clat.buf : NULL;
-	a.slat_hist = slat.obj ? slat.buf : NULL;
 	a.window_start_ns = (uint64_t)window_start_ns;
 	a.window_end_ns = (uint64_t)window_end_ns;
-	if (series.obj) {
-		a.series = series.buf;
-		a.series_rows = (size_t)series.shape[0];
-		a.series_origin_ns = (uint64_t)series_origin_ns;
-		a.series_bucket_ns = (uint64_t)series_bucket_ns;
-	}
-	a.live = live.obj ? live.buf : NULL;
 	/* the loop's order: depth is sampled at submit, the rest at completion, then the ends clipped */
 	for (Py_ssize_t i = 0; i < nsub; i++) {
 		uint64_t inflight = col(&cols[INFLIGHT], i, 1);
@@ -838,16 +839,7 @@ out:
 	for (int i = 0; i < NCOLS; i++)
 		if (cols[i].obj)
 			PyBuffer_Release(&cols[i]);
-	if (hist.obj)
-		PyBuffer_Release(&hist);
-	if (clat.obj)
-		PyBuffer_Release(&clat);
-	if (slat.obj)
-		PyBuffer_Release(&slat);
-	if (series.obj)
-		PyBuffer_Release(&series);
-	if (live.obj)
-		PyBuffer_Release(&live);
+	outputs_release(&o);
 	return result;
 }
 

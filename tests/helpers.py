@@ -31,7 +31,7 @@ def iodl(*args: str, ranks: int = 0, timeout: float = 300, preexec_fn=None, env=
         assert exe, "mpiexec not found next to the test interpreter (pip install mpich)"
         cmd = [exe, "-n", str(ranks), *cmd]
     # wide tables by default (tests read rows back whole); a test of the 80-column layout passes COLUMNS
-    full_env = dict(os.environ, **{"COLUMNS": os.environ.get("COLUMNS", "250")}, **(env or {}))
+    full_env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "250"), **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn, env=full_env)
 
 
