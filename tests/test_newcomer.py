@@ -410,3 +410,12 @@ def test_default_width_is_80_off_a_terminal_and_columns_wins(monkeypatch):
     assert make_console().width == 80   # pytest's stdout is not a terminal
     monkeypatch.setenv("COLUMNS", "132")
     assert make_console().width == 132
+
+
+def test_probe_folds_a_long_root_rather_than_cutting_it(tmp_path):
+    """A --root longer than the console: its path wraps onto more lines, never cut with an ellipsis."""
+    long_root = tmp_path / ("d" * 100)
+    long_root.mkdir()
+    proc = _iodl("probe", "--root", str(long_root), env=NARROW)
+    _check_fits(proc, "probe with a long --root")
+    assert proc.stdout.count("d" * 20) >= 1 and proc.stdout.count("d") >= 100   # the whole name, folded

@@ -33,9 +33,10 @@ def run(args) -> int:
         raise UsageError(f"cannot compare a {describe(a)} with a {describe(b)}")
     name_a, name_b = os.path.basename(args.a), os.path.basename(args.b)
     table = Table(title=f"iodl compare ({a.get('pattern', '?')} {kind(a)}): A = {name_a}, B = {name_b}")
-    table.add_column("", justify="left")
+    # folded, never cut: a long mount path wraps onto more lines within the console's width
+    table.add_column("", justify="left", overflow="fold")
     for col in ("A", "B", "B/A"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", overflow="fold")
     notes = []
     _setup_rows(table, a, b)
     if kind(a) == "sweep":

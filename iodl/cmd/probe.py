@@ -11,20 +11,21 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from .. import probe
+    from ..report import make_console
 
     caps = probe.all_capabilities(args.root)
     if args.json:
         print(json.dumps([c.to_dict() for c in caps], indent=2))
         return 0
     table = Table(title="iodl probe")
-    table.add_column("capability")
+    # folded, never cut: a long --root path wraps onto more lines within the console's width
+    table.add_column("capability", overflow="fold")
     table.add_column("ok")
-    table.add_column("detail")
+    table.add_column("detail", overflow="fold")
     for c in caps:
         table.add_row(c.name, "[green]yes[/]" if c.ok else "[red]no[/]", c.detail)
-    Console().print(table)
+    make_console().print(table)
     return 0
