@@ -101,61 +101,82 @@ class SampleStream:
             self.epochs_wrong += not ok
         self._taken = {}
 
-    def _load(self, n: int, out: list) -> None:
-        """Load up to n samples of the current epoch's share into the buffer, appending the
-        requests that read them to out as (shard, rows, shard_finished)."""
-        while n > 0:
+    def _advance(self, n: int, out: list) -> tuple[int, int, int] | None:
+        """Up to n more samples of the current epoch's share, in the order the shards hold them:
+        appends their reads to out as (shard, rows, shard_finished) and returns (shard, first
+        sample, count); None at the share's end."""
+        while True:
             if self._shard is None and not self._start_shard():
-                return
-            if not len(self._ends):            # a shard without samples adds nothing
-                self._shard = None
-                continue
-            k = min(n, len(self._ends) - self._sample)
-            first = self._sample
-            self._sample += k
-            n -= k
-            done = self._sample == len(self._ends)
-            upto = len(self._rows) if done else -(-int(self._ends[self._sample - 1]) // self._bs)
-            out.append((self._shard, self._rows[self._row:upto], done))
-            self._buf_shard = np.concatenate([self._buf_shard, np.full(k, self._shard, dtype=np.int64)])
-            self._buf_sample = np.concatenate([self._buf_sample, np.arange(first, first + k, dtype=np.int64)])
-            ends = self._ends[first:first + k].astype(np.int64)
-            self._buf_bytes = np.concatenate([self._buf_bytes, np.diff(ends, prepend=self._ends[first - 1] if first else 0)])
-            self._row = upto
-            if done:
-                self._shard = None
+                return None
+            if len(self._ends):
+                break
+            self._shard = None                 # a shard without samples adds nothing
+        shard, first = self._shard, self._sample
+        k = min(n, len(self._ends) - first)
+        self._sample += k
+        done = self._sample == len(self._ends)
+        upto = len(self._rows) if done else -(-int(self._ends[self._sample - 1]) // self._bs)
+        out.append((shard, self._rows[self._row:upto], done))
+        self._row = upto
+        if done:
+            self._shard = None
+        return shard, first, k
+
+    def _taken_now(self, shard: int, samples: np.ndarray) -> None:
+        """Count these samples of shard as taken (the order's own check), and trace them."""
+        if self._check:
+            np.add.at(self._taken[shard], samples, 1)
+        if self.trace is not None:
+            self.trace.append((np.full(len(samples), shard, dtype=np.int64), samples))
 
     def take(self, n: int) -> tuple[list[tuple[int, np.ndarray, bool]], int]:
         """([(shard, rows, shard_finished)], bytes): the reads that make the next n samples
         available, and the bytes of those n samples (what the accelerator consumes)."""
         out: list = []
         consumed = 0
+        if not self._buffer_cap:
+            # no sample shuffling: the samples are taken as they are read (no buffer, a few
+            # array operations per shard: this runs once per step on every rank)
+            while n > 0:
+                got = self._advance(n, out)
+                if got is None:
+                    continue                   # the next epoch begins (nothing is held back)
+                shard, first, k = got
+                ends = self._layout(shard)[0]
+                consumed += int(ends[first + k - 1]) - (int(ends[first - 1]) if first else 0)
+                self._taken_now(shard, np.arange(first, first + k))
+                n -= k
+            return out, consumed
         while n > 0:
-            self._load(self._buffer_cap + n - len(self._buf_shard), out)
+            want = self._buffer_cap + n - len(self._buf_shard)
+            while want > 0:                    # fill the buffer from this epoch's share
+                got = self._advance(want, out)
+                if got is None:
+                    break
+                shard, first, k = got
+                ends = self._layout(shard)[0].astype(np.int64)
+                self._buf_shard = np.concatenate([self._buf_shard, np.full(k, shard, dtype=np.int64)])
+                self._buf_sample = np.concatenate([self._buf_sample, np.arange(first, first + k, dtype=np.int64)])
+                self._buf_bytes = np.concatenate([self._buf_bytes, np.diff(ends[first:first + k],
+                                                                           prepend=ends[first - 1] if first else 0)])
+                want -= k
             have = len(self._buf_shard)
             if not have:                       # this epoch's share is used up: the next epoch begins
                 if not self._start_shard():
                     raise RuntimeError("sample stream: an empty buffer could not start the next epoch")
                 continue
             k = min(n, have)
-            if self._buffer_cap:
-                pick = np.sort(self._rng.choice(have, size=k, replace=False))
-            else:
-                pick = np.arange(k)            # no sample shuffling: in the order loaded
-            if self._check:
-                shards, samples = self._buf_shard[pick], self._buf_sample[pick]
-                for shard in np.unique(shards).tolist():
-                    np.add.at(self._taken[shard], samples[shards == shard], 1)
+            pick = np.sort(self._rng.choice(have, size=k, replace=False))
+            shards, samples = self._buf_shard[pick], self._buf_sample[pick]
+            for shard in np.unique(shards).tolist():
+                self._taken_now(shard, samples[shards == shard])
             consumed += int(self._buf_bytes[pick].sum())
-            if self.trace is not None:
-                self.trace.append((self._buf_shard[pick], self._buf_sample[pick]))
             keep = np.ones(have, dtype=bool)
             keep[pick] = False
             self._buf_shard, self._buf_sample, self._buf_bytes = (
                 self._buf_shard[keep], self._buf_sample[keep], self._buf_bytes[keep])
             n -= k
         return out, consumed
-
 
 def shard_source(cfg: StepConfig, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int,
                  buffer: int = 0):
