@@ -1,30 +1,54 @@
 """The DL patterns end to end under mpiexec: tool overhead, throttled mounts, 72 ranks on 2 cores,
 and how a run ends when a rank fails or the user interrupts it."""
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from iodl.groundtruth import BlkioGroup, LoopMount
-from tests.helpers import iodl, load_json, mpiexec
+from tests.helpers import NotJudged, iodl, load_json, mpiexec
 
 MB = 1_000_000
 
 
-@pytest.mark.flaky(reruns=2)  # 8 ranks on 2 cores: a burst from elsewhere is not iodl's overhead
-def test_tool_overhead_8_ranks_on_2_cores_keeps_au_above_97_percent(tmp_path):
-    """Null engine (no I/O, no dataset), 40 ms compute, 60 steps: everything iodl itself adds
-    (reader thread, barrier, bookkeeping) must cost under 3% of the step."""
-    out = tmp_path / "r.json"
-    proc = iodl("read", "--pattern", "train-sync", "--engine", "null", "--steps", "60", "--compute-time", "0.04",
-                "--out", str(out), ranks=8, timeout=120)
+def _bare_steps_au(ranks: int, steps: int, compute_s: float) -> float:
+    """AU of the bare step loop (tests/system/bare_steps.py) at these ranks, steps and compute."""
+    proc = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, str(Path(__file__).with_name("bare_steps.py")),
+                           str(steps), str(compute_s)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    result = load_json(out)
-    assert result["ranks"] == 8 and result["train"]["steps"] == 60
-    assert result["train"]["au"] >= 0.97, result["train"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["au"]
+
+
+def test_tool_overhead_8_ranks_on_2_cores_costs_under_3_points_of_au(tmp_path):
+    """Null engine (no I/O, no dataset), 40 ms compute, 60 steps, 8 ranks on 2 cores: everything
+    iodl adds to a step (reader thread, cursor, bookkeeping) costs under 3 points of AU beyond
+    the bare loop of sleep + the same barrier, measured in the same run, interleaved.
+
+    The bare loop alone loses 1-5 points here: 8 processes waking on 2 cores after every sleep
+    and every barrier is the kernel's scheduling skew, not iodl's; holding iodl to an absolute
+    97 % judged the scheduler. When the bare loop itself is below 90 %, the machine is too busy
+    to judge the claim."""
+    ranks, steps, compute = 8, 60, 0.04
+    bare, tool = [], []
+    for round_ in range(2):
+        bare.append(_bare_steps_au(ranks, steps, compute))
+        out = tmp_path / f"r{round_}.json"
+        proc = iodl("read", "--pattern", "train-sync", "--engine", "null", "--steps", str(steps),
+                    "--compute-time", str(compute), "--out", str(out), ranks=ranks, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        result = load_json(out)
+        assert result["ranks"] == ranks and result["train"]["steps"] == steps
+        tool.append(result["train"]["au"])
+    print(f"AU bare loop {bare}, iodl {tool}")
+    if max(bare) < 0.90:
+        raise NotJudged(f"the bare sleep + barrier loop itself reaches AU {max(bare):.3f} (< 0.90): the machine is busy")
+    assert max(tool) >= max(bare) - 0.03, (bare, tool)
+    assert max(tool) <= max(bare) + 0.02, (bare, tool)   # iodl cannot beat the loop it adds to
 
 
 @pytest.mark.root
