@@ -85,6 +85,17 @@ class LoopMount:
         st = os.stat(self.device)
         return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
 
+    def device_stat(self) -> list[int]:
+        """/sys/block/loopN/stat: the device's own counters (Documentation/block/stat.rst);
+        fields 3 and 7 (counting from 1) are sectors read and written, of 512 bytes whatever the
+        device's block size."""
+        with open(f"/sys/block/{os.path.basename(self.device)}/stat") as f:
+            return [int(v) for v in f.read().split()]
+
+    def bytes_written(self) -> int:
+        """Bytes the device has been asked to write since it was set up (stat field 7)."""
+        return self.device_stat()[6] * 512
+
     def __exit__(self, *exc) -> None:
         if self.path and os.path.ismount(self.path):
             subprocess.run(["umount", self.path], check=False)
@@ -108,7 +119,15 @@ class BlkioGroup:
         return self
 
     def throttle_read(self, majmin: str, bytes_per_s: int) -> None:
-        with open(os.path.join(self.path, "blkio.throttle.read_bps_device"), "w") as f:
+        self._throttle("read", majmin, bytes_per_s)
+
+    def throttle_write(self, majmin: str, bytes_per_s: int) -> None:
+        """O_DIRECT writes, and the writeback an fsync does in the writer's context (cgroup v1 does
+        not throttle background writeback)."""
+        self._throttle("write", majmin, bytes_per_s)
+
+    def _throttle(self, op: str, majmin: str, bytes_per_s: int) -> None:
+        with open(os.path.join(self.path, f"blkio.throttle.{op}_bps_device"), "w") as f:
             f.write(f"{majmin} {int(bytes_per_s)}\n")
 
     def enter(self, pid: int | None = None) -> None:

@@ -1,0 +1,447 @@
+"""Checkpoint writes and restores: every rank writes its share of a model's state, fsyncs it,
+and later reads it back, through the same cursor and engines as every read pattern.
+
+The figures (docs/numbers.md, "Checkpoints"): a rank's time runs from the barrier that starts
+a round to its last fsync (write) or last read (restore) returning, opening and closing its
+files included; a round's duration is the longest rank's, its bandwidth the round's bytes over
+that duration, and MLPerf Storage's throughput the slowest rank's bytes over its own time.
+
+Safety (docs/design.md): a checkpoint root is a directory iodl created, or an empty one it
+adopted, marked by its store file; every checkpoint file is created exclusively, never through
+a link; an older checkpoint is removed only when the store says iodl wrote it, and only the
+files iodl wrote in it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import histogram
+from .errors import UsageError
+from .metrics import MB, RankResult
+from .plan import OP_FSYNC, OP_WRITE, new_plan, shard_plan
+
+STORE = "iodl-checkpoints.json"
+STORE_SCHEMA = "iodl.checkpoints/1"
+_MAX_STORE = 1 << 26
+
+
+# ---- the root and what iodl wrote in it
+
+def _read_store(root: str) -> dict | None:
+    path = os.path.join(root, STORE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_STORE:
+            raise UsageError(f"{path}: not an iodl checkpoint store")
+        try:
+            doc = json.loads(f.read())
+        except ValueError:
+            raise UsageError(f"{path}: unreadable checkpoint store") from None
+    if not isinstance(doc, dict) or doc.get("schema") != STORE_SCHEMA or not isinstance(doc.get("checkpoints"), list):
+        raise UsageError(f"{path}: not an iodl checkpoint store")
+    return doc
+
+
+def prepare_root(root: str) -> dict:
+    """The root's store, creating the root (or adopting an empty directory, e.g. a mount point)
+    when new. A dataset root, a file, a link or a folder of someone else's files is refused."""
+    from .dataset import MANIFEST, _write_json
+
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        parent = os.path.dirname(root.rstrip(os.sep)) or "."
+        if not os.path.isdir(parent):
+            raise UsageError(f"--root {root}: parent directory {parent} does not exist") from None
+        try:
+            os.mkdir(root)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise UsageError(f"--root {root}: cannot create it: {exc.strerror}") from None
+        st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"--root {root}: not a directory" + (" (a symlink: iodl never writes through links)"
+                                                             if stat.S_ISLNK(st.st_mode) else ""))
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise UsageError(f"--root {root}: not writable")
+    store = _read_store(root)
+    if store is not None:
+        return store
+    if os.path.lexists(os.path.join(root, MANIFEST)):
+        raise UsageError(f"--root {root} is an iodl dataset; checkpoints need a root of their own")
+    if [n for n in os.listdir(root) if n != "lost+found"]:
+        raise UsageError(f"--root {root} holds files that iodl did not write (no {STORE}); "
+                         "choose an empty or new directory")
+    store = {"schema": STORE_SCHEMA, "next": 1, "checkpoints": []}
+    _write_json(os.path.join(root, STORE), store)
+    return store
+
+
+def save_store(root: str, store: dict) -> None:
+    from .dataset import _write_json
+
+    _write_json(os.path.join(root, STORE), store)
+
+
+def _entry_path(root: str, entry: dict) -> str:
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.startswith("ckpt-") or os.sep in name:
+        raise UsageError(f"{os.path.join(root, STORE)}: a checkpoint named {name!r} is not one iodl writes")
+    return os.path.join(root, name)
+
+
+def remove_checkpoint(root: str, entry: dict) -> int:
+    """Unlink the files iodl wrote for entry (names from its store entry, regular files only,
+    never following a link) and then its directory if empty; the bytes freed."""
+    path = _entry_path(root, entry)
+    freed = 0
+    try:
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return 0
+    try:
+        for name in entry.get("files", []):
+            if not isinstance(name, str) or "/" in name or name in (".", ".."):
+                continue
+            try:
+                st = os.lstat(name, dir_fd=dfd)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                os.unlink(name, dir_fd=dfd)
+                freed += st.st_blocks * 512
+    finally:
+        os.close(dfd)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass   # something iodl did not write is in it: left alone
+    return freed
+
+
+# ---- what one rank writes
+
+@dataclass
+class RankShare:
+    """The files of one rank's share of a checkpoint: names (in the checkpoint's directory) and sizes."""
+    names: list[str]
+    sizes: list[int]
+
+    @property
+    def bytes(self) -> int:
+        return int(sum(self.sizes))
+
+
+def write_plan(sizes: list[int], block_size: int, fsync: bool, direct: bool) -> np.ndarray:
+    """Each file written whole in block_size requests, then (fsync) an fsync of it: what a
+    checkpointing framework's save does file by file. Direct: lengths are whole 4 KiB blocks."""
+    sizes = on_disk_sizes(sizes, direct)
+    data = shard_plan(sizes, block_size)
+    data["op"] = OP_WRITE
+    if not fsync:
+        return data
+    # one fsync row after each file's last data row
+    ends = np.cumsum(np.bincount(data["file"].astype(np.int64), minlength=len(sizes)))
+    plan = new_plan(len(data) + len(sizes))
+    at = ends + np.arange(1, len(sizes) + 1) - 1           # where each file's fsync row lands
+    mask = np.ones(len(plan), dtype=bool)
+    mask[at] = False
+    plan[mask] = data
+    plan["file"][at] = np.arange(len(sizes))
+    plan["op"][at] = OP_FSYNC
+    return plan
+
+
+@dataclass
+class OpCounters(RankResult):
+    """A rank's counters of one operation (write or read) over all rounds: RankResult's, plus
+    the fsyncs and each round's time and bytes."""
+    fsync_hist: np.ndarray = field(default_factory=histogram.empty)
+    fsyncs: int = 0
+    fsync_ns: int = 0
+    round_s: list = field(default_factory=list)
+    round_bytes: list = field(default_factory=list)
+
+    def engine_args(self, t0_ns: int) -> dict:
+        return dict(super().engine_args(t0_ns), fsync_hist=self.fsync_hist)
+
+    def add(self, stats: dict, t0_ns: int) -> None:
+        super().add(stats, t0_ns)
+        self.fsyncs += stats.get("fsyncs", 0)
+        self.fsync_ns += stats.get("fsync_ns", 0)
+
+
+# ---- the figures
+
+def op_block(rounds: list[list[tuple[float, int]]], hist: np.ndarray, fsync_hist: np.ndarray, max_ns: int,
+             ios: int, fsync: bool | None) -> dict:
+    """The figures of one operation for a group of ranks (all, or one mount).
+
+    rounds: per round, each rank's (seconds, bytes). A round's duration is its slowest rank's
+    time, its bandwidth the round's bytes / that duration, its min-rank bandwidth the least of
+    the ranks' bytes / own time (MLPerf Storage's throughput). Over the rounds: bytes and
+    duration add up, bandwidth = bytes / duration, min-rank bandwidth is the mean of the rounds'
+    (MLPerf averages its runs)."""
+    per_round = []
+    for ranks in rounds:
+        ran = [(t, b) for t, b in ranks if t > 0]
+        duration = max((t for t, _b in ran), default=0.0)
+        nbytes = sum(b for _t, b in ranks)
+        per_round.append({"bytes": nbytes, "duration_s": duration,
+                          "bandwidth_MBps": nbytes / duration / MB if duration else 0.0,
+                          "min_rank_bandwidth_MBps": min((b / t / MB for t, b in ran), default=0.0)})
+    nbytes = sum(r["bytes"] for r in per_round)
+    duration = sum(r["duration_s"] for r in per_round)
+    block = {"rounds": len(per_round), "bytes": nbytes, "ios": ios, "duration_s": duration,
+             "bandwidth_MBps": nbytes / duration / MB if duration else 0.0,
+             "min_rank_bandwidth_MBps": (float(np.mean([r["min_rank_bandwidth_MBps"] for r in per_round]))
+                                         if per_round else 0.0),
+             "latency_us": histogram.summary_us(hist, max_ns), "per_round": per_round}
+    if fsync is not None:
+        n = int(fsync_hist.sum())
+        block.update(fsync=fsync, fsyncs=n,
+                     fsync_latency_us=histogram.summary_us(fsync_hist) if n else None)
+    return block
+
+
+# ---- one rank's rounds
+
+def _groups(n: int) -> list[range]:
+    """The files of a share in groups this process may hold open at once (plan.fd_budget)."""
+    from .plan import fd_budget
+
+    size = max(1, fd_budget())
+    return [range(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def write_round(cursor, counters: OpCounters, directory: str, share: RankShare, block_size: int, fsync: bool,
+                direct: bool) -> None:
+    """Write this rank's share into directory (files created new), fsync each file unless told
+    not to; the round's time (from now: the caller has just left the barrier) and bytes are
+    filed in counters."""
+    from . import _native
+    from .engine import open_for_write
+
+    t0, before = _native.monotonic_ns(), counters.bytes
+    try:
+        for group in _groups(len(share.names)):
+            paths = [os.path.join(directory, share.names[i]) for i in group]
+            fds: list[int] = []
+            try:
+                for path in paths:
+                    fds.append(open_for_write(path, direct))
+                cursor.run(fds, write_plan([share.sizes[i] for i in group], cursor.engine.block_size, fsync, direct),
+                           paths)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    finally:
+        counters.round_s.append((_native.monotonic_ns() - t0) / 1e9)
+        counters.round_bytes.append(counters.bytes - before)
+
+
+def read_round(cursor, counters: OpCounters, directory: str, share: RankShare, block_size: int,
+               direct: bool) -> None:
+    """Read this rank's share of the checkpoint in directory back, whole, each file refused unless
+    a regular file of the size written; time and bytes filed as write_round does."""
+    from . import _native
+    from .engine import open_for_read
+
+    sizes = on_disk_sizes(share.sizes, direct)
+    t0, before = _native.monotonic_ns(), counters.bytes
+    try:
+        for group in _groups(len(share.names)):
+            paths = [os.path.join(directory, share.names[i]) for i in group]
+            fds: list[int] = []
+            try:
+                for path, i in zip(paths, group):
+                    fds.append(open_for_read(path, direct, sizes[i]))
+                cursor.run(fds, shard_plan([sizes[i] for i in group], block_size), paths)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    finally:
+        counters.round_s.append((_native.monotonic_ns() - t0) / 1e9)
+        counters.round_bytes.append(counters.bytes - before)
+
+
+def on_disk_sizes(sizes: list[int], direct: bool) -> list[int]:
+    """What a share's files hold once written: O_DIRECT writes whole 4 KiB blocks."""
+    from . import _native
+
+    return [-(-s // _native.ALIGN) * _native.ALIGN for s in sizes] if direct else list(sizes)
+
+
+# ---- the run: every rank, from set-up to the reduced figures
+
+@dataclass
+class Plan:
+    """What a run does, decided before any I/O (the same on every rank)."""
+    roots: list[str]
+    writes: int
+    reads: int
+    fsync: bool
+    direct: bool
+    engine: str
+    iodepth: int
+    block_size: int
+    drop_caches: bool
+    signature: dict          # what a checkpoint must match to be read back: model, ranks, direct
+
+
+def _leader_of_mount(rank: int, n_roots: int) -> bool:
+    return rank < n_roots    # ranks map to roots round-robin: rank m is the first of mount m
+
+
+def _new_checkpoint(root: str, store: dict, signature: dict, names: list[str], need: int) -> str:
+    """Mount leader: forget and remove what iodl wrote before (only the latest checkpoint is
+    kept: a restore reads it), check that the next one fits, then record and make its directory."""
+    for entry in store["checkpoints"]:
+        remove_checkpoint(root, entry)
+    store["checkpoints"] = []
+    st = os.statvfs(root)
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        save_store(root, store)
+        raise UsageError(f"--root {root}: a checkpoint of this mount's ranks needs {need:,} bytes, "
+                         f"the filesystem has {free:,} free")
+    number = int(store.get("next", 1))
+    name = f"ckpt-{number:06d}"
+    store.update(next=number + 1, checkpoints=[{"name": name, "state": "writing", "files": names, **signature}])
+    save_store(root, store)
+    path = os.path.join(root, name)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        raise UsageError(f"{path}: exists, and the checkpoint store does not say iodl wrote it; "
+                         "iodl will not write there") from None
+    return name
+
+
+def latest(store: dict, signature: dict, root: str) -> str:
+    """The name of the last complete checkpoint that matches signature, or a one-line refusal."""
+    done = [e for e in store["checkpoints"] if e.get("state") == "complete"]
+    if not done:
+        raise UsageError(f"--root {root}: no complete checkpoint to read (write one first: --writes 1)")
+    entry = done[-1]
+    theirs = {k: entry.get(k) for k in signature}
+    if theirs != signature:
+        diff = ", ".join(f"{k} {theirs[k]!r} (this run: {signature[k]!r})" for k in signature if theirs[k] != signature[k])
+        raise UsageError(f"--root {root}: its checkpoint {entry['name']} was written with another {diff}")
+    return entry["name"]
+
+
+def execute(comm, plan: Plan, share: RankShare, mount_names: list[str], mount_bytes: int, stop) -> dict:
+    """Run the rounds on this rank; rank 0 gets the reduced figures, the others None.
+
+    share: this rank's files; mount_names, mount_bytes: on a mount's leader, every file name its
+    mount's ranks write (recorded before writing, so that what iodl wrote can be removed later)
+    and the bytes they take on disk (checked against the free space before every write)."""
+    from . import _native, cache
+    from .comm import collective
+    from .cursor import Cursor
+    from .engine import open_engine
+
+    mount = comm.rank % len(plan.roots)
+    root = plan.roots[mount]
+    leader = _leader_of_mount(comm.rank, len(plan.roots))
+    store = collective(comm, lambda: prepare_root(root) if leader else None)
+    host = comm.hostname()
+    node_leader = comm.node_comm().rank == 0
+    counters = {"write": OpCounters(rank=comm.rank, host=host, mount=mount),
+                "read": OpCounters(rank=comm.rank, host=host, mount=mount)}
+    engine = open_engine(plan.engine, depth=plan.iodepth, block_size=plan.block_size, direct=plan.direct,
+                         cache_check=not plan.direct)
+    t0 = _native.monotonic_ns()
+    partial = False
+    try:
+        for _ in range(plan.writes):
+            name = _checkpoint_name_of(comm, mount, plan, collective(
+                comm, lambda: _new_checkpoint(root, store, plan.signature, mount_names, mount_bytes) if leader else None))
+            comm.barrier()
+            write_round(Cursor(engine, counters["write"], t0), counters["write"], os.path.join(root, name), share,
+                        plan.block_size, plan.fsync, plan.direct)
+            comm.barrier()
+            if leader:
+                store["checkpoints"][-1]["state"] = "complete"
+                save_store(root, store)
+        if plan.reads:
+            name = _checkpoint_name_of(comm, mount, plan, collective(
+                comm, lambda: latest(store, plan.signature, root) if leader else None))
+            if plan.drop_caches and node_leader:
+                cache.drop()
+            for _ in range(plan.reads):
+                comm.barrier()
+                read_round(Cursor(engine, counters["read"], t0), counters["read"], os.path.join(root, name), share,
+                           plan.block_size, plan.direct)
+    except KeyboardInterrupt:
+        partial = True
+    finally:
+        engine.close()
+    partial = bool(comm.allreduce(int(partial or stop()), "max"))
+    return reduce_ops(comm, counters, plan, partial)
+
+
+def _checkpoint_name_of(comm, mount: int, plan: Plan, mine: str | None) -> str:
+    """Every rank learns its mount's checkpoint directory from the mount's leader."""
+    names = comm.allgather(mine if _leader_of_mount(comm.rank, len(plan.roots)) else None)
+    return names[mount]
+
+
+def reduce_ops(comm, counters: dict, plan: Plan, partial: bool) -> dict | None:
+    """Each operation's figures on rank 0: the total, per mount, per rank (op_block)."""
+    n = len(plan.roots)
+    out = {}
+    for op, c in counters.items():
+        hists = np.zeros((2, n, len(c.hist)), dtype=np.int64)
+        hists[0, c.mount], hists[1, c.mount] = c.hist, c.fsync_hist
+        hists = comm.reduce_array(hists, "sum")
+        parts = comm.gather({"rank": c.rank, "host": c.host, "mount": c.mount, "ios": c.ios, "max_ns": c.max_ns,
+                             "cached_bytes": c.cached_bytes, "unmeasured": c.cache_unmeasured_bytes,
+                             "round_s": c.round_s, "round_bytes": c.round_bytes, "fsync_s": c.fsync_ns / 1e9})
+        if comm.rank != 0:
+            continue
+        if not any(p["round_s"] for p in parts):
+            out[op] = None
+            continue
+        fsync = plan.fsync if op == "write" else None
+
+        def block(group, m_hist, m_fsync):
+            rounds = [[(p["round_s"][i], p["round_bytes"][i]) for p in group if i < len(p["round_s"])]
+                      for i in range(max(len(p["round_s"]) for p in parts))]
+            b = op_block(rounds, m_hist, m_fsync, max((p["max_ns"] for p in group), default=0),
+                         sum(p["ios"] for p in group), fsync)
+            if op == "read" and not plan.direct:
+                measured = not any(p["unmeasured"] for p in group)
+                cached = sum(p["cached_bytes"] for p in group)
+                b["cache_hit_fraction"] = (cached / b["bytes"] if b["bytes"] else 0.0) if measured else None
+            return b
+
+        total = block(parts, hists[0].sum(axis=0), hists[1].sum(axis=0))
+        total["mounts"] = []
+        for m, path in enumerate(plan.roots):
+            group = [p for p in parts if p["mount"] == m]
+            total["mounts"].append({"path": path, "ranks": [p["rank"] for p in group],
+                                    **block(group, hists[0, m], hists[1, m])})
+        total["per_rank"] = [{"rank": p["rank"], "host": p["host"], "mount": p["mount"],
+                              "bytes": int(sum(p["round_bytes"])), "duration_s": float(sum(p["round_s"])),
+                              "bandwidth_MBps": (sum(p["round_bytes"]) / sum(p["round_s"]) / MB
+                                                 if sum(p["round_s"]) else 0.0),
+                              **({"fsync_s": p["fsync_s"]} if fsync is not None else {})} for p in parts]
+        out[op] = total
+    if comm.rank != 0:
+        return None
+    hosts = sorted({p["host"] for p in (out.get("write") or out.get("read") or {}).get("per_rank", [])})
+    return {"checkpoint": out, "hosts": hosts, "partial": partial}
