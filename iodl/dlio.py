@@ -313,7 +313,7 @@ def load(path: str):
         msg = str(exc)
         for (section, key), (line, dlio) in lines.items():
             if f"[{section}] {key}:" in msg:
-                raise UsageError(f"{label}:{line}: {dlio}: {msg.split(': ', 1)[-1]}") from None
+                raise UsageError(f"{label}:{line}: {dlio}: {msg.split(f'[{section}] {key}: ', 1)[-1]}") from None
         raise
 
 
