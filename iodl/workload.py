@@ -435,9 +435,10 @@ def _resolve(data: dict, lines: "_Lines", label: str, source: str | None) -> Wor
     no_dataset = ""
     if checkpoint_only:
         parts.update(dataset=None, train=None)
+        given = w["name"] if (source or "").startswith("builtin:") else label
         no_dataset = (f"{_where(label, lines.of('model'))}: workload {w['name']} is checkpoint-only ([model] and no "
                       f"[dataset]): there is no dataset to read, generate or size; plan its checkpoint with "
-                      f"`iodl checkpoint --workload {w['name'] if (source or '').startswith('builtin:') else label} --plan`")
+                      f"`iodl checkpoint --workload {given} --plan`")
     else:
         _check_one_sample(parts["dataset"], f"{_where(label, lines.of('dataset', 'samples_per_file'))}: [dataset]")
         limits.check_dataset(parts["dataset"], label)

@@ -131,4 +131,5 @@ def test_reading_a_checkpoint_file_is_one_line(tmp_path):
     proc = iodl("read", "--workload", str(path), "--engine", "null", "--steps", "1", timeout=60)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert lines[0].startswith("iodl: error: llama_8b.yaml:23: [workflow] train: False") and "iodl checkpoint" in lines[0]
+    assert lines[0].startswith("iodl: error: llama_8b.yaml:23: [workflow] train: False")
+    assert "iodl checkpoint" in lines[0]
