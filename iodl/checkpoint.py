@@ -199,7 +199,10 @@ def rank_files(cm: CheckpointModel, rank: int, ranks: int) -> list[tuple[str, in
     """(file name, bytes) of what `rank` writes in one checkpoint of a run of `ranks` processes,
     in the order DLIO writes them (model, then optimizer). Names are relative to the checkpoint's
     own folder (DLIO: CHECKPOINT_FOLDER/global_epochE_stepS/)."""
-    return _rank_files(cm.model, cm.parallelism, rank, layout(cm, ranks).data)
+    lay = layout(cm, ranks)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < lay.ranks:
+        raise ValueError(f"rank {rank!r} is not one of the {lay.ranks} ranks")
+    return _rank_files(cm.model, cm.parallelism, rank, lay.data)
 
 
 def _rank_files(model: ModelSpec, par: ParallelismSpec, rank: int, data: int) -> list[tuple[str, int]]:
