@@ -25,6 +25,7 @@ COMMANDS = {
     "sizing": ("iodl.cmd.sizing", "per-accelerator storage demand of workloads, and how many a measured run can feed"),
     "workloads": ("iodl.cmd.workloads", "list the built-in workloads, their shape and their source"),
     "datasize": ("iodl.cmd.datasize", "the smallest dataset MLPerf Storage's rules accept for a workload"),
+    "checkpoint": ("iodl.cmd.checkpoint", "what each rank of an MLPerf-Storage-style checkpoint writes (--plan)"),
     "report": ("iodl.cmd.report", "print result files again, write their time series as CSV, or plot them"),
     "compare": ("iodl.cmd.compare", "put two result files side by side"),
 }

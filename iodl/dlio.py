@@ -13,6 +13,7 @@ seed 123.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -60,11 +61,40 @@ def _fmt(v):
     return v
 
 
-def _training(v):
-    if v is not True:
-        raise ValueError(f"{v!r}: iodl read emulates training (train: true); this file does not train "
-                         "(a data-generation or checkpoint-only workload)")
-    return "train-sync"
+def _flag(v):
+    if not isinstance(v, bool):
+        raise ValueError(f"must be True or False, got {v!r}")
+    return v
+
+
+def _count(v):
+    """DLIO's -1 (none, off) is iodl's 0."""
+    v = _number(v)
+    if v != int(v):
+        raise ValueError(f"must be a whole number, got {v!r}")
+    return max(int(v), 0)
+
+
+def _seconds(v):
+    return max(_number(v), 0)          # DLIO's default -1: no compute between checkpoints
+
+
+def _model_bytes(v):
+    return f"{_count(v)}B"
+
+
+def _mode(v):
+    if v not in ("default", "subset"):
+        raise ValueError(f"must be default or subset, got {v!r}")
+    return v
+
+
+def _datatype(v):
+    from .checkpoint import DATATYPES
+
+    if v not in DATATYPES:
+        raise ValueError(f"must be one of {', '.join(DATATYPES)}, got {v!r}")
+    return v
 
 
 _SHUFFLE = {"off": False, "seed": True, "random": True, False: False, True: True, None: False}
@@ -81,21 +111,35 @@ _IO = "shapes nothing iodl emulates"
 # section -> key -> Rule. DLIO's key names (dlio_benchmark utils/config.py), with 2.0.0's older
 # record_length* names, which iodl honours as DLIO 2.0.0 did.
 KEYS: dict[str, dict[str, Rule]] = {
+    # model.* and checkpoint.* shape checkpoints (iodl checkpoint, docs/checkpoint.md); they take
+    # effect when workflow.checkpoint is True, as in DLIO
     "model": {
         "name": Rule(INFO, "names the workload"),
-        "type": Rule(INFO, _IO),
-        "model_size": Rule(INFO, "the checkpoint's size: checkpoints are not emulated by iodl read"),
-        **{k: Rule(INFO, "the model's shape: sizes checkpoints, not emulated by iodl read") for k in (
-            "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size",
-            "model_datatype", "optimizer_datatype", "parallelism", "transformer", "layer_parameters",
-            "optimization_groups")},
+        "type": Rule(HONOUR, "transformer, or the kind of a flat model (cnn)", ("model", "type"), str),
+        "model_size": Rule(HONOUR, "a flat model's bytes (MLPerf's name; DLIO itself reads only model_size_bytes)",
+                           ("model", "model_size"), _model_bytes),
+        "model_size_bytes": Rule(HONOUR, "a flat model's bytes", ("model", "model_size"), _model_bytes),
+        "num_layers": Rule(HONOUR, "transformer layers", ("model", "num_layers"), _count),
+        "model_datatype": Rule(HONOUR, "element type of the model", ("model", "model_datatype"), _datatype),
+        "optimizer_datatype": Rule(HONOUR, "element type of the optimizer state", ("model", "optimizer_datatype"),
+                                   _datatype),
+        **{f"parallelism.{k}": Rule(HONOUR, "how the model is split over ranks", ("parallelism", k), _count)
+           for k in ("tensor", "pipeline", "data", "zero_stage")},
+        **{f"transformer.{k}": Rule(HONOUR, "the transformer's shape", ("model", k), _count)
+           for k in ("vocab_size", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads")},
+        **{k: Rule(REFUSE, f"DLIO reads it under model.transformer only (here DLIO would ignore it): "
+                           f"write transformer.{k}") for k in (
+            "vocab_size", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads")},
+        "layer_parameters": Rule(REFUSE, "DLIO's older predefined layer sizes: give the transformer's shape"),
+        "optimization_groups": Rule(REFUSE, "DLIO's older predefined optimizer groups: give the transformer's shape"),
     },
     "framework": {},     # a scalar section: see _SCALARS
     "workflow": {
         "generate_data": Rule(INFO, "iodl generate lays out the dataset"),
-        "train": Rule(HONOUR, "training: the train-sync pattern (false, a checkpoint-only workload, is refused)",
-                      ("workload", "pattern"), _training),
-        "checkpoint": Rule(INFO, "checkpoints during training are not emulated by iodl read"),
+        "train": Rule(HONOUR, "training: the train-sync pattern; False with checkpoint True: a checkpoint-only "
+                              "workload (iodl checkpoint); False otherwise is refused", ("workload", "pattern"), _flag),
+        "checkpoint": Rule(HONOUR, "checkpoints: model.* and checkpoint.* take effect (iodl checkpoint)", None,
+                           _flag),
         "evaluation": Rule(INFO, "evaluation reads are not emulated"),
         "profiling": Rule(INFO, "DLIO's profiler: iodl measures on its own"),
     },
@@ -159,11 +203,34 @@ KEYS: dict[str, dict[str, Rule]] = {
     },
     "evaluation": {k: Rule(INFO, "evaluation is not emulated") for k in (
         "eval_time", "eval_time_stdev", "epochs_between_evals", "eval_after_epoch")},
-    "checkpoint": {k: Rule(INFO, "checkpoints are not emulated by iodl read") for k in (
-        "checkpoint_folder", "checkpoint_after_epoch", "epochs_between_checkpoints", "steps_between_checkpoints",
-        "model_size", "type", "checkpoint_type", "fsync", "time_between_checkpoints", "num_checkpoints_write",
-        "num_checkpoints_read", "recovery_rank_shift", "rank_sync", "mode", "randomize_tensor", "checkpoint_mechanism",
-        "checkpoint_mechanism_classname")},
+    "checkpoint": {
+        "checkpoint_folder": Rule(INFO, "where the checkpoints go: give it as --root"),
+        "checkpoint_after_epoch": Rule(HONOUR, "first epoch that ends with a checkpoint", ("checkpoint", "after_epoch"),
+                                       _number),
+        "epochs_between_checkpoints": Rule(HONOUR, "epochs between checkpoints", ("checkpoint", "every_epochs"),
+                                           _number),
+        "steps_between_checkpoints": Rule(HONOUR, "steps between checkpoints (-1: by epochs)",
+                                          ("checkpoint", "every_steps"), _count),
+        "num_checkpoints_write": Rule(HONOUR, "checkpoints a checkpoint run writes (-1: none)",
+                                      ("checkpoint", "writes"), _count),
+        "num_checkpoints_read": Rule(HONOUR, "checkpoints a checkpoint run reads back (-1: none)",
+                                     ("checkpoint", "reads"), _count),
+        "fsync": Rule(HONOUR, "fsync each file written (DLIO itself drops it: docs/checkpoint.md)",
+                      ("checkpoint", "fsync"), _flag),
+        "time_between_checkpoints": Rule(HONOUR, "emulated compute before each checkpoint (-1: none)",
+                                         ("checkpoint", "time_between_s"), _seconds),
+        "mode": Rule(HONOUR, "default or subset: iodl's subset is --ranks fewer than TP x PP x DP "
+                             "(subset needs model.parallelism.data)", None, _mode),
+        "model_size": Rule(INFO, "DLIO before 2025 read the model size here; DLIO now ignores it (model.model_size)"),
+        "type": Rule(INFO, "rank_zero or all_ranks: DLIO's layout decides who writes, not this"),
+        "checkpoint_type": Rule(INFO, "rank_zero or all_ranks: DLIO's layout decides who writes, not this"),
+        "recovery_rank_shift": Rule(INFO, "which rank reads which rank's files: same bytes"),
+        "rank_sync": Rule(INFO, "a barrier after each checkpoint: no bytes"),
+        "randomize_tensor": Rule(INFO, "the tensors' content: no bytes"),
+        "ksm": Rule(INFO, "memory de-duplication of DLIO's tensors: no I/O"),
+        "checkpoint_mechanism": Rule(INFO, "DLIO's framework writer: iodl plans DLIO's layout"),
+        "checkpoint_mechanism_classname": Rule(INFO, "a custom DLIO writer: iodl plans DLIO's own layout"),
+    },
     "metric": {
         "au": Rule(HONOUR, "the AU a rank count must reach", ("metric", "au_threshold"), _number),
     },
@@ -180,6 +247,20 @@ _RESOLVED_EXTRA = {"hydra", "defaults"}
 _DLIO_DEFAULTS = {("train", "batch_size"): 1, ("read", "read_threads"): 1, ("train", "epochs"): 1,
                   ("train", "compute_time_s"): 0.0, ("train", "seed"): 123, ("train", "shuffle_size"): 1024,
                   ("metric", "au_threshold"): 0.90, ("workload", "pattern"): "train-sync"}
+# ... and of a checkpoint (utils/config.py): -1 counts are 0 here
+_DLIO_CHECKPOINT_DEFAULTS = {("checkpoint", "writes"): 0, ("checkpoint", "reads"): 0, ("checkpoint", "fsync"): False,
+                             ("checkpoint", "time_between_s"): 0.0, ("checkpoint", "every_steps"): 0,
+                             ("checkpoint", "after_epoch"): 1, ("checkpoint", "every_epochs"): 1,
+                             ("parallelism", "tensor"): 1, ("parallelism", "pipeline"): 1,
+                             ("parallelism", "zero_stage"): 0, ("model", "model_datatype"): "fp16",
+                             ("model", "optimizer_datatype"): "fp32"}
+_DLIO_TRANSFORMER = {"vocab_size": 32000, "hidden_size": 2048, "num_attention_heads": 32, "num_kv_heads": 8,
+                     "ffn_hidden_size": 8192}
+_DLIO_MODEL_SIZE = 10240          # bytes of a flat model that gives none
+# MLPerf Storage's closed division: model.name -> (TP, PP, DP). mlpstorage (mlpstorage/config.py
+# LLM_ALLOWED_VALUES) runs these files on TP*PP*DP ranks and sets model.parallelism.data itself in
+# subset mode; a file that names one of them, with its TP and PP and no data, gets that DP here
+_MLPERF_CLOSED = {"llama_8b": (1, 1, 8), "llama_70b": (8, 1, 8), "llama_405b": (8, 32, 2), "llama_1t": (8, 64, 2)}
 
 
 def looks_like_yaml(path: str) -> bool:
@@ -214,18 +295,25 @@ def load(path: str):
                                  "`workload:` and hydra's keys)")
         top = _mapping(top["workload"][1], label, "workload")
     d, lines = _translate(top, label)
+    no_dataset_line = d["workload"].pop("_no_dataset_line", None)
     d["workload"].setdefault("name", os.path.splitext(label)[0])
     d["workload"]["origin"] = f"{os.path.abspath(path)} (a DLIO workload file)"
     d["workload"]["description"] = (f"{label}: a DLIO/MLPerf Storage workload (model "
                                     f"{d['workload'].pop('model', '?')}) read by iodl (docs/dlio.md)")
     try:
-        return workload_from_dict({**d.pop("workload"), **d, "source": os.path.abspath(path)}, label)
+        wl = workload_from_dict({**d.pop("workload"), **d, "source": os.path.abspath(path)}, label)
+        if wl.dataset is None:
+            wl = dataclasses.replace(wl, no_dataset=(
+                f"{label}:{no_dataset_line}: [workflow] train: False: iodl read emulates training (train: true); "
+                f"this file only checkpoints (workflow.checkpoint: True): plan it with "
+                f"`iodl checkpoint --workload {path} --plan`"))
+        return wl
     except UsageError as exc:
         # workload.py's checks name iodl's keys; put the DLIO key's line in front
         msg = str(exc)
         for (section, key), (line, dlio) in lines.items():
             if f"[{section}] {key}:" in msg:
-                raise UsageError(f"{label}:{line}: {dlio}: {msg.split(': ', 1)[-1]}") from None
+                raise UsageError(f"{label}:{line}: {dlio}: {msg.split(f'[{section}] {key}: ', 1)[-1]}") from None
         raise
 
 
@@ -255,9 +343,11 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
     """The iodl workload dict of a DLIO mapping, and (iodl section, key) -> (line, DLIO key)."""
     import difflib
 
-    d: dict = {"workload": {}, "dataset": {}, "train": {}, "read": {}, "metric": {}}
+    d: dict = {"workload": {}, "dataset": {}, "train": {}, "read": {}, "metric": {}, "model": {}, "parallelism": {},
+               "checkpoint": {}}
     lines: dict = {}
     shuffle = {"file_shuffle": False, "sample_shuffle": False}
+    flow: dict = {}                   # workflow.train / checkpoint, checkpoint.mode: (line, value)
     for section, (sline, node) in top.items():
         if section in _SCALARS:
             continue
@@ -266,7 +356,7 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
             raise UsageError(f"{label}:{sline}: {section}: unknown section"
                              + (f" (did you mean {hint[0]}?)" if hint else ""))
         rules = KEYS[section]
-        for key, (line, vnode) in _mapping(node, label, section).items():
+        for key, (line, vnode) in _entries(_mapping(node, label, section), rules, label, section):
             rule = rules.get(key)
             where = f"{label}:{line}: [{section}] {key}"
             if rule is None:
@@ -287,6 +377,9 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
                 shuffle[key] = value
                 lines[("train", "shuffle")] = (line, f"[{section}] {key}")
                 continue
+            if (section, key) in (("workflow", "train"), ("workflow", "checkpoint"), ("checkpoint", "mode")):
+                flow[key] = (line, value)
+                continue
             target_section, target_key = rule.to
             d[target_section][target_key] = value
             lines[(target_section, target_key)] = (line, f"[{section}] {key}")
@@ -295,7 +388,60 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
                              (True, True): "file+sample"}[both]
     for (section, key), value in _DLIO_DEFAULTS.items():
         d[section].setdefault(key, value)
+    _checkpoint_sections(d, flow, label)
     return d, lines
+
+
+def _entries(table: dict, rules: dict, label: str, section: str):
+    """(key, (line, node)) of a section, a nested mapping's keys (model.parallelism.tensor) as
+    `parallelism.tensor` when the rules know them so."""
+    import yaml
+
+    for key, (line, vnode) in table.items():
+        if isinstance(vnode, yaml.MappingNode) and any(k.startswith(key + ".") for k in rules):
+            for sub, (sline, snode) in _mapping(vnode, label, f"{section}.{key}").items():
+                yield f"{key}.{sub}", (sline, snode)
+        else:
+            yield key, (line, vnode)
+
+
+def _checkpoint_sections(d: dict, flow: dict, label: str) -> None:
+    """workflow.train / checkpoint decide what the file is: training (with checkpoints or not),
+    or checkpoint-only; DLIO's defaults fill a checkpoint's unset keys."""
+    train_line, train = flow.get("train", (None, True))
+    ck_line, checkpoint = flow.get("checkpoint", (None, False))
+    if not train and not checkpoint:
+        raise UsageError(f"{label}:{train_line}: [workflow] train: False: iodl read emulates training (train: true); "
+                         "this file neither trains nor checkpoints (a data-generation workload)")
+    d["workload"]["pattern"] = "train-sync"
+    if not checkpoint:
+        for section in ("model", "parallelism", "checkpoint"):
+            d.pop(section)           # DLIO does not checkpoint: its model keys change nothing
+        return
+    model, par = d["model"], d["parallelism"]
+    if model.get("num_layers"):
+        model.setdefault("type", "transformer")
+        for key, value in _DLIO_TRANSFORMER.items():
+            model.setdefault(key, value)
+    else:
+        model.pop("num_layers", None)
+        model.setdefault("type", "generic")
+        model.setdefault("model_size", f"{_DLIO_MODEL_SIZE}B")
+    for (section, key), value in _DLIO_CHECKPOINT_DEFAULTS.items():
+        d[section].setdefault(key, value)
+    if not par.get("data"):
+        par.pop("data", None)
+        closed = _MLPERF_CLOSED.get(d["workload"].get("model"))
+        if closed and closed[:2] == (par["tensor"], par["pipeline"]):
+            par["data"] = closed[2]
+    mode_line, mode = flow.get("mode", (None, "default"))
+    if mode == "subset" and "data" not in par:
+        raise UsageError(f"{label}:{mode_line}: [checkpoint] mode: subset needs model.parallelism.data, the full "
+                         "run's data parallelism (as in DLIO)")
+    if not train:
+        for section in ("dataset", "train"):
+            d.pop(section)           # checkpoint-only: DLIO reads no dataset
+        d["workload"]["_no_dataset_line"] = train_line
 
 
 def key_table() -> list[tuple[str, str, str, str]]:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from . import limits
+from .checkpoint import DATATYPES, ZERO_STAGES, CheckpointModel, CheckpointSpec, ModelSpec, ParallelismSpec, check_model
 from .errors import UsageError
 from .units import parse_size
 
@@ -74,30 +75,55 @@ class Workload:
     name: str
     description: str
     pattern: str
-    dataset: DatasetSpec
-    train: TrainSpec
+    dataset: DatasetSpec | None   # None: a checkpoint-only workload ([model] and no [dataset])
+    train: TrainSpec | None
     read: ReadSpec
     metric: MetricSpec
     source: str               # "builtin:NAME" or the file's path
     origin: str = ""          # where the numbers come from (e.g. an MLPerf Storage file, by repository and commit)
+    model: ModelSpec | None = None              # [model]: what a checkpoint holds (iodl/checkpoint.py)
+    parallelism: ParallelismSpec | None = None  # [parallelism]: how the model is split over ranks
+    checkpoint: CheckpointSpec | None = None    # [checkpoint]: how many, how often
+    no_dataset: str = ""      # checkpoint-only: why reading it is refused, with the file and line
 
     def to_dict(self) -> dict:
         """The resolved spec in plain JSON types, sizes in bytes (for result files and manifests)."""
-        return {
+        d = {
             "name": self.name,
             "description": self.description,
             "pattern": self.pattern,
             "source": self.source,
             "origin": self.origin,
-            "dataset": dataclasses.asdict(self.dataset),
-            "train": dataclasses.asdict(self.train),
+            "dataset": dataclasses.asdict(self.dataset) if self.dataset else None,
+            "train": dataclasses.asdict(self.train) if self.train else None,
             "read": dataclasses.asdict(self.read),
             "metric": dataclasses.asdict(self.metric),
         }
+        if self.model is not None:
+            # keys left unset (0) are left out, so that the dict reads back as the same workload
+            d.update(model={k: v for k, v in dataclasses.asdict(self.model).items() if v != 0},
+                     parallelism={k: v for k, v in dataclasses.asdict(self.parallelism).items()
+                                  if v != 0 or k != "data"},
+                     checkpoint=dataclasses.asdict(self.checkpoint))
+        return d
+
+    def checkpoint_model(self) -> CheckpointModel:
+        """The model and its split, as iodl.checkpoint lays it out (UsageError if there is no [model])."""
+        if self.model is None:
+            raise UsageError(f"workload {self.name}: no [model]: nothing to checkpoint (the llama3-* built-ins "
+                             "and unet3d have one)")
+        return CheckpointModel(self.name, self.model, self.parallelism)
+
+    def need_dataset(self) -> "Workload":
+        """self, or a one-line UsageError for a checkpoint-only workload."""
+        if self.dataset is None:
+            raise UsageError(self.no_dataset or f"workload {self.name}: a checkpoint-only workload (no [dataset])")
+        return self
 
     def with_overrides(self, files: int | None = None, copies: int | None = None, format: str | None = None,
                        seed: int | None = None) -> "Workload":
         """The same workload with command-line overrides, checked like the file's values."""
+        self.need_dataset()
         ds, tr = self.dataset, self.train
         if files is not None:
             ds = dataclasses.replace(ds, files=_check(_upto(_positive_int, limits.MAX_FILES), files, "--files"))
@@ -181,6 +207,20 @@ def _size(positive: bool, hi: int):
     return check
 
 
+def _bool(v):
+    if not isinstance(v, bool):
+        raise ValueError(f"must be true or false, got {v!r}")
+    return v
+
+
+def _int_choice(choices):
+    def check(v):
+        if isinstance(v, bool) or v not in choices:
+            raise ValueError(f"must be one of {', '.join(map(str, choices))}; got {v!r}")
+        return v
+    return check
+
+
 def _enum(choices):
     def check(v):
         if v not in choices:
@@ -197,6 +237,12 @@ def _check(checker, value, what):
 
 
 _REQUIRED = object()
+_UNSET = object()          # no default value: the dataclass's own default stands (0: not given)
+
+MAX_MODEL_DIM = 1 << 24    # hidden, ffn, vocab sizes, heads
+MAX_LAYERS = 1 << 20
+MAX_MODEL_SIZE = 1 << 50   # bytes of a flat model (1 PiB)
+MAX_CHECKPOINTS = 1_000_000
 
 # section -> key -> (checker, default). Documented key by key in workloads/README.md.
 SCHEMA = {
@@ -231,9 +277,41 @@ SCHEMA = {
     "metric": {
         "au_threshold": (_fraction, 0.90),
     },
+    # checkpoints (iodl/checkpoint.py, docs/checkpoint.md): DLIO's names
+    "model": {
+        "type": (_name, "transformer"),
+        "num_layers": (_upto(_positive_int, MAX_LAYERS), _UNSET),
+        "hidden_size": (_upto(_positive_int, MAX_MODEL_DIM), _UNSET),
+        "ffn_hidden_size": (_upto(_positive_int, MAX_MODEL_DIM), _UNSET),
+        "num_attention_heads": (_upto(_positive_int, MAX_MODEL_DIM), _UNSET),
+        "num_kv_heads": (_upto(_positive_int, MAX_MODEL_DIM), _UNSET),
+        "vocab_size": (_upto(_positive_int, MAX_MODEL_DIM), _UNSET),
+        "model_datatype": (_enum(tuple(DATATYPES)), "fp16"),
+        "optimizer_datatype": (_enum(tuple(DATATYPES)), "fp32"),
+        "model_size": (_size(True, MAX_MODEL_SIZE), _UNSET),
+    },
+    "parallelism": {
+        "tensor": (_upto(_positive_int, limits.MAX_RANKS), 1),
+        "pipeline": (_upto(_positive_int, limits.MAX_RANKS), 1),
+        "data": (_upto(_positive_int, limits.MAX_RANKS), _UNSET),
+        "zero_stage": (_int_choice(ZERO_STAGES), 0),
+    },
+    "checkpoint": {
+        "writes": (_upto(_nonneg_int, MAX_CHECKPOINTS), 10),
+        "reads": (_upto(_nonneg_int, MAX_CHECKPOINTS), 10),
+        "fsync": (_bool, True),
+        "time_between_s": (_nonneg_float, 0.0),
+        "every_steps": (_upto(_nonneg_int, limits.MAX_STEPS), 0),
+        "after_epoch": (_upto(_positive_int, limits.MAX_EPOCHS), 1),
+        "every_epochs": (_upto(_positive_int, limits.MAX_EPOCHS), 1),
+    },
 }
 
-_CLASSES = {"dataset": DatasetSpec, "train": TrainSpec, "read": ReadSpec, "metric": MetricSpec}
+_CLASSES = {"dataset": DatasetSpec, "train": TrainSpec, "read": ReadSpec, "metric": MetricSpec, "model": ModelSpec,
+            "parallelism": ParallelismSpec, "checkpoint": CheckpointSpec}
+# sections a checkpoint-only workload (one with [model]) may leave out; and those that need [model]
+_DATASET_SECTIONS = ("dataset", "train")
+_MODEL_SECTIONS = ("model", "parallelism", "checkpoint")
 
 
 # ---- finding lines: tomllib reports none for values ----
@@ -305,12 +383,15 @@ def workload_from_dict(d: dict, label: str) -> Workload:
     if not isinstance(d, dict):
         raise UsageError(f"{label}: not a workload")
     data = {"workload": {k: d[k] for k in ("name", "description", "pattern", "origin") if k in d}}
-    data.update({s: d[s] for s in _CLASSES if s in d})
+    data.update({s: d[s] for s in _CLASSES if d.get(s) is not None})
     return _resolve(data, _Lines(""), label, d.get("source") if isinstance(d.get("source"), str) else None)
 
 
 def _resolve(data: dict, lines: "_Lines", label: str, source: str | None) -> Workload:
     resolved: dict[str, dict] = {}
+    has_model = "model" in data
+    # a workload with [model] and neither [dataset] nor [train] only checkpoints
+    checkpoint_only = has_model and not any(s in data for s in _DATASET_SECTIONS)
     for section, value in data.items():
         if section not in SCHEMA:
             hint = _close(section, SCHEMA)
@@ -332,20 +413,48 @@ def _resolve(data: dict, lines: "_Lines", label: str, source: str | None) -> Wor
                     out[key] = checker(table[key])
                 except ValueError as exc:
                     raise UsageError(f"{_where(label, lines.of(section, key))}: [{section}] {key}: {exc}") from None
+    if not has_model:
+        for section in _MODEL_SECTIONS[1:]:
+            if section in data:
+                raise UsageError(f"{_where(label, lines.of(section))}: [{section}]: describes a checkpoint of the "
+                                 "model: give [model] too")
     # Missing keys after wrong ones: a file's own mistakes are reported first.
     for section, keys in SCHEMA.items():
         out = resolved[section]
-        for key, (checker, default) in keys.items():
+        if (checkpoint_only and section in _DATASET_SECTIONS) or (not has_model and section in _MODEL_SECTIONS):
+            continue
+        for key, (checker, default) in list(keys.items()):
             if key not in out:
                 if default is _REQUIRED:
                     raise UsageError(f"{_where(label, lines.of(section))}: [{section}] {key}: required key is missing")
-                out[key] = checker(default)
+                if default is not _UNSET:
+                    out[key] = checker(default)
     w = resolved.pop("workload")
-    parts = {s: _CLASSES[s](**v) for s, v in resolved.items()}
-    _check_one_sample(parts["dataset"], f"{_where(label, lines.of('dataset', 'samples_per_file'))}: [dataset]")
-    limits.check_dataset(parts["dataset"], label)
+    parts = {s: _CLASSES[s](**v) for s, v in resolved.items()
+             if not ((checkpoint_only and s in _DATASET_SECTIONS) or (not has_model and s in _MODEL_SECTIONS))}
+    no_dataset = ""
+    if checkpoint_only:
+        parts.update(dataset=None, train=None)
+        given = w["name"] if (source or "").startswith("builtin:") else label
+        no_dataset = (f"{_where(label, lines.of('model'))}: workload {w['name']} is checkpoint-only ([model] and no "
+                      f"[dataset]): there is no dataset to read, generate or size; plan its checkpoint with "
+                      f"`iodl checkpoint --workload {given} --plan`")
+    else:
+        _check_one_sample(parts["dataset"], f"{_where(label, lines.of('dataset', 'samples_per_file'))}: [dataset]")
+        limits.check_dataset(parts["dataset"], label)
+    if has_model:
+        why = check_model(parts["model"], parts["parallelism"])
+        if why:
+            raise UsageError(f"{_where(label, lines.of('model'))}: [model]: {why}")
+        par, ck = parts["parallelism"], parts["checkpoint"]
+        if par.model_parallel * (par.data or 1) > limits.MAX_RANKS:
+            raise UsageError(f"{_where(label, lines.of('parallelism'))}: [parallelism]: tensor x pipeline x data = "
+                             f"{par.model_parallel * (par.data or 1):,} ranks: at most {limits.MAX_RANKS:,}")
+        if ck.writes > 0 and ck.reads > ck.writes:
+            raise UsageError(f"{_where(label, lines.of('checkpoint', 'reads'))}: [checkpoint] reads: {ck.reads} is "
+                             f"more than the {ck.writes} checkpoints written (writes = 0 reads an earlier run's)")
     return Workload(name=w["name"], description=w["description"], pattern=w["pattern"], origin=w["origin"],
-                    source=source or label, **parts)
+                    source=source or label, no_dataset=no_dataset, **parts)
 
 
 # The built-in specs are plain files in the package directory. Reading them by path rather than
@@ -365,9 +474,15 @@ def builtin_names() -> list[str]:
     return sorted(n[:-5] for n in os.listdir(BUILTIN_DIR) if n.endswith(".toml"))
 
 
-def load_workload(name_or_path: str) -> Workload:
+def load_workload(name_or_path: str, need_dataset: bool = True) -> Workload:
     """A built-in workload by name ("resnet50"), a TOML file by path, or a DLIO / MLPerf Storage
-    YAML file (iodl/dlio.py)."""
+    YAML file (iodl/dlio.py). A checkpoint-only workload (no dataset) is a one-line UsageError
+    unless need_dataset is False (iodl checkpoint, iodl workloads)."""
+    wl = _load_workload(name_or_path)
+    return wl.need_dataset() if need_dataset else wl
+
+
+def _load_workload(name_or_path: str) -> Workload:
     from . import dlio
 
     if dlio.looks_like_yaml(name_or_path):

@@ -16,7 +16,11 @@ def run(args) -> int:
     from ..result import RESULT, load
     from ..sizing import accelerators_fed, storage_MBps, workload_demand_MBps
 
-    wls = [workload.load_workload(w) for w in (args.workload or workload.builtin_names())]
+    if args.workload:
+        wls = [workload.load_workload(w) for w in args.workload]
+    else:   # the built-ins that read a dataset (the checkpoint-only ones have no demand to size)
+        wls = [w for w in (workload.load_workload(n, need_dataset=False) for n in workload.builtin_names())
+               if w.dataset is not None]
     results = [(path, load(path, (RESULT,))) for path in args.result]
     mounts = [(path, m) for path, r in results for m in r["mounts"]]
     console = make_console()

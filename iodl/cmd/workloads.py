@@ -15,7 +15,7 @@ def run(args) -> int:
     from ..sizing import workload_demand_MBps
     from ..workload import builtin_names, load_workload
 
-    wls = [load_workload(n) for n in builtin_names()]
+    wls = [load_workload(n, need_dataset=False) for n in builtin_names()]
     if args.json:
         print(json.dumps([w.to_dict() for w in wls], indent=2))
         return 0
@@ -23,9 +23,21 @@ def run(args) -> int:
                ("compute s", "right"), ("MB/s per acc.", "right")]
     rows = [[w.name, w.pattern, f"{w.dataset.files:,} {w.dataset.format} x {w.dataset.samples_per_file:,} x "
              f"{w.dataset.sample_size / 1e3:,.1f} kB", str(w.train.batch_size), f"{w.train.compute_time_s:g}",
-             f"{workload_demand_MBps(w):,.1f}"] for w in wls]
+             f"{workload_demand_MBps(w):,.1f}"] for w in wls if w.dataset is not None]
     console = make_console()
     print_table(console, "built-in workloads (--workload NAME; a TOML or DLIO YAML file works too)", columns, rows)
+    checkpoints = [w for w in wls if w.dataset is None]
+    if checkpoints:
+        from ..checkpoint import plan
+
+        crows = []
+        for w in checkpoints:
+            p, par = plan(w.checkpoint_model()), w.parallelism
+            crows.append([w.name, f"{par.tensor} x {par.pipeline} x {p.layout.data}", str(par.zero_stage),
+                          f"{p.layout.ranks:,}", f"{p.total_bytes / (1 << 30):,.2f}"])
+        print_table(console, "checkpoint workloads (iodl checkpoint --workload NAME --plan)",
+                    [("name", "left"), ("TP x PP x DP", "left"), ("ZeRO", "right"), ("ranks", "right"),
+                     ("GiB per checkpoint", "right")], crows)
     for w in wls:
         if w.origin:
             console.print(f"{w.name}: {w.origin}", overflow="fold")

@@ -78,7 +78,7 @@ def test_the_docs_table_is_the_key_table():
     """docs/dlio.md lists every key iodl knows, with what it does, exactly as iodl/dlio.py has them."""
     rows = set()
     for line in open(DOC, encoding="utf-8"):
-        m = re.match(r"\| `([a-z_]+)` \| `?([a-z_0-9]*)`? \| (honoured|informational|refused) \| (.*) \|$", line.strip())
+        m = re.match(r"\| `([a-z_]+)` \| `?([a-z_0-9.]*)`? \| (honoured|informational|refused) \| (.*) \|$", line.strip())
         if m:
             rows.add((m.group(1), m.group(2), m.group(3), m.group(4)))
     assert rows == {(s, k, how, why.replace("|", "\\|")) for s, k, how, why in dlio.key_table()}
