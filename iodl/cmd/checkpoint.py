@@ -1,12 +1,13 @@
 """`iodl checkpoint`: an MLPerf-Storage-style checkpoint of a model (docs/checkpoint.md).
 
 `--plan` lists what every rank writes in one checkpoint, in DLIO's arithmetic (iodl/checkpoint.py),
-without I/O and without MPI: a laptop plans llama3-1t's 1024 ranks in a blink. The run (writing
-and reading the checkpoints under --root) takes each rank's files from iodl.checkpoint.rank_files.
+without I/O and without MPI: a laptop plans llama3-1t's 1024 ranks in a blink. With `--root`,
+every MPI rank writes its files (fsync'd), caches are dropped, and the latest checkpoint is read
+back (iodl/checkpoint_run.py); the figures are docs/numbers.md's "Checkpoints".
 """
 from __future__ import annotations
 
-HELP = "what each rank of an MLPerf-Storage-style checkpoint writes (--plan: files and bytes, no I/O)"
+HELP = "write and read back an MLPerf-Storage-style checkpoint under --root (--plan: its files, no I/O)"
 
 GiB = 1 << 30
 
@@ -22,15 +23,160 @@ def add_arguments(p) -> None:
                    help="MPI ranks (default the workload's TP x PP x DP); fewer: MLPerf's subset mode, the first N "
                         "ranks' shares of the full checkpoint")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (docs/checkpoint.md)")
+    p.add_argument("--root", action="append", default=[], metavar="DIR",
+                   help="where checkpoints go: a new or empty directory, or one iodl wrote checkpoints in "
+                        "(repeatable: ranks map to roots round-robin)")
+    p.add_argument("--writes", type=cli_int, metavar="K", help="checkpoints to write (default: the workload's)")
+    p.add_argument("--reads", type=cli_int, metavar="K",
+                   help="times to read the latest checkpoint back (default: the workload's)")
+    p.add_argument("--no-fsync", action="store_true", help="do not fsync each file after writing it")
+    p.add_argument("--drop-caches", action="store_true",
+                   help="empty each node's page cache between writing and reading (needs root; MLPerf's rules)")
+    p.add_argument("--engine", default="auto", help="auto, uring, aio, psync or null (default auto: docs/engines.md)")
+    p.add_argument("--direct", action="store_true", help="O_DIRECT (files are written in whole 4 KiB blocks)")
+    p.add_argument("--iodepth", type=cli_int, default=8, help="requests in flight per rank (default 8)")
+    p.add_argument("--block-size", metavar="SIZE", default="1MiB", help="request size (default 1MiB)")
+    p.add_argument("--out", metavar="FILE", help="write the result JSON here")
 
 
 def run(args) -> int:
     from ..errors import UsageError
 
-    if not args.plan:
-        raise UsageError("iodl checkpoint: writing and reading checkpoints needs --root DIR, which this version does "
-                         "not run yet: give --plan to list what each rank writes")
-    return plan(args)
+    if args.plan:
+        if args.root:
+            raise UsageError("--plan does no I/O: leave out --root (or --plan, to write checkpoints)")
+        return plan(args)
+    if not args.root:
+        raise UsageError("iodl checkpoint: give --root DIR to write and read checkpoints there, or --plan to "
+                         "list what each rank writes")
+    return checkpoint_run(args)
+
+
+def _setup(comm, args):
+    """Everything that can fail on bad input, on every rank, before any I/O."""
+    import os
+
+    from .. import cache, checkpoint, limits
+    from ..checkpoint_run import Plan, RankShare
+    from ..errors import UsageError
+    from ..patterns import choose_engine, engine_name
+    from ..report import check_output_path
+    from ..units import parse_size
+    from ..workload import load_workload
+
+    wl = load_workload(args.workload, need_dataset=False)
+    cm = wl.checkpoint_model()
+    if args.ranks is not None:
+        raise UsageError("--ranks is for --plan: a run has as many ranks as mpirun starts")
+    lay = checkpoint.layout(cm, comm.size)
+    writes = args.writes if args.writes is not None else wl.checkpoint.writes
+    reads = args.reads if args.reads is not None else wl.checkpoint.reads
+    for flag, value in (("--writes", writes), ("--reads", reads)):
+        limits.check_range(flag, value, 0, 10_000, integer=True)
+    if not writes and not reads:
+        raise UsageError("nothing to do: --writes and --reads are both 0")
+    if len(args.root) > comm.size:
+        raise UsageError(f"{len(args.root)} roots for {comm.size} rank(s): every root needs a rank")
+    block = parse_size(args.block_size)
+    limits.check_block_size("--block-size", block, args.direct)
+    limits.check_range("--iodepth", args.iodepth, 1, 4096, integer=True)
+    engine = engine_name(args.engine)
+    if engine == "asyncio":
+        raise UsageError("--engine asyncio reads only; checkpoints are written by uring, aio, psync or null")
+    engine = choose_engine(engine, args.direct)
+    iodepth = 1 if engine == "psync" else args.iodepth
+    limits.check_memory(f"--iodepth {iodepth} x --block-size {block}", limits.buffers_bytes(iodepth, block))
+    if args.drop_caches:
+        cache.check_can_drop()
+    if args.out:
+        check_output_path("--out", args.out)
+    roots = [os.path.abspath(r) for r in args.root]
+    fsync = wl.checkpoint.fsync and not args.no_fsync
+    signature = {"model": cm.name, "ranks": lay.ranks, "data": lay.data, "direct": args.direct}
+    run_plan = Plan(roots=roots, writes=writes, reads=reads, fsync=fsync, direct=args.direct, engine=engine,
+                    iodepth=iodepth, block_size=block, drop_caches=args.drop_caches, signature=signature)
+    # every rank's files: a mount's leader records its ranks' names before writing and checks the space
+    share = _share(cm, comm.rank, lay.ranks)
+    mount = comm.rank % len(roots)
+    names, need = [], 0
+    if comm.rank < len(roots):
+        from ..checkpoint_run import on_disk_sizes
+
+        for r in range(mount, comm.size, len(roots)):
+            files = checkpoint.rank_files(cm, r, lay.ranks)
+            names += [n for n, _b in files]
+            need += sum(on_disk_sizes([b for _n, b in files], args.direct))
+    return wl, cm, lay, run_plan, share, names, need
+
+
+def _share(cm, rank: int, ranks: int):
+    from .. import checkpoint
+    from ..checkpoint_run import RankShare
+
+    files = checkpoint.rank_files(cm, rank, ranks)
+    return RankShare([n for n, _b in files], [b for _n, b in files])
+
+
+def checkpoint_run(args) -> int:
+    from .. import comm as comm_mod
+    from ..checkpoint_run import execute
+    from ..comm import collective
+    from ..report import make_console, write_result
+    from .read import _Interrupt
+
+    stop = _Interrupt()
+    comm = comm_mod.world()
+    wl, cm, lay, run_plan, share, names, need = collective(comm, lambda: _setup(comm, args))
+    stop.arm()
+    try:
+        reduced = execute(comm, run_plan, share, names, need, stop)
+    finally:
+        stop.disarm()
+    if comm.rank != 0:
+        return 0
+    result = {"schema": "iodl.checkpoint/1", "pattern": "checkpoint", "engine": run_plan.engine,
+              "direct": run_plan.direct, "iodepth": run_plan.iodepth, "block_size": run_plan.block_size,
+              "ranks": comm.size, "hosts": reduced["hosts"], "workload": wl.to_dict(), "model": cm.name,
+              "subset": lay.subset, "full_ranks": lay.full_ranks(cm.parallelism), "fsync": run_plan.fsync,
+              "drop_caches": run_plan.drop_caches, "roots": run_plan.roots, "partial": reduced["partial"],
+              "checkpoint": reduced["checkpoint"]}
+    _print_result(result, make_console())
+    if args.out:
+        write_result(result, args.out)
+    return 130 if result["partial"] else 0
+
+
+def _print_result(result: dict, console) -> None:
+    from ..report import print_table
+
+    ck = result["checkpoint"]
+    head = (f"{result['model']}: {result['ranks']} rank(s) on {len(result['hosts'])} host(s), "
+            f"engine {result['engine']}{' direct' if result['direct'] else ''}, iodepth {result['iodepth']}, "
+            f"block {result['block_size']:,} B")
+    console.print(head, highlight=False, markup=False)
+    if result["subset"]:
+        console.print(f"subset mode (MLPerf): these {result['ranks']} ranks write their shares of the "
+                      f"{result['full_ranks']:,} ranks' checkpoint", highlight=False, markup=False)
+    rows = []
+    for op in ("write", "read"):
+        b = ck.get(op)
+        if not b:
+            continue
+        fs = b.get("fsync_latency_us")
+        rows.append([op + (" + fsync" if b.get("fsync") else ""), str(b["rounds"]), f"{b['bytes'] / 1e9:,.3f}",
+                     f"{b['duration_s']:.2f}", f"{b['bandwidth_MBps']:,.1f}", f"{b['min_rank_bandwidth_MBps']:,.1f}",
+                     f"{fs['p50'] / 1e3:,.1f} / {fs['max'] / 1e3:,.1f}" if fs else "-",
+                     f"{b['latency_us']['p99'] / 1e3:,.2f}"])
+    print_table(console, "checkpoints", [("", "left"), ("rounds", "right"), ("GB", "right"), ("seconds", "right"),
+                                         ("MB/s", "right"), ("slowest rank MB/s", "right"),
+                                         ("fsync ms p50 / max", "right"), ("p99 ms", "right")], rows)
+    read = ck.get("read")
+    if read and read.get("cache_hit_fraction") is not None:
+        console.print(f"read back: {read['cache_hit_fraction']:.1%} came from the page cache"
+                      + ("" if result["drop_caches"] else " (--drop-caches empties it first, as MLPerf's rules ask)"),
+                      highlight=False, markup=False)
+    if result["partial"]:
+        console.print("stopped: the figures cover what ran before the stop", highlight=False, markup=False)
 
 
 def plan_dict(p) -> dict:
