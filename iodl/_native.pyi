@@ -122,8 +122,8 @@ class Engine:
         #   is an error row (EIO). Content: the buffer pool is filled once at Engine() with pseudo-random bytes
         #   (splitmix64) and, before each write, the first 8 bytes of each 4 KiB block of the request get the
         #   engine's next unique 64-bit stamp: no two 4 KiB blocks an engine writes are equal, and the content
-        #   does not compress. A slot a read overwrote, or written from less than 8 MiB of writes ago, is
-        #   refilled first (outside the latency). cache_check never counts a write.
+        #   does not compress. A slot a read overwrote, or whose last write started less than 1 MiB earlier in
+        #   the engine's written bytes, is refilled first (outside the latency). cache_check never counts a write.
         # Syncs (OP_FSYNC, OP_FDATASYNC): the loop stops taking rows, waits until every request in flight has
         #   completed (what was written before the row), then calls fsync/fdatasync(fds[file]) itself,
         #   synchronously, for every engine (as fio's libaio engine quiesces, then syncs). Offset and length are

@@ -63,7 +63,7 @@ struct iodl_req {
 	/*
 	 * Write content (core-only): bytes at the slot's start a read overwrote since its random
 	 * content was made (refilled before a write), and the engine's written-bytes count when
-	 * the slot was last written from (UINT64_MAX: never). See core.c, write_content().
+	 * the slot's last write started (UINT64_MAX: never). See core.c, write_content().
 	 */
 	uint64_t stale;
 	uint64_t last_written;

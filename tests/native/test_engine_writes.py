@@ -101,7 +101,7 @@ def test_buffered_odd_lengths_and_fdatasync(tmp_path, name):
 @pytest.mark.parametrize("name", REAL)
 def test_a_small_pool_still_writes_incompressible_bytes(tmp_path, name):
     """One 4 KiB slot written 1024 times: apart from the stamps it would repeat itself every 4 KiB
-    (zlib's 32 KiB window would find it), so the slot is refilled when written again so soon."""
+    (zlib's 32 KiB window would find it), so the slot is refilled when written again within 1 MiB."""
     path = str(tmp_path / "small.bin")
     st, _, _ = run_writes(name, False, write_plan([ALIGN] * 1024), path, depth=1, block_size=ALIGN)
     assert st["write_bytes"] == 4 * MIB and st["errors"] == 0
