@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <linux/fs.h>
 
@@ -85,14 +84,18 @@ static void fill_random(struct iodl_ctx *c, unsigned char *p, size_t n)
 	c->rand_state = s;
 }
 
-/* Per engine, so that two engines (ranks) writing the same storage do not share a sequence. */
-static uint64_t random_seed(void)
+/*
+ * Per engine, so that two engines (ranks, nodes) writing the same storage do not share a
+ * sequence: the wall clock, the process and the context's address differ between any two. Not
+ * getrandom(): glibc has it only since 2.25, and distinct is all a seed must be here.
+ */
+static uint64_t engine_seed(const struct iodl_ctx *c)
 {
-	uint64_t seed;
+	struct timespec ts;
 
-	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == (ssize_t)sizeof(seed))
-		return seed;
-	return mix64(iodl_now_ns() ^ ((uint64_t)getpid() << 32));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+	       mix64(iodl_now_ns() + GOLDEN) ^ mix64(((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c);
 }
 
 static void write_content(struct iodl_ctx *c, struct iodl_req *r, uint64_t len)
@@ -141,8 +144,8 @@ int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsi
 	 * with the bytes writes send (the null engine never touches it: leave it untouched, and out
 	 * of every rank's RSS). */
 	if (!(ops->flags & IODL_ENG_FAKE)) {
-		c->rand_state = random_seed();
-		c->stamp_seed = random_seed();
+		c->rand_state = engine_seed(c);
+		c->stamp_seed = mix64(c->rand_state ^ 0x5bd1e9955bd1e995ull);	/* its own sequence */
 		fill_random(c, c->pool, (size_t)depth * c->slot_size);
 	}
 	for (unsigned i = 0; i < depth; i++) {

@@ -109,6 +109,23 @@ def test_a_small_pool_still_writes_incompressible_bytes(tmp_path, name):
         assert_unique_and_incompressible(f.read())
 
 
+def test_two_engines_write_no_block_in_common(tmp_path):
+    """Each engine has its own seed: two ranks checkpointing to one deduplicating store send
+    different blocks too (and the same engine never repeats one across runs)."""
+    blocks = []
+    with _native.Engine("psync", block_size=MIB) as a, _native.Engine("psync", block_size=MIB) as b:
+        for i, eng in enumerate((a, b, a)):
+            path = str(tmp_path / f"e{i}.bin")
+            fd = open_for_write(path, False)
+            try:
+                assert eng.run([fd], write_plan([MIB] * 2, fsync=None), histogram.empty())["write_bytes"] == 2 * MIB
+            finally:
+                os.close(fd)
+            with open(path, "rb") as f:
+                blocks.append(f.read())
+    assert_unique_and_incompressible(b"".join(blocks))
+
+
 @pytest.mark.parametrize("name", REAL)
 def test_a_write_after_reads_does_not_send_the_read_data(tmp_path, name):
     """Reads of a file of zeros fill the slots with zeros; writes after them in the same run (a
