@@ -1,7 +1,7 @@
 """iodl._native: the per-I/O loop in C (see native/). Python runs per step, never per I/O.
 
 A *plan* is a numpy array of PLAN_DTYPE rows (file index into `fds`, byte offset, byte length, op:
-iodl.plan.OP_READ; rows of any other op are refused until the engines run them);
+iodl.plan.OP_READ, OP_WRITE, OP_FSYNC or OP_FDATASYNC; any other op is a ValueError);
 the engine keeps `depth` requests of it in flight and returns counters; the latency histogram is
 accumulated in place into a caller-owned int64 array of HIST_BUCKETS (fio's log-linear bucket
 function with HIST_BITS sub-bucket bits, in nanoseconds, extended to ~137 s).
@@ -34,10 +34,16 @@ class RunStats(TypedDict):
     done: int            # rows [0, done) are finished; a deadline stops new rows (started ones are drained);
                          # after an error, done == first_error_row; after abandoning requests (hung storage), done is
                          # the lowest row left unfinished
-    ios: int             # completed requests (a short read re-issued for its remainder counts as one more)
-    bytes: int           # bytes delivered (exact; an O_DIRECT tail past EOF counts only what read returned;
-                         # null counts each row's full length)
-    cached_bytes: int    # of `bytes`, those the storage did not have to deliver (cache_check, buffered): a page that
+    ios: int             # completed data requests, reads and writes (a short read or write re-issued for its
+                         # remainder counts as one more); sync rows are not requests: see fsyncs
+    bytes: int           # bytes delivered or written (exact; an O_DIRECT tail past EOF counts only what read
+                         # returned; null counts each row's full length)
+    write_ios: int       # of ios, the writes' (ios - write_ios are the reads')
+    write_bytes: int     # of bytes, the writes' (cached_bytes is always of the other bytes: reads')
+    fsyncs: int          # sync rows (OP_FSYNC, OP_FDATASYNC) that succeeded and completed inside the window
+    fsync_ns: int        # total time inside those fsync/fdatasync calls (not the drain before each)
+    cached_bytes: int    # of the read bytes, those the storage did not have to deliver (cache_check, buffered; a write
+                         # never counts here): a page that
                          # was cached when read, by whoever, is a hit; a page the read, or readahead started by an
                          # earlier read of this engine, fetched from storage is a miss. Measured by the kernel's
                          # count of the bytes this thread's reads fetched (task I/O accounting), so it holds for
@@ -90,7 +96,8 @@ class Engine:
     def run(self, fds: Sequence[int], plan: np.ndarray, hist: np.ndarray, *, deadline_ns: int = 0,
             window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,
             series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live: object = None,
-            clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None) -> RunStats: ...
+            clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None,
+            fsync_hist: np.ndarray | None = None) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
         # a signal whose handler raises stops the run within 100 ms; the exception carries .stats
         # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
@@ -105,9 +112,26 @@ class Engine:
         #   slat_ns N is 0 for them). null: issued when its submit returns, so clat ~ delay_ns. Asking for either
         #   costs async engines one more clock read per submit call; without them nothing changes.
         # plan: PLAN_DTYPE rows, or a C-contiguous (n, 4) or (n, 3: reads) uint64 array, or int64 without negative
-        # values; a row whose op is not OP_READ is a ValueError (the seam where writes join); anything
+        # values; an op other than OP_READ/OP_WRITE/OP_FSYNC/OP_FDATASYNC is a ValueError; anything
         # else (float64, another struct, a strided view) is a ValueError, as is a row's file >= len(fds) or
-        # length > block_size. The plan is copied before the GIL is released: changing the array while run()
+        # a data row's length > block_size, or, on a direct engine, a write whose offset or length is not a
+        # multiple of ALIGN (a direct read's length is rounded up and its tail past EOF not counted; a write's
+        # cannot be: it would write bytes the plan did not ask for). All before any I/O.
+        # Writes (OP_WRITE): pwrite (psync), IOCB_CMD_PWRITE (aio), IORING_OP_WRITE/_FIXED (uring); null counts
+        #   them without I/O. A short write is continued for the rest (as a short read); one that writes nothing
+        #   is an error row (EIO). Content: the buffer pool is filled once at Engine() with pseudo-random bytes
+        #   (splitmix64) and, before each write, the first 8 bytes of each 4 KiB block of the request get the
+        #   engine's next unique 64-bit stamp: no two 4 KiB blocks an engine writes are equal, and the content
+        #   does not compress. A slot a read overwrote, or whose last write started less than 1 MiB earlier in
+        #   the engine's written bytes, is refilled first (outside the latency). cache_check never counts a write.
+        # Syncs (OP_FSYNC, OP_FDATASYNC): the loop stops taking rows, waits until every request in flight has
+        #   completed (what was written before the row), then calls fsync/fdatasync(fds[file]) itself,
+        #   synchronously, for every engine (as fio's libaio engine quiesces, then syncs). Offset and length are
+        #   not used (any value is accepted). Timed alone: fsyncs, fsync_ns and fsync_hist (None, or an int64
+        #   array of HIST_BUCKETS like hist, one sample per counted sync); never in ios, bytes, hist, the depth
+        #   bins, series or live. Counted iff it returns inside the window, and a counted one ends the measured
+        #   time like a completion (t_end_ns). An error (EIO, ENOSPC...) is an error row like a read's. null:
+        #   drains, makes no call. Like a pread, an fsync in progress is not interrupted by a stop. The plan is copied before the GIL is released: changing the array while run()
         # runs changes nothing. fds: each 0..INT_MAX (the null engine also takes -1: no file), else ValueError.
         # Rate pacing restarts at every run(). Ctrl-C stops, drains, then raises.
         # Every wait in the kernel lasts at most 100 ms (io_getevents' timeout, io_uring_enter with

@@ -47,6 +47,10 @@ wakeup fd at every run: two fds per run (a stale fd number in a plan could then 
 socket) and signal plumbing per training step. The caller's wait is interruptible: a signal
 handler that raises (Ctrl-C) stops the run, which drains its in-flight reads, then re-raises, as
 the native engines do. One run at a time (RuntimeError otherwise).
+
+Reads only: a plan row whose op is not OP_READ (a write, fsync or fdatasync, which the native
+engines run) is refused with a ValueError naming the row, before anything runs. The stats still
+carry the native engines' write_ios, write_bytes, fsyncs and fsync_ns keys, always 0.
 """
 from __future__ import annotations
 
@@ -282,7 +286,8 @@ class AsyncioEngine:
             raise TypeError("plan must be a contiguous array of PLAN_DTYPE rows (file, offset, length, op as uint64)")
         if cols.shape[1] == 4 and cols[:, 3].any():
             row = int(np.flatnonzero(cols[:, 3])[0])
-            raise ValueError(f"plan row {row}: op {int(cols[row, 3])}: the engines run reads (op 0) only")
+            raise ValueError(f"plan row {row}: op {int(cols[row, 3])}: the asyncio engine runs reads (op 0) only; "
+                             f"writes and fsyncs need a native engine (psync, aio, uring, null)")
         return cols[:, :3]
 
     @staticmethod
@@ -531,7 +536,8 @@ class AsyncioEngine:
         return {"done": st.first_error_row if st.errors else st.next_row, **counted, "errors": st.errors,
                 "first_errno": st.first_errno, "first_error_row": st.first_error_row,
                 "interrupted": st.interrupted, "short_rows": st.short_rows, "first_short_row": st.first_short_row,
-                "short_file_size": st.short_file_size, "abandoned": 0}
+                "short_file_size": st.short_file_size, "abandoned": 0,
+                "write_ios": 0, "write_bytes": 0, "fsyncs": 0, "fsync_ns": 0}
 
     # --- lifecycle ------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Opening engines and files for them: one-line errors instead of tracebacks.
 
 The engines themselves are C (iodl._native, contract in _native.pyi); this module only checks a
-name against the probes, opens files (O_DIRECT or not) and turns a run's first error into an
-OSError naming the file. The one exception is `asyncio` (iodl/asyncio_engine.py): aiofiles on
+name against the probes, opens files (O_DIRECT or not; new files only for writing) and turns a
+run's first error into an OSError naming the file and what the row did. The one exception is `asyncio` (iodl/asyncio_engine.py): aiofiles on
 uvloop, the framework-like Python path, with the same interface and metrics contract.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from . import _native
 from .errors import IodlError, UsageError
 
+from .plan import OP_FDATASYNC, OP_FSYNC, OP_WRITE
 from .plan import PLAN_DTYPE, new_plan  # (PLAN_DTYPE re-exported: the engine's input format)
 
 _SYSCALL = {"aio": "io_setup", "uring": "io_uring_setup"}
@@ -118,6 +119,24 @@ def open_for_read(path: str, direct: bool, expected_size: int | None = None) -> 
     return fd
 
 
+def open_for_write(path: str, direct: bool) -> int:
+    """os.open of a NEW file for writing (O_DIRECT when asked), mode 0o644. Anything already at
+    `path` (a file, a symlink, a device) is refused with a one-line IodlError: a benchmark must never
+    overwrite what is there. O_NOFOLLOW with O_EXCL: a dangling symlink is refused too."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    if direct:
+        flags |= os.O_DIRECT
+    try:
+        return os.open(path, flags, 0o644)
+    except FileExistsError:
+        raise IodlError(f"{path}: already exists (iodl writes new files only)") from None
+    except OSError as exc:
+        if direct and exc.errno == errno.EINVAL:
+            raise IodlError(f"{path}: the filesystem refuses O_DIRECT (open -> EINVAL); "
+                            f"run without --direct") from None
+        raise
+
+
 def _readable_kind(mode: int, expected_size: int | None) -> bool:
     """A regular file; a block device only where no shard size is promised (fio-compare reads devices)."""
     import stat
@@ -133,8 +152,13 @@ def raise_for_errors(stats: dict, plan: np.ndarray, paths: list[str]) -> None:
         row = plan[stats["first_error_row"]]
         path = paths[int(row["file"])]
         err = stats["first_errno"]
-        raise OSError(err, f"{os.strerror(err)} (read of {int(row['length'])} bytes at offset "
-                           f"{int(row['offset'])})", path)
+        op = int(row["op"])
+        if op in (OP_FSYNC, OP_FDATASYNC):
+            what = "fsync" if op == OP_FSYNC else "fdatasync"
+        else:
+            what = (f"{'write' if op == OP_WRITE else 'read'} of {int(row['length'])} bytes "
+                    f"at offset {int(row['offset'])}")
+        raise OSError(err, f"{os.strerror(err)} ({what})", path)
     if stats.get("short_rows", 0):
         row = plan[stats["first_short_row"]]
         raise IodlError(f"{paths[int(row['file'])]}: shorter than expected: {stats['short_file_size']} bytes, "

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 # A row is one request: which of the run's files, where, how long, and what to do. The op column
-# is where writes and fsyncs (checkpoints) join reads without another plan format; the engines
-# run reads today and refuse a row of any other op.
-OP_READ, OP_WRITE, OP_FSYNC = 0, 1, 2
+# lets writes and syncs (checkpoints) join reads without another plan format (native/engine.h
+# IODL_OP_*). A sync row (fsync, fdatasync) waits for every request in flight, then syncs its
+# file; its offset and length are not used. The asyncio engine runs reads only.
+OP_READ, OP_WRITE, OP_FSYNC, OP_FDATASYNC = 0, 1, 2, 3
 PLAN_DTYPE = np.dtype([("file", "<u8"), ("offset", "<u8"), ("length", "<u8"), ("op", "<u8")])
 
 

@@ -49,10 +49,32 @@ static void live_add(int64_t *live, unsigned i, uint64_t v)
 	__atomic_store_n(&live[i], __atomic_load_n(&live[i], __ATOMIC_RELAXED) + (int64_t)v, __ATOMIC_RELAXED);
 }
 
+/*
+ * A sync row: its own counters and histogram, never ios, bytes, hist, the series or the live
+ * counters (those are the data requests'); it still marks the last counted completion, so a run
+ * that ends with an fsync is measured up to the fsync's return.
+ */
+static int account_sync(const struct iodl_run_args *a, struct iodl_stats *st, const struct iodl_done *d)
+{
+	if (!in_window(a, d->t_ns))
+		return 0;
+	st->fsyncs++;
+	st->fsync_ns += d->lat_ns;
+	if (a->fsync_hist)
+		a->fsync_hist[iodl_hist_index(d->lat_ns)]++;
+	if (!st->t_first_ns)
+		st->t_first_ns = d->t_ns;
+	st->t_last_ns = d->t_ns;
+	return 1;
+}
+
 int iodl_account(const struct iodl_run_args *a, struct iodl_stats *st, const struct iodl_done *d)
 {
-	int counted = in_window(a, d->t_ns);
+	int counted;
 
+	if (d->op == IODL_OP_FSYNC || d->op == IODL_OP_FDATASYNC)
+		return account_sync(a, st, d);
+	counted = in_window(a, d->t_ns);
 	if (counted) {
 		unsigned idx = iodl_hist_index(d->lat_ns);
 
@@ -61,6 +83,10 @@ int iodl_account(const struct iodl_run_args *a, struct iodl_stats *st, const str
 			st->max_ns = d->lat_ns;
 		st->ios++;
 		st->bytes += d->bytes;
+		if (d->op == IODL_OP_WRITE) {
+			st->write_ios++;
+			st->write_bytes += d->bytes;
+		}
 		st->cached_bytes += d->cached;
 		if (d->unmeasured)
 			st->cache_unmeasured_bytes += d->bytes;
@@ -102,7 +128,7 @@ void iodl_account_finish(const struct iodl_run_args *a, struct iodl_stats *st, u
 		return;
 	/* what was measured: from the window's start (or the first submit, if later) to the last
 	 * counted completion, or the window's end if requests were still in flight then */
-	if (!st->ios) {
+	if (!st->ios && !st->fsyncs) {
 		st->t_start_ns = st->t_end_ns = 0;
 		return;
 	}

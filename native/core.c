@@ -44,6 +44,77 @@ static uint64_t round_up(uint64_t v, uint64_t a)
 	return (v + a - 1) / a * a;
 }
 
+/*
+ * Write content. Storage that compresses or deduplicates must see neither chance: the pool is
+ * filled with pseudo-random bytes once, at open; before a write, the first 8 bytes of each of its
+ * 4 KiB blocks get the engine's next stamp, so no two 4 KiB blocks an engine writes are equal.
+ * Apart from its stamps a slot repeats what it wrote last time, so its bytes are made again when
+ * its last write started less than REPEAT_DISTANCE earlier in the stream of bytes this engine
+ * writes (a compression record holding both would find the repeat: 1 MiB is the largest common
+ * one, ZFS recordsize=1M; btrfs compresses 128 KiB extents), and where a read overwrote them
+ * (file data may compress). Requests of 1 MiB or more never refill; smaller ones do when their
+ * slot comes round again within 1 MiB (a 4 KiB write at depth 1: every time, ~0.5 us).
+ */
+#define REPEAT_DISTANCE (1ull << 20)
+#define NEVER_WRITTEN UINT64_MAX
+#define GOLDEN 0x9e3779b97f4a7c15ull
+
+/* splitmix64's output function (Steele, Lea, Flood 2014): a bijection of 64-bit values */
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* splitmix64: ~1 ns per 8 bytes, so even a 4 GiB pool is filled in about a second */
+static void fill_random(struct iodl_ctx *c, unsigned char *p, size_t n)
+{
+	uint64_t s = c->rand_state, v;
+	size_t i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		v = mix64(s += GOLDEN);
+		memcpy(p + i, &v, 8);
+	}
+	if (i < n) {
+		v = mix64(s += GOLDEN);
+		memcpy(p + i, &v, n - i);
+	}
+	c->rand_state = s;
+}
+
+/*
+ * Per engine, so that two engines (ranks, nodes) writing the same storage do not share a
+ * sequence: the wall clock, the process and the context's address differ between any two. Not
+ * getrandom(): glibc has it only since 2.25, and distinct is all a seed must be here.
+ */
+static uint64_t engine_seed(const struct iodl_ctx *c)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+	       mix64(iodl_now_ns() + GOLDEN) ^ mix64(((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c);
+}
+
+static void write_content(struct iodl_ctx *c, struct iodl_req *r, uint64_t len)
+{
+	unsigned char *buf = c->pool + (size_t)r->slot * c->slot_size;
+
+	if (r->stale || (r->last_written != NEVER_WRITTEN && c->written - r->last_written < REPEAT_DISTANCE))
+		fill_random(c, buf, r->stale > len ? r->stale : len);
+	r->stale = 0;
+	r->last_written = c->written;	/* where this write starts in the stream */
+	/* stamp k is mix64(seed + k * GOLDEN): distinct k (GOLDEN is odd), so distinct stamps */
+	for (uint64_t off = 0; off < len; off += IODL_ALIGN) {
+		uint64_t v = mix64(c->stamp_seed + ++c->stamps * GOLDEN);
+
+		memcpy(buf + off, &v, len - off < 8 ? len - off : 8);
+	}
+	c->written += len;
+}
+
 int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
 		  size_t block_size, int direct, uint64_t delay_ns, uint64_t *device, const char **failed)
 {
@@ -69,13 +140,18 @@ int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsi
 		iodl_ctx_close(c);
 		return -ENOMEM;
 	}
-	/* Fault the pool in now, once, so that the first run does not pay for it inside the clock
-	 * (the null engine never touches it: leave it untouched, and out of every rank's RSS). */
-	if (!(ops->flags & IODL_ENG_FAKE))
-		memset(c->pool, 0, (size_t)depth * c->slot_size);
+	/* Fault the pool in now, once, so that the first run does not pay for it inside the clock,
+	 * with the bytes writes send (the null engine never touches it: leave it untouched, and out
+	 * of every rank's RSS). */
+	if (!(ops->flags & IODL_ENG_FAKE)) {
+		c->rand_state = engine_seed(c);
+		c->stamp_seed = mix64(c->rand_state ^ 0x5bd1e9955bd1e995ull);	/* its own sequence */
+		fill_random(c, c->pool, (size_t)depth * c->slot_size);
+	}
 	for (unsigned i = 0; i < depth; i++) {
 		c->reqs[i].slot = i;
 		c->reqs[i].buf = c->pool + (size_t)i * c->slot_size;
+		c->reqs[i].last_written = NEVER_WRITTEN;
 	}
 	rc = ops->init(c);
 	if (rc < 0) {
@@ -160,14 +236,22 @@ static struct iodl_req *take_row(struct loop *L)
 	if (!L->files[row->file].seen)
 		first_use(L, (uint32_t)row->file);
 	r->row = L->next_row++;
+	r->op = (int)row->op;
 	r->file = (uint32_t)row->file;
 	r->fd = L->a->fds[row->file];
 	r->offset = row->offset;
 	r->want = row->length;
 	r->got = 0;
 	r->skip = 0;
-	r->len = L->c->direct ? round_up(row->length, IODL_ALIGN) : row->length;
+	/* a direct write is aligned already (module.c refuses it otherwise): it writes no more */
+	r->len = L->c->direct && r->op == IODL_OP_READ ? round_up(row->length, IODL_ALIGN) : row->length;
 	r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size;
+	if (!(L->c->ops->flags & IODL_ENG_FAKE)) {
+		if (r->op == IODL_OP_WRITE)
+			write_content(L->c, r, r->len);
+		else if (r->len > r->stale)
+			r->stale = r->len;	/* the read will overwrite the random bytes */
+	}
 	L->paced_bytes += row->length;
 	return r;
 }
@@ -236,12 +320,24 @@ static uint64_t cached_of(struct loop *L, const struct file_state *f, uint64_t n
 	return n - miss;
 }
 
+/* A row failed: the lowest such row and its errno are what the run reports; no new rows. */
+static void row_error(struct loop *L, uint64_t row, int err)
+{
+	struct iodl_stats *st = L->st;
+
+	st->errors++;
+	if (!st->first_errno || (int64_t)row < st->first_error_row) {
+		st->first_errno = err;
+		st->first_error_row = (int64_t)row;
+	}
+	L->stop = 1;
+}
+
 static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 {
 	const struct iodl_run_args *a = L->a;
-	struct iodl_stats *st = L->st;
 	const struct file_state *f = &L->files[r->file];
-	struct iodl_done d = { .t_ns = now, .lat_ns = now - r->t_submit_ns };
+	struct iodl_done d = { .op = r->op, .t_ns = now, .lat_ns = now - r->t_submit_ns };
 	uint64_t n, end, row_offset;
 
 	if (r->res == -EINTR) {		/* nothing was read: ask again */
@@ -249,12 +345,7 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 		return;
 	}
 	if (r->res < 0) {
-		st->errors++;
-		if (!st->first_errno || (int64_t)r->row < st->first_error_row) {
-			st->first_errno = (int)-r->res;
-			st->first_error_row = (int64_t)r->row;
-		}
-		L->stop = 1;
+		row_error(L, r->row, (int)-r->res);
 		L->free_slots[L->nfree++] = r->slot;
 		return;
 	}
@@ -264,24 +355,27 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 	if (n > r->want)
 		n = r->want;
 	d.bytes = n;
-	d.cached = cached_of(L, f, n, d.lat_ns, now, &d.unmeasured);
+	/* what was cached is a read's question: a write never counts cached bytes */
+	if (r->op == IODL_OP_READ)
+		d.cached = cached_of(L, f, n, d.lat_ns, now, &d.unmeasured);
 	/* fio's split at the submit call's return (clamped: both clocks are ours, but a stamp an
 	 * engine forgot must not wrap into the last bucket) */
 	d.clat_ns = now > r->t_issued_ns ? now - r->t_issued_ns : 0;
 	d.slat_ns = r->t_issued_ns > r->t_submit_ns ? r->t_issued_ns - r->t_submit_ns : 0;
 	d.has_slat = !(L->c->ops->flags & IODL_ENG_SYNC);
-	iodl_account(a, st, &d);
+	iodl_account(a, L->st, &d);
 	r->got += n;
 	r->want -= n;
 	row_offset = a->plan[r->row].offset;
 	end = row_offset + r->got;
-	if (r->want && n && end < f->size) {
-		/* short read before EOF: read the rest into the rest of the slot */
+	if (r->want && n && (r->op == IODL_OP_WRITE || end < f->size)) {
+		/* short read before EOF, or short write: the rest, from the rest of the slot */
 		uint64_t start = end;
 
 		/* O_DIRECT needs an aligned offset and buffer: start at the aligned offset at or
 		 * below the rest (the slot holds the row from its start, so that place in the slot
-		 * is aligned too) and skip what was already delivered */
+		 * is aligned too) and skip what was already delivered (a write sends those bytes
+		 * again, the same ones: they are not stamped again) */
 		if (L->c->direct)
 			start -= (end - row_offset) % IODL_ALIGN;
 		r->skip = end - start;
@@ -291,9 +385,52 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 		L->reissue[L->nreissue++] = r;
 		return;
 	}
-	if (r->want)
+	if (r->want && r->op == IODL_OP_WRITE)
+		row_error(L, r->row, EIO);	/* wrote nothing: asking again could loop forever */
+	else if (r->want)
 		short_row(L, r, end);
 	L->free_slots[L->nfree++] = r->slot;
+}
+
+static int is_sync(const struct iodl_plan_row *row)
+{
+	return row->op == IODL_OP_FSYNC || row->op == IODL_OP_FDATASYNC;
+}
+
+/*
+ * A sync row, run once nothing is in flight: fsync means "what was written to this file before
+ * it is on stable storage", and a write still in flight was written before it. So the loop
+ * drains first, then calls fsync/fdatasync itself, synchronously, for every engine: what fio's
+ * libaio engine does with an fsync (quiesce, then sync). Timed on its own; the row's offset and
+ * length are not used. The null engine makes no call (it has no files) but drains all the same.
+ */
+static void sync_row(struct loop *L)
+{
+	const struct iodl_plan_row *row = &L->a->plan[L->next_row];
+	struct iodl_done d = { .op = (int)row->op };
+	uint64_t t0 = iodl_now_ns(), t1;
+	int rc = 0;
+
+	if (!(L->c->ops->flags & IODL_ENG_FAKE)) {
+		int fd = L->a->fds[row->file];
+
+		do
+			rc = row->op == IODL_OP_FDATASYNC ? fdatasync(fd) : fsync(fd);
+		while (rc < 0 && errno == EINTR);
+		rc = rc < 0 ? -errno : 0;
+	}
+	t1 = iodl_now_ns();
+	if (!L->st->t_start_ns)
+		L->st->t_start_ns = t0;
+	L->st->t_end_ns = t1;
+	if (rc < 0) {
+		row_error(L, L->next_row, -rc);
+	} else {
+		d.t_ns = t1;
+		d.lat_ns = t1 - t0;
+		iodl_account(L->a, L->st, &d);
+	}
+	L->next_row++;
 }
 
 /* The lowest row whose request still holds a slot (in flight or to be continued). */
@@ -365,6 +502,8 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 
 	for (;;) {
 		uint64_t pace_until = 0;
+		int syncing = 0;	/* the next row is a sync: drain what is in flight first */
+		int synced = 0;		/* a sync row ran in this round */
 
 		now = iodl_now_ns();
 		if (a->deadline_ns && now >= a->deadline_ns)
@@ -387,6 +526,20 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 				if (reissue) {
 					r = L.reissue[--L.nreissue];
 				} else {
+					if (is_sync(&a->plan[L.next_row])) {
+						if (L.inflight || L.nstaged) {
+							syncing = 1;
+							break;
+						}
+						sync_row(&L);
+						now = iodl_now_ns();
+						if (a->deadline_ns && now >= a->deadline_ns)
+							L.stop = 1;
+						synced = 1;
+						if (now >= next_signal_check)
+							break;	/* back to the top, which looks for signals */
+						continue;
+					}
 					if (a->rate_bps && L.t_origin) {
 						/* fio's rate: due when the bytes issued so far were allowed */
 						uint64_t due = L.t_origin + (uint64_t)((unsigned __int128)L.paced_bytes
@@ -401,7 +554,10 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 						L.t_origin = now;
 				}
 				if (sync) {
-					/* fio (FIO_SYNCIO): issue_time is before the call, clat is all of it */
+					/* fio (FIO_SYNCIO): issue_time is before the call, clat is all of it;
+					 * after a write's content was made, which is not the call's */
+					if (r->op == IODL_OP_WRITE && !reissue)
+						now = iodl_now_ns();
 					r->t_submit_ns = r->t_issued_ns = now;
 					if (!st->t_start_ns)
 						st->t_start_ns = now;
@@ -443,8 +599,8 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 				}
 			}
 			/* a sync engine never waits below: go back to the top for its signal check */
-			if (batched != a->submit_batch || pace_until || L.stop ||
-			    (sync && now >= next_signal_check) ||
+			if (batched != a->submit_batch || pace_until || L.stop || syncing ||
+			    ((sync || synced) && now >= next_signal_check) ||
 			    !(L.nreissue || (L.next_row < a->nrows && L.nfree)))
 				break;
 		}
@@ -470,8 +626,8 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 			break;
 		}
 
-		/* under pacing fio quiesces: drain everything in flight before sleeping */
-		unsigned min_ev = pace_until ? L.inflight : 1;
+		/* under pacing fio quiesces: drain everything in flight before sleeping; so does a sync */
+		unsigned min_ev = pace_until || syncing ? L.inflight : 1;
 		unsigned max_ev = a->reap_batch && a->reap_batch < c->depth ? a->reap_batch : c->depth;
 		int n = ops->getevents(c, min_ev, max_ev > min_ev ? max_ev : min_ev);
 		if (n == -EINTR) {

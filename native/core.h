@@ -61,9 +61,7 @@ int iodl_reads_accounted(int fd, const struct stat *sb);
 /* 0 (*out set), IODL_NOT_MEASURABLE, or -errno (*failed names the call) */
 int iodl_resident_bytes(int fd, uint64_t offset, uint64_t len, uint64_t *out, const char **failed);
 
-enum { IODL_OP_READ, IODL_OP_WRITE, IODL_OP_FSYNC };	/* iodl.plan.OP_*: engines run reads */
-
-struct iodl_plan_row {		/* iodl.plan.PLAN_DTYPE */
+struct iodl_plan_row {		/* iodl.plan.PLAN_DTYPE; op is IODL_OP_* (engine.h) */
 	uint64_t file, offset, length, op;
 };
 
@@ -81,6 +79,11 @@ struct iodl_run_args {
 	 * engines read the clock once more per submit call; iodl read asks for neither.
 	 */
 	int64_t *clat_hist, *slat_hist;
+	/*
+	 * NULL, or IODL_HIST_BUCKETS accumulated into: one sample per counted fsync/fdatasync row,
+	 * the sync call alone (the wait for the requests in flight before it is not in it).
+	 */
+	int64_t *fsync_hist;
 	uint64_t deadline_ns;		/* 0: none */
 	/*
 	 * The measured window (0: unbounded). Only completions inside it are counted, and the
@@ -129,6 +132,8 @@ struct iodl_run_args {
 
 struct iodl_stats {
 	uint64_t done, ios, bytes, cached_bytes, errors;
+	uint64_t write_ios, write_bytes;	/* of ios and bytes, the writes' */
+	uint64_t fsyncs, fsync_ns;		/* sync rows run (fsync and fdatasync), time in the calls */
 	uint64_t cache_unmeasured_bytes;	/* of bytes, those whose cache state cannot be measured */
 	int first_errno;
 	int64_t first_error_row;
@@ -161,9 +166,10 @@ int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeou
  * and _native.account (a Python engine's recorded completions) both use.
  */
 struct iodl_done {
+	int op;				/* IODL_OP_*: a sync counts only in fsyncs, fsync_ns and fsync_hist */
 	uint64_t t_ns;			/* reaped: decides the window and the series row */
 	uint64_t bytes, cached;		/* delivered, and of them not delivered by the storage */
-	uint64_t lat_ns;		/* handed over -> reaped: hist, max_ns */
+	uint64_t lat_ns;		/* handed over -> reaped: hist, max_ns (a sync: the call) */
 	uint64_t clat_ns, slat_ns;	/* issued -> reaped, handed over -> issued (see clat_hist) */
 	int has_slat;			/* 0: a sync read, which has no slat (fio) */
 	int unmeasured;			/* cache_check on, but this file's hits cannot be measured */

@@ -10,8 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IODL_OPS_VERSION 4	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
-				   4: async engines stamp t_issued_ns when asked (iodl_ctx.stamp_issued) */
+#define IODL_OPS_VERSION 5	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
+				   4: async engines stamp t_issued_ns when asked (iodl_ctx.stamp_issued);
+				   5: iodl_req.op: a request is a read or a write (an engine that
+				      ignored it would read where the plan writes) */
 #define IODL_ALIGN 4096		/* O_DIRECT buffer/offset/length alignment */
 
 enum iodl_q_status {
@@ -26,12 +28,20 @@ enum {
 	IODL_ENG_FAKE = 1u << 2,	/* does no I/O (null): no fds are looked at */
 };
 
+/*
+ * What a plan row asks for (iodl.plan.OP_*). Engines only ever see IODL_OP_READ and
+ * IODL_OP_WRITE: the core runs the syncs itself, synchronously, once nothing is in flight.
+ */
+enum { IODL_OP_READ, IODL_OP_WRITE, IODL_OP_FSYNC, IODL_OP_FDATASYNC, IODL_OP_COUNT };
+
 /* One in-flight request; `depth` of them are preallocated, request i always uses pool slot i. */
 struct iodl_req {
 	int fd;
+	int op;			/* IODL_OP_READ or IODL_OP_WRITE (the bytes at buf, len of them) */
 	uint32_t slot;
 	uint64_t offset;	/* of this issue */
-	uint64_t len;		/* asked of the kernel: rounded up to IODL_ALIGN when direct */
+	uint64_t len;		/* asked of the kernel: a direct read's is rounded up to IODL_ALIGN
+				   (a direct write's is aligned already: module.c refuses it otherwise) */
 	void *buf;
 	int64_t res;		/* bytes or -errno, set by the engine at completion */
 	uint64_t t_submit_ns;	/* set by core before ->commit() (or ->queue() for sync engines) */
@@ -49,7 +59,14 @@ struct iodl_req {
 	uint32_t file;
 	uint64_t got;		/* bytes of the row delivered so far (short reads re-issue the rest) */
 	uint64_t want;		/* bytes of the row still wanted */
-	uint64_t skip;		/* O_DIRECT continuation: bytes read again before the wanted ones */
+	uint64_t skip;		/* O_DIRECT continuation: bytes read (written) again before the wanted ones */
+	/*
+	 * Write content (core-only): bytes at the slot's start a read overwrote since its random
+	 * content was made (refilled before a write), and the engine's written-bytes count when
+	 * the slot's last write started (UINT64_MAX: never). See core.c, write_content().
+	 */
+	uint64_t stale;
+	uint64_t last_written;
 };
 
 struct iodl_ctx {
@@ -76,6 +93,12 @@ struct iodl_ctx {
 	 * down the engine (which would wait for them): both are left to the process's exit.
 	 */
 	int abandoned;
+	/*
+	 * Write content, owned by the core: the pool's pseudo-random state, the stamps given so far
+	 * (each 4 KiB block a write sends out gets the next one) and the bytes written from the
+	 * pool. Per engine, so no two engines share a sequence and nothing is global.
+	 */
+	uint64_t rand_state, stamp_seed, stamps, written;
 };
 
 struct iodl_engine_ops {

@@ -2,8 +2,8 @@
  * aio: Linux native AIO through raw io_setup/io_submit/io_getevents (no libaio). Staged iocbs
  * go to the kernel in one io_submit; completions are reaped from the mmapped completion ring
  * in user space when enough are already there (fio libaio userspace_reap), io_getevents only
- * when we must wait, at most IODL_WAIT_SLICE_NS at a time. Buffered AIO reads are synchronous
- * inside io_submit (a kernel fact). io_submit's EAGAIN (no room in the kernel now) keeps the
+ * when we must wait, at most IODL_WAIT_SLICE_NS at a time. Buffered AIO reads and writes are
+ * synchronous inside io_submit (a kernel fact). io_submit's EAGAIN (no room in the kernel now) keeps the
  * iocbs staged: they are submitted again after the next completions, as fio does.
  */
 #include <stdlib.h>
@@ -92,7 +92,7 @@ static enum iodl_q_status aio_queue(struct iodl_ctx *c, struct iodl_req *r)
 	struct iocb *cb = &d->iocbs[r->slot];
 
 	memset(cb, 0, sizeof(*cb));
-	cb->aio_lio_opcode = IOCB_CMD_PREAD;
+	cb->aio_lio_opcode = r->op == IODL_OP_WRITE ? IOCB_CMD_PWRITE : IOCB_CMD_PREAD;
 	cb->aio_fildes = (uint32_t)r->fd;
 	cb->aio_buf = (uint64_t)(uintptr_t)r->buf;
 	cb->aio_nbytes = r->len;

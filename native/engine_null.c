@@ -1,5 +1,5 @@
 /*
- * null: no I/O. A request "returns" its full length delay_ns after it was submitted; waiting
+ * null: no I/O. A request, read or write, "returns" its full length delay_ns after it was submitted; waiting
  * for it sleeps (clock_nanosleep), never spins, so that many null ranks on few cores behave.
  * Lets coordination, pacing and reports be tested without storage.
  *

@@ -1,4 +1,4 @@
-/* psync: one pread at a time, completed inside ->queue() (fio engines/sync.c). */
+/* psync: one pread or pwrite at a time, completed inside ->queue() (fio engines/sync.c). */
 #include <unistd.h>
 
 #include "engine.h"
@@ -19,7 +19,8 @@ static enum iodl_q_status psync_queue(struct iodl_ctx *c, struct iodl_req *r)
 	ssize_t n;
 
 	do
-		n = pread(r->fd, r->buf, r->len, (off_t)r->offset);
+		n = r->op == IODL_OP_WRITE ? pwrite(r->fd, r->buf, r->len, (off_t)r->offset)
+					   : pread(r->fd, r->buf, r->len, (off_t)r->offset);
 	while (n < 0 && errno == EINTR);
 	r->res = n < 0 ? -errno : n;
 	return IODL_Q_COMPLETED;

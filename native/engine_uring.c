@@ -4,8 +4,9 @@
  * io_uring_enter; completions are reaped from the CQ ring in user space, entering the kernel
  * only to wait, at most IODL_WAIT_SLICE_NS at a time (IORING_ENTER_EXT_ARG, 5.11; before it,
  * by polling). An EAGAIN/EBUSY from io_uring_enter leaves the SQEs in the ring: they are
- * submitted again after the next completions, as fio does. The pool is registered once so reads use READ_FIXED (no page pinning per
- * I/O); if the kernel refuses (RLIMIT_MEMLOCK before 5.12), plain READ is used instead.
+ * submitted again after the next completions, as fio does. The pool is registered once so
+ * requests use READ_FIXED/WRITE_FIXED (no page pinning per I/O); if the kernel refuses
+ * (RLIMIT_MEMLOCK before 5.12), plain READ/WRITE are used instead.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,13 @@ struct uring_data {
 	int ext_arg;			/* waits can carry a timeout (IORING_FEAT_EXT_ARG) */
 };
 
-static int read_supported(int fd)
+static int op_supported(const struct io_uring_probe *p, unsigned op)
+{
+	return p->last_op >= op && (p->ops[op].flags & IO_URING_OP_SUPPORTED);
+}
+
+/* IORING_OP_READ and _WRITE (5.6): the plain ops, used when the pool cannot be registered */
+static int rw_supported(int fd)
 {
 	size_t sz = sizeof(struct io_uring_probe) + 256 * sizeof(struct io_uring_probe_op);
 	struct io_uring_probe *p = calloc(1, sz);
@@ -46,7 +53,7 @@ static int read_supported(int fd)
 	/* no probe (before 5.6) means no IORING_OP_READ either */
 	if (rc < 0)
 		rc = -ENOSYS;
-	else if (p->last_op < IORING_OP_READ || !(p->ops[IORING_OP_READ].flags & IO_URING_OP_SUPPORTED))
+	else if (!op_supported(p, IORING_OP_READ) || !op_supported(p, IORING_OP_WRITE))
 		rc = -ENOSYS;
 	else
 		rc = 0;
@@ -63,7 +70,7 @@ static int uring_probe(void)
 	fd = sys_io_uring_setup(2, &p);
 	if (fd < 0)
 		return fd;
-	rc = read_supported(fd);
+	rc = rw_supported(fd);
 	close(fd);
 	return rc;
 }
@@ -199,7 +206,10 @@ static enum iodl_q_status uring_queue(struct iodl_ctx *c, struct iodl_req *r)
 		return IODL_Q_BUSY;
 	sqe = &d->sqes[d->tail & d->sq_mask];
 	memset(sqe, 0, sizeof(*sqe));
-	sqe->opcode = d->fixed ? IORING_OP_READ_FIXED : IORING_OP_READ;
+	if (r->op == IODL_OP_WRITE)
+		sqe->opcode = d->fixed ? IORING_OP_WRITE_FIXED : IORING_OP_WRITE;
+	else
+		sqe->opcode = d->fixed ? IORING_OP_READ_FIXED : IORING_OP_READ;
 	sqe->fd = r->fd;
 	sqe->off = r->offset;
 	sqe->addr = (uint64_t)(uintptr_t)r->buf;

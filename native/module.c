@@ -211,7 +211,7 @@ static void format_bare(const char *fmt, char *out, size_t n)
  * The plan, copied into C memory: the loop reads it with the GIL released, when another thread
  * could change the caller's array. A 1-d PLAN_DTYPE array, or a C-contiguous (n, 4) array of
  * uint64 (file, offset, length, op) or (n, 3) (reads), or the same of int64 without negative
- * values. Every row's op must be a read. Returns a PyMem block or NULL (exception set).
+ * values. Every row's op must be one of IODL_OP_*. Returns a PyMem block or NULL (exception set).
  */
 static struct iodl_plan_row *get_plan(PyObject *obj, size_t *nrows)
 {
@@ -264,9 +264,9 @@ static struct iodl_plan_row *get_plan(PyObject *obj, size_t *nrows)
 			PyMem_Free(rows);
 			return NULL;
 		}
-		if (rows[i].op != IODL_OP_READ) {
-			PyErr_Format(PyExc_ValueError, "plan row %zu: op %llu: the engines run reads (op 0) only",
-				     i, (unsigned long long)rows[i].op);
+		if (rows[i].op >= IODL_OP_COUNT) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: op %llu is not read (0), write (1), fsync (2) "
+				     "or fdatasync (3)", i, (unsigned long long)rows[i].op);
 			PyMem_Free(rows);
 			return NULL;
 		}
@@ -360,8 +360,10 @@ static PyObject *stats_dict(const struct iodl_stats *st)
 		return NULL;
 	for (int i = 0; i < IODL_DEPTH_BUCKETS; i++)
 		PyList_SET_ITEM(depth, i, PyLong_FromUnsignedLongLong(st->depth[i]));
-	return Py_BuildValue("{sKsKsKsKsKsKsisLsKsKsKsNsKsNsKsLsKsK}",
+	return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsisLsKsKsKsNsKsNsKsLsKsK}",
 			     "done", st->done, "ios", st->ios, "bytes", st->bytes,
+			     "write_ios", st->write_ios, "write_bytes", st->write_bytes,
+			     "fsyncs", st->fsyncs, "fsync_ns", st->fsync_ns,
 			     "cached_bytes", st->cached_bytes, "cache_unmeasured_bytes", st->cache_unmeasured_bytes,
 			     "errors", st->errors,
 			     "first_errno", st->first_errno, "first_error_row", (long long)st->first_error_row,
@@ -377,13 +379,16 @@ static PyObject *stats_dict(const struct iodl_stats *st)
  * call, then given back by outputs_release, also after an error part way through.
  */
 struct outputs {
-	Py_buffer hist, clat, slat, series, live;
+	Py_buffer hist, clat, slat, fsync, series, live;
 };
 
-static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObject *slat, PyObject *series,
-		       PyObject *live, struct iodl_run_args *a, long long series_origin_ns, long long series_bucket_ns)
+static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObject *slat, PyObject *fsync,
+		       PyObject *series, PyObject *live, struct iodl_run_args *a, long long series_origin_ns,
+		       long long series_bucket_ns)
 {
 	if (get_hist(hist, &o->hist, "hist") < 0)
+		return -1;
+	if (fsync != Py_None && get_hist(fsync, &o->fsync, "fsync_hist") < 0)
 		return -1;
 	if (clat != Py_None && get_hist(clat, &o->clat, "clat_hist") < 0)
 		return -1;
@@ -396,6 +401,7 @@ static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObje
 	a->hist = o->hist.buf;
 	a->clat_hist = o->clat.obj ? o->clat.buf : NULL;
 	a->slat_hist = o->slat.obj ? o->slat.buf : NULL;
+	a->fsync_hist = o->fsync.obj ? o->fsync.buf : NULL;
 	if (o->series.obj) {
 		a->series = o->series.buf;
 		a->series_rows = (size_t)o->series.shape[0];
@@ -408,7 +414,7 @@ static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObje
 
 static void outputs_release(struct outputs *o)
 {
-	Py_buffer *all[] = { &o->hist, &o->clat, &o->slat, &o->series, &o->live };
+	Py_buffer *all[] = { &o->hist, &o->clat, &o->slat, &o->fsync, &o->series, &o->live };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (all[i]->obj)
@@ -418,9 +424,10 @@ static void outputs_release(struct outputs *o)
 static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns",
-				  "series", "series_origin_ns", "series_bucket_ns", "live", "clat_hist", "slat_hist", NULL };
+				  "series", "series_origin_ns", "series_bucket_ns", "live", "clat_hist", "slat_hist",
+				  "fsync_hist", NULL };
 	PyObject *fds_obj, *plan_obj, *hist_obj, *series_obj = Py_None, *live_obj = Py_None, *result = NULL;
-	PyObject *clat_obj = Py_None, *slat_obj = Py_None;
+	PyObject *clat_obj = Py_None, *slat_obj = Py_None, *fsync_obj = Py_None;
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
 	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
 	struct outputs o = { 0 };
@@ -431,9 +438,9 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	int *fds = NULL, rc;
 	size_t nfds = 0, nrows = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOO:run", kwlist, &fds_obj, &plan_obj,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOO:run", kwlist, &fds_obj, &plan_obj,
 					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns, &series_obj,
-					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj))
+					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj, &fsync_obj))
 		return NULL;
 	if (check_open(self) < 0)
 		return NULL;
@@ -447,7 +454,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	plan = get_plan(plan_obj, &nrows);
 	if (!plan)
 		goto out;
-	if (outputs_get(&o, hist_obj, clat_obj, slat_obj, series_obj, live_obj, &a, series_origin_ns,
+	if (outputs_get(&o, hist_obj, clat_obj, slat_obj, fsync_obj, series_obj, live_obj, &a, series_origin_ns,
 			series_bucket_ns) < 0)
 		goto out;
 	a.plan = plan;
@@ -457,9 +464,23 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 				     (unsigned long long)a.plan[i].file, nfds);
 			goto out;
 		}
+		if (a.plan[i].op == IODL_OP_FSYNC || a.plan[i].op == IODL_OP_FDATASYNC)
+			continue;	/* a sync's offset and length are not used */
 		if (a.plan[i].length > (uint64_t)self->block_size) {
 			PyErr_Format(PyExc_ValueError, "plan row %zu: length %llu exceeds block_size %zd", i,
 				     (unsigned long long)a.plan[i].length, self->block_size);
+			goto out;
+		}
+		/*
+		 * A direct read may round its length up (the tail past EOF is not counted); a direct
+		 * write may not: it would write bytes the plan did not ask for, and the kernel refuses
+		 * an unaligned one (EINVAL) part way through the run. So it is refused here, before any.
+		 */
+		if (self->direct && a.plan[i].op == IODL_OP_WRITE &&
+		    (a.plan[i].offset % IODL_ALIGN || a.plan[i].length % IODL_ALIGN)) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: a direct write's offset and length must be "
+				     "multiples of %d, not offset %llu, length %llu", i, IODL_ALIGN,
+				     (unsigned long long)a.plan[i].offset, (unsigned long long)a.plan[i].length);
 			goto out;
 		}
 	}
@@ -592,7 +613,8 @@ static PyObject *Engine_get_closed(EngineObject *self, void *Py_UNUSED(c))
 static PyMethodDef Engine_methods[] = {
 	{ "run", (PyCFunction)(void (*)(void))Engine_run, METH_VARARGS | METH_KEYWORDS,
 	  "run(fds, plan, hist, *, deadline_ns=0, window_start_ns=0, window_end_ns=0, series=None, "
-	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None) -> RunStats: the whole plan, GIL released" },
+	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None, clat_hist=None, slat_hist=None, "
+	  "fsync_hist=None) -> RunStats: the whole plan (reads, writes, fsyncs), GIL released" },
 	{ "cancel", (PyCFunction)Engine_cancel, METH_NOARGS,
 	  "cancel(): from any thread; the run in progress stops within ~100 ms, drains and returns its "
 	  "stats (interrupted=True); later runs return at once" },
@@ -606,7 +628,8 @@ static PyGetSetDef Engine_getset[] = {
 	{ "name", (getter)Engine_get_name, NULL, "engine name", NULL },
 	{ "depth", (getter)Engine_get_depth, NULL, "requests kept in flight (1 for psync)", NULL },
 	{ "block_size", (getter)Engine_get_block_size, NULL, "largest request a plan may hold", NULL },
-	{ "direct", (getter)Engine_get_direct, NULL, "fds are O_DIRECT: lengths rounded up to ALIGN", NULL },
+	{ "direct", (getter)Engine_get_direct, NULL, "fds are O_DIRECT: read lengths rounded up to ALIGN, "
+	  "writes aligned", NULL },
 	{ "fixed_buffers", (getter)Engine_get_fixed_buffers, NULL, "the pool is registered (uring)", NULL },
 	{ "closed", (getter)Engine_get_closed, NULL, NULL, NULL },
 	{ "cancelled", (getter)Engine_get_cancelled, NULL, "cancel() was called (or a stop abandoned requests)", NULL },
@@ -794,7 +817,7 @@ static PyObject *py_account(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kw
 	for (int i = 0; i < NCOLS; i++)
 		if (get_column(obj[i], &cols[i], i < SUBMIT ? &n : &nsub, names[i]) < 0)
 			goto out;
-	if (outputs_get(&o, hist_obj, clat_obj, slat_obj, series_obj, live_obj, &a, series_origin_ns,
+	if (outputs_get(&o, hist_obj, clat_obj, slat_obj, Py_None, series_obj, live_obj, &a, series_origin_ns,
 			series_bucket_ns) < 0)
 		goto out;
 	a.window_start_ns = (uint64_t)window_start_ns;

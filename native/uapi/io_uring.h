@@ -77,7 +77,9 @@ struct io_uring_probe {
 
 /* opcodes */
 #define IORING_OP_READ_FIXED		4
+#define IORING_OP_WRITE_FIXED		5
 #define IORING_OP_READ			22		/* 5.6 */
+#define IORING_OP_WRITE			23		/* 5.6 */
 
 /* io_uring_enter() flags */
 #define IORING_ENTER_GETEVENTS		(1U << 0)

@@ -404,14 +404,15 @@ def test_plan_mutated_during_run_is_not_read(storage, name):
 
 
 @pytest.mark.parametrize("name", ["null", "psync"])
-def test_plan_rows_carry_an_op_and_only_reads_run(tmp_path, name):
+def test_plan_rows_carry_an_op_and_unknown_ops_are_refused(tmp_path, name):
     """The op column: (n, 4) rows and PLAN_DTYPE rows say what each request is; a read (0) runs,
-    a write or fsync row is refused by number, before anything runs."""
+    writes and syncs run too (tests/native/test_engine_writes.py), an op past OP_FDATASYNC is refused
+    by number, before anything runs."""
     from iodl import plan as P
 
     path = tmp_path / "f"
     path.write_bytes(b"x" * 8192)
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDWR)
     try:
         with _native.Engine(name, depth=2, block_size=4096) as eng:
             rows = P.new_plan(2)
@@ -419,10 +420,11 @@ def test_plan_rows_carry_an_op_and_only_reads_run(tmp_path, name):
             assert (rows["op"] == P.OP_READ).all()
             assert eng.run([fd], rows, histogram.empty())["bytes"] == 8192
             assert eng.run([fd], np.array([[0, 0, 4096, P.OP_READ]], dtype=np.uint64), histogram.empty())["ios"] == 1
-            for op in (P.OP_WRITE, P.OP_FSYNC):
+            for op in (P.OP_FDATASYNC + 1, 1 << 40):
                 bad = rows.copy()
                 bad["op"][1] = op
-                with pytest.raises(ValueError, match=f"plan row 1: op {op}: the engines run reads"):
+                with pytest.raises(ValueError, match=f"plan row 1: op {op} is not read"):
                     eng.run([fd], bad, histogram.empty())
+            assert path.read_bytes() == b"x" * 8192
     finally:
         os.close(fd)
