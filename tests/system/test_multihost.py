@@ -313,6 +313,46 @@ def test_validate_over_two_hosts_hosts_ranks_cache_view_and_one_drop_per_node(mp
     print(f"validate twice over 2 hosts: {time.monotonic() - start:.1f} s")
 
 
+def test_drop_caches_epoch_is_once_per_node_per_epoch(mpiexec_hosts, tmp_path):
+    """train-sync over 2 hosts x 2 ranks, 3 epochs, --drop-caches epoch: the node leaders drop before
+    the run and before epochs 2 and 3, so the wrapper logs 3 calls on each host, 6 in all (a drop
+    per rank would be 12, one per run 3)."""
+    from tests.helpers import iodl
+
+    wl = tmp_path / "small.toml"
+    wl.write_text(textwrap.dedent("""
+        [workload]
+        name = "multihost-small"
+        [dataset]
+        format = "npz"
+        files = 4
+        samples_per_file = 16
+        sample_size = "16KiB"
+        [train]
+        batch_size = 4
+        compute_time_s = 0.001
+    """))
+    roots = [str(tmp_path / "a"), str(tmp_path / "b")]
+    proc = iodl("generate", "--workload", str(wl), "--root", roots[0], "--root", roots[1], "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    log = tmp_path / "drops.log"
+    out = tmp_path / "r.json"
+    start = time.monotonic()
+    proc = mpiexec_hosts(TWO, cmd=[sys.executable, "-c", DROP_LOG, "read", "--pattern", "train-sync", "--root", roots[0],
+                                   "--root", roots[1], "--engine", "psync", "--epochs", "3", "--drop-caches", "epoch",
+                                   "--progress", "off", "--out", str(out)],
+                         env={"IODL_TEST_DROP_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = load_json(out)
+    logged = sorted(line.split()[0] for line in log.read_text().splitlines())
+    print(f"--drop-caches epoch, 3 epochs: drops logged {logged}; {time.monotonic() - start:.1f} s")
+    assert r["hosts"] == ["nodea", "nodeb"] and r["drop_caches"] == "epoch"
+    assert r["train"]["epochs_wrong"] == 0
+    # 2 mounts x 2 ranks each x 3 epochs: every rank checked its share of every epoch
+    assert r["train"]["epochs_checked"] == 4 * 3
+    assert logged == ["nodea"] * 3 + ["nodeb"] * 3
+
+
 @pytest.mark.root
 @pytest.mark.loopdev
 @pytest.mark.blkio
