@@ -51,8 +51,10 @@ while [ "${1#-}" != "$1" ]; do
     case "$1" in -l|-p|-o|-i|-F|-E) shift 2 ;; *) shift ;; esac
 done
 host="$1"; shift
+# IODL_TEST_HOSTNAME: give every host this one name (nodes that share a name, as cloned VMs do)
 exec unshare --uts --mount --ipc bash -c \
-    'hostname "$0" && mount -t tmpfs -o size=256m tmpfs /dev/shm && exec bash -c "$*"' "$host" "$@"
+    'hostname "$0" && mount -t tmpfs -o size=256m tmpfs /dev/shm && exec bash -c "$*"' \
+    "${IODL_TEST_HOSTNAME:-$host}" "$@"
 """
 
 
@@ -311,6 +313,24 @@ def test_validate_over_two_hosts_hosts_ranks_cache_view_and_one_drop_per_node(mp
         assert n["cache_hit_fraction"] > 0.95
     _evict([p for ps in files.values() for p in ps])
     print(f"validate twice over 2 hosts: {time.monotonic() - start:.1f} s")
+
+
+def test_nodes_that_share_a_host_name_stay_separate_hosts(mpiexec_hosts, tmp_path):
+    """Two nodes (MPI's COMM_TYPE_SHARED) whose hosts are both called "twin": the result keeps them
+    apart as twin#1 and twin#2 (in the order of their first rank), each with its own ranks, memory
+    and dataset probe. Before the fix they were one host "twin" of 4 ranks (bug found here)."""
+    root = tmp_path / "m0"
+    root.mkdir()
+    size = sum(os.path.getsize(p) for p in write_random_files(str(root), 2, 1 << 20))
+    out = tmp_path / "r.json"
+    proc = mpiexec_hosts(TWO, ["read", "--pattern", "validate", "--engine", "psync", "--root", str(root),
+                               "--progress", "off", "--out", str(out)], env={"IODL_TEST_HOSTNAME": "twin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = load_json(out)
+    assert r["hosts"] == ["twin#1", "twin#2"]
+    assert {p["rank"]: p["host"] for p in r["per_rank"]} == {0: "twin#1", 1: "twin#1", 2: "twin#2", 3: "twin#2"}
+    assert [(n["host"], n["ranks"]) for n in r["nodes"]] == [("twin#1", [0, 1]), ("twin#2", [2, 3])]
+    assert all(n["mem_total_bytes"] > 0 and n["dataset_bytes"] == size for n in r["nodes"])
 
 
 def test_drop_caches_epoch_is_once_per_node_per_epoch(mpiexec_hosts, tmp_path):
