@@ -311,6 +311,24 @@ class NodeBarrier:
         return int.from_bytes(self._mm[self.GLOBAL:self.GLOBAL + 4], "little")
 
 
+def node_host_name(comm, shared: "NodeShared") -> str:
+    """This rank's host name for the result: MPI's processor name, made unique per node.
+
+    The result groups ranks by this name (`hosts`, the per-node cache view, the datasize rule's
+    host count), while MPI and NodeShared group them by node (COMM_TYPE_SHARED). Two nodes with
+    one name (cloned VMs all called "ubuntu", containers given one --hostname) were merged into
+    one host, their memory and cache probes overwriting each other (found by
+    tests/system/test_multihost.py). Such nodes are now NAME#1, NAME#2, ... in the order of their
+    first rank; a name that one node holds is left as it is. One small allgather, at set-up."""
+    name = comm.hostname()
+    if not comm.is_mpi or comm.size == 1:
+        return name
+    leader = shared.node.bcast(comm.rank if shared.node_rank == 0 else None, root=0)
+    pairs = comm.allgather((leader, name))
+    nodes = sorted({first for first, n in pairs if n == name})
+    return name if len(nodes) == 1 else f"{name}#{nodes.index(leader) + 1}"
+
+
 def _shared_file(size: int):
     """A zeroed file in /dev/shm (tmpfs: memory shared by the node's processes)."""
     import tempfile

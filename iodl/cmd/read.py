@@ -166,13 +166,13 @@ def _synthetic_layout(wl):
     return None, [int(ends[-1])] * n, (lambda i: ends)
 
 
-def _cache_probe(comm, shared, node_mounts, mount, root, paths, sizes, copies) -> dict:
+def _cache_probe(comm, shared, host, node_mounts, mount, root, paths, sizes, copies) -> dict:
     """What this rank measures for the node's cache accounting (docs/design.md: one rank per node):
     the node leader its memory, the node's first rank of each mount that dataset's size and how
     much of it is in the page cache now."""
     from .. import cache
 
-    probe = {"rank": comm.rank, "host": comm.hostname(), "mount": mount, "path": root}
+    probe = {"rank": comm.rank, "host": host, "mount": mount, "path": root}
     if shared.node_rank == 0:
         info = cache.meminfo()
         probe.update(mem_total=info.get("MemTotal", 0), mem_available=info.get("MemAvailable", 0))
@@ -221,7 +221,6 @@ def run(args) -> int:
     elif not roots:
         roots = [dataset.ensure_default_dataset(comm, say=print if comm.rank == 0 else (lambda *a: None))]
     mount = mount_of(comm.rank, len(roots))
-    host = comm.hostname()
     train = None
     copies = 1
     if synthetic:
@@ -242,6 +241,8 @@ def run(args) -> int:
     # Per node: a block every rank's live counters go to (rank 0 shows them), one cache dropper.
     shared = NodeShared(comm, LIVE_SLOT * 256, per_rank=LIVE_SLOT)
     node_mounts = shared.node.allgather(mount)
+    # the host name the result groups by, one per node even where nodes share a name (comm.py)
+    host = comm_mod.node_host_name(comm, shared)
     leader = shared.node_rank == 0
     if args.drop_caches and leader:
         cache.drop()
@@ -254,7 +255,7 @@ def run(args) -> int:
         cfg.engine_extra = {"device": memoryview(shared.mm)[shared.device_offset:shared.device_offset + 8]}
     comm.barrier()  # every node's cache is dropped before any rank looks or reads
     measure_cache = not synthetic and not cfg.direct
-    probes = comm.gather(_cache_probe(comm, shared, node_mounts, mount, roots[mount], paths, sizes, copies)
+    probes = comm.gather(_cache_probe(comm, shared, host, node_mounts, mount, roots[mount], paths, sizes, copies)
                          if measure_cache else None)
     mine = RankResult(rank=comm.rank, host=host, mount=mount,
                       series=new_series(cfg.ramp_s + cfg.duration_s if cfg.pattern in ("storage-only", "infer-async") else None),
