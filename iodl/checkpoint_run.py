@@ -226,55 +226,47 @@ def _groups(n: int) -> list[range]:
     return [range(i, min(n, i + size)) for i in range(0, n, size)]
 
 
-def write_round(cursor, counters: OpCounters, directory: str, share: RankShare, block_size: int, fsync: bool,
-                direct: bool) -> None:
-    """Write this rank's share into directory (files created new), fsync each file unless told
-    not to; the round's time (from now: the caller has just left the barrier) and bytes are
-    filed in counters."""
+def _round(cursor, counters: OpCounters, directory: str, share: RankShare, open_file, plan_for) -> None:
+    """One round of this rank's share: its files opened a group at a time (open_file(path, i);
+    the null engine does no I/O and opens nothing), run through the cursor (plan_for(group)),
+    closed. The round's time, from now (the caller has just left the barrier) to the last
+    request's (or fsync's) return, opening and closing included, and its bytes go to counters."""
     from . import _native
-    from .engine import open_for_write
 
     t0, before = _native.monotonic_ns(), counters.bytes
-    try:
-        for group in _groups(len(share.names)):
-            paths = [os.path.join(directory, share.names[i]) for i in group]
-            fds: list[int] = []
-            try:
-                for path in paths:
-                    fds.append(open_for_write(path, direct))
-                cursor.run(fds, write_plan([share.sizes[i] for i in group], cursor.engine.block_size, fsync, direct),
-                           paths)
-            finally:
-                for fd in fds:
-                    os.close(fd)
-    finally:
-        counters.round_s.append((_native.monotonic_ns() - t0) / 1e9)
-        counters.round_bytes.append(counters.bytes - before)
-
-
-def read_round(cursor, counters: OpCounters, directory: str, share: RankShare, block_size: int,
-               direct: bool) -> None:
-    """Read this rank's share of the checkpoint in directory back, whole, each file refused unless
-    a regular file of the size written; time and bytes filed as write_round does."""
-    from . import _native
-    from .engine import open_for_read
-
-    sizes = on_disk_sizes(share.sizes, direct)
-    t0, before = _native.monotonic_ns(), counters.bytes
+    null = cursor.engine.name == "null"
     try:
         for group in _groups(len(share.names)):
             paths = [os.path.join(directory, share.names[i]) for i in group]
             fds: list[int] = []
             try:
                 for path, i in zip(paths, group):
-                    fds.append(open_for_read(path, direct, sizes[i]))
-                cursor.run(fds, shard_plan([sizes[i] for i in group], block_size), paths)
+                    fds.append(-1 if null else open_file(path, i))
+                cursor.run(fds, plan_for(group), paths)
             finally:
                 for fd in fds:
-                    os.close(fd)
+                    if fd >= 0:
+                        os.close(fd)
     finally:
         counters.round_s.append((_native.monotonic_ns() - t0) / 1e9)
         counters.round_bytes.append(counters.bytes - before)
+
+
+def write_round(cursor, counters: OpCounters, directory: str, share: RankShare, fsync: bool, direct: bool) -> None:
+    """Write this rank's share into directory, every file created new, each fsync'd unless told not to."""
+    from .engine import open_for_write
+
+    _round(cursor, counters, directory, share, lambda path, _i: open_for_write(path, direct),
+           lambda group: write_plan([share.sizes[i] for i in group], cursor.engine.block_size, fsync, direct))
+
+
+def read_round(cursor, counters: OpCounters, directory: str, share: RankShare, direct: bool) -> None:
+    """Read this rank's share back whole, each file refused unless a regular file of the size written."""
+    from .engine import open_for_read
+
+    sizes = on_disk_sizes(share.sizes, direct)
+    _round(cursor, counters, directory, share, lambda path, i: open_for_read(path, direct, sizes[i]),
+           lambda group: shard_plan([sizes[i] for i in group], cursor.engine.block_size))
 
 
 def on_disk_sizes(sizes: list[int], direct: bool) -> list[int]:
@@ -372,7 +364,7 @@ def execute(comm, plan: Plan, share: RankShare, mount_names: list[str], mount_by
                 comm, lambda: _new_checkpoint(root, store, plan.signature, mount_names, mount_bytes) if leader else None))
             comm.barrier()
             write_round(Cursor(engine, counters["write"], t0), counters["write"], os.path.join(root, name), share,
-                        plan.block_size, plan.fsync, plan.direct)
+                        plan.fsync, plan.direct)
             comm.barrier()
             if leader:
                 store["checkpoints"][-1]["state"] = "complete"
@@ -385,7 +377,7 @@ def execute(comm, plan: Plan, share: RankShare, mount_names: list[str], mount_by
             for _ in range(plan.reads):
                 comm.barrier()
                 read_round(Cursor(engine, counters["read"], t0), counters["read"], os.path.join(root, name), share,
-                           plan.block_size, plan.direct)
+                           plan.direct)
     except KeyboardInterrupt:
         partial = True
     finally:
@@ -423,7 +415,7 @@ def reduce_ops(comm, counters: dict, plan: Plan, partial: bool) -> dict | None:
                       for i in range(max(len(p["round_s"]) for p in parts))]
             b = op_block(rounds, m_hist, m_fsync, max((p["max_ns"] for p in group), default=0),
                          sum(p["ios"] for p in group), fsync)
-            if op == "read" and not plan.direct:
+            if op == "read" and not plan.direct and plan.engine != "null":   # null reads nothing
                 measured = not any(p["unmeasured"] for p in group)
                 cached = sum(p["cached_bytes"] for p in group)
                 b["cache_hit_fraction"] = (cached / b["bytes"] if b["bytes"] else 0.0) if measured else None

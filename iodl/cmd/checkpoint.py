@@ -77,9 +77,11 @@ def _setup(comm, args):
         raise UsageError("nothing to do: --writes and --reads are both 0")
     if len(args.root) > comm.size:
         raise UsageError(f"{len(args.root)} roots for {comm.size} rank(s): every root needs a rank")
-    block = parse_size(args.block_size)
+    block = parse_size(args.block_size, "--block-size")
+    # a checkpoint is written in large requests: a tiny one would turn a GB into a day of syscalls
+    limits.check_range("--block-size", block, 4096, limits.MAX_BLOCK_SIZE, integer=True)
     limits.check_block_size("--block-size", block, args.direct)
-    limits.check_range("--iodepth", args.iodepth, 1, 4096, integer=True)
+    limits.check_range("--iodepth", args.iodepth, 1, limits.MAX_DEPTH, integer=True)
     engine = engine_name(args.engine)
     if engine == "asyncio":
         raise UsageError("--engine asyncio reads only; checkpoints are written by uring, aio, psync or null")
@@ -163,13 +165,13 @@ def _print_result(result: dict, console) -> None:
         if not b:
             continue
         fs = b.get("fsync_latency_us")
-        rows.append([op + (" + fsync" if b.get("fsync") else ""), str(b["rounds"]), f"{b['bytes'] / 1e9:,.3f}",
-                     f"{b['duration_s']:.2f}", f"{b['bandwidth_MBps']:,.1f}", f"{b['min_rank_bandwidth_MBps']:,.1f}",
-                     f"{fs['p50'] / 1e3:,.1f} / {fs['max'] / 1e3:,.1f}" if fs else "-",
-                     f"{b['latency_us']['p99'] / 1e3:,.2f}"])
-    print_table(console, "checkpoints", [("", "left"), ("rounds", "right"), ("GB", "right"), ("seconds", "right"),
-                                         ("MB/s", "right"), ("slowest rank MB/s", "right"),
-                                         ("fsync ms p50 / max", "right"), ("p99 ms", "right")], rows)
+        rows.append([op + (" + fsync" if b.get("fsync") else ""), f"{b['bytes'] / 1e9:,.3f}", f"{b['duration_s']:.2f}",
+                     f"{b['bandwidth_MBps']:,.1f}", f"{b['min_rank_bandwidth_MBps']:,.1f}",
+                     f"{b['latency_us']['p99'] / 1e3:,.2f}", f"{fs['p50'] / 1e3:,.1f}" if fs else "-"])
+    rounds = {op: ck[op]["rounds"] for op in ("write", "read") if ck.get(op)}
+    print_table(console, "checkpoints (" + ", ".join(f"{n} {op}(s)" for op, n in rounds.items()) + ")",
+                [("", "left"), ("GB", "right"), ("s", "right"), ("MB/s", "right"), ("min rank MB/s", "right"),
+                 ("p99 ms", "right"), ("fsync p50 ms", "right")], rows)
     read = ck.get("read")
     if read and read.get("cache_hit_fraction") is not None:
         console.print(f"read back: {read['cache_hit_fraction']:.1%} came from the page cache"
@@ -270,5 +272,5 @@ def _print_plan(wl, p) -> None:
         when = f"training checkpoints every {ck.every_steps:,} steps"
     else:
         when = f"training checkpoints after epoch {ck.after_epoch}, then every {ck.every_epochs} epoch(s)"
-    console.print(f"{when}, fsync {'on' if ck.fsync else 'off'}; files go in CHECKPOINT/global_epochE_stepS/",
+    console.print(f"{when}, fsync {'on' if ck.fsync else 'off'}; files go in ROOT/ckpt-NNNNNN/",
                   highlight=False, markup=False)
