@@ -78,7 +78,7 @@ def _llama_with(tmp_path, old, new):
     (["--workload", "llama3-405b", "--plan", "--ranks", "600"], "--ranks 600: not a multiple of TP x PP"),
     (["--workload", "llama3-405b", "--plan", "--ranks", "0"], "--ranks"),
     (["--workload", "tiny", "--plan"], "no [model]: nothing to checkpoint"),
-    (["--workload", "llama3-8b"], "give --plan"),
+    (["--workload", "llama3-8b"], "or --plan"),
     (["--workload", "nope", "--plan"], "unknown workload 'nope'"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, mention):

@@ -332,7 +332,7 @@ def test_every_readme_command_fits_80_columns_with_no_cell_cut(tmp_path, two_mou
     table = readme.split("## Commands", 1)[1].split("\n\n", 2)[1]
     commands = re.findall(r"^\| `iodl ([\w-]+)", table, re.M)
     assert commands == ["read", "generate", "probe", "fio-compare", "sweep", "sizing", "workloads", "datasize",
-                        "report", "compare"]
+                        "checkpoint", "report", "compare"]
     ran = set()
     env = dict(NARROW)
 
@@ -380,6 +380,12 @@ def test_every_readme_command_fits_80_columns_with_no_cell_cut(tmp_path, two_mou
     ran.add("workloads")
     _check_fits(_iodl("datasize", "--workload", "unet3d_h100", "--accelerators", "8", env=env), "datasize")
     ran.add("datasize")
+    _check_fits(_iodl("checkpoint", "--workload", "llama3-405b", "--plan", env=env), "checkpoint --plan")
+    proc = _run([mpiexec(), "-n", "2", IODL, "checkpoint", "--workload", "llama3-8b", "--root", str(tmp_path / "ck"),
+                 "--engine", "null", "--writes", "1", "--reads", "1"], env=env)
+    _check_fits(proc, "checkpoint")
+    assert "subset mode" in proc.stdout
+    ran.add("checkpoint")
     _check_fits(_iodl("report", r1, r2, s, env=env), "report")
     _check_fits(_iodl("report", r2, "--plot", str(tmp_path / "p.png"), "--csv", str(tmp_path / "p.csv"), env=env),
                 "report --plot --csv")

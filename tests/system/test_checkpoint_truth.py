@@ -108,3 +108,54 @@ def test_no_fsync_says_so_and_leaves_writeback_to_the_kernel(tmp_path, model):
     assert result["checkpoint"]["write"]["fsyncs"] == 0 and result["checkpoint"]["read"] is None
     assert result["subset"] is True   # 2 of the model's 4 ranks: MLPerf's subset mode
     assert "subset mode" in proc.stdout
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_a_checkpoint_that_does_not_fit_is_refused_before_writing_with_both_numbers(tmp_path, model):
+    path, total = model
+    with LoopMount(64 << 20) as m:
+        root = os.path.join(m.path, "ckpt")
+        proc = iodl("checkpoint", "--workload", path, "--root", root, ranks=4, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        line = [ln for ln in proc.stderr.splitlines() if ln.startswith("iodl: error")][0]
+        assert f"{total:,} bytes" in line and "free" in line, line
+        assert sorted(os.listdir(root)) == ["iodl-checkpoints.json"]   # nothing written
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+@pytest.mark.blkio
+@pytest.mark.aio
+def test_sigint_ends_a_slow_checkpoint_within_about_a_second_with_a_partial_result(tmp_path, model):
+    """Direct writes at a 2 MB/s throttle (a write takes ~3 hours): SIGINT to mpiexec after 3 s;
+    every rank stops within about a second plus one request, and the result says partial."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import mpiexec
+
+    path, _total = model
+    with LoopMount(1 << 30) as m, BlkioGroup("iodl-ckpt-int") as group:
+        group.throttle_write(m.majmin, 2 * MB)
+        out = tmp_path / "r.json"
+        cmd = [mpiexec(), "-n", "4", sys.executable, "-m", "iodl", "checkpoint", "--workload", path, "--root",
+               os.path.join(m.path, "ckpt"), "--direct", "--engine", "aio", "--iodepth", "2", "--block-size", "256KiB",
+               "--out", str(out)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=group.enter)
+        time.sleep(3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _stdout, stderr = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    assert proc.returncode == 130, stderr
+    result = load_json(out)
+    write = result["checkpoint"]["write"]
+    print(f"stopped {took:.2f} s after SIGINT, {write['bytes'] / MB:.1f} MB written at {write['bandwidth_MBps']:.2f} MB/s")
+    assert result["partial"] is True and 0 < write["bytes"] < 20 * MB
+    # a request of 256 KiB at 2 MB/s shared by 4 ranks x 2 in flight: up to ~1 s of service time
+    assert took < 3.5, took
+    assert write["bandwidth_MBps"] * MB == pytest.approx(2 * MB, rel=0.25)
