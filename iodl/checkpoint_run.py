@@ -278,6 +278,10 @@ def on_disk_sizes(sizes: list[int], direct: bool) -> list[int]:
 
 # ---- the run: every rank, from set-up to the reduced figures
 
+BLOCK_SIZE = 1 << 20   # request size of checkpoint writes and reads unless told (iodl checkpoint --block-size)
+IODEPTH = 8            # requests in flight per rank unless told (--iodepth)
+
+
 @dataclass
 class Plan:
     """What a run does, decided before any I/O (the same on every rank)."""
@@ -335,61 +339,138 @@ def latest(store: dict, signature: dict, root: str) -> str:
     return entry["name"]
 
 
-def execute(comm, plan: Plan, share: RankShare, mount_names: list[str], mount_bytes: int, stop) -> dict:
-    """Run the rounds on this rank; rank 0 gets the reduced figures, the others None.
+def signature(cm, lay, direct: bool) -> dict:
+    """What a checkpoint must match to be read back: the model, its layout, how it was written."""
+    return {"model": cm.name, "ranks": lay.ranks, "data": lay.data, "direct": direct}
 
-    share: this rank's files; mount_names, mount_bytes: on a mount's leader, every file name its
-    mount's ranks write (recorded before writing, so that what iodl wrote can be removed later)
-    and the bytes they take on disk (checked against the free space before every write)."""
-    from . import _native, cache
-    from .comm import collective
-    from .cursor import Cursor
-    from .engine import open_engine
 
-    mount = comm.rank % len(plan.roots)
-    root = plan.roots[mount]
-    leader = _leader_of_mount(comm.rank, len(plan.roots))
-    store = collective(comm, lambda: prepare_root(root) if leader else None)
-    host = comm.hostname()
-    node_leader = comm.node_comm().rank == 0
-    counters = {"write": OpCounters(rank=comm.rank, host=host, mount=mount),
-                "read": OpCounters(rank=comm.rank, host=host, mount=mount)}
-    engine = open_engine(plan.engine, depth=plan.iodepth, block_size=plan.block_size, direct=plan.direct,
-                         cache_check=not plan.direct)
-    t0 = _native.monotonic_ns()
+def layout_for(comm, cm, roots: list[str], direct: bool):
+    """(this rank's share, its mount's file names and on-disk bytes when it leads the mount,
+    else ([], 0), the layout) of a model's checkpoint over this run's ranks (checkpoint.layout:
+    fewer ranks than TP*PP*DP is MLPerf's subset mode)."""
+    from . import checkpoint
+
+    lay = checkpoint.layout(cm, comm.size)
+
+    def share(rank: int) -> RankShare:
+        files = checkpoint.rank_files(cm, rank, lay.ranks)
+        return RankShare([n for n, _b in files], [b for _n, b in files])
+
+    names, need = [], 0
+    if _leader_of_mount(comm.rank, len(roots)):
+        for r in range(comm.rank, comm.size, len(roots)):
+            theirs = share(r)
+            names += theirs.names
+            need += sum(on_disk_sizes(theirs.sizes, direct))
+    return share(comm.rank), names, need, lay
+
+
+class Checkpoints:
+    """One rank's checkpoints: its share of each, written into (and read back from) its mount's
+    root, counted in `counters` (write and read). Every method is collective: all ranks call it.
+
+    names, need: on a mount's leader, every file name its mount's ranks write (recorded in the
+    store before writing, so that what iodl wrote can be removed later) and the bytes they take
+    on disk (checked against the free space before every write)."""
+
+    def __init__(self, comm, plan: Plan, share: RankShare, names: list[str], need: int):
+        from . import _native
+        from .comm import collective
+        from .engine import open_engine
+
+        self.comm, self.plan, self.share, self.names, self.need = comm, plan, share, names, need
+        self.mount = comm.rank % len(plan.roots)
+        self.root = plan.roots[self.mount]
+        self.leader = _leader_of_mount(comm.rank, len(plan.roots))
+        self.store = collective(comm, lambda: prepare_root(self.root) if self.leader else None)
+        host = comm.hostname()
+        self.counters = {op: OpCounters(rank=comm.rank, host=host, mount=self.mount) for op in ("write", "read")}
+        self.engine = open_engine(plan.engine, depth=plan.iodepth, block_size=plan.block_size, direct=plan.direct,
+                                  cache_check=not plan.direct)
+        self.t0 = _native.monotonic_ns()
+
+    def _leaders_say(self, fn) -> str:
+        """What fn() returns on this rank's mount leader (a checkpoint's name), or its one-line
+        error on every rank."""
+        from .comm import collective
+
+        mine = collective(self.comm, lambda: fn() if self.leader else None)
+        return self.comm.allgather(mine if self.leader else None)[self.mount]
+
+    def write(self) -> None:
+        """One checkpoint: every rank its files, fsync'd, between two barriers."""
+        from .cursor import Cursor
+
+        name = self._leaders_say(lambda: _new_checkpoint(self.root, self.store, self.plan.signature, self.names,
+                                                         self.need))
+        self.comm.barrier()
+        c = self.counters["write"]
+        write_round(Cursor(self.engine, c, self.t0), c, os.path.join(self.root, name), self.share, self.plan.fsync,
+                    self.plan.direct)
+        self.comm.barrier()
+        if self.leader:
+            self.store["checkpoints"][-1]["state"] = "complete"
+            save_store(self.root, self.store)
+
+    def read(self, rounds: int) -> None:
+        """Read the latest complete checkpoint back `rounds` times (caches dropped first when asked)."""
+        from . import cache
+        from .cursor import Cursor
+
+        name = self._leaders_say(lambda: latest(self.store, self.plan.signature, self.root))
+        if self.plan.drop_caches and self.comm.node_comm().rank == 0:
+            cache.drop()
+        c = self.counters["read"]
+        for _ in range(rounds):
+            self.comm.barrier()
+            read_round(Cursor(self.engine, c, self.t0), c, os.path.join(self.root, name), self.share,
+                       self.plan.direct)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def execute(comm, plan: Plan, share: RankShare, names: list[str], need: int, stop) -> dict | None:
+    """`iodl checkpoint --root`: the writes, then the reads; rank 0 gets the reduced figures."""
+    ck = Checkpoints(comm, plan, share, names, need)
     partial = False
     try:
         for _ in range(plan.writes):
-            name = _checkpoint_name_of(comm, mount, plan, collective(
-                comm, lambda: _new_checkpoint(root, store, plan.signature, mount_names, mount_bytes) if leader else None))
-            comm.barrier()
-            write_round(Cursor(engine, counters["write"], t0), counters["write"], os.path.join(root, name), share,
-                        plan.fsync, plan.direct)
-            comm.barrier()
-            if leader:
-                store["checkpoints"][-1]["state"] = "complete"
-                save_store(root, store)
+            ck.write()
         if plan.reads:
-            name = _checkpoint_name_of(comm, mount, plan, collective(
-                comm, lambda: latest(store, plan.signature, root) if leader else None))
-            if plan.drop_caches and node_leader:
-                cache.drop()
-            for _ in range(plan.reads):
-                comm.barrier()
-                read_round(Cursor(engine, counters["read"], t0), counters["read"], os.path.join(root, name), share,
-                           plan.direct)
+            ck.read(plan.reads)
     except KeyboardInterrupt:
         partial = True
     finally:
-        engine.close()
+        ck.close()
     partial = bool(comm.allreduce(int(partial or stop()), "max"))
-    return reduce_ops(comm, counters, plan, partial)
+    return reduce_ops(comm, ck.counters, plan, partial)
 
 
-def _checkpoint_name_of(comm, mount: int, plan: Plan, mine: str | None) -> str:
-    """Every rank learns its mount's checkpoint directory from the mount's leader."""
-    names = comm.allgather(mine if _leader_of_mount(comm.rank, len(plan.roots)) else None)
-    return names[mount]
+class TrainingCheckpoints:
+    """train-sync's in-training checkpoints (training.run_steps' after_step): after step
+    `every_steps` x k, or at the end of epoch after_epoch and every every_epochs epochs after it
+    (DLIO's schedule); the seconds the checkpoint took, 0.0 when none was due."""
+
+    def __init__(self, checkpoints: Checkpoints, spec):
+        self.ck, self.spec = checkpoints, spec
+
+    def due(self, step: int, steps_per_epoch: int) -> bool:
+        if self.spec.every_steps:
+            return step % self.spec.every_steps == 0
+        if step % steps_per_epoch:
+            return False
+        epoch = step // steps_per_epoch          # the epoch that just ended, counted from 1
+        return epoch >= self.spec.after_epoch and (epoch - self.spec.after_epoch) % self.spec.every_epochs == 0
+
+    def __call__(self, step: int, steps_per_epoch: int) -> float:
+        from . import _native
+
+        if not self.due(step, steps_per_epoch):
+            return 0.0
+        t0 = _native.monotonic_ns()
+        self.ck.write()
+        return (_native.monotonic_ns() - t0) / 1e9
 
 
 def reduce_ops(comm, counters: dict, plan: Plan, partial: bool) -> dict | None:

@@ -58,8 +58,11 @@ def summary(per_rank: list, au_threshold: float) -> dict | None:
             continue
         for epoch in np.unique(rows[:, col["epoch"]]).tolist():
             steps = rows[rows[:, col["epoch"]] == epoch]
-            whole = steps[-1, col["t_end"]] - steps[0, col["t_start"]]
-            rest = steps[-1, col["t_end"]] - steps[0, col["t_end"]]     # all but the first step
+            # DLIO ends its measured block before a checkpoint and starts a new one after it:
+            # the time the epoch's steps spent checkpointing is in neither figure
+            saving = steps[:, col["checkpoint"]]
+            whole = steps[-1, col["t_end"]] - steps[0, col["t_start"]] - saving.sum()
+            rest = steps[-1, col["t_end"]] - steps[0, col["t_end"]] - saving[1:].sum()   # all but the first step
             if rest > 0:
                 au.setdefault(epoch, []).append(float(steps[1:, col["compute"]].sum() / rest))
             if whole > 0:

@@ -43,6 +43,7 @@ class Run:
     result: RankResult           # where to count (it may carry a series and live counters)
     stop: Callable[[], bool]     # True once the user asked to stop
     on_epoch: Callable | None = None   # called between epochs (step patterns)
+    after_step: Callable | None = None # train-sync's in-training checkpoint (training.run_steps)
 
 
 _REGISTRY: dict[str, Pattern] = {}

@@ -74,6 +74,7 @@ class _Train(TypedDict):
     data_wait_s_per_step: float
     barrier_wait_s_per_step: float
     compute_s_per_step: float
+    checkpoint_s_per_step: float
     epochs_checked: int
     epochs_wrong: int
     shuffle: str
@@ -134,6 +135,7 @@ class Result(_Result, total=False):
     validate: dict                  # validate (dataset.validate_block)
     series: dict                    # metrics.series_block
     missing_ranks: list[int]        # after a stop some rank did not answer
+    checkpoint: dict                # train-sync with --checkpoint-root: {"write": ..., "fsync", "roots"}
 
 
 RESULT_KEYS = tuple(_Result.__annotations__)

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
 
 
-STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch")
+# checkpoint: seconds of the step spent writing an in-training checkpoint (after its barrier)
+STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch", "checkpoint")
 
 
 def buffer_size(shuffle: str, shuffle_size: int, samples_per_shard: int) -> int:
@@ -290,7 +291,8 @@ def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple
 
 
 def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, index_in_mount: int,
-              ranks_in_mount: int, host: str, stop_flag=None, result: RankResult | None = None, on_epoch=None):
+              ranks_in_mount: int, host: str, stop_flag=None, result: RankResult | None = None, on_epoch=None,
+              after_step=None):
     """Run train-sync or infer-async on this rank. Returns (RankResult, step records array,
     partial, steps per epoch).
 
@@ -298,6 +300,9 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     stop_flag: a callable returning True when the user asked to stop (SIGINT/SIGTERM).
     result: where to count (it may carry a series and live counters); on_epoch(epoch): called
     between the last step of an epoch and the first of the next (after the barrier in train-sync).
+    after_step(step, steps_per_epoch) -> seconds: train-sync's in-training checkpoint, run by
+    every rank after a step's barrier and inside that step's time (the step waits for it, so AU
+    shows its cost); what it took is the step's `checkpoint` field.
     The stream's order check lands in result.epochs_checked / epochs_wrong.
     """
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -347,6 +352,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
                     # the barrier stands in for the gradient all-reduce; it also agrees on stopping
                     flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0))
                     want_stop, interrupted = bool(flags & 1), bool(flags & 2)
+                stalled = after_step(step, steps_per_epoch) if after_step and not interrupted else 0.0
             except (KeyboardInterrupt, Cancelled):
                 # a stop request seen mid-step (waiting for data, computing, at the barrier): every
                 # rank got the signal too, so none waits for this one; the unfinished step is dropped
@@ -354,8 +360,8 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
                 break
             end = clock()
             records.add(t_start=start, t_end=end, data_wait=fetched - start, compute=computed - fetched,
-                        barrier=end - computed, bytes=nbytes, samples=cfg.batch_size,
-                        epoch=(step - 1) // steps_per_epoch)
+                        barrier=end - computed - stalled, bytes=nbytes, samples=cfg.batch_size,
+                        epoch=(step - 1) // steps_per_epoch, checkpoint=stalled)
             if result.live is not None:
                 result.live[LIVE_STEPS] = step
             if interrupted:
@@ -381,7 +387,7 @@ def _steps(run: Run) -> tuple[np.ndarray, bool]:
     members = plan.ranks_of_mount(run.mount, run.n_mounts, run.comm.size)
     _result, records, partial, _spe = run_steps(run.comm, run.cfg, run.paths, run.sizes, run.sample_ends, run.mount,
                                                 members.index(run.comm.rank), len(members), run.host, run.stop,
-                                                result=run.result, on_epoch=run.on_epoch)
+                                                result=run.result, on_epoch=run.on_epoch, after_step=run.after_step)
     return records, partial
 
 
@@ -454,6 +460,7 @@ def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: floa
         "data_wait_s_per_step": float(_col(m, "data_wait").mean()) if len(m) else 0.0,
         "barrier_wait_s_per_step": float(_col(m, "barrier").mean()) if len(m) else 0.0,
         "compute_s_per_step": float(_col(m, "compute").mean()) if len(m) else 0.0,
+        "checkpoint_s_per_step": float(_col(m, "checkpoint").mean()) if len(m) else 0.0,
     }
     if pattern == "infer-async" and rows:
         rates = np.array([rate(x) for x in samples_in])

@@ -13,6 +13,7 @@ GiB = 1 << 30
 
 
 def add_arguments(p) -> None:
+    from ..checkpoint_run import BLOCK_SIZE, IODEPTH
     from ..limits import cli_int
 
     p.add_argument("--workload", required=True, metavar="NAME|FILE",
@@ -34,8 +35,8 @@ def add_arguments(p) -> None:
                    help="empty each node's page cache between writing and reading (needs root; MLPerf's rules)")
     p.add_argument("--engine", default="auto", help="auto, uring, aio, psync or null (default auto: docs/engines.md)")
     p.add_argument("--direct", action="store_true", help="O_DIRECT (files are written in whole 4 KiB blocks)")
-    p.add_argument("--iodepth", type=cli_int, default=8, help="requests in flight per rank (default 8)")
-    p.add_argument("--block-size", metavar="SIZE", default="1MiB", help="request size (default 1MiB)")
+    p.add_argument("--iodepth", type=cli_int, default=IODEPTH, help=f"requests in flight per rank (default {IODEPTH})")
+    p.add_argument("--block-size", metavar="SIZE", default=str(BLOCK_SIZE), help="request size (default 1MiB)")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
 
 
@@ -57,7 +58,7 @@ def _setup(comm, args):
     import os
 
     from .. import cache, checkpoint, limits
-    from ..checkpoint_run import Plan, RankShare
+    from ..checkpoint_run import Plan, layout_for, signature
     from ..errors import UsageError
     from ..patterns import choose_engine, engine_name
     from ..report import check_output_path
@@ -94,29 +95,12 @@ def _setup(comm, args):
         check_output_path("--out", args.out)
     roots = [os.path.abspath(r) for r in args.root]
     fsync = wl.checkpoint.fsync and not args.no_fsync
-    signature = {"model": cm.name, "ranks": lay.ranks, "data": lay.data, "direct": args.direct}
     run_plan = Plan(roots=roots, writes=writes, reads=reads, fsync=fsync, direct=args.direct, engine=engine,
-                    iodepth=iodepth, block_size=block, drop_caches=args.drop_caches, signature=signature)
+                    iodepth=iodepth, block_size=block, drop_caches=args.drop_caches,
+                    signature=signature(cm, lay, args.direct))
     # every rank's files: a mount's leader records its ranks' names before writing and checks the space
-    share = _share(cm, comm.rank, lay.ranks)
-    mount = comm.rank % len(roots)
-    names, need = [], 0
-    if comm.rank < len(roots):
-        from ..checkpoint_run import on_disk_sizes
-
-        for r in range(mount, comm.size, len(roots)):
-            files = checkpoint.rank_files(cm, r, lay.ranks)
-            names += [n for n, _b in files]
-            need += sum(on_disk_sizes([b for _n, b in files], args.direct))
+    share, names, need, _lay = layout_for(comm, cm, roots, args.direct)
     return wl, cm, lay, run_plan, share, names, need
-
-
-def _share(cm, rank: int, ranks: int):
-    from .. import checkpoint
-    from ..checkpoint_run import RankShare
-
-    files = checkpoint.rank_files(cm, rank, ranks)
-    return RankShare([n for n, _b in files], [b for _n, b in files])
 
 
 def checkpoint_run(args) -> int:

@@ -44,6 +44,9 @@ def add_arguments(p) -> None:
                    help="empty each node's page cache before the run (start) or also before every epoch (epoch); needs root")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="rank 0's live per-mount MB/s (auto: on a terminal; on without one: a line per second)")
+    p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
+                   help="train-sync: write the workload's in-training checkpoints ([checkpoint] every_steps, or "
+                        "after_epoch and every_epochs) here; the steps wait for them (docs/checkpoint.md)")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
     p.add_argument("--csv", metavar="FILE", help="write the per-second time series here (one row per second per mount)")
 
@@ -102,7 +105,31 @@ def _setup(comm, args):
     cfg = ReadConfig(pattern=pattern, engine=engine, direct=args.direct,
                      iodepth=iodepth, block_size=block_size, duration_s=duration, ramp_s=args.ramp,
                      seed=args.seed if args.seed is not None else wl.train.seed, delay_ns=int(args.delay_us * 1000))
-    return wl, cfg
+    return wl, cfg, _checkpoint_setup(comm, args, wl, cfg)
+
+
+def _checkpoint_setup(comm, args, wl, cfg):
+    """train-sync's in-training checkpoints: (plan, share, names, bytes) or None (docs/checkpoint.md)."""
+    from .. import checkpoint
+    from ..checkpoint_run import BLOCK_SIZE, IODEPTH, Plan, layout_for, signature
+    from ..errors import UsageError
+    from ..patterns import choose_engine
+
+    if not args.checkpoint_root:
+        return None
+    if cfg.pattern != "train-sync":
+        raise UsageError(f"--checkpoint-root: in-training checkpoints are train-sync's, not {cfg.pattern}'s")
+    if len(args.checkpoint_root) > comm.size:
+        raise UsageError(f"{len(args.checkpoint_root)} checkpoint roots for {comm.size} rank(s): every root needs a rank")
+    cm = wl.checkpoint_model()
+    lay = checkpoint.layout(cm, comm.size)
+    roots = [os.path.abspath(r) for r in args.checkpoint_root]
+    # written for real even when the run reads with null (no dataset) or asyncio (reads only)
+    engine = choose_engine("auto" if cfg.engine in ("null", "asyncio") else cfg.engine, cfg.direct)
+    plan = Plan(roots=roots, writes=0, reads=0, fsync=wl.checkpoint.fsync, direct=cfg.direct, engine=engine,
+                iodepth=1 if engine == "psync" else IODEPTH, block_size=BLOCK_SIZE, drop_caches=False,
+                signature=signature(cm, lay, cfg.direct))
+    return (plan, *layout_for(comm, cm, roots, cfg.direct)[:3])
 
 
 STOP_GRACE_S = 3.0   # after a stop request, how long collectives wait for a rank before giving up on it
@@ -212,7 +239,7 @@ def run(args) -> int:
 
     stop = _Interrupt()
     comm = comm_mod.world()
-    wl, cfg = collective(comm, lambda: _setup(comm, args))
+    wl, cfg, ck_setup = collective(comm, lambda: _setup(comm, args))
     roots = [os.path.abspath(r) for r in args.root]
     pattern = registry()[cfg.pattern]
     synthetic = cfg.engine == "null" and not roots and pattern.steps
@@ -294,13 +321,19 @@ def run(args) -> int:
                             total_steps=total_steps if scfg and not cfg.duration_s else 0,
                             other_nodes=shared.node_size < comm.size or not shared.shared,
                             console=console).start()
+    checkpoints = after_step = None
+    if ck_setup is not None:
+        from ..checkpoint_run import Checkpoints, TrainingCheckpoints
+
+        checkpoints = Checkpoints(comm, *ck_setup)
+        after_step = TrainingCheckpoints(checkpoints, wl.checkpoint)
     startup_s = process_age_s()
     records = None
     try:
         stop.arm()
         records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=np.asarray(sizes),
                                            sample_ends=sample_ends, mount=mount, n_mounts=len(roots), host=host,
-                                           result=mine, stop=stop, on_epoch=on_epoch))
+                                           result=mine, stop=stop, on_epoch=on_epoch, after_step=after_step))
     except KeyboardInterrupt:
         # the signal landed outside the pattern's own waits (opening the engine, closing files):
         # what was counted is in `mine` all the same
@@ -313,21 +346,26 @@ def run(args) -> int:
         stop.disarm()
         if progress is not None:
             progress.stop()
+        if checkpoints is not None:
+            checkpoints.close()
     mine.note_process(startup_s)
     if stop():
         comm.give_up_after(STOP_GRACE_S)
 
     def put_together(c):
-        """(partial, step records, validate's shard counts, reduced counters) of the ranks of c."""
+        """(partial, step records, validate's shard counts, reduced counters, checkpoints) of the ranks of c."""
+        from ..checkpoint_run import reduce_ops
+
         flag = bool(c.allreduce(int(partial or stop()), "max"))
         recs = c.gather((mount, records)) if scfg is not None else None
         chk = c.gather((mount, len(sizes), int(sum(sizes)))) if cfg.pattern == "validate" else None  # dataset.validate_block
+        ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, ck_setup[0], flag) if checkpoints else None
         # a stopped run's window is what it ran: from its first counted completion to its last
-        return flag, recs, chk, reduce_results(c, mine, roots, cfg.duration_s if fixed_window and not flag else None)
+        return flag, recs, chk, reduce_results(c, mine, roots, cfg.duration_s if fixed_window and not flag else None), ck
 
     missing = []
     try:
-        partial, all_records, checked, reduced = put_together(comm)
+        partial, all_records, checked, reduced, ck_reduced = put_together(comm)
         comm.all_answered()
     except RanksNotAnswering:
         # a stopped or hung rank holds the collectives: the ranks that answered put their results
@@ -345,9 +383,9 @@ def run(args) -> int:
             raise
         missing = comm.missing_ranks()
         try:
-            _flag, all_records, checked, reduced = put_together(answering)
+            _flag, all_records, checked, reduced, ck_reduced = put_together(answering)
         except RanksNotAnswering:   # one that answered went silent too: rank 0's own counters, then
-            _flag, all_records, checked, reduced = put_together(SerialComm())
+            _flag, all_records, checked, reduced, ck_reduced = put_together(SerialComm())
         partial = True
         reduced["ranks"] = comm.size   # the run's size; per_rank holds the ranks that answered
     if comm.rank != 0:
@@ -397,9 +435,18 @@ def run(args) -> int:
         result["validate"] = dataset.validate_block(checked, result["total"]["bytes"])
     if reduced["series"] is not None:
         result["series"] = reduced["series"]
+    if ck_reduced is not None:
+        result["checkpoint"] = {"write": ck_reduced["checkpoint"]["write"], "fsync": ck_setup[0].fsync,
+                                "roots": ck_setup[0].roots}
     if missing:
         result["missing_ranks"] = missing
     print_result(result, console)
+    if ck_reduced is not None:
+        w = result["checkpoint"]["write"]
+        console.print(f"in-training checkpoints: {w['rounds'] if w else 0} written"
+                      + (f", {w['bytes'] / 1e9:,.3f} GB in {w['duration_s']:.2f} s ({w['bandwidth_MBps']:,.1f} MB/s); "
+                         f"the steps waited {result['train']['checkpoint_s_per_step']:.3f} s per step for them"
+                         if w else ""), highlight=False, markup=False)
     if pattern.steps and not synthetic:
         _datasize_warning(wl, reduced, len(sizes), roots[mount], console)
     if args.out:

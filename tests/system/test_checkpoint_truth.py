@@ -159,3 +159,66 @@ def test_sigint_ends_a_slow_checkpoint_within_about_a_second_with_a_partial_resu
     # a request of 256 KiB at 2 MB/s shared by 4 ranks x 2 in flight: up to ~1 s of service time
     assert took < 3.5, took
     assert write["bandwidth_MBps"] * MB == pytest.approx(2 * MB, rel=0.25)
+
+
+TRAIN = """\
+[workload]
+name = "tiny-with-checkpoints"
+pattern = "train-sync"
+
+[dataset]
+format = "tfrecord"
+files = 16
+samples_per_file = 64
+sample_size = "64KiB"
+
+[train]
+batch_size = 32
+compute_time_s = 0.1
+epochs = 1
+shuffle = "file"
+
+[model]
+type = "cnn"
+model_size = "64MB"              # written whole by rank 0 (no ZeRO), as DLIO's unet3d
+
+[checkpoint]
+every_steps = 4
+"""
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+@pytest.mark.blkio
+@pytest.mark.flaky(reruns=1)   # 2 ranks on 2 cores: the step times are the claim
+def test_in_training_checkpoints_stall_the_steps_and_au_shows_it(tmp_path):
+    """train-sync (null reads, 0.1 s compute, 12 steps) checkpoints 64 MB after every 4th step
+    into a loop mount throttled at 32 MB/s for writes: each checkpoint takes ~2 s, the steps wait
+    for it, so iodl's AU is (8 x 1 + 3 x 0.1 / 2.1) / 11 measured steps = 0.740; MLPerf's view
+    leaves checkpoints out (as DLIO does) and stays near 1."""
+    wl = tmp_path / "train.toml"
+    wl.write_text(TRAIN)
+    bps, size, compute = 32 * MB, 64 * MB, 0.1
+    with LoopMount(1 << 30) as m, BlkioGroup("iodl-ckpt-train") as group:
+        group.throttle_write(m.majmin, bps)
+        out = tmp_path / "r.json"
+        before = m.bytes_written()
+        proc = iodl("read", "--workload", str(wl), "--engine", "null", "--steps", "12",
+                    "--checkpoint-root", os.path.join(m.path, "ckpt"), "--out", str(out), ranks=2,
+                    preexec_fn=group.enter, timeout=120)
+        reached = m.bytes_written() - before
+        assert proc.returncode == 0, proc.stderr
+    result = load_json(out)
+    write, train = result["checkpoint"]["write"], result["train"]
+    stall = size / bps
+    expected_au = (8 * 1.0 + 3 * compute / (compute + stall)) / 11
+    print(f"checkpoints {write['rounds']} x {size / MB:.0f} MB at {write['bandwidth_MBps']:.2f} MB/s; "
+          f"AU {train['au']:.3f} (expected {expected_au:.3f}), MLPerf AU {train['mlperf']['au']:.3f}; "
+          f"stalled {train['checkpoint_s_per_step'] * 11:.2f} s")
+    assert write["rounds"] == 3 and write["bytes"] == 3 * size and result["checkpoint"]["fsync"] is True
+    assert reached >= 3 * size
+    assert write["bandwidth_MBps"] * MB == pytest.approx(bps, rel=0.05)
+    # the steps waited for every checkpoint: 11 measured steps hold all three
+    assert train["checkpoint_s_per_step"] * 11 == pytest.approx(write["duration_s"], rel=0.05)
+    assert train["au"] == pytest.approx(expected_au, abs=0.03)
+    assert train["mlperf"]["au"] > 0.95

@@ -58,11 +58,12 @@ def test_mlperf_au_and_samples_per_s_from_known_steps():
     from iodl.mlperf import summary
     from iodl.training import STEP_FIELDS
 
-    def rank(first, step, compute):
+    def rank(first, step, compute, saving=0.0):
         rows, t = [], 0.0
-        for i, length in enumerate([first, step, step]):
+        for i, length in enumerate([first, step, step + saving]):
             rows.append({"t_start": t, "t_end": t + length, "data_wait": length - compute, "compute": compute,
-                         "barrier": 0.0, "bytes": 100, "samples": 10, "epoch": 0})
+                         "barrier": 0.0, "bytes": 100, "samples": 10, "epoch": 0,
+                         "checkpoint": saving if i == 2 else 0.0})
             t += length
         return np.array([[r[f] for f in STEP_FIELDS] for r in rows])
 
@@ -70,6 +71,8 @@ def test_mlperf_au_and_samples_per_s_from_known_steps():
     assert got["au"] == pytest.approx(0.65) and got["samples_per_s"] == pytest.approx(16.0)
     assert got["pass"] is False and got["epochs"] == 1
     assert summary([rank(1.0, 1.0, 0.8)[:1]], 0.7) is None      # one step: AU undefined
+    # a checkpoint of 7 s in the last step is in neither time (DLIO ends its block before it)
+    assert summary([rank(1.0, 1.0, 0.8, saving=7.0), rank(3.0, 1.0, 0.5, saving=7.0)], 0.7) == got
 
 
 # MLPerf Storage's published numbers (v2.0 files; v3.0 unet3d_b200's compute time): files,
