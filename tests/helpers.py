@@ -50,3 +50,31 @@ def load_json(path: str) -> dict:
         return json.load(f)
 
 
+
+
+def transformer_toml(name: str, *, layers: int, hidden: int, ffn: int, heads: int, vocab: int, data: int,
+                     zero_stage: int = 3, writes: int = 1, reads: int = 1) -> str:
+    """A checkpoint workload of a small transformer in TOML, with DLIO's key names (TP = PP = 1)."""
+    return f"""\
+[workload]
+name = "{name}"
+
+[model]
+type = "transformer"
+num_layers = {layers}
+hidden_size = {hidden}
+ffn_hidden_size = {ffn}
+num_attention_heads = {heads}
+num_kv_heads = {heads}
+vocab_size = {vocab}
+
+[parallelism]
+tensor = 1
+pipeline = 1
+data = {data}
+zero_stage = {zero_stage}
+
+[checkpoint]
+writes = {writes}
+reads = {reads}
+"""

@@ -7,31 +7,9 @@ import os
 
 import pytest
 
-from tests.helpers import iodl, load_json
+from tests.helpers import iodl, load_json, transformer_toml
 
-MODEL = """\
-[workload]
-name = "small"
-
-[model]
-type = "transformer"
-num_layers = 1
-hidden_size = 256
-ffn_hidden_size = 512
-num_attention_heads = 4
-num_kv_heads = 4
-vocab_size = 1000
-
-[parallelism]
-tensor = 1
-pipeline = 1
-data = 2
-zero_stage = 3
-
-[checkpoint]
-writes = 1
-reads = 1
-"""
+MODEL = transformer_toml("small", layers=1, hidden=256, ffn=512, heads=4, vocab=1000, data=2)
 
 
 @pytest.fixture

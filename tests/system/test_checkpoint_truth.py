@@ -8,33 +8,11 @@ import os
 import pytest
 
 from iodl.groundtruth import BlkioGroup, LoopMount, drop_caches
-from tests.helpers import iodl, load_json
+from tests.helpers import iodl, load_json, transformer_toml
 
 MB = 1_000_000
 
-MODEL = """\
-[workload]
-name = "truth-350mb"
-
-[model]
-type = "transformer"
-num_layers = 1
-hidden_size = 1024
-ffn_hidden_size = 2048
-num_attention_heads = 8
-num_kv_heads = 8
-vocab_size = 7000
-
-[parallelism]
-tensor = 1
-pipeline = 1
-data = 4
-zero_stage = 3
-
-[checkpoint]
-writes = 1
-reads = 1
-"""
+MODEL = transformer_toml("truth-350mb", layers=1, hidden=1024, ffn=2048, heads=8, vocab=7000, data=4)
 
 
 @pytest.fixture
