@@ -201,6 +201,7 @@ class Point:
     storage_bandwidth_MBps: float | None   # None: the cache's share was not measurable
     result: str | None     # the point's iodl.result/1 file; None when it lived in a removed temp dir
     exit_code: int
+    mlperf_au: float | None = None   # MLPerf Storage's AU of the point (train.mlperf); None: not defined
 
 
 def point_from_result(ranks: int, result: dict, path: str | None, exit_code: int) -> Point:
@@ -208,18 +209,22 @@ def point_from_result(ranks: int, result: dict, path: str | None, exit_code: int
     if not train:
         raise IodlError(f"the {ranks}-rank point's result has no accelerator view (train block)")
     total = result["total"]
+    mlperf = train.get("mlperf")
     return Point(ranks=ranks, au=float(train["au"]), samples_per_s=float(train["samples_per_s"]),
                  bandwidth_MBps=float(total["bandwidth_MBps"]),
                  storage_bandwidth_MBps=storage_MBps(total),
-                 result=path, exit_code=exit_code)
+                 result=path, exit_code=exit_code, mlperf_au=float(mlperf["au"]) if mlperf else None)
 
 
 def meets(au: float, threshold: float) -> bool:
     return au >= threshold - 1e-12  # an AU printed as exactly 90.0% counts as 90%
 
 
-def accelerators_supported(points: list[Point], threshold: float) -> int:
-    """Largest rank count whose AU >= threshold (docs/numbers.md), 0 when none reached it."""
+def accelerators_supported(points: list[Point], threshold: float, mlperf: bool = False) -> int:
+    """Largest rank count whose AU >= threshold (docs/numbers.md), 0 when none reached it; by
+    MLPerf Storage's AU (train.mlperf.au) when asked, points without one not counting."""
+    if mlperf:
+        return max((p.ranks for p in points if p.mlperf_au is not None and meets(p.mlperf_au, threshold)), default=0)
     return max((p.ranks for p in points if meets(p.au, threshold)), default=0)
 
 
@@ -269,6 +274,7 @@ def document(pattern: str, workload: dict, engine: str, threshold: float, points
         "launch": LAUNCH,
         "points": [asdict(p) for p in points],
         "accelerators_supported": accelerators_supported(points, threshold),
+        "accelerators_supported_mlperf": accelerators_supported(points, threshold, mlperf=True),
         # JSON has no infinity: a workload with no compute time demands "unbounded", written null
         "demand_MBps_per_accelerator": demand_MBps if math.isfinite(demand_MBps) else None,
     }
@@ -298,3 +304,7 @@ def print_sweep(doc: dict, console=None) -> None:
         console.print(f"demand per accelerator at 100% AU: {demand:,.2f} MB/s (batch x mean sample size / compute time)")
     for line in verdict(points, threshold):
         console.print(line, highlight=False)
+    if any(p.mlperf_au is not None for p in points):
+        aus = ", ".join(f"{p.ranks}: {percent(p.mlperf_au)}" for p in points if p.mlperf_au is not None)
+        console.print(f"by MLPerf Storage's AU (total compute / total time, first step left out; {aus}): "
+                      f"{accelerators_supported(points, threshold, mlperf=True)}", highlight=False)

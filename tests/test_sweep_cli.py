@@ -134,6 +134,18 @@ def test_supported_is_the_largest_rank_count_at_or_above_the_threshold():
     assert any("below 90% at 2 rank(s)" in ln for ln in sweep.verdict(noisy, 0.90))
 
 
+def test_supported_by_mlperf_au_counts_only_points_that_have_one():
+    import dataclasses
+
+    pts = _points((1, 0.99, 100), (2, 0.91, 200), (4, 0.85, 390))
+    mlperf = [0.99, 0.89, 0.91]   # sums, not step means: a point can pass one definition and not the other
+    pts = [dataclasses.replace(p, mlperf_au=a) for p, a in zip(pts, mlperf)]
+    assert sweep.accelerators_supported(pts, 0.90) == 2
+    assert sweep.accelerators_supported(pts, 0.90, mlperf=True) == 4
+    pts[2] = dataclasses.replace(pts[2], mlperf_au=None)        # an epoch of one step: not defined
+    assert sweep.accelerators_supported(pts, 0.90, mlperf=True) == 1
+
+
 def test_supported_is_zero_when_even_the_first_point_is_below():
     pts = _points((2, 0.72, 100), (4, 0.40, 110))
     assert sweep.accelerators_supported(pts, 0.90) == 0

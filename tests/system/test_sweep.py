@@ -74,7 +74,8 @@ def test_null_shared_device_knee_is_the_analytic_one(tmp_path):
     assert [p["ranks"] for p in doc["points"]] == [2, 4, 5, 6, 8]
     for p in doc["points"]:
         assert p["au"] == pytest.approx(analytic(p["ranks"]), rel=0.05), p
-    assert doc["accelerators_supported"] == expected == 5
+        assert p["mlperf_au"] == pytest.approx(analytic(p["ranks"]), rel=0.05), p   # steady steps: the same
+    assert doc["accelerators_supported"] == doc["accelerators_supported_mlperf"] == expected == 5
     # past the knee the device is never idle: N ranks x K steps x R requests take N K R delay of
     # device time, plus the last step's compute, so the samples/s column is the device's rate
     for p in doc["points"]:
