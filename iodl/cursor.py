@@ -51,17 +51,26 @@ class Cursor:
 class ShardFiles:
     """A rank's open shards by index: opened when a plan first needs one (refused unless a
     regular file of at least the size the dataset promises), closed once read to its end.
-    paths None: no dataset (the null engine), every fd is -1."""
+    paths None: no dataset (the null engine), every fd is -1. counters: where each open's time
+    goes (metrics.RankResult.note_open): small-file epochs are often bound by opens."""
 
-    def __init__(self, paths: list[str] | None, sizes, direct: bool):
-        self.paths, self.sizes, self.direct = paths, sizes, direct
+    def __init__(self, paths: list[str] | None, sizes, direct: bool, counters=None):
+        self.paths, self.sizes, self.direct, self.counters = paths, sizes, direct, counters
         self.fds: dict[int, int] = {}
 
     def open(self, shards: list[int]) -> list[int]:
+        from . import _native
+
         for shard in shards:
             if shard not in self.fds:
-                self.fds[shard] = (-1 if self.paths is None else
-                                   open_for_read(self.paths[shard], self.direct, int(self.sizes[shard])))
+                if self.paths is None:
+                    self.fds[shard] = -1
+                    continue
+                t0 = _native.monotonic_ns()
+                self.fds[shard] = open_for_read(self.paths[shard], self.direct, int(self.sizes[shard]))
+                if self.counters is not None:
+                    t1 = _native.monotonic_ns()
+                    self.counters.note_open(t1, t1 - t0)
         return [self.fds[s] for s in shards]
 
     def names(self, shards: list[int]) -> list[str]:

@@ -62,6 +62,11 @@ class RankResult:
     window_ns: tuple[int, int] = (0, 0)
     epochs_checked: int = 0   # step patterns: epoch shares in which every sample was taken exactly once
     epochs_wrong: int = 0     # ... and those in which not (never expected: the order's own check)
+    # opens of dataset files that returned inside the window: how many, their latency (open call
+    # to return, fstat and the O_DIRECT set-up included) and the slowest
+    opens: int = 0
+    open_max_ns: int = 0
+    open_hist: np.ndarray = field(default_factory=histogram.empty)
 
     def engine_args(self, t0_ns: int) -> dict:
         """The keywords that make an Engine.run count in this rank's window and feed its series
@@ -87,10 +92,20 @@ class RankResult:
         self.t_end = max(self.t_end, (stats["t_end_ns"] - t0_ns) / 1e9)
         self.depth += np.asarray(stats["depth"], dtype=np.int64)
 
+    def note_open(self, t_ns: int, took_ns: int) -> None:
+        """One file opened, returning at t_ns (engine clock) after took_ns: counted when inside
+        the window, as a request's completion is."""
+        lo, hi = self.window_ns
+        if hi and not lo <= t_ns < hi:
+            return
+        self.opens += 1
+        self.open_max_ns = max(self.open_max_ns, took_ns)
+        self.open_hist[histogram.index(took_ns)] += 1
+
     def scalars(self) -> "PerRank":
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
                                               "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb",
-                                              "pss_mb", "epochs_checked", "epochs_wrong")}
+                                              "pss_mb", "epochs_checked", "epochs_wrong", "opens", "open_max_ns")}
 
     def note_process(self, startup_s: float) -> None:
         """What this rank's process cost: start-up time, CPU, peak memory."""
@@ -128,11 +143,12 @@ def process_age_s() -> float:
         return 0.0
 
 
-def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None) -> "Block":
+def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None,
+              open_hist: np.ndarray | None = None) -> "Block":
     """The docs/numbers.md figures for a group of ranks (one mount, or all).
 
     window_s: the run's measured window when the pattern fixes it; else the group's own, from
-    its first counted completion to its last."""
+    its first counted completion to its last. open_hist: the group's open latencies."""
     active = [p for p in parts if p["ios"]]
     if window_s is None:
         window_s = (max(p["t_end"] for p in active) - min(p["t_start"] for p in active)) if active else 0.0
@@ -144,6 +160,9 @@ def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None
         # a hit fraction over bytes of which some could not be measured would be a guess: none at all
         "cache_measured": not any(p.get("cache_unmeasured_bytes", 0) for p in parts),
         "errors": sum(p["errors"] for p in parts),
+        "opens": sum(p.get("opens", 0) for p in parts),
+        "open_latency_us": histogram.summary_us(open_hist if open_hist is not None else histogram.empty(),
+                                                max((p.get("open_max_ns", 0) for p in parts), default=0)),
     }
     return rate_block(block, window_s)
 
@@ -154,6 +173,7 @@ def rate_block(block: dict, window_s: float) -> "Block":
     rate = (lambda x: x / window_s) if window_s > 0 else (lambda x: 0.0)
     nbytes, cached, measured = block["bytes"], block["cached_bytes"], block["cache_measured"]
     block.update(window_s=window_s, bandwidth_MBps=rate(nbytes) / MB, iops=rate(block["ios"]),
+                 opens_per_s=rate(block.get("opens", 0)),
                  cache_hit_fraction=(cached / nbytes if nbytes else 0.0) if measured else None,
                  storage_bandwidth_MBps=rate(nbytes - cached) / MB if measured else None)
     return block
@@ -227,8 +247,11 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: flo
     hists[mine.mount] = mine.hist
     depth = np.zeros((n, len(mine.depth)), dtype=np.int64)
     depth[mine.mount] = mine.depth
+    opens = np.zeros((n, len(mine.open_hist)), dtype=np.int64)
+    opens[mine.mount] = mine.open_hist
     hists = comm.reduce_array(hists, "sum")
     depth = comm.reduce_array(depth, "sum")
+    opens = comm.reduce_array(opens, "sum")
     series = reduce_series(comm, mine, n)
     parts = comm.gather(mine.scalars())
     if comm.rank != 0:
@@ -238,11 +261,11 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: flo
     for m, path in enumerate(mount_paths):
         group = [p for p in parts if p["mount"] == m]
         entry = {"path": path, "ranks": [p["rank"] for p in group]}
-        entry.update(summarize(group, hists[m], window_s))
+        entry.update(summarize(group, hists[m], window_s, opens[m]))
         entry["depth"] = depth[m].tolist()
         entry["latency_hist"] = latency_hist(hists[m])
         mounts.append(entry)
-    total = summarize(parts, hists.sum(axis=0), window_s)
+    total = summarize(parts, hists.sum(axis=0), window_s, opens.sum(axis=0))
     total["depth"] = depth.sum(axis=0).tolist()
     total["latency_hist"] = latency_hist(hists.sum(axis=0))
     return {

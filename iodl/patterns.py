@@ -149,7 +149,7 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
     result = result or RankResult(rank=comm.rank, host=host, mount=mount)
     engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
                          delay_ns=cfg.delay_ns, cache_check=not cfg.direct, **cfg.engine_extra)
-    walk = _GroupWalk(plan.ShardStream(order, sizes), ShardFiles(shards_paths, sizes, cfg.direct), sizes, cfg)
+    walk = _GroupWalk(plan.ShardStream(order, sizes), ShardFiles(shards_paths, sizes, cfg.direct, result), sizes, cfg)
     try:
         try:
             comm.barrier()  # the common origin of every rank's clock

@@ -39,6 +39,9 @@ class Block(TypedDict):
     errors: int
     depth: list[int]
     latency_hist: dict
+    opens: int
+    opens_per_s: float
+    open_latency_us: Latency
 
 
 class _Mount(Block):
@@ -104,6 +107,8 @@ class PerRank(TypedDict):
     pss_mb: float
     epochs_checked: int
     epochs_wrong: int
+    opens: int
+    open_max_ns: int
 
 
 class _Result(TypedDict):

@@ -326,7 +326,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     if cfg.fixed_window:
         # reads count by their completion time inside the window, as storage-only's do
         result.window_ns = (t0 + int(cfg.ramp_s * 1e9), t0 + int(run_until * 1e9))
-    reader = _Reader(stream, ShardFiles(paths, sizes, cfg.direct), cfg, Cursor(engine, result, t0))
+    reader = _Reader(stream, ShardFiles(paths, sizes, cfg.direct, result), cfg, Cursor(engine, result, t0))
     prefetching = cfg.prefetch > 0
     if prefetching:
         reader.start()
