@@ -9,7 +9,7 @@ HELP = "run a fio job file with fio and with iodl, side by side"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("jobfile", help="fio job file (read-path options; see docs/fio-compare.md)")
+    parser.add_argument("jobfile", help="fio job file (reads, sequential writes; see docs/fio-compare.md)")
     parser.add_argument("--directory", help="override every job's directory= (where the files are)")
     parser.add_argument("--scale", type=float, help="multiply size=/io_size=/filesize= (e.g. 0.001 for a small machine)")
     parser.add_argument("--runtime", type=float, metavar="S", help="override runtime= (seconds)")
@@ -70,6 +70,23 @@ def run(args) -> int:
             fio_file.write(text)
             fio_file.flush()
 
+    # write jobs: their files (iodl's own, marked) are put back in the state fio's lay-out leaves
+    # them in before each side runs, so both start from the same files (layout.reset_for_write)
+    writes: dict = {}
+    for p in disk.values():
+        if p.write:
+            for clone in p.files:
+                for spec in clone:
+                    if spec.path not in writes or spec.needed > writes[spec.path][0].needed:
+                        writes[spec.path] = (spec, p.reset)
+
+    def prepare_writes():
+        if comm.rank != 0 or not writes:
+            return
+        for spec, mode in writes.values():
+            layout.reset_for_write(spec, mode)
+        os.sync()
+
     def fio_round():
         if comm.rank != 0:
             return None
@@ -77,6 +94,7 @@ def run(args) -> int:
             return compare.load_fio_json(args.fio_json)
         if not run_fio:
             return None
+        prepare_writes()
         _drop(drop)
         return compare.run_fio(fio_file.name, args.fio)
 
@@ -84,6 +102,8 @@ def run(args) -> int:
         # one reporting group after another (stonewall), all clones of a group at once
         groups = compare.groups_of(jobs)
         results = []
+        prepare_writes()
+        comm.barrier()
         for g in sorted(set(groups)):
             if comm.rank == 0:
                 _drop(drop)
