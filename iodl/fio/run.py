@@ -115,8 +115,8 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
             raise _reject(job, key, f"value '{option.key}={option.value}' (a number of zones; zoned devices are not emulated)")
     rw, _, suffix = job.get("rw", "read").partition(":")
     if rw not in ("read", "randread", "write"):
-        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl runs reads and sequential writes "
-                                 "(rw=write) only: random, mixed and trim workloads are not emulated)")
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl runs reads and sequential "
+                                 "writes only: random, mixed and trim workloads are not emulated)")
     write = rw == "write"
     ddir = 1 if write else 0   # fio's r,w,t values (bs=, rate=...): the write one for a write job
     if not write:
