@@ -88,10 +88,14 @@ def run(args) -> int:
         for spec, mode in writes.values():
             layout.reset_for_write(spec, mode)
         os.sync()
-        # a pause before the timed side: a blkio throttle that saw the preparation's I/O lends its
-        # slice's idle budget to what follows at once (iodl's side then ran up to 13% over a 40 MB/s
-        # write throttle; fio's start, an exec later, did not get it). With the pause both start alike.
-        time.sleep(SETTLE_S)
+
+    def settle():
+        # the last thing before a timed side that writes: a blkio throttle that saw the I/O of the
+        # preparation (or of the cache drop's sync) lends its slice's idle budget to what follows
+        # at once (iodl's side then ran up to 13% over a 40 MB/s write throttle; fio's start, an
+        # exec later, did not get it). With the pause both start alike.
+        if writes:
+            time.sleep(SETTLE_S)
 
     def fio_round():
         if comm.rank != 0:
@@ -102,6 +106,7 @@ def run(args) -> int:
             return None
         prepare_writes()
         _drop(drop)
+        settle()
         return compare.run_fio(fio_file.name, args.fio)
 
     def iodl_round():
@@ -109,10 +114,10 @@ def run(args) -> int:
         groups = compare.groups_of(jobs)
         results = []
         prepare_writes()
-        comm.barrier()
         for g in sorted(set(groups)):
             if comm.rank == 0:
                 _drop(drop)
+                settle()
             results += iodl_run.run_clones({i: p for i, p in plans.items() if groups[i] == g}, comm)
         return results
 

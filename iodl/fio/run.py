@@ -149,7 +149,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         sizes = list(range(lo, hi + 1, step)) if lo else [hi]
         block_sizes = [(s, 1 / len(sizes)) for s in sizes]
     else:
-        block_sizes = [(job.get("bs", [4096])[ddir], 1.0)]
+        block_sizes = [(job.get("bs", [4096] * 3)[ddir], 1.0)]
     if any(s <= 0 for s, _ in block_sizes):
         raise _reject(job, "bs", "value: a block size of 0")
     total = sum(w for _, w in block_sizes) or 1
