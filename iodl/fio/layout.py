@@ -359,7 +359,8 @@ def _write_one(spec: FileSpec, buf: bytes) -> int:
     dfd, name = _open_parent(spec)
     fd, tmp = -1, None
     try:
-        fd, tmp = _create_temp(dfd, name)
+        with _signals_held():   # a Ctrl-C/SIGTERM between the create and `tmp =` would leave it behind
+            fd, tmp = _create_temp(dfd, name)
         # a write job's file is made empty here and made ready (as fio would lay it out) before each side
         left = 0 if spec.write else spec.needed
         while left:
@@ -417,6 +418,17 @@ def lay_out(files: list[FileSpec], allow_create: bool = True, chunk: int = 1 << 
     buf = os.urandom(chunk) if todo else b""
     with _term_interrupts():
         return sum(_write_one(spec, buf) for spec in todo)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held back (delivered when the block ends, after its assignments)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager

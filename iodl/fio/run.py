@@ -1,4 +1,4 @@
-"""A fio job run by iodl: each clone a worker with its own native Engine, reading fio's files.
+"""A fio job run by iodl: each clone a worker with its own native Engine, reading (or, rw=write, writing) fio's files.
 
 Mapping (docs/fio-compare.md): ioengine -> engine, iodepth -> depth, direct -> O_DIRECT,
 rate/rate_iops -> rate_bps (fio's rate_iops x min bs, drain-when-ahead in the engine), time_based/

@@ -284,3 +284,20 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
     assert f["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05), e["rounds"]
     assert i["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05), e["rounds"]
     assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05), e["rounds"]
+
+
+@pytest.mark.fio
+def test_time_based_writes_wrap_around_the_file_as_fio(tmp_path):
+    """time_based: both tools write the 1 MiB file over and over (fio wraps its sequential offset
+    inline), never past its end, and sync after every 16th write on both sides."""
+    d = tmp_path / "d"
+    d.mkdir()
+    job = job_file(tmp_path, "[w]\nrw=write\nbs=64k\nsize=1m\ntime_based\nruntime=1\nfsync=16\nend_fsync=1\n")
+    (e,) = run_compare(job, d)["jobs"]
+    for s in (e["fio"], e["iodl"]):
+        assert s["bytes"] > 4 << 20 and s["bytes"] % (64 << 10) == 0    # several passes over the file
+        writes = s["ios"]
+        assert writes // 16 - 1 <= s["syncs"]["count"] <= writes // 16, (writes, s["syncs"])
+    assert e["iodl"]["syncs"]["end_count"] == 1
+    only_iodls_files(d, ["w.0.0"])
+    assert os.path.getsize(d / "w.0.0") == 1 << 20
