@@ -118,6 +118,10 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl runs reads and sequential "
                                  "writes only: random, mixed and trim workloads are not emulated)")
     write = rw == "write"
+    if write and suffix:
+        # fio keeps writing past the holes until io_size bytes are written (it wraps); iodl's plan stops at the end
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (writes with holes are not emulated: fio wraps "
+                                 "around the file until size= bytes are written)")
     ddir = 1 if write else 0   # fio's r,w,t values (bs=, rate=...): the write one for a write job
     if not write:
         for key in sorted(opts.WRITE_ONLY & set(job.where)):

@@ -104,6 +104,7 @@ def test_write_plan_resolves_fio_options(tmp_path):
     ("[w]\nrw=write\n", "unsupported write job without size="),
     ("[w]\nrw=write\nsize=1m\nbs=512\ndirect=1\n", "direct=1 writes need block sizes and offsets in multiples of 4096"),
     ("[w]\nrw=write\nsize=1m\nrwmixwrite=50\n", "unsupported option 'rwmixwrite'"),
+    ("[w]\nrw=write:64k\nsize=1m\n", "unsupported value 'rw=write:64k' (writes with holes are not emulated"),
     ("[w]\nrw=write\nsize=1m\nwrite_barrier=2\n", "unsupported option 'write_barrier'"),
 ])
 def test_refused_write_jobs_say_why_in_one_line(tmp_path, text, message):
