@@ -136,10 +136,19 @@ class BlkioGroup:
 
     def read_bytes(self, majmin: str) -> int:
         """Bytes read from the device by this group's processes (blkio.throttle.io_service_bytes)."""
+        return self._service_bytes(majmin, "Read")
+
+    def write_bytes(self, majmin: str) -> int:
+        """Bytes this group's processes wrote to the device themselves: O_DIRECT writes and the
+        writeback their fsyncs did. Background writeback (the flusher, someone's sync()) is not
+        charged here, nor throttled (cgroup v1): LoopMount.bytes_written minus this is that."""
+        return self._service_bytes(majmin, "Write")
+
+    def _service_bytes(self, majmin: str, op: str) -> int:
         with open(os.path.join(self.path, "blkio.throttle.io_service_bytes")) as f:
             for line in f:
                 parts = line.split()
-                if len(parts) == 3 and parts[0] == majmin and parts[1] == "Read":
+                if len(parts) == 3 and parts[0] == majmin and parts[1] == op:
                     return int(parts[2])
         return 0
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 
 HELP = "run a fio job file with fio and with iodl, side by side"
+SETTLE_S = 0.5   # after a write job's files are prepared, before each side (see prepare_writes)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("jobfile", help="fio job file (read-path options; see docs/fio-compare.md)")
+    parser.add_argument("jobfile", help="fio job file (reads, sequential writes; see docs/fio-compare.md)")
     parser.add_argument("--directory", help="override every job's directory= (where the files are)")
     parser.add_argument("--scale", type=float, help="multiply size=/io_size=/filesize= (e.g. 0.001 for a small machine)")
     parser.add_argument("--runtime", type=float, metavar="S", help="override runtime= (seconds)")
@@ -70,6 +72,31 @@ def run(args) -> int:
             fio_file.write(text)
             fio_file.flush()
 
+    # write jobs: their files (iodl's own, marked) are put back in the state fio's lay-out leaves
+    # them in before each side runs, so both start from the same files (layout.reset_for_write)
+    writes: dict = {}
+    for p in disk.values():
+        if p.write:
+            for clone in p.files:
+                for spec in clone:
+                    if spec.path not in writes or spec.needed > writes[spec.path][0].needed:
+                        writes[spec.path] = (spec, p.reset)
+
+    def prepare_writes():
+        if comm.rank != 0 or not writes:
+            return
+        for spec, mode in writes.values():
+            layout.reset_for_write(spec, mode)
+        os.sync()
+
+    def settle():
+        # the last thing before a timed side that writes: a blkio throttle that saw the I/O of the
+        # preparation (or of the cache drop's sync) lends its slice's idle budget to what follows
+        # at once (iodl's side then ran up to 13% over a 40 MB/s write throttle; fio's start, an
+        # exec later, did not get it). With the pause both start alike.
+        if writes:
+            time.sleep(SETTLE_S)
+
     def fio_round():
         if comm.rank != 0:
             return None
@@ -77,16 +104,20 @@ def run(args) -> int:
             return compare.load_fio_json(args.fio_json)
         if not run_fio:
             return None
+        prepare_writes()
         _drop(drop)
+        settle()
         return compare.run_fio(fio_file.name, args.fio)
 
     def iodl_round():
         # one reporting group after another (stonewall), all clones of a group at once
         groups = compare.groups_of(jobs)
         results = []
+        prepare_writes()
         for g in sorted(set(groups)):
             if comm.rank == 0:
                 _drop(drop)
+                settle()
             results += iodl_run.run_clones({i: p for i, p in plans.items() if groups[i] == g}, comm)
         return results
 

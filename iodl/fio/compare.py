@@ -100,15 +100,21 @@ def percentile_values(values: np.ndarray, counts: np.ndarray) -> dict:
     return {k: float(values[np.searchsorted(cum, p / 100 * total, side="left")]) / 1000 for k, p in PERCENTILES.items()}
 
 
-def side(nbytes: int, ios: int, runtime_s: float, lat_us: dict, depth: list | None, cpu_pct: float | None) -> dict:
-    """lat_us: {"latency_us": clat, "slat_us": slat, "lat_us": lat}, each {p50, p99, p999, mean} in us."""
+def side(nbytes: int, ios: int, runtime_s: float, lat_us: dict, depth: list | None, cpu_pct: float | None,
+         ddir: str = "read", syncs: dict | None = None) -> dict:
+    """lat_us: {"latency_us": clat, "slat_us": slat, "lat_us": lat}, each {p50, p99, p999, mean} in us.
+    ddir: "read" or "write" (what bytes and ios are; "mixed" for a group of both). syncs: fsync=N /
+    fdatasync=N syncs, {"count", p50, p99, p999, mean} in us (fio's JSON "sync" section), and
+    "end_count": end_fsync / fsync_on_close syncs (iodl's; fio's JSON does not report them: None)."""
     return {
+        "ddir": ddir,
         "bytes": int(nbytes), "ios": int(ios), "runtime_s": runtime_s,
         "bandwidth_MBps": nbytes / runtime_s / 1e6 if runtime_s else 0.0,
         "iops": ios / runtime_s if runtime_s else 0.0,
         **lat_us,
         "depth_pct": dict(zip(DEPTH_KEYS, depth)) if depth is not None else None,
         "cpu_pct": cpu_pct,
+        "syncs": syncs,
     }
 
 
@@ -133,9 +139,27 @@ def _fio_latency(reads: list[dict], key: str) -> dict:
     return lat
 
 
+def _ddir(e: dict) -> str:
+    """What a jobs[] entry did: iodl's jobs either read or write (rw=write), never both."""
+    w = (e.get("write") or {}).get("total_ios", 0)
+    return "write" if w and w > (e.get("read") or {}).get("total_ios", 0) else "read"
+
+
+def _fio_syncs(entries: list[dict]) -> dict | None:
+    """fio's "sync" section over clones: its lat_ns N counts fsync=N and fdatasync=N syncs (total_ios
+    counts only the fsyncs), never the end_fsync / fsync_on_close ones."""
+    stats = [(e.get("sync") or {}).get("lat_ns") or {} for e in entries]
+    n = sum(st.get("N", 0) for st in stats)
+    if not n:
+        return {"count": 0, **{k: None for k in PERCENTILES}, "mean": None, "end_count": None}
+    lat = _fio_latency([{"lat_ns": st} for st in stats], "lat_ns")
+    return {"count": int(n), **lat, "end_count": None}
+
+
 def _fio_merge(entries: list[dict]) -> dict:
     """One [job] (its clones) or one group from fio's jobs[] entries, by fio's group rule."""
-    reads = [e["read"] for e in entries]
+    ddirs = {_ddir(e) for e in entries}
+    reads = [e[_ddir(e)] for e in entries]
     nbytes = sum(r["io_bytes"] for r in reads)
     ios = sum(r["total_ios"] for r in reads)
     runtime_s = max(r["runtime"] for r in reads) / 1000
@@ -144,7 +168,9 @@ def _fio_merge(entries: list[dict]) -> dict:
     levels = np.array([[e.get("iodepth_level", {}).get(k, 0.0) for k in DEPTH_KEYS] for e in entries])
     depth = list(np.average(levels, axis=0, weights=weights if weights.sum() else None))
     cpu = float(np.mean([e.get("usr_cpu", 0) + e.get("sys_cpu", 0) for e in entries]))
-    return side(nbytes, ios, runtime_s, lat, [round(d, 3) for d in depth], cpu)
+    ddir = ddirs.pop() if len(ddirs) == 1 else "mixed"
+    syncs = _fio_syncs(entries) if "write" in ddirs or ddir in ("write", "mixed") else None
+    return side(nbytes, ios, runtime_s, lat, [round(d, 3) for d in depth], cpu, ddir, syncs)
 
 
 def _iodl_percentiles(hist: np.ndarray) -> dict:
@@ -164,9 +190,17 @@ def _iodl_merge(results) -> dict:
            for name, attr in (("latency_us", "clat_hist"), ("slat_us", "slat_hist"), ("lat_us", "hist"))}
     pct = list(100 * depth / depth.sum()) if depth.sum() else [0.0] * len(DEPTH_KEYS)
     cpu = float(np.mean([100 * r.cpu_s / (r.window_ns / 1e9) if r.window_ns else 0 for r in results]))
+    writes = {bool(getattr(r, "write", False)) for r in results}
+    ddir = "mixed" if len(writes) > 1 else ("write" if writes == {True} else "read")
+    syncs = None
+    if True in writes:
+        mine = [r for r in results if r.write]
+        hist = sum(r.sync_hist for r in mine)
+        syncs = {"count": int(sum(r.syncs for r in mine)), **_iodl_percentiles(hist), "mean": None,
+                 "end_count": int(sum(r.end_syncs for r in mine))}
     # fio's group rule, sum(bytes) / max(runtime); iodl's window ends at the clone's last completion
     return side(sum(r.bytes for r in results), sum(r.ios for r in results), runtime_s, lat,
-                [round(float(p), 3) for p in pct], cpu)
+                [round(float(p), 3) for p in pct], cpu, ddir, syncs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,6 +378,9 @@ def render(doc: dict, console) -> None:
         f, i = entry["fio"] or {}, entry["iodl"] or {}
         # titled with the job's [name] (escaped: [/dev/sdb] is not rich markup); a group's table says so
         head = f"job [{entry['name']}]" if n_entry < len(jobs) else f"reporting {entry['name']}"
+        ddir = (i or f).get("ddir", "read")
+        if ddir != "read":
+            head += f" ({ddir}s)" if ddir == "write" else " (reads and writes)"
         title = escape(head) + (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
         t = Table(title=title, title_justify="left")
         t.add_column("metric")
@@ -368,6 +405,16 @@ def render(doc: dict, console) -> None:
                     return (s.get(kind) or {}).get(key)
                 if (f and get(f) is not None) or (i and get(i) is not None):
                     row(f"{name} {label} µs", get, digits=2 if name == "slat" else 1)
+        if (f.get("syncs") or i.get("syncs")):
+            # fsync=N / fdatasync=N: fio's JSON "sync" section against iodl's sync rows
+            row("fsyncs (fsync=/fdatasync=)", lambda s: (s.get("syncs") or {}).get("count"), digits=0)
+            for key, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+                def sget(s, key=key):
+                    return (s.get("syncs") or {}).get(key)
+                if (f and sget(f) is not None) or (i and sget(i) is not None):
+                    row(f"sync {label} µs", sget)
+            if (i.get("syncs") or {}).get("end_count"):
+                row("end fsyncs (not in fio's JSON)", lambda s: (s.get("syncs") or {}).get("end_count"), digits=0)
         row("CPU % per worker", lambda s: s["cpu_pct"])
         t.add_row("queue depth", depth_row(f.get("depth_pct")), depth_row(i.get("depth_pct")), "")
         console.print(t)

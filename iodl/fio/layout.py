@@ -50,6 +50,7 @@ class FileSpec:
     offset: int    # first byte read (fio `offset`)
     io_size: int   # bytes of the file the job reads per pass
     root: str = ""  # the `directory` entry the name was made in ("" when none): never created outside it
+    write: bool = False  # a write job's file: only iodl's own marked file, or a missing one, is accepted
 
     @property
     def needed(self) -> int:
@@ -121,7 +122,8 @@ def clone_names(job: Job, jobnum: int, taken: set | None = None) -> list[tuple[s
     return out
 
 
-def clone_files(job: Job, jobnum: int, taken: set | None = None, null: bool = False) -> list[FileSpec]:
+def clone_files(job: Job, jobnum: int, taken: set | None = None, null: bool = False,
+                write: bool = False) -> list[FileSpec]:
     """The files clone `jobnum` of `job` reads, in fio's order, with the bytes it needs of each.
 
     `null`: the job's engine does no I/O (fio's diskless engines): its files are never looked at.
@@ -134,7 +136,7 @@ def clone_files(job: Job, jobnum: int, taken: set | None = None, null: bool = Fa
     if not names:
         return []
     sizes = _io_sizes(job, [p for p, _ in names], offset, null)
-    return [FileSpec(path, offset, size, root) for (path, root), size in zip(names, sizes)]
+    return [FileSpec(path, offset, size, root, write) for (path, root), size in zip(names, sizes)]
 
 
 def _io_sizes(job: Job, names: list[str], offset: int, null: bool) -> list[int]:
@@ -218,8 +220,12 @@ def check_files(files: list[FileSpec], allow_create: bool = True) -> list[FileSp
     """
     need: dict[str, FileSpec] = {}
     for spec in files:
-        if spec.path not in need or spec.needed > need[spec.path].needed:
+        old = need.get(spec.path)
+        if old is None or spec.needed > old.needed:
             need[spec.path] = spec
+        if old is not None and (old.write or spec.write) and not need[spec.path].write:
+            need[spec.path] = FileSpec(spec.path, need[spec.path].offset, need[spec.path].io_size,
+                                       need[spec.path].root, True)
     to_write = []
     for path, spec in need.items():
         try:
@@ -232,6 +238,10 @@ def check_files(files: list[FileSpec], allow_create: bool = True) -> list[FileSp
             continue
         except OSError as exc:
             raise UsageError(f"cannot look at {path}: {exc.strerror}") from None
+        if spec.write:
+            _check_writable(path, lst, spec)
+            to_write.append(spec)
+            continue
         try:
             st = os.stat(path)
         except OSError:
@@ -254,6 +264,29 @@ def check_files(files: list[FileSpec], allow_create: bool = True) -> list[FileSp
                              f"directory= elsewhere")
         to_write.append(spec)
     return to_write
+
+
+def _check_writable(path: str, lst: os.stat_result, spec: FileSpec) -> None:
+    """A write job's existing file: only a regular file (not through a symlink) that iodl laid out
+    and marked, inside the job's directory; everything else is refused in one line, untouched."""
+    if stat.S_ISLNK(lst.st_mode):
+        raise UsageError(f"the write job would write {path}, a symlink; iodl never writes through a symlink: "
+                         f"remove it or point directory= elsewhere")
+    if stat.S_ISBLK(lst.st_mode):
+        raise UsageError(f"the write job would write {path}, a block device; fio-compare never writes to a "
+                         f"device (write jobs run on files iodl lays out in the job's directory)")
+    if not stat.S_ISREG(lst.st_mode):
+        raise UsageError(f"the write job would write {path}, {_not_readable(lst.st_mode)}; fio-compare writes "
+                         f"only files it lays out itself")
+    if not is_marked(path):
+        raise UsageError(f"the write job would write {path}, an existing file iodl did not create; iodl never "
+                         f"writes over a file it did not lay out: remove it or point directory= elsewhere")
+    _check_creatable(spec)
+    _, parts = _below_root(spec)
+    if spec.root and len(parts) > 1:
+        # a directory below the job's that is a symlink: refused now, before any I/O
+        dfd, _name = _open_parent(spec, create=False)
+        os.close(dfd)
 
 
 def _below_root(spec: FileSpec) -> tuple[str, list[str]]:
@@ -283,14 +316,15 @@ def _check_creatable(spec: FileSpec) -> None:
 # ---------------------------------------------------------------------------------------------
 # Lay-out
 
-def _open_parent(spec: FileSpec) -> tuple[int, str]:
+def _open_parent(spec: FileSpec, create: bool = True) -> tuple[int, str]:
     """A descriptor of the directory the file goes in, made (0700, as fio) without following links."""
     start, parts = _below_root(spec)
     fd = os.open(start, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:
             try:
-                os.mkdir(part, DIR_MODE, dir_fd=fd)
+                if create:
+                    os.mkdir(part, DIR_MODE, dir_fd=fd)
             except FileExistsError:
                 pass
             try:
@@ -325,8 +359,10 @@ def _write_one(spec: FileSpec, buf: bytes) -> int:
     dfd, name = _open_parent(spec)
     fd, tmp = -1, None
     try:
-        fd, tmp = _create_temp(dfd, name)
-        left = spec.needed
+        with _signals_held():   # a Ctrl-C/SIGTERM between the create and `tmp =` would leave it behind
+            fd, tmp = _create_temp(dfd, name)
+        # a write job's file is made empty here and made ready (as fio would lay it out) before each side
+        left = 0 if spec.write else spec.needed
         while left:
             left -= os.write(fd, buf[: min(left, len(buf))])
         try:
@@ -334,6 +370,9 @@ def _write_one(spec: FileSpec, buf: bytes) -> int:
         except OSError as exc:
             if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
                 raise
+            if spec.write:
+                raise UsageError(f"{spec.path}: this filesystem has no user xattrs, so iodl cannot mark the file as "
+                                 f"its own, and it writes only files it marked: run write jobs elsewhere") from None
             # no user xattrs here (tmpfs before Linux 6.6, some NFS): the file stays unmarked, so a
             # later run reads it but will not extend it
         os.fsync(fd)
@@ -363,6 +402,8 @@ def lay_out(files: list[FileSpec], allow_create: bool = True, chunk: int = 1 << 
     Checks first (check_files), then the free space of each directory, then writes.
     """
     todo = check_files(files, allow_create)
+    # a write job's own file that is there already is made ready before each side (reset_for_write)
+    todo = [s for s in todo if not (s.write and os.path.lexists(s.path))]
     need_by_dir: dict[int, tuple[str, int]] = {}
     for spec in todo:
         start, _ = _below_root(spec)
@@ -377,6 +418,17 @@ def lay_out(files: list[FileSpec], allow_create: bool = True, chunk: int = 1 << 
     buf = os.urandom(chunk) if todo else b""
     with _term_interrupts():
         return sum(_write_one(spec, buf) for spec in todo)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held back (delivered when the block ends, after its assignments)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager
@@ -395,6 +447,106 @@ def _term_interrupts():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+# ---------------------------------------------------------------------------------------------
+# Write jobs: iodl's own files only
+
+def _open_own(spec: FileSpec, direct: bool = False) -> int:
+    """Open iodl's own marked file of a write job for writing, without creating, truncating or
+    following a symlink anywhere below the job's directory; the opened inode itself is checked
+    (regular, carries the mark), so nothing swapped in after the checks is ever written."""
+    dfd, name = _open_parent(spec, create=False)
+    try:
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
+        try:
+            fd = os.open(name, flags, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise IodlError(f"{spec.path} is a symlink; iodl never writes through a symlink") from None
+            if direct and exc.errno == errno.EINVAL:
+                raise IodlError(f"{spec.path}: the filesystem refuses O_DIRECT (open -> EINVAL)") from None
+            raise IodlError(f"cannot open {spec.path} to write: {exc.strerror}") from None
+    finally:
+        os.close(dfd)
+    try:
+        ok = stat.S_ISREG(os.fstat(fd).st_mode)
+        try:
+            ok = ok and os.getxattr(fd, MARK) == MARK_VALUE
+        except OSError:
+            ok = False
+        if not ok:
+            raise IodlError(f"{spec.path} is not iodl's own file (no mark) any more; iodl never writes over a "
+                            f"file it did not lay out")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_own_for_write(spec: FileSpec, direct: bool) -> int:
+    """A write job's file, opened for iodl's side: its own marked file, O_DIRECT when asked."""
+    return _open_own(spec, direct)
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def _fallocate_keep(fd: int, size: int) -> None:
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    if libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) != 0:
+        err = ctypes.get_errno()
+        if err not in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err))
+
+
+def reset_for_write(spec: FileSpec, mode: str, chunk: int = 1 << 20) -> None:
+    """Put a write job's own file in the state fio's lay-out leaves a missing file in, before each
+    side runs (filesetup.c extend_file), so fio and iodl each start from the same file:
+
+    - "fill" (overwrite=1): written whole (fio: O_TRUNC, then written), then fsynced (create_fsync);
+    - "empty" (create_on_open=1): fio lays nothing out and creates the file when it opens it: 0 bytes;
+    - "native"/"posix" (overwrite=0, the default): fio unlinks, creates and fallocates the file to its
+      size, writing nothing: the blocks are allocated (unwritten extents) and the size set;
+    - "keep"/"none": fio allocates with KEEP_SIZE or not at all and leaves the size 0; iodl sets the
+      size with ftruncate (sparse), because fio would unlink and recreate a shorter file (unmarked).
+
+    The file is truncated and rebuilt in place through a descriptor of the very inode checked (its
+    mark kept); nothing else is ever opened for writing.
+    """
+    fd = _open_own(spec)
+    try:
+        os.ftruncate(fd, 0)
+        if mode == "fill":
+            buf = os.urandom(min(chunk, max(1, spec.needed)))
+            left = spec.needed
+            while left:
+                left -= os.write(fd, buf[: min(left, len(buf))])
+        elif mode in ("native", "posix"):
+            try:
+                os.posix_fallocate(fd, 0, spec.needed)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                os.ftruncate(fd, spec.needed)   # fio's native mode falls back to none quietly
+        elif mode == "keep":
+            _fallocate_keep(fd, spec.needed)
+            os.ftruncate(fd, spec.needed)
+        elif mode == "none":
+            os.ftruncate(fd, spec.needed)
+        elif mode != "empty":
+            raise ValueError(f"unknown reset mode {mode}")
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError as exc:
+        raise IodlError(f"preparing {spec.path} for the write job: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def open_input(path: str, direct: bool) -> int:

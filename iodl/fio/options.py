@@ -118,7 +118,8 @@ PROFILE_OPTIONS = {
 # governs the sizes of its own section wherever it is written; filename/filename_format last.
 PRIO = {"kb_base": 1, "unit_base": 1, "cpus_allowed_policy": 1, "lockfile": 1, "filename": -1, "filename_format": -1}
 
-# What iodl reproduces (the read path). Everything else fio knows is rejected by name.
+# What iodl reproduces (reads, and sequential writes with their syncs). Everything else fio knows
+# is rejected by name.
 HONOURED = set("""
     name directory filename filename_format unique_filename nrfiles size filesize io_size offset number_ios
     loops numjobs rw rw_sequencer bs bsrange bssplit ba randrepeat randseed allrandrepeat norandommap
@@ -126,12 +127,16 @@ HONOURED = set("""
     iodepth_batch_complete_min iodepth_batch_complete_max
     rate rate_iops rate_process create_serialize create_on_open allow_file_create fallocate overwrite
     stonewall new_group group_reporting kb_base thread
+    fsync fdatasync end_fsync fsync_on_close
 """.split())
+
+# Honoured only in write jobs (fio does no sync in a job that does not write: should_fsync).
+WRITE_ONLY = {"fsync", "fdatasync", "end_fsync", "fsync_on_close"}
 
 # Accepted without effect on what iodl does, with the reason shown by `--verbose` and in the docs.
 IGNORED = {
     "description": "text only",
-    "sync": "write-only (O_SYNC/O_DSYNC); no effect on reads",
+    "sync": "O_SYNC/O_DSYNC: no effect on reads (a write job with sync= on is refused)",
     "unit_base": "only changes fio's printed units",
     "iodepth_low": "iodl's engine refills to iodepth at once",
     "openfiles": "iodl opens all of a worker's files",
@@ -206,9 +211,10 @@ _WHY = [
     (("latency_", "max_latency"), "latency targets are not emulated"),
     (("cgroup",), "cgroups are not emulated"),
     (("prio", "nice"), "process and I/O priorities are not emulated"),
-    (("rwmix", "fsync", "fdatasync", "sync_file_range", "write_barrier", "end_fsync", "fill_device",
-      "file_append", "buffer_", "dedupe", "scramble", "zero_buffers", "refill_buffers", "overwrite",
-      "unlink", "trim", "pre_read"), "iodl reads only"),
+    (("rwmix", "sync_file_range", "write_barrier", "fill_device", "file_append", "buffer_", "dedupe",
+      "scramble", "zero_buffers", "refill_buffers", "unlink", "trim", "pre_read"),
+     "iodl reads, and writes sequentially with fsync/fdatasync only (no mixes, trims, buffer contents "
+     "or file removal)"),
 ]
 
 

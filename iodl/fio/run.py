@@ -1,4 +1,4 @@
-"""A fio job run by iodl: each clone a worker with its own native Engine, reading fio's files.
+"""A fio job run by iodl: each clone a worker with its own native Engine, reading (or, rw=write, writing) fio's files.
 
 Mapping (docs/fio-compare.md): ioengine -> engine, iodepth -> depth, direct -> O_DIRECT,
 rate/rate_iops -> rate_bps (fio's rate_iops x min bs, drain-when-ahead in the engine), time_based/
@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import IodlError
 from ..plan import new_plan  # the engine's row type (numpy only: importable without the engine)
-from .jobfile import Job, JobFileError, Zones
+from .jobfile import Job, JobFileError, Percent, Zones
 from .layout import FileSpec, clone_files, min_bs, open_input
 
 
@@ -69,6 +69,11 @@ class JobPlan:
     numjobs: int
     seed: int
     files: list = field(default_factory=list)   # per clone: [FileSpec]
+    write: bool = False   # rw=write: sequential writes over iodl's own files
+    fsync_n: int = 0      # fsync=N: an fsync after every N writes issued (fio io_u.c get_rw_ddir)
+    fdatasync_n: int = 0  # fdatasync=N
+    end_sync: bool = False  # end_fsync=1 or fsync_on_close=1: each file fsynced when the job's pass ends
+    reset: str = ""       # how each side's file starts (layout.reset_for_write), write jobs only
 
     @property
     def max_bs(self) -> int:
@@ -109,22 +114,46 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         if isinstance(value, Zones):
             raise _reject(job, key, f"value '{option.key}={option.value}' (a number of zones; zoned devices are not emulated)")
     rw, _, suffix = job.get("rw", "read").partition(":")
-    if rw not in ("read", "randread"):
-        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl reads only)")
+    if rw not in ("read", "randread", "write"):
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl runs reads and sequential "
+                                 "writes only: random, mixed and trim workloads are not emulated)")
+    write = rw == "write"
+    if write and suffix:
+        # fio keeps writing past the holes until io_size bytes are written (it wraps); iodl's plan stops at the end
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (writes with holes are not emulated: fio wraps "
+                                 "around the file until size= bytes are written)")
+    ddir = 1 if write else 0   # fio's r,w,t values (bs=, rate=...): the write one for a write job
+    if not write:
+        for key in sorted(opts.WRITE_ONLY & set(job.where)):
+            if job.values.get(key):
+                option = job.where[key]
+                raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: fio syncs only in jobs "
+                                   f"that write (rw=write)", option.file, option.line)
+    else:
+        sync = str(job.get("sync", "none")).strip()
+        if sync not in ("", "0", "none"):
+            raise _reject(job, "sync", f"value 'sync={sync}' (O_SYNC/O_DSYNC writes are not emulated)")
+        if str(job.get("unified_rw_reporting", "none")).strip() not in ("", "0", "none"):
+            raise _reject(job, "unified_rw_reporting", "value (fio then reports writes as 'mixed')")
+        if isinstance(job.get("size"), Percent) or not (job.get("size") or job.get("filesize")):
+            raise _reject(job, "size", "write job without size= or filesize= (iodl writes only files it lays out, "
+                                       "so their size cannot come from what is there)")
     service, _, service_n = job.get("file_service_type", "roundrobin").partition(":")
     if service not in SERVICE_TYPES:
         raise _reject(job, "file_service_type", f"value 'file_service_type={service}'")
     if job.get("rate_process", "linear") != "linear":
         raise _reject(job, "rate_process", f"value 'rate_process={job.values['rate_process']}'")
     if "bssplit" in job.values:
-        block_sizes = [(s, p / 100) for s, p in job.values["bssplit"][0]]
+        parts = job.values["bssplit"]
+        block_sizes = [(s, p / 100) for s, p in parts[min(ddir, len(parts) - 1)]]
     elif "bsrange" in job.values:
-        lo, hi = job.values["bsrange"][0]
+        parts = job.values["bsrange"]
+        lo, hi = parts[min(ddir, len(parts) - 1)]
         step = lo
         sizes = list(range(lo, hi + 1, step)) if lo else [hi]
         block_sizes = [(s, 1 / len(sizes)) for s in sizes]
     else:
-        block_sizes = [(job.get("bs", [4096])[0], 1.0)]
+        block_sizes = [(job.get("bs", [4096] * 3)[ddir], 1.0)]
     if any(s <= 0 for s, _ in block_sizes):
         raise _reject(job, "bs", "value: a block size of 0")
     total = sum(w for _, w in block_sizes) or 1
@@ -138,9 +167,17 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         # fio's ddir_seq_add < 0 reads backwards from the end; iodl's plans only step forwards
         raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (a negative or huge offset increment: "
                                  "iodl reads forwards only)")
-    rate = job.get("rate", [0])[0]
-    rate_iops = job.get("rate_iops", [0])[0]
-    rate_bps = rate or rate_iops * min_bs(job)   # fio init.c: rate_iops becomes bytes/s of min bs
+    direct_ = bool(job.get("direct", 0))
+    if write and direct_ and engine != "null":
+        ALIGN = 4096   # the engine's (iodl._native.ALIGN); checked here without importing it
+        off = job.get("offset", 0)
+        if any(s % ALIGN for s, _ in block_sizes) or (isinstance(off, int) and off % ALIGN) or seq_len % ALIGN:
+            raise _reject(job, "bs", f"value: direct=1 writes need block sizes and offsets in multiples of {ALIGN} "
+                                     "bytes in iodl's engine")
+    rate = job.get("rate", [0, 0, 0])[ddir]
+    rate_iops = job.get("rate_iops", [0, 0, 0])[ddir]
+    # fio init.c: rate_iops becomes bytes/s of the direction's min bs
+    rate_bps = rate or rate_iops * min(s for s, _ in block_sizes)
     direct = bool(job.get("direct", 0))   # buffered=N is stored as direct=1-N where fio parses it (last wins)
     overrides = overrides or {}
     runtime_us = overrides.get("runtime_us", job.get("runtime", 0))
@@ -158,6 +195,9 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         loops=max(1, job.get("loops", 1)), io_limit=job.get("io_size", 0), number_ios=job.get("number_ios", 0),
         service=service, service_n=max(1, service_n), invalidate=bool(job.get("invalidate", 1)),
         numjobs=max(1, job.get("numjobs", 1)), seed=int(seed) if seed and str(seed).isdigit() else 0x1234,
+        write=write, fsync_n=job.get("fsync", 0) if write else 0, fdatasync_n=job.get("fdatasync", 0) if write else 0,
+        end_sync=write and bool(job.get("end_fsync", 0) or job.get("fsync_on_close", 0)),
+        reset=_reset_mode(job) if write else "",
     )
     if plan.numjobs > MAX_CLONES:
         raise _reject(job, "numjobs", f"value 'numjobs={plan.numjobs}' (fio allows {MAX_CLONES} jobs)")
@@ -166,8 +206,18 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     if not files:
         return plan
     _check_directory(job)
-    plan.files = [clone_files(job, n, taken, null=engine == "null") for n in range(plan.numjobs)]
+    plan.files = [clone_files(job, n, taken, null=engine == "null", write=write) for n in range(plan.numjobs)]
     return plan
+
+
+def _reset_mode(job: Job) -> str:
+    """How fio's lay-out leaves a write job's file (filesetup.c extend_file): layout.reset_for_write."""
+    if job.get("create_on_open", 0):
+        return "empty"
+    if job.get("overwrite", 0):
+        return "fill"
+    mode = str(job.get("fallocate", "native")).strip().lower()
+    return {"0": "none", "1": "posix", "truncate": "none"}.get(mode, mode)
 
 
 def _reap_batch(job: Job) -> int:
@@ -279,20 +329,34 @@ class CloneResult:
     measure_ns: tuple[int, int] = (0, 0)   # the measured window on the engine's clock: (ramp end, end or 0)
     first_ns: int = 0                      # first and last counted completion
     last_ns: int = 0
+    write: bool = False                    # a write job's clone (bytes, ios are writes)
+    sync_hist: np.ndarray | None = None    # fsync=N / fdatasync=N syncs (fio's JSON "sync" section)
+    syncs: int = 0
+    end_sync_hist: np.ndarray | None = None   # end_fsync / fsync_on_close: one per file (fio does them, unreported)
+    end_syncs: int = 0
+    ending: bool = False                   # the run in progress is the job's end syncs
 
     # iodl.cursor.Counters: the cursor counts a clone's runs as a rank's
     def engine_args(self, t0_ns: int) -> dict:
-        return {"window_start_ns": self.measure_ns[0], "window_end_ns": self.measure_ns[1],
+        args = {"window_start_ns": self.measure_ns[0], "window_end_ns": self.measure_ns[1],
                 "clat_hist": self.clat_hist, "slat_hist": self.slat_hist}
+        if self.write:
+            args["fsync_hist"] = self.end_sync_hist if self.ending else self.sync_hist
+        return args
 
     def add(self, st: dict, t0_ns: int) -> None:
-        if not st["ios"]:
+        syncs = st.get("fsyncs", 0)
+        if not st["ios"] and not syncs:
             return
         self.first_ns = self.first_ns or st["t_start_ns"]
-        self.last_ns = st["t_end_ns"]
+        self.last_ns = max(self.last_ns, st["t_end_ns"])   # a counted sync ends the measured time too
         self.bytes += st["bytes"]
         self.ios += st["ios"]
         self.depth += np.asarray(st["depth"], dtype=np.int64)
+        if self.ending:
+            self.end_syncs += syncs
+        else:
+            self.syncs += syncs
 
 
 def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None = None) -> CloneResult:
@@ -301,7 +365,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     from .. import histogram
 
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
-                      depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64))
+                      depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.write,
+                      sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
     files = plan.files[jobnum]
     rng = np.random.default_rng([plan.seed, jobnum])
     fds = []
@@ -309,6 +374,11 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
         if plan.engine == "null":
             # fio's null engine is diskless: it never opens its files; the engine needs a valid fd
             fds = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in files]
+        elif plan.write:
+            from .layout import open_own_for_write
+
+            for f in files:   # iodl's own marked files only (layout.check_files refused anything else)
+                fds.append(open_own_for_write(f, plan.direct))
         else:
             fds = [open_input(f.path, plan.direct) for f in files]
         with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
@@ -375,6 +445,13 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     budget_bytes = plan.io_limit or 0
     budget_ios = plan.number_ios or 0
     passes = 0
+    sync = _SyncState()
+
+    def finish():
+        if plan.write:
+            _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
+        return _finish(res, cpu0)
+
     while True:
         if not plan.time_based and passes >= plan.loops and not budget_bytes:
             break
@@ -397,20 +474,96 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             if k > len(block):
                 rows = np.tile(rows, -(-k // len(block)))[: k * n]
             passes += k - 1
+        if plan.write:
+            # fio between loops (observed with strace, fio 3.33): a loop that is not the last issues the
+            # sync due after its last write, and the next loop, after reopening its files, issues the
+            # due sync again before its first write (should_fsync's last_was_sync starts afresh)
+            last = plan.time_based or budget_bytes or passes >= plan.loops
+            rows = _write_rows(plan, rows, sync, leading=passes > 1 and not plan.time_based, trailing=not last)
         while len(rows):
             if end and now() >= end:
-                return _finish(res, cpu0)
+                return finish()
             part = rows[:MAX_PLAN_ROWS]
             if budget_ios and now() >= ramp_end:
                 part = part[: max(0, budget_ios - res.ios)]
             st = cursor.run(fds, part, names, deadline_ns=end)
             if st["ios"]:
                 if budget_bytes and res.bytes >= budget_bytes and not plan.time_based:
-                    return _finish(res, cpu0)
+                    return finish()
                 if budget_ios and res.ios >= budget_ios:
-                    return _finish(res, cpu0)
+                    return finish()
             rows = rows[st["done"]:]
+        if plan.write and not plan.time_based:
+            # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
+            _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
     return _finish(res, cpu0)
+
+
+@dataclass
+class _SyncState:
+    """fio's io_issues[DDIR_WRITE] and last_was_sync for one clone (io_u.c get_rw_ddir, should_fsync)."""
+
+    writes: int = 0
+    last_was_sync: bool = False
+
+
+def _write_rows(plan: JobPlan, rows: np.ndarray, sync: _SyncState, leading: bool = False,
+                trailing: bool = False) -> np.ndarray:
+    """Reads turned into writes, with fio's syncs put in: before a write, when the writes issued so
+    far are a non-zero multiple of fsync=N (else of fdatasync=N) and the last thing done was not a
+    sync, fio issues the sync first (io_u.c get_rw_ddir), on the file of that next write. So no sync
+    follows the job's last write (its end syncs do), and the count runs on across passes.
+    `leading`: a loop after the first (its due sync is issued whatever came before); `trailing`: a
+    loop that is not the last (the sync due after its last write is issued at its end)."""
+    from ..plan import OP_FDATASYNC, OP_FSYNC, OP_WRITE
+
+    rows = rows.copy()
+    rows["op"] = OP_WRITE
+    n = len(rows)
+    if not n or not (plan.fsync_n or plan.fdatasync_n):
+        sync.writes += n
+        sync.last_was_sync = sync.last_was_sync and not n
+        return rows
+    before = sync.writes + np.arange(n + 1, dtype=np.int64)   # writes issued before write i (i = n: after all)
+    fs = (before % plan.fsync_n == 0) if plan.fsync_n else np.zeros(n + 1, bool)
+    fd = ((before % plan.fdatasync_n == 0) & ~fs) if plan.fdatasync_n else np.zeros(n + 1, bool)
+    need = (before > 0) & (fs | fd)
+    if sync.last_was_sync and not leading:
+        need[0] = False
+    need[n] = need[n] and trailing
+    at = np.nonzero(need)[0]
+    out = new_plan(n + len(at))
+    shift = np.searchsorted(at, np.arange(n), side="right")   # syncs placed before or at write i
+    out[np.arange(n) + shift] = rows
+    where = at + np.arange(len(at))
+    out["op"][where] = np.where(fs[at], OP_FSYNC, OP_FDATASYNC)
+    out["file"][where] = rows["file"][np.minimum(at, n - 1)]
+    sync.writes += n
+    sync.last_was_sync = bool(need[n])
+    return out
+
+
+def _end_syncs(plan: JobPlan, cursor, fds, names, res: CloneResult, sync: _SyncState, ramp_end: int) -> None:
+    """end_fsync=1 / fsync_on_close=1: fio fsyncs each of the clone's files when do_io ends (backend.c,
+    unless the last thing it did was a sync), and counts that time in the job's runtime (so in its
+    bandwidth) but not in its "sync" statistics. iodl does the same: one fsync row per file, timed
+    into the measured window (which then runs on past a time_based deadline, as fio's runtime does)."""
+    from ..plan import OP_FSYNC
+
+    if not plan.end_sync or sync.last_was_sync or not fds:
+        return
+    rows = new_plan(len(fds))
+    rows["file"] = np.arange(len(fds))
+    rows["op"] = OP_FSYNC
+    window = res.measure_ns
+    res.measure_ns = (ramp_end, 0)
+    res.ending = True
+    try:
+        cursor.run(fds, rows, names)
+    finally:
+        res.ending = False
+        res.measure_ns = window
+    sync.last_was_sync = True
 
 
 def _cpu() -> float:
