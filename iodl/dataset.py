@@ -5,6 +5,8 @@ Layout of a root written by `iodl generate`:
     ROOT/iodl-sample-sizes.npy        (files, samples_per_file) sample sizes in bytes, shared by all copies
     ROOT/iodl-extents.npy             (files, samples_per_file, 2) extents, npz/hdf5 only
     ROOT/copy-0000/train-00000-of-01024.tfrecord ...   one directory per copy, same names in each
+    ROOT/copy-0000/07/train-00007-of-20000.tfrecord    above 10,000 files a copy, file i sits in folder
+                                                       i % subfolders (manifest "subfolders"; 1: none)
 A root without a manifest is a foreign dataset: every regular file under it (recursive, sorted) is
 a shard with one extent, the whole file; iodl never writes there.
 Every path a manifest names must resolve (after symlinks) inside its root, and a foreign root may
@@ -62,6 +64,26 @@ def shard_name(fmt: str, index: int, files: int) -> str:
 
 def copy_dir(copy: int) -> str:
     return f"copy-{copy:04d}"
+
+
+FOLDER_FILES = 10_000   # files per folder at most, by default (MLPerf Storage warns above num_subfolders_train's 10,000)
+
+
+def folders_of(files: int, subfolders: int) -> int:
+    """Folders a copy's files are spread over: `subfolders` when given (> 0), else as few as keep
+    each at most FOLDER_FILES; 1 means the copy directory itself."""
+    return int(subfolders) if subfolders > 0 else max(1, -(-int(files) // FOLDER_FILES))
+
+
+def folder_name(index: int, folders: int) -> str:
+    """The folder of file `index` inside its copy directory: index % folders, zero-padded ('' for one folder)."""
+    return "" if folders <= 1 else f"{index % folders:0{len(str(folders - 1))}d}"
+
+
+def shard_relpath(fmt: str, index: int, files: int, folders: int) -> str:
+    """A shard's path inside its copy directory, derived from its index alone."""
+    name = shard_name(fmt, index, files)
+    return name if folders <= 1 else f"{folder_name(index, folders)}/{name}"
 
 
 # ---------------------------------------------------------------- opening --------------------
@@ -254,6 +276,12 @@ def _open_iodl(root: str, manifest: dict) -> Dataset:
     limits.check_memory(f"{mpath}: a dataset of {len(files) * len(copies):,} shards",
                         _SHARD_BYTES * len(files) * len(copies))
     copy_dirs = [_inside(root, c, mpath, "copies entry") for c in copies]
+    folders = manifest.get("subfolders", 1)
+    if isinstance(folders, bool) or not isinstance(folders, int) or not 1 <= folders <= len(files):
+        raise UsageError(f"{mpath}: subfolders {folders!r} is not a number of folders from 1 to {len(files)}")
+    # each folder of each copy resolves inside the root (a folder that is a link out is refused)
+    folder_dirs = [[_inside(root, os.path.join(c, folder_name(k, folders)), mpath, "folder") if folders > 1 else d
+                    for k in range(folders)] for c, d in zip(copies, copy_dirs)]
     sizes = _load_npy(_inside(root, manifest["sample_sizes"], mpath, "sample_sizes"))
     extents = None
     if manifest.get("extents"):
@@ -285,7 +313,8 @@ def _open_iodl(root: str, manifest: dict) -> Dataset:
         i = int(np.argmax(ends > stated))
         raise UsageError(f"{mpath}: files entry {files[i]['path']!r}: its samples end at byte {int(ends[i])}, "
                          f"past the {int(stated[i])} bytes it states")
-    shards = [Shard(os.path.join(d, f["path"]), int(f["size"]), int(f["samples"])) for d in copy_dirs for f in files]
+    shards = [Shard(os.path.join(fd[i % folders], f["path"]), int(f["size"]), int(f["samples"]))
+              for fd in folder_dirs for i, f in enumerate(files)]
     _check_shard_links(root, shards, mpath)
     return Dataset(root, manifest, shards, sizes, extents)
 
@@ -355,7 +384,7 @@ def _spec_key(manifest_or_spec: dict) -> dict:
     return {k: manifest_or_spec[k] for k in ("format", "files", "samples_per_file", "sample_size", "sample_size_stdev")}
 
 
-def _prepare_root(root: str, spec: dict, seed: int) -> str | None:
+def _prepare_root(root: str, spec: dict, seed: int, folders: int = 1) -> str | None:
     """Rank 0: check or create one root. Returns an error message, or None if fine."""
     if not os.path.exists(root):
         parent = os.path.dirname(root.rstrip(os.sep)) or "."
@@ -384,12 +413,16 @@ def _prepare_root(root: str, spec: dict, seed: int) -> str | None:
     else:
         try:
             same = _spec_key(manifest["spec"]) == _spec_key(spec) and manifest["seed"] == seed
+            layout = manifest.get("subfolders", 1)
         except (KeyError, TypeError):
             return f"--root {root}: unreadable dataset manifest {MANIFEST}"
         if not same:
             old = manifest["spec"]
             return (f"--root {root} holds another iodl dataset ({old.get('files')} {old.get('format')} files, "
                     f"seed {manifest.get('seed')}, workload {manifest.get('workload')}); use another root")
+        if layout != folders:
+            return (f"--root {root} holds this dataset in {layout} folder(s) per copy, not {folders}; give "
+                    f"--subfolders {layout} to continue it, or use another root")
     if not os.access(root, os.W_OK | os.X_OK):
         return f"--root {root}: not writable"
     return None
@@ -484,14 +517,14 @@ class GenerateResult:
 
 
 def generate(workload, roots, comm, files: int | None = None, copies: int | None = None, fmt: str | None = None,
-             seed: int | None = None, progress=None, say=None) -> GenerateResult:
+             seed: int | None = None, progress=None, say=None, subfolders: int | None = None) -> GenerateResult:
     """Write the workload's dataset under every root; ranks share the shards round-robin.
 
     Re-running continues: shards already present with the right size are skipped. progress, if
     given, is called on every rank as progress(done_bytes, rank_total_bytes) after each shard; say,
     if given, on rank 0 with a one-line description once the roots are checked.
     """
-    wl = workload.with_overrides(files=files, copies=copies, format=fmt, seed=seed)
+    wl = workload.with_overrides(files=files, copies=copies, format=fmt, seed=seed, subfolders=subfolders)
     spec = wl.to_dict()["dataset"]
     seed_ = wl.train.seed
     ds = wl.dataset
@@ -507,7 +540,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
         if comm.rank == 0:
             for root in roots:
                 try:
-                    problem = _prepare_root(root, spec, seed_)
+                    problem = _prepare_root(root, spec, seed_, folders_of(ds.files, ds.subfolders))
                 except OSError as exc:
                     problem = f"--root {root}: {exc.strerror or exc}"
                 if problem:
@@ -520,12 +553,15 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
         say(f"iodl generate: {wl.name}: {ds.copies} x {ds.files} {ds.format} files x {ds.samples_per_file} samples "
             f"of ~{format_size(ds.sample_size)} (seed {seed_}) under {len(roots)} root(s), {comm.size} rank(s)")
     sizes = sample_sizes(ds, seed_)
-    names = [shard_name(ds.format, i, ds.files) for i in range(ds.files)]
+    folders = folders_of(ds.files, ds.subfolders)
+    names = [shard_relpath(ds.format, i, ds.files, folders) for i in range(ds.files)]
     manifest = {
         "schema": SCHEMA, "status": "incomplete", "generator": f"iodl {__version__}",
         "workload": wl.name, "workload_spec": wl.to_dict(), "spec": spec, "seed": seed_, "format": ds.format,
         "copies": [copy_dir(c) for c in range(ds.copies)],
-        "files": [{"path": n, "size": form.size_of(sizes[i]), "samples": ds.samples_per_file} for i, n in enumerate(names)],
+        "subfolders": folders,
+        "files": [{"path": os.path.basename(n), "size": form.size_of(sizes[i]), "samples": ds.samples_per_file}
+                  for i, n in enumerate(names)],
         "sample_sizes": SIZES_FILE, "extents": None, "total_bytes": None,
     }
 
@@ -555,6 +591,8 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
                     _write_json(os.path.join(root, MANIFEST), manifest)
                 for c in range(ds.copies):
                     _make_copy_dir(os.path.join(root, copy_dir(c)))
+                    for k in range(folders if folders > 1 else 0):
+                        _make_copy_dir(os.path.join(root, copy_dir(c), folder_name(k, folders)))
 
     collective(comm, lambda: _oserror_to_iodl(start_roots))
 
