@@ -11,7 +11,11 @@ A root without a manifest is a foreign dataset: every regular file under it (rec
 a shard with one extent, the whole file; iodl never writes there.
 Every path a manifest names must resolve (after symlinks) inside its root, and a foreign root may
 hold only regular files inside it: anything else is refused in one line. Generation creates every
-file exclusively (O_EXCL|O_NOFOLLOW) under a temporary name and renames it when complete.
+file exclusively (O_EXCL|O_NOFOLLOW), never through a link: a large shard under a temporary name,
+renamed when complete; small shards (raw, tfrecord up to SMALL_FILE) under their final names in
+batches written by C (_native.write_files), since a rename per file doubles a small file's metadata
+work. Either way the manifest says "incomplete" until every shard is written, and a re-run rewrites
+any shard shorter than planned.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import numpy as np
 from . import __version__
 from .comm import collective
 from .errors import IodlError, UsageError
-from .formats import BLOCK, FORMATS, content_buffer
+from .formats import BLOCK, FORMATS, _Stream, content_buffer
 
 SCHEMA = "iodl.dataset/1"
 MANIFEST = "iodl-dataset.json"
@@ -565,20 +569,20 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
         "sample_sizes": SIZES_FILE, "extents": None, "total_bytes": None,
     }
 
-    def _bytes_to_write(root):
-        # what is still missing under this root (shards already there with the right size are skipped)
-        import stat
+    want = _planned_file_sizes(form, sizes)
 
+    def _bytes_to_write(root):
+        # what is still missing under this root (shards already there with the right size are
+        # skipped): one listing per folder, no call per file
         need = 0
         for c in range(ds.copies):
-            for i, name in enumerate(names):
-                want = form.size_of(sizes[i]) or int(sizes[i].sum())
-                try:
-                    st = os.lstat(os.path.join(root, copy_dir(c), name))
-                    have = st.st_size if stat.S_ISREG(st.st_mode) else 0
-                except FileNotFoundError:
-                    have = 0
-                need += want if have != want else 0
+            for k in range(folders):
+                have = _listing(os.path.join(root, copy_dir(c), folder_name(k, folders)))
+                idx = np.arange(k, ds.files, folders)
+                if have:
+                    done = np.array([have.get(os.path.basename(names[i])) == want[i] for i in idx.tolist()], dtype=bool)
+                    idx = idx[~done]
+                need += int(want[idx].sum())
         return need
 
     def start_roots():
@@ -597,9 +601,15 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     collective(comm, lambda: _oserror_to_iodl(start_roots))
 
     # Work items over all roots, copies and files; rank r takes items k with k % size == r.
-    items = [(r, c, i) for r in range(len(roots)) for c in range(ds.copies) for i in range(ds.files)]
-    mine = items[comm.rank::comm.size]
-    rank_total = sum(form.size_of(sizes[i]) or int(sizes[i].sum()) for _r, _c, i in mine)
+    small = _small_files(form, want)
+    if small:
+        items = mine = []
+        per_item = np.tile(want, len(roots) * ds.copies)
+        rank_total = int(per_item[comm.rank::comm.size].sum())
+    else:
+        items = [(r, c, i) for r in range(len(roots)) for c in range(ds.copies) for i in range(ds.files)]
+        mine = items[comm.rank::comm.size]
+        rank_total = sum(int(want[i]) for _r, _c, i in mine)
 
     t0 = time.perf_counter()
     written = skipped = nbytes = 0
@@ -666,7 +676,16 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     def work():
         from concurrent.futures import ThreadPoolExecutor  # generate only: readers never load it
 
-        nonlocal written, skipped
+        nonlocal written, skipped, nbytes
+        if small:
+            def counted(n):
+                nonlocal nbytes
+                nbytes += n
+                if progress:
+                    progress(nbytes, rank_total)
+
+            written, skipped = _write_small_files(form, roots, ds, folders, names, sizes, want, seed_, comm, counted)
+            return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="iodl-writer") as writer:
             try:
                 for r, c, i in mine:
@@ -729,9 +748,9 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
                                         f"({all_sizes[i]} and {size} bytes)")
                 all_ext.update(ex)
             for i, entry in enumerate(manifest["files"]):
-                entry["size"] = all_sizes[i]
+                entry["size"] = all_sizes[i] if not small else int(want[i])   # small: sizes as planned, by construction
             manifest["status"] = "complete"
-            manifest["total_bytes"] = sum(all_sizes.values()) * ds.copies
+            manifest["total_bytes"] = sum(int(e["size"]) for e in manifest["files"]) * ds.copies
             if all_ext:
                 manifest["extents"] = EXTENTS_FILE
             for root in roots:
@@ -746,6 +765,124 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
 
     result = collective(comm, lambda: _oserror_to_iodl(finish_roots))
     return comm.bcast(result, root=0)
+
+
+def _planned_file_sizes(form, sizes: np.ndarray) -> np.ndarray:
+    """(files,) int64 bytes each shard will hold: from the sample sizes where the format fixes it,
+    else the payload (npz, hdf5: their real sizes are learnt from the written files)."""
+    if isinstance(form, _Stream):
+        return sizes.sum(axis=1) + form.overhead * sizes.shape[1]
+    return np.array([form.size_of(row) or int(row.sum()) for row in sizes], dtype=np.int64)
+
+
+SMALL_FILE = 1 << 20      # shards up to this size (raw, tfrecord) are written in batches by _write_small_files
+_BATCH_BYTES = 8 << 20    # content built per batch ...
+_BATCH_FILES = 2048       # ... or files per batch
+_WRITERS = 2              # threads running _native.write_files (the GIL is released while they write)
+
+
+def _small_files(form, want: np.ndarray) -> bool:
+    """Whether this dataset's shards go through the batched small-file path."""
+    return isinstance(form, _Stream) and len(want) > 0 and int(want.max()) <= SMALL_FILE
+
+
+def _listing(folder: str) -> dict[str, int]:
+    """name -> size of the regular files already in a folder (none when it does not exist yet)."""
+    out = {}
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.is_file(follow_symlinks=False):
+                    out[entry.name] = entry.stat(follow_symlinks=False).st_size
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def _open_dir(path: str) -> int:
+    """A directory iodl made, opened without following a link in its place (files are then made
+    relative to it: its name cannot be swapped for a link under us)."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+
+
+def _write_small_files(form, roots, ds, folders, names, sizes, want, seed, comm, counted) -> tuple[int, int]:
+    """This rank's share of small shards (work item g = (root * copies + copy) * files + file goes to
+    rank g % size, as on the general path): per folder, batches of files built in one numpy pass
+    (formats.content_batch, framed as a whole) and written by _native.write_files on _WRITERS
+    threads while the next batch is built. Python does no work per file; a re-run lists each
+    folder once and skips shards already there with their full size. Returns (written, skipped)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import _native
+    from .formats import content_batch
+
+    width = max(5, len(str(ds.files)))   # shard_name's pattern, built by write_files from the index
+    prefix, tail = "train-", f"-of-{ds.files:0{width}d}.{form.suffix}"
+    if prefix + f"{ds.files - 1:0{width}d}" + tail != shard_name(ds.format, ds.files - 1, ds.files):
+        raise AssertionError("write_files' names differ from shard_name's")
+    overhead = getattr(form, "overhead", 0)
+    written = skipped = 0
+    slots = 2 * _WRITERS
+    buffers: list = [None] * slots
+    busy: list = [None] * slots
+    turn = 0
+    dirfds: list[int] = []
+    with ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="iodl-writer") as pool:
+        try:
+            for r, root in enumerate(roots):
+                for c in range(ds.copies):
+                    for k in range(folders):
+                        path = os.path.join(root, copy_dir(c), folder_name(k, folders))
+                        idx = np.arange(k, ds.files, folders, dtype=np.int64)
+                        idx = idx[((r * ds.copies + c) * ds.files + idx) % comm.size == comm.rank]
+                        if not len(idx):
+                            continue
+                        have = _listing(path)
+                        if have:
+                            done = np.array([have.get(os.path.basename(names[i])) == want[i] for i in idx.tolist()],
+                                            dtype=bool)
+                            skipped += int(done.sum())
+                            idx = idx[~done]
+                        if not len(idx):
+                            continue
+                        dirfd = _open_dir(path)
+                        dirfds.append(dirfd)
+                        ends = np.cumsum(want[idx])
+                        start = 0
+                        while start < len(idx):
+                            stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + _BATCH_BYTES,
+                                                       side="right"))
+                            stop = min(max(stop, start + 1), start + _BATCH_FILES, len(idx))
+                            batch = idx[start:stop]
+                            if busy[turn] is not None:
+                                busy[turn].result()     # its buffer is free again
+                                busy[turn] = None
+                            buf, offsets = content_batch(seed, c, batch, want[batch], buffers[turn])
+                            buffers[turn] = buf
+                            if overhead:   # TFRecord framing of every record of the batch at once
+                                rec = sizes[batch]
+                                within = np.cumsum(rec + overhead, axis=1) - (rec + overhead)
+                                form.frame(buf, (offsets[:, None] + within).ravel(), rec.ravel())
+                            busy[turn] = pool.submit(_native.write_files, dirfd, prefix, width, tail, None,
+                                                     batch, buf, offsets, want[batch].astype(np.int64))
+                            counted(int(want[batch].sum()))
+                            written += len(batch)
+                            turn = (turn + 1) % slots
+                            start = stop
+            for fut in busy:
+                if fut is not None:
+                    fut.result()
+        except BaseException:
+            for fut in busy:
+                if fut is not None:
+                    fut.cancel()
+            pool.shutdown(wait=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+            for fd in dirfds:
+                os.close(fd)
+    return written, skipped
 
 
 def _rename(item, tmp, final):

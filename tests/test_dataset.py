@@ -337,7 +337,9 @@ def _timed(fn):
 def test_progress_callback_reaches_the_total(tmp_path):
     seen = []
     D.generate(small(tmp_path), [str(tmp_path / "ds")], COMM, progress=lambda done, total: seen.append((done, total)))
-    assert len(seen) == 5 and seen[-1][0] == seen[-1][1] == D.open_dataset(str(tmp_path / "ds")).total_bytes
+    # small shards are written (and reported) in batches: at least one call, never going back
+    assert seen and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert seen[-1][0] == seen[-1][1] == D.open_dataset(str(tmp_path / "ds")).total_bytes
 
 
 def test_default_dataset_generated_once(tmp_path, monkeypatch):
