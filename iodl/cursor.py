@@ -61,7 +61,8 @@ class ShardFiles:
         for shard in shards:
             if shard not in self.fds:
                 self.fds[shard] = (-1 if self.paths is None else
-                                   open_for_read(self.paths[shard], self.direct, int(self.sizes[shard])))
+                                   open_for_read(self.paths[shard], self.direct, int(self.sizes[shard]),
+                                                 inside=getattr(self.paths, "inside", None)))
         return [self.fds[s] for s in shards]
 
     def names(self, shards: list[int]) -> list[str]:

@@ -43,6 +43,7 @@ class Run:
     result: RankResult           # where to count (it may carry a series and live counters)
     stop: Callable[[], bool]     # True once the user asked to stop
     on_epoch: Callable | None = None   # called between epochs (step patterns)
+    total_samples: int | None = None   # samples of the mount's shards (None: counted from sample_ends)
 
 
 _REGISTRY: dict[str, Pattern] = {}

@@ -324,8 +324,9 @@ def test_manifest_of_1024_shards_loads_fast(tmp_path):
     ds = D.open_dataset(root)
     assert len(ds.shards) == 1024 and ds.total_bytes == sum(os.path.getsize(s.path) for s in ds.shards)
     m = ds.manifest
-    assert m["schema"] == "iodl.dataset/1" and m["seed"] == 1 and m["format"] == "tfrecord"
-    assert m["spec"]["files"] == 1024 and m["files"][5]["samples"] == 2
+    assert m["schema"] == "iodl.dataset/2" and m["seed"] == 1 and m["format"] == "tfrecord"
+    assert m["spec"]["files"] == m["files"] == 1024 and ds.samples_per_shard == 2
+    assert np.load(os.path.join(root, m["file_sizes"])).tolist() == [s.size for s in ds.shards]
 
 
 def _timed(fn):

@@ -130,3 +130,41 @@ def test_small_files_are_made_exclusively_and_never_through_a_link(tmp_path):
 
     with pytest.raises(IodlError, match="not a regular file"):
         D.generate(wl, [str(root)], COMM, subfolders=2)
+
+
+def _read_cost(root, toml, ranks=4):
+    """(median rank's peak RSS in MB, slowest rank's start-up in s) of a short train-sync run."""
+    import statistics
+    import tempfile
+
+    from tests.helpers import iodl, load_json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "r.json")
+        proc = iodl("read", "--pattern", "train-sync", "--root", root, "--workload", toml, "--steps", "5",
+                    "--progress", "off", "--out", out, ranks=ranks, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        per = load_json(out)["per_rank"]
+    return statistics.median(p["max_rss_mb"] for p in per), max(p["startup_s"] for p in per)
+
+
+@pytest.mark.slow
+@pytest.mark.flaky(reruns=1)   # start-up on 2 cores shared with others; a real growth fails both runs
+def test_rank_cost_does_not_grow_with_the_files(tmp_path):
+    """10,000 -> 200,000 files: each rank's RSS grows <= 10 MB and its start-up <= 0.5 s (before
+    schema 2: +116 MB and +19 s, bench/results/scale-files-before.md). Files of 1 byte: the
+    metadata is what is measured. The quicker of two runs at each size."""
+    from tests.helpers import mpiexec
+
+    if not mpiexec():
+        pytest.skip("mpiexec not found next to the test interpreter")
+    cost = {}
+    for files in (10_000, 200_000):
+        wl = raw(tmp_path, files, "1B")
+        root = str(tmp_path / f"ds{files}")
+        D.generate(wl, [root], COMM)
+        runs = [_read_cost(root, wl.source) for _ in range(2)]
+        cost[files] = (min(r[0] for r in runs), min(r[1] for r in runs))
+    rss = cost[200_000][0] - cost[10_000][0]
+    startup = cost[200_000][1] - cost[10_000][1]
+    assert rss <= 10 and startup <= 0.5, f"10k -> 200k files: +{rss:.1f} MB RSS, +{startup:.2f} s start-up ({cost})"
