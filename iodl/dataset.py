@@ -965,7 +965,7 @@ def _planned_file_sizes(form, sizes: np.ndarray) -> np.ndarray:
 
 SMALL_FILE = 1 << 20      # shards up to this size (raw, tfrecord) are written in batches by _write_small_files
 _BATCH_BYTES = 8 << 20    # content built per batch ...
-_BATCH_FILES = 2048       # ... or files per batch
+_BATCH_FILES = 1024       # ... or files per batch
 _WRITERS = 2              # threads running _native.write_files (the GIL is released while they write)
 
 
@@ -1015,51 +1015,75 @@ def _write_small_files(form, roots, ds, folders, names, sizes, want, seed, comm,
     busy: list = [None] * slots
     turn = 0
     dirfds: list[int] = []
+    def folders_to_write():
+        """(path, copy, indices) of each folder of this rank's share, shards already there left out."""
+        nonlocal skipped
+        for r, root in enumerate(roots):
+            for c in range(ds.copies):
+                for k in range(folders):
+                    path = os.path.join(root, copy_dir(c), folder_name(k, folders))
+                    idx = np.arange(k, ds.files, folders, dtype=np.int64)
+                    idx = idx[((r * ds.copies + c) * ds.files + idx) % comm.size == comm.rank]
+                    have = _listing(path) if len(idx) else None
+                    if have:
+                        done = np.array([have.get(os.path.basename(names[i])) == want[i] for i in idx.tolist()],
+                                        dtype=bool)
+                        skipped += int(done.sum())
+                        idx = idx[~done]
+                    if len(idx):
+                        yield path, c, idx
+
+    def batches(idx):
+        ends = np.cumsum(want[idx])
+        start = 0
+        while start < len(idx):
+            stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + _BATCH_BYTES, side="right"))
+            stop = min(max(stop, start + 1), start + _BATCH_FILES, len(idx))
+            yield idx[start:stop]
+            start = stop
+
+    def drain():
+        for j, fut in enumerate(busy):
+            if fut is not None:
+                busy[j] = None
+                fut.result()
+
     with ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="iodl-writer") as pool:
         try:
-            for r, root in enumerate(roots):
-                for c in range(ds.copies):
-                    for k in range(folders):
-                        path = os.path.join(root, copy_dir(c), folder_name(k, folders))
-                        idx = np.arange(k, ds.files, folders, dtype=np.int64)
-                        idx = idx[((r * ds.copies + c) * ds.files + idx) % comm.size == comm.rank]
-                        if not len(idx):
+            todo = folders_to_write()
+            while True:
+                # a few folders at a time, their batches taken in turn: the writers work in different
+                # directories (one directory's lock serialises creates), with few descriptors open
+                window = [job for _n, job in zip(range(slots), todo)]
+                if not window:
+                    break
+                for path, _c, _idx in window:
+                    dirfds.append(_open_dir(path))
+                queues = [(fd, c, batches(idx)) for fd, (_p, c, idx) in zip(dirfds[-len(window):], window)]
+                while queues:
+                    for q in list(queues):
+                        dirfd, c, gen = q
+                        batch = next(gen, None)
+                        if batch is None:
+                            queues.remove(q)
                             continue
-                        have = _listing(path)
-                        if have:
-                            done = np.array([have.get(os.path.basename(names[i])) == want[i] for i in idx.tolist()],
-                                            dtype=bool)
-                            skipped += int(done.sum())
-                            idx = idx[~done]
-                        if not len(idx):
-                            continue
-                        dirfd = _open_dir(path)
-                        dirfds.append(dirfd)
-                        ends = np.cumsum(want[idx])
-                        start = 0
-                        while start < len(idx):
-                            stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + _BATCH_BYTES,
-                                                       side="right"))
-                            stop = min(max(stop, start + 1), start + _BATCH_FILES, len(idx))
-                            batch = idx[start:stop]
-                            if busy[turn] is not None:
-                                busy[turn].result()     # its buffer is free again
-                                busy[turn] = None
-                            buf, offsets = content_batch(seed, c, batch, want[batch], buffers[turn])
-                            buffers[turn] = buf
-                            if overhead:   # TFRecord framing of every record of the batch at once
-                                rec = sizes[batch]
-                                within = np.cumsum(rec + overhead, axis=1) - (rec + overhead)
-                                form.frame(buf, (offsets[:, None] + within).ravel(), rec.ravel())
-                            busy[turn] = pool.submit(_native.write_files, dirfd, prefix, width, tail, None,
-                                                     batch, buf, offsets, want[batch].astype(np.int64))
-                            counted(int(want[batch].sum()))
-                            written += len(batch)
-                            turn = (turn + 1) % slots
-                            start = stop
-            for fut in busy:
-                if fut is not None:
-                    fut.result()
+                        if busy[turn] is not None:
+                            busy[turn].result()     # its buffer is free again
+                            busy[turn] = None
+                        buf, offsets = content_batch(seed, c, batch, want[batch], buffers[turn])
+                        buffers[turn] = buf
+                        if overhead:   # TFRecord framing of every record of the batch at once
+                            rec = sizes[batch]
+                            within = np.cumsum(rec + overhead, axis=1) - (rec + overhead)
+                            form.frame(buf, (offsets[:, None] + within).ravel(), rec.ravel())
+                        busy[turn] = pool.submit(_native.write_files, dirfd, prefix, width, tail, None,
+                                                 batch, buf, offsets, want[batch].astype(np.int64))
+                        counted(int(want[batch].sum()))
+                        written += len(batch)
+                        turn = (turn + 1) % slots
+                drain()
+                while dirfds:
+                    os.close(dirfds.pop())
         except BaseException:
             for fut in busy:
                 if fut is not None:
@@ -1068,8 +1092,8 @@ def _write_small_files(form, roots, ds, folders, names, sizes, want, seed, comm,
             raise
         finally:
             pool.shutdown(wait=True)
-            for fd in dirfds:
-                os.close(fd)
+            while dirfds:
+                os.close(dirfds.pop())
     return written, skipped
 
 
