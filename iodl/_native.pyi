@@ -206,3 +206,9 @@ def account(times_ns: np.ndarray, nbytes: np.ndarray, cached: np.ndarray | None,
     # completion (0: nothing was issued, both become the call time); they come back clipped to the window as
     # Engine.run clips them (0, 0 if nothing was counted). hist, clat_hist, slat_hist, series and live are
     # accumulated into; the arrays are checked as Engine.run checks them (TypeError/ValueError).
+def write_files(dirfd: int, prefix: str, width: int, tail: str, temp_suffix: str | None, indices, buffer, offsets,
+                lengths) -> None: ...
+    # files prefix + f"{index:0{width}d}" + tail in dirfd, each created O_EXCL|O_NOFOLLOW under name + temp_suffix
+    # (a stale regular temp or a link there is unlinked first, anything else refused), written whole from
+    # buffer[offset:offset + length], closed, renamed; the GIL is released throughout. indices, offsets and
+    # lengths: int64 arrays. OSError(errno, what, temp name) on the first failure, its temp removed.

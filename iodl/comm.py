@@ -61,6 +61,9 @@ class SerialComm:
     def node_comm(self) -> "SerialComm":
         return self
 
+    def node_group(self, color: int) -> "SerialComm":
+        return self
+
     def step_sync(self, flag: int = 0) -> int:
         return flag
 
@@ -196,6 +199,13 @@ class MpiComm:
 
     def node_comm(self) -> "MpiComm":
         return MpiComm(self._comm.Split_type(self._MPI.COMM_TYPE_SHARED))
+
+    def node_group(self, color: int) -> "MpiComm":
+        """The ranks of this node that pass the same color (e.g. read the same mount)."""
+        node = self._comm.Split_type(self._MPI.COMM_TYPE_SHARED)
+        group = node.Split(color, self.rank)
+        node.Free()
+        return MpiComm(group)
 
     def step_sync(self, flag: int = 0) -> int:
         """A barrier that also ORs a small flag over all ranks, once per training step.
@@ -417,3 +427,58 @@ def collective(comm, fn):
         err.collective = True
         raise err
     return value
+
+
+def node_shared_arrays(group, build) -> dict[str, np.ndarray]:
+    """build()'s arrays, built by the group's first rank alone and mapped read-only by every rank
+    of the group from one /dev/shm file (unlinked once all mapped it): a node holds them once,
+    whatever its number of ranks. build() may raise an IodlError: every rank of the group then
+    raises it. Without /dev/shm the arrays are sent to each rank instead (each holds a copy)."""
+    import mmap
+
+    from .errors import IodlError, UsageError
+
+    if group.size == 1:
+        return build()
+    note = None
+    arrays = None
+    if group.rank == 0:
+        try:
+            arrays = build()
+        except IodlError as exc:
+            note = {"error": str(exc)}
+        if note is None:
+            layout, offset = [], 0
+            for name, a in arrays.items():
+                a = np.ascontiguousarray(a)
+                layout.append((name, a.dtype.str, a.shape, offset))
+                offset += -(-a.nbytes // 64) * 64
+            try:
+                fd, path = _shared_file(max(offset, 1))
+                try:
+                    for (name, _d, _s, at) in layout:
+                        os.pwrite(fd, memoryview(np.ascontiguousarray(arrays[name])).cast("B"), at)
+                finally:
+                    os.close(fd)
+                note = {"path": path, "layout": layout, "size": max(offset, 1)}
+            except OSError:
+                note = {"arrays": arrays}   # no /dev/shm here: every rank gets its own copy
+    note = group.bcast(note, root=0)
+    if "error" in note:
+        raise UsageError(note["error"])
+    if "arrays" in note:
+        return note["arrays"]
+    try:
+        with open(note["path"], "rb") as f:
+            mm = mmap.mmap(f.fileno(), note["size"], access=mmap.ACCESS_READ)
+        ok = True
+    except OSError:
+        ok = False
+    ok = bool(group.allreduce(int(ok), "min"))
+    if group.rank == 0:
+        os.unlink(note["path"])
+    if not ok:   # some rank could not map it: send the arrays after all
+        return group.bcast(arrays, root=0)
+    return {name: np.frombuffer(mm, dtype=np.dtype(dtype), count=int(np.prod(shape, dtype=np.int64)),
+                                offset=at).reshape(shape)
+            for name, dtype, shape, at in note["layout"]}

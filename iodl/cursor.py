@@ -67,7 +67,8 @@ class ShardFiles:
                     self.fds[shard] = -1
                     continue
                 t0 = _native.monotonic_ns()
-                self.fds[shard] = open_for_read(self.paths[shard], self.direct, int(self.sizes[shard]))
+                self.fds[shard] = open_for_read(self.paths[shard], self.direct, int(self.sizes[shard]),
+                                                inside=getattr(self.paths, "inside", None))
                 if self.counters is not None:
                     t1 = _native.monotonic_ns()
                     self.counters.note_open(t1, t1 - t0)

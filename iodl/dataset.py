@@ -1,21 +1,31 @@
 """Datasets on disk: generating a workload's shards under one or more roots, and opening a root.
 
 Layout of a root written by `iodl generate`:
-    ROOT/iodl-dataset.json            manifest (schema iodl.dataset/1); its presence marks the root as iodl's
+    ROOT/iodl-dataset.json            manifest (schema iodl.dataset/2): a small JSON header, no list of files;
+                                      its presence marks the root as iodl's (schema 1, which listed every
+                                      file, is still read)
+    ROOT/iodl-file-sizes.npy          (files,) int64 bytes of each file, shared by all copies
     ROOT/iodl-sample-sizes.npy        (files, samples_per_file) sample sizes in bytes, shared by all copies
     ROOT/iodl-extents.npy             (files, samples_per_file, 2) extents, npz/hdf5 only
     ROOT/copy-0000/train-00000-of-01024.tfrecord ...   one directory per copy, same names in each
+    ROOT/copy-0000/07/train-00007-of-20000.tfrecord    above 10,000 files a copy, file i sits in folder
+                                                       i % subfolders (manifest "subfolders"; 1: none)
 A root without a manifest is a foreign dataset: every regular file under it (recursive, sorted) is
 a shard with one extent, the whole file; iodl never writes there.
 Every path a manifest names must resolve (after symlinks) inside its root, and a foreign root may
 hold only regular files inside it: anything else is refused in one line. Generation creates every
-file exclusively (O_EXCL|O_NOFOLLOW) under a temporary name and renames it when complete.
+file exclusively (O_EXCL|O_NOFOLLOW), never through a link: a large shard under a temporary name,
+renamed when complete; small shards (raw, tfrecord up to SMALL_FILE) under their final names in
+batches written by C (_native.write_files), since a rename per file doubles a small file's metadata
+work. Either way the manifest says "incomplete" until every shard is written, and a re-run rewrites
+any shard shorter than planned.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,11 +33,13 @@ import numpy as np
 from . import __version__
 from .comm import collective
 from .errors import IodlError, UsageError
-from .formats import BLOCK, FORMATS, content_buffer
+from .formats import BLOCK, FORMATS, _Stream, content_buffer
 
-SCHEMA = "iodl.dataset/1"
+SCHEMA = "iodl.dataset/2"      # a JSON header; file sizes in FILE_SIZES_FILE; names derived from indices
+SCHEMA_V1 = "iodl.dataset/1"   # every file listed in the JSON: still read (open_dataset)
 MANIFEST = "iodl-dataset.json"
 SIZES_FILE = "iodl-sample-sizes.npy"
+FILE_SIZES_FILE = "iodl-file-sizes.npy"
 EXTENTS_FILE = "iodl-extents.npy"
 _TMP = ".iodl-tmp"          # suffix of a shard being written; renamed when complete
 _MAX_MANIFEST = 1 << 30    # bytes: a manifest naming 10^7 shards is far smaller
@@ -64,45 +76,135 @@ def copy_dir(copy: int) -> str:
     return f"copy-{copy:04d}"
 
 
+FOLDER_FILES = 10_000   # files per folder at most, by default (MLPerf Storage warns above num_subfolders_train's 10,000)
+
+
+def folders_of(files: int, subfolders: int) -> int:
+    """Folders a copy's files are spread over: `subfolders` when given (> 0), else as few as keep
+    each at most FOLDER_FILES; 1 means the copy directory itself."""
+    return int(subfolders) if subfolders > 0 else max(1, -(-int(files) // FOLDER_FILES))
+
+
+def folder_name(index: int, folders: int) -> str:
+    """The folder of file `index` inside its copy directory: index % folders, zero-padded ('' for one folder)."""
+    return "" if folders <= 1 else f"{index % folders:0{len(str(folders - 1))}d}"
+
+
+def shard_relpath(fmt: str, index: int, files: int, folders: int) -> str:
+    """A shard's path inside its copy directory, derived from its index alone."""
+    name = shard_name(fmt, index, files)
+    return name if folders <= 1 else f"{folder_name(index, folders)}/{name}"
+
+
 # ---------------------------------------------------------------- opening --------------------
 
-class Dataset:
-    """A root opened for reading: its shards (in a fixed order) and where samples sit in them."""
+class _Paths(Sequence):
+    """Shard paths computed on demand: a rank never holds the list (200,000 names are ~20 MB)."""
 
-    def __init__(self, root: str, manifest: dict | None, shards: list[Shard], sizes: np.ndarray | None = None,
-                 extents: np.ndarray | None = None):
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        i = int(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._path(i)
+
+
+class GeneratedPaths(_Paths):
+    """copy directory / folder / name of every shard of an iodl dataset, derived from its index."""
+
+    def __init__(self, folder_dirs: list[list[str]], fmt: str, files: int, real_root: str):
+        self._dirs, self._fmt, self._files = folder_dirs, fmt, files
+        self._folders = len(folder_dirs[0])
+        self._n = len(folder_dirs) * files
+        self.inside = real_root   # a shard that is a link is opened only if it resolves inside (open_for_read)
+
+    def _path(self, i: int) -> str:
+        c, f = divmod(i, self._files)
+        return os.path.join(self._dirs[c][f % self._folders], shard_name(self._fmt, f, self._files))
+
+
+class ListedPaths(_Paths):
+    """Paths of a listed (foreign) root: relative names packed in one byte array, NUL-free."""
+
+    def __init__(self, root: str, blob: np.ndarray, offsets: np.ndarray):
+        self._root, self._blob, self._off = root, blob, offsets
+        self._n = len(offsets) - 1
+
+    def _path(self, i: int) -> str:
+        return os.path.join(self._root, os.fsdecode(self._blob[int(self._off[i]):int(self._off[i + 1])].tobytes()))
+
+
+class _Shards(Sequence):
+    """ds.shards: Shard objects made on demand from the dataset's paths and sizes."""
+
+    def __init__(self, ds: "Dataset"):
+        self._ds = ds
+
+    def __len__(self) -> int:
+        return len(self._ds.paths)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        ds = self._ds
+        return Shard(ds.paths[i], int(ds.sizes[i]), ds.samples_per_shard)
+
+
+class Dataset:
+    """A root opened for reading: its shards (in a fixed order) and where samples sit in them.
+
+    paths: a sequence of the shards' paths (computed on demand); sizes: (shards,) int64, for a
+    generated dataset of one copy a read-only map of iodl-file-sizes.npy (its pages shared by every
+    rank of the node through the page cache); the sample tables are maps of their .npy files too."""
+
+    def __init__(self, root: str, manifest: dict | None, paths, sizes: np.ndarray, copies: int = 1,
+                 sample_sizes: np.ndarray | None = None, extents: np.ndarray | None = None, real_root: str = ""):
         self.root = root
+        self.real_root = real_root or os.path.realpath(root)
         self.manifest = manifest
-        self.shards = shards
-        self.total_bytes = sum(s.size for s in shards)
+        self.paths = paths
+        self.sizes = sizes
+        self.copies = copies
         self.format = manifest["format"] if manifest else None
-        self._sizes = sizes        # (files, samples_per_file) or None
-        self._extents = extents    # (files, samples_per_file, 2) or None
-        self._files = len(manifest["files"]) if manifest else 0
+        self._sizes = sample_sizes     # (files, samples_per_file) or None
+        self._extents = extents        # (files, samples_per_file, 2) or None
+        self._files = len(sizes) // copies if manifest else 0
+        self.samples_per_shard = int(sample_sizes.shape[1]) if sample_sizes is not None else 1
+        self.total_bytes = int(np.sum(sizes, dtype=np.int64))
+        self.shards = _Shards(self)
 
     def __repr__(self) -> str:
-        return f"Dataset({self.root!r}, {len(self.shards)} shards, {self.total_bytes} bytes, format={self.format})"
+        return f"Dataset({self.root!r}, {len(self.paths)} shards, {self.total_bytes} bytes, format={self.format})"
 
     @property
-    def copies(self) -> int:
-        """Copies of the generated files this root holds (1 for a foreign dataset)."""
-        return max(1, len(self.shards) // self._files) if self._files else 1
+    def total_samples(self) -> int:
+        return len(self.paths) * self.samples_per_shard
 
     def sample_extents(self, i: int) -> np.ndarray:
         """(n, 2) uint64 [offset, length] of each sample's record in shard i (see iodl.formats)."""
-        shard = self.shards[i]  # IndexError for a bad i
+        size = int(self.sizes[i])  # IndexError for a bad i
         if self.manifest is None:
-            return np.array([[0, shard.size]], dtype=np.uint64)
+            return np.array([[0, size]], dtype=np.uint64)
         base = i % self._files   # copies repeat the files in the same order and layout
         if self._extents is not None:
-            return self._extents[base].copy()
-        return FORMATS[self.format].extents(self._sizes[base])
+            return np.array(self._extents[base], dtype=np.uint64)
+        return FORMATS[self.format].extents(np.asarray(self._sizes[base]))
+
+    def sample_ends(self, i: int) -> np.ndarray:
+        e = self.sample_extents(i)
+        return e[:, 0] + e[:, 1]
 
     def sample_sizes(self, i: int) -> np.ndarray:
         """Payload bytes of each sample in shard i (a foreign shard is one sample: the whole file)."""
         if self.manifest is None:
-            return np.array([self.shards[i].size], dtype=np.int64)
-        return self._sizes[i % self._files].copy()
+            return np.array([int(self.sizes[i])], dtype=np.int64)
+        return np.array(self._sizes[i % self._files], dtype=np.int64)
 
 
 def _open_regular(path: str):
@@ -132,7 +234,7 @@ def _read_manifest(root: str) -> dict | None:
         return None
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: unreadable dataset manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+    if not isinstance(manifest, dict) or manifest.get("schema") not in (SCHEMA, SCHEMA_V1):
         got = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
         raise UsageError(f"{path}: not an iodl dataset manifest (schema {got!r}, expected {SCHEMA!r})")
     return manifest
@@ -185,8 +287,16 @@ def workload_for_roots(roots: list[str], given: str | None):
     return wl
 
 
-def open_dataset(root: str) -> Dataset:
-    """Open an iodl dataset root, or any directory of files as a foreign dataset (read-only)."""
+def open_dataset(root: str, group=None) -> Dataset:
+    """Open an iodl dataset root, or any directory of files as a foreign dataset (read-only).
+
+    group: the ranks of this node that open this root (a communicator; None: this process alone).
+    A foreign root is then listed by the group's first rank only and the listing shared with the
+    others (comm.node_shared_arrays); a generated one needs no listing (its names follow from the
+    indices, its tables are mapped from their files)."""
+    from .comm import SerialComm
+
+    group = group or SerialComm()
     root = os.path.abspath(root)
     if not os.path.exists(root):
         raise UsageError(f"dataset root {root}: no such directory")
@@ -194,8 +304,10 @@ def open_dataset(root: str) -> Dataset:
         raise UsageError(f"dataset root {root}: not a directory")
     manifest = _read_manifest(root)
     if manifest is None:
-        return _open_foreign(root)
+        return _open_foreign(root, group)
     try:
+        if manifest["schema"] == SCHEMA_V1:
+            return _open_v1(root, manifest)
         return _open_iodl(root, manifest)
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise UsageError(f"{os.path.join(root, MANIFEST)}: unreadable dataset manifest ({type(exc).__name__}: {exc})") from None
@@ -212,10 +324,11 @@ def _inside(root: str, entry, manifest_path: str, what: str) -> str:
     return real
 
 
-def _load_npy(path: str) -> np.ndarray:
+def _load_npy(path: str, mmap: bool = False) -> np.ndarray:
     """A plain integer .npy written by generate (never pickles, never follows a link out: see
     _inside). The header is checked against the file's size first, so that a forged shape cannot
-    make us allocate more than the file holds."""
+    make us allocate more than the file holds. mmap: a read-only map of the data (the node's ranks
+    share its pages), from the descriptor that was checked."""
     from numpy.lib import format as npy
 
     with _open_regular(path) as f:
@@ -223,120 +336,218 @@ def _load_npy(path: str) -> np.ndarray:
         if version not in ((1, 0), (2, 0)):
             raise ValueError(f"{path}: .npy format version {version} (generate writes 1.0)")
         read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-        shape, _fortran, dtype = read_header(f)
+        shape, fortran, dtype = read_header(f)
         if dtype.hasobject or dtype.kind not in "iu":
             raise ValueError(f"{path}: not an integer array ({dtype})")
         data_bytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
         if data_bytes != os.fstat(f.fileno()).st_size - f.tell():
             raise ValueError(f"{path}: its header promises {data_bytes} bytes of data, the file holds "
                              f"{os.fstat(f.fileno()).st_size - f.tell()}")
+        if mmap and data_bytes and not fortran:
+            return np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape)
         f.seek(0)
         return np.load(f, allow_pickle=False)
 
 
-def _open_iodl(root: str, manifest: dict) -> Dataset:
+def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np.ndarray, name) -> None:
+    """Sample sizes and extents fit the files' stated sizes (vectorised: no work per file in Python)."""
     from . import limits
 
+    if sizes.ndim != 2 or sizes.shape[0] != files or not sizes.size or sizes.min() < 1:
+        raise ValueError(f"sample sizes have shape {sizes.shape} for {files} files, or a sample size below 1 byte")
+    if extents is not None and extents.shape != sizes.shape + (2,):
+        raise ValueError(f"extents have shape {extents.shape}, expected {sizes.shape + (2,)}")
+    if stated.shape != (files,):
+        raise ValueError(f"file sizes have shape {stated.shape}, expected ({files},)")
+    if len(stated) and (stated.min() < 0 or stated.max() > limits.MAX_SHARD_SIZE):
+        i = int(np.argmax((stated < 0) | (stated > limits.MAX_SHARD_SIZE)))
+        raise UsageError(f"{mpath}: shard {name(i)!r}: size {int(stated[i])} is not a shard's size")
+    # every sample lies inside the size the manifest promises (the size each open then checks);
+    # float64 sums are exact far beyond MAX_SHARD_SIZE, and a forged size cannot wrap them around
+    form = FORMATS[name.fmt]
+    if extents is not None:
+        ends = (extents[:, :, 0].astype(np.float64) + extents[:, :, 1]).max(axis=1)
+    elif form.size_of(np.asarray(sizes[0])) is not None:   # framing is the same per file: every file has as many samples
+        first = np.asarray(sizes[0])
+        ends = sizes.sum(axis=1, dtype=np.float64) + (form.size_of(first) - int(first.sum()))
+    else:
+        ends = np.zeros(files)
+    past = ends > stated.astype(np.float64)
+    if past.any():
+        i = int(np.argmax(past))
+        raise UsageError(f"{mpath}: shard {name(i)!r}: its samples end at byte {int(ends[i])}, "
+                         f"past the {int(stated[i])} bytes it states")
+
+
+def _copies_and_folders(root: str, manifest: dict, mpath: str, files: int):
+    from . import limits
+
+    copies = manifest["copies"]
+    if not isinstance(copies, list) or not copies:
+        raise UsageError(f"{mpath}: 'copies' must be a non-empty list")
+    # bounded before anything is built from the lists (a 10^9-entry copies list must not hang us)
+    if len(copies) > limits.MAX_COPIES or files * len(copies) > limits.MAX_SHARDS:
+        raise UsageError(f"{mpath}: names {files:,} files x {len(copies):,} copies: at most "
+                         f"{limits.MAX_COPIES:,} copies and {limits.MAX_SHARDS:,} shards")
+    copy_dirs = [_inside(root, c, mpath, "copies entry") for c in copies]
+    folders = manifest.get("subfolders", 1)
+    if isinstance(folders, bool) or not isinstance(folders, int) or not 1 <= folders <= max(1, files):
+        raise UsageError(f"{mpath}: subfolders {folders!r} is not a number of folders from 1 to {files}")
+    # each folder of each copy resolves inside the root (a folder that is a link out is refused)
+    folder_dirs = [[_inside(root, os.path.join(c, folder_name(k, folders)), mpath, "folder") if folders > 1 else d
+                    for k in range(folders)] for c, d in zip(copies, copy_dirs)]
+    return folder_dirs
+
+
+class _Namer:
+    """Shard names for error messages, derived from the index (schema 2) or listed (schema 1)."""
+
+    def __init__(self, fmt: str, files: int, listed=None):
+        self.fmt, self.files, self.listed = fmt, files, listed
+
+    def __call__(self, i: int) -> str:
+        return self.listed[i] if self.listed is not None else shard_name(self.fmt, i, self.files)
+
+
+def _check_complete(root: str, manifest: dict, mpath: str) -> None:
     if manifest.get("status") != "complete":
         raise UsageError(f"dataset under {root} is incomplete (generation interrupted?): run iodl generate again "
                          "with the same options to finish it")
-    mpath = os.path.join(root, MANIFEST)
-    files = manifest["files"]
-    copies = manifest["copies"]
+    manifest["files"], manifest["copies"], manifest["sample_sizes"]   # KeyError: unreadable
     if manifest.get("format") not in FORMATS:
         raise UsageError(f"{mpath}: format {manifest.get('format')!r} is not one iodl writes")
-    if not isinstance(files, list) or not isinstance(copies, list) or not files or not copies:
-        raise UsageError(f"{mpath}: 'files' and 'copies' must be non-empty lists")
-    # bounded before anything is built from the lists (a 10^9-entry copies list must not hang us)
-    if len(copies) > limits.MAX_COPIES or len(files) * len(copies) > limits.MAX_SHARDS:
-        raise UsageError(f"{mpath}: names {len(files):,} files x {len(copies):,} copies: at most "
-                         f"{limits.MAX_COPIES:,} copies and {limits.MAX_SHARDS:,} shards")
-    limits.check_memory(f"{mpath}: a dataset of {len(files) * len(copies):,} shards",
-                        _SHARD_BYTES * len(files) * len(copies))
-    copy_dirs = [_inside(root, c, mpath, "copies entry") for c in copies]
+
+
+def _open_iodl(root: str, manifest: dict) -> Dataset:
+    """Schema 2: a small JSON header; file sizes, sample sizes and extents in .npy files mapped
+    read-only; names derived from indices. Nothing here grows with the files but the maps."""
+    mpath = os.path.join(root, MANIFEST)
+    _check_complete(root, manifest, mpath)
+    files = manifest["files"]
+    if isinstance(files, bool) or not isinstance(files, int) or files < 1:
+        raise UsageError(f"{mpath}: 'files' must be a number of files")
+    folder_dirs = _copies_and_folders(root, manifest, mpath, files)
+    sizes = _load_npy(_inside(root, manifest["sample_sizes"], mpath, "sample_sizes"), mmap=True)
+    stated = _load_npy(_inside(root, manifest["file_sizes"], mpath, "file_sizes"), mmap=True)
+    extents = None
+    if manifest.get("extents"):
+        extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"), mmap=True)
+    _check_tables(mpath, files, sizes, extents, stated, _Namer(manifest["format"], files))
+    copies = len(folder_dirs)
+    shard_sizes = stated.astype(np.int64, copy=False) if copies == 1 else np.tile(stated, copies).astype(np.int64)
+    paths = GeneratedPaths(folder_dirs, manifest["format"], files, os.path.realpath(root))
+    return Dataset(root, manifest, paths, shard_sizes, copies, sizes, extents)
+
+
+def _open_v1(root: str, manifest: dict) -> Dataset:
+    """Schema 1 (iodl before 0.x wrote it): the files listed in the JSON. Still read, so that
+    datasets made then keep working; every rank parses the list (iodl generate on the same root
+    rewrites the manifest as schema 2 without rewriting a shard)."""
+    from . import limits
+
+    mpath = os.path.join(root, MANIFEST)
+    _check_complete(root, manifest, mpath)
+    files = manifest["files"]
+    if not isinstance(files, list) or not files:
+        raise UsageError(f"{mpath}: 'files' must be a non-empty list")
+    limits.check_memory(f"{mpath}: a dataset of {len(files) * max(1, len(manifest.get('copies') or [])):,} shards",
+                        _SHARD_BYTES * len(files) * max(1, len(manifest.get("copies") or [])))
+    folder_dirs = _copies_and_folders(root, manifest, mpath, len(files))
     sizes = _load_npy(_inside(root, manifest["sample_sizes"], mpath, "sample_sizes"))
     extents = None
     if manifest.get("extents"):
         extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"))
-    if sizes.ndim != 2 or sizes.shape[0] != len(files) or not sizes.size or sizes.min() < 1:
-        raise ValueError(f"{manifest['sample_sizes']} has shape {sizes.shape} for {len(files)} files, "
-                         "or a sample size below 1 byte")
-    if extents is not None and extents.shape != sizes.shape + (2,):
-        raise ValueError(f"{manifest['extents']} has shape {extents.shape}, expected {sizes.shape + (2,)}")
+    names = []
     for f in files:
         # a bare file name: it names a file in its copy directory, and nothing else
         name = f["path"]
         if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or "\0" in name:
             raise UsageError(f"{mpath}: files entry {name!r} is not a file name inside a copy directory")
-        if not 0 <= int(f["size"]) <= limits.MAX_SHARD_SIZE or int(f["samples"]) != sizes.shape[1]:
-            raise UsageError(f"{mpath}: files entry {name!r}: size {f['size']!r} or samples {f['samples']!r} "
-                             f"do not fit its sample sizes")
-    # every sample lies inside the size the manifest promises (the size each open then checks);
-    # float64 sums are exact far beyond MAX_SHARD_SIZE, and a forged size cannot wrap them around
-    form = FORMATS[manifest["format"]]
-    if extents is not None:
-        ends = (extents[:, :, 0].astype(np.float64) + extents[:, :, 1]).max(axis=1)
-    elif form.size_of(sizes[0]) is not None:   # framing is the same per file: every file has as many samples
-        ends = sizes.sum(axis=1, dtype=np.float64) + (form.size_of(sizes[0]) - int(sizes[0].sum()))
-    else:
-        ends = np.zeros(len(files))
-    stated = np.array([int(f["size"]) for f in files], dtype=np.float64)
-    if (ends > stated).any():
-        i = int(np.argmax(ends > stated))
-        raise UsageError(f"{mpath}: files entry {files[i]['path']!r}: its samples end at byte {int(ends[i])}, "
-                         f"past the {int(stated[i])} bytes it states")
-    shards = [Shard(os.path.join(d, f["path"]), int(f["size"]), int(f["samples"])) for d in copy_dirs for f in files]
-    _check_shard_links(root, shards, mpath)
-    return Dataset(root, manifest, shards, sizes, extents)
+        if int(f["samples"]) != (sizes.shape[1] if sizes.ndim == 2 else -1):
+            raise UsageError(f"{mpath}: files entry {name!r}: samples {f['samples']!r} do not fit its sample sizes")
+        names.append(name)
+    stated = np.array([int(f["size"]) for f in files], dtype=np.int64)
+    _check_tables(mpath, len(files), sizes, extents, stated, _Namer(manifest["format"], len(files), names))
+    folders = len(folder_dirs[0])
+    paths = [os.path.join(fd[i % folders], n) for fd in folder_dirs for i, n in enumerate(names)]
+    _check_shard_links(root, paths, mpath)
+    return Dataset(root, manifest, paths, np.tile(stated, len(folder_dirs)), len(folder_dirs), sizes, extents)
 
 
-_SHARD_BYTES = 200   # memory per shard a rank holds (its Shard, path and plan entries)
+_SHARD_BYTES = 200   # memory per shard a rank holds with a schema-1 manifest (its path and entries)
 
 
-def _check_shard_links(root: str, shards: list[Shard], mpath: str) -> None:
-    """A shard that is a symlink must resolve inside the root. The copy directories are real paths
-    already (_inside) and names are bare, so only links need resolving: one lstat per shard."""
+def _check_shard_links(root: str, paths, mpath: str) -> None:
+    """A shard that is a symlink must resolve inside the root (schema 1: checked at open; schema 2
+    checks each shard as it is opened for reading, engine.open_for_read(inside=...)). The copy
+    directories are real paths already (_inside) and names are bare, so only links need resolving."""
     import stat
 
     real_root = os.path.realpath(root)
-    for shard in shards:
+    for path in paths:
         try:
-            if not stat.S_ISLNK(os.lstat(shard.path).st_mode):
+            if not stat.S_ISLNK(os.lstat(path).st_mode):
                 continue
         except FileNotFoundError:
             continue   # missing: its open says so, naming it
-        real = os.path.realpath(shard.path)
+        real = os.path.realpath(path)
         if os.path.commonpath([real_root, real]) != real_root:
-            raise UsageError(f"{mpath}: shard {shard.path} resolves to {real}, outside {root}")
+            raise UsageError(f"{mpath}: shard {path} resolves to {real}, outside {root}")
 
 
-def _open_foreign(root: str) -> Dataset:
+def _list_foreign(root: str) -> dict[str, np.ndarray]:
+    """Every regular file under root (recursive, sorted as os.walk with sorted names gives them):
+    relative names packed in one byte array, their offsets, their sizes. os.scandir: the kind of
+    each entry comes with the listing, a stat only for links."""
     import stat
 
     real_root = os.path.realpath(root)
-    shards = []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=_raise):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
+    names: list[bytes] = []
+    sizes: list[int] = []
+    broot = os.fsencode(root)
+
+    def walk(dirpath: bytes, rel: bytes) -> None:
+        try:
+            with os.scandir(dirpath) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise UsageError(f"dataset root: {exc}") from None
+        subdirs = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=True):
+                subdirs.append(e)
+                continue
             try:
-                st = os.stat(path)
+                st = e.stat(follow_symlinks=True)
             except OSError:
                 continue  # dangling link
             if not stat.S_ISREG(st.st_mode):
-                raise UsageError(f"dataset root {root}: {path} is not a regular file (FIFO, socket or device); "
-                                 "iodl reads regular files only")
-            real = os.path.realpath(path)
-            if os.path.commonpath([real_root, real]) != real_root:
-                raise UsageError(f"dataset root {root}: {path} is a symlink to {real}, outside the root")
-            shards.append(Shard(path, st.st_size, 1))
-    if not shards:
+                raise UsageError(f"dataset root {root}: {os.fsdecode(e.path)} is not a regular file (FIFO, socket or "
+                                 "device); iodl reads regular files only")
+            if e.is_symlink():
+                real = os.path.realpath(e.path)
+                if os.path.commonpath([os.fsencode(real_root), real]) != os.fsencode(real_root):
+                    raise UsageError(f"dataset root {root}: {os.fsdecode(e.path)} is a symlink to "
+                                     f"{os.fsdecode(real)}, outside the root")
+            names.append(rel + e.name)
+            sizes.append(st.st_size)
+        for d in subdirs:
+            walk(d.path, rel + d.name + b"/")
+
+    walk(broot, b"")
+    if not names:
         raise UsageError(f"dataset root {root} is empty: no files to read (run iodl generate --root {root})")
-    return Dataset(root, None, shards)
+    offsets = np.zeros(len(names) + 1, dtype=np.int64)
+    np.cumsum([len(n) for n in names], out=offsets[1:])
+    return {"blob": np.frombuffer(b"".join(names), dtype=np.uint8), "offsets": offsets,
+            "sizes": np.array(sizes, dtype=np.int64)}
 
 
-def _raise(exc: OSError) -> None:
-    raise UsageError(f"dataset root: {exc}")
+def _open_foreign(root: str, group) -> Dataset:
+    from .comm import node_shared_arrays
+
+    arrays = node_shared_arrays(group, lambda: _list_foreign(root))
+    return Dataset(root, None, ListedPaths(root, arrays["blob"], arrays["offsets"]), arrays["sizes"])
 
 
 def validate_block(per_rank: list[tuple[int, int, int]], bytes_read: int) -> dict:
@@ -355,7 +566,7 @@ def _spec_key(manifest_or_spec: dict) -> dict:
     return {k: manifest_or_spec[k] for k in ("format", "files", "samples_per_file", "sample_size", "sample_size_stdev")}
 
 
-def _prepare_root(root: str, spec: dict, seed: int) -> str | None:
+def _prepare_root(root: str, spec: dict, seed: int, folders: int = 1) -> str | None:
     """Rank 0: check or create one root. Returns an error message, or None if fine."""
     if not os.path.exists(root):
         parent = os.path.dirname(root.rstrip(os.sep)) or "."
@@ -384,12 +595,16 @@ def _prepare_root(root: str, spec: dict, seed: int) -> str | None:
     else:
         try:
             same = _spec_key(manifest["spec"]) == _spec_key(spec) and manifest["seed"] == seed
+            layout = manifest.get("subfolders", 1)
         except (KeyError, TypeError):
             return f"--root {root}: unreadable dataset manifest {MANIFEST}"
         if not same:
             old = manifest["spec"]
             return (f"--root {root} holds another iodl dataset ({old.get('files')} {old.get('format')} files, "
                     f"seed {manifest.get('seed')}, workload {manifest.get('workload')}); use another root")
+        if layout != folders:
+            return (f"--root {root} holds this dataset in {layout} folder(s) per copy, not {folders}; give "
+                    f"--subfolders {layout} to continue it, or use another root")
     if not os.access(root, os.W_OK | os.X_OK):
         return f"--root {root}: not writable"
     return None
@@ -484,14 +699,14 @@ class GenerateResult:
 
 
 def generate(workload, roots, comm, files: int | None = None, copies: int | None = None, fmt: str | None = None,
-             seed: int | None = None, progress=None, say=None) -> GenerateResult:
+             seed: int | None = None, progress=None, say=None, subfolders: int | None = None) -> GenerateResult:
     """Write the workload's dataset under every root; ranks share the shards round-robin.
 
     Re-running continues: shards already present with the right size are skipped. progress, if
     given, is called on every rank as progress(done_bytes, rank_total_bytes) after each shard; say,
     if given, on rank 0 with a one-line description once the roots are checked.
     """
-    wl = workload.with_overrides(files=files, copies=copies, format=fmt, seed=seed)
+    wl = workload.with_overrides(files=files, copies=copies, format=fmt, seed=seed, subfolders=subfolders)
     spec = wl.to_dict()["dataset"]
     seed_ = wl.train.seed
     ds = wl.dataset
@@ -507,7 +722,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
         if comm.rank == 0:
             for root in roots:
                 try:
-                    problem = _prepare_root(root, spec, seed_)
+                    problem = _prepare_root(root, spec, seed_, folders_of(ds.files, ds.subfolders))
                 except OSError as exc:
                     problem = f"--root {root}: {exc.strerror or exc}"
                 if problem:
@@ -520,29 +735,30 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
         say(f"iodl generate: {wl.name}: {ds.copies} x {ds.files} {ds.format} files x {ds.samples_per_file} samples "
             f"of ~{format_size(ds.sample_size)} (seed {seed_}) under {len(roots)} root(s), {comm.size} rank(s)")
     sizes = sample_sizes(ds, seed_)
-    names = [shard_name(ds.format, i, ds.files) for i in range(ds.files)]
+    folders = folders_of(ds.files, ds.subfolders)
+    names = _Names(ds.format, ds.files, folders)   # relative path of file i, made when asked for
     manifest = {
         "schema": SCHEMA, "status": "incomplete", "generator": f"iodl {__version__}",
         "workload": wl.name, "workload_spec": wl.to_dict(), "spec": spec, "seed": seed_, "format": ds.format,
         "copies": [copy_dir(c) for c in range(ds.copies)],
-        "files": [{"path": n, "size": form.size_of(sizes[i]), "samples": ds.samples_per_file} for i, n in enumerate(names)],
+        "subfolders": folders, "files": ds.files, "file_sizes": FILE_SIZES_FILE,
         "sample_sizes": SIZES_FILE, "extents": None, "total_bytes": None,
     }
 
-    def _bytes_to_write(root):
-        # what is still missing under this root (shards already there with the right size are skipped)
-        import stat
+    want = _planned_file_sizes(form, sizes)
 
+    def _bytes_to_write(root):
+        # what is still missing under this root (shards already there with the right size are
+        # skipped): one listing per folder, no call per file
         need = 0
         for c in range(ds.copies):
-            for i, name in enumerate(names):
-                want = form.size_of(sizes[i]) or int(sizes[i].sum())
-                try:
-                    st = os.lstat(os.path.join(root, copy_dir(c), name))
-                    have = st.st_size if stat.S_ISREG(st.st_mode) else 0
-                except FileNotFoundError:
-                    have = 0
-                need += want if have != want else 0
+            for k in range(folders):
+                have = _listing(os.path.join(root, copy_dir(c), folder_name(k, folders)))
+                idx = np.arange(k, ds.files, folders)
+                if have:
+                    done = np.array([have.get(os.path.basename(names[i])) == want[i] for i in idx.tolist()], dtype=bool)
+                    idx = idx[~done]
+                need += int(want[idx].sum())
         return need
 
     def start_roots():
@@ -555,13 +771,21 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
                     _write_json(os.path.join(root, MANIFEST), manifest)
                 for c in range(ds.copies):
                     _make_copy_dir(os.path.join(root, copy_dir(c)))
+                    for k in range(folders if folders > 1 else 0):
+                        _make_copy_dir(os.path.join(root, copy_dir(c), folder_name(k, folders)))
 
     collective(comm, lambda: _oserror_to_iodl(start_roots))
 
     # Work items over all roots, copies and files; rank r takes items k with k % size == r.
-    items = [(r, c, i) for r in range(len(roots)) for c in range(ds.copies) for i in range(ds.files)]
-    mine = items[comm.rank::comm.size]
-    rank_total = sum(form.size_of(sizes[i]) or int(sizes[i].sum()) for _r, _c, i in mine)
+    small = _small_files(form, want)
+    if small:
+        items = mine = []
+        per_item = np.tile(want, len(roots) * ds.copies)
+        rank_total = int(per_item[comm.rank::comm.size].sum())
+    else:
+        items = [(r, c, i) for r in range(len(roots)) for c in range(ds.copies) for i in range(ds.files)]
+        mine = items[comm.rank::comm.size]
+        rank_total = sum(int(want[i]) for _r, _c, i in mine)
 
     t0 = time.perf_counter()
     written = skipped = nbytes = 0
@@ -628,7 +852,16 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     def work():
         from concurrent.futures import ThreadPoolExecutor  # generate only: readers never load it
 
-        nonlocal written, skipped
+        nonlocal written, skipped, nbytes
+        if small:
+            def counted(n):
+                nonlocal nbytes
+                nbytes += n
+                if progress:
+                    progress(nbytes, rank_total)
+
+            written, skipped = _write_small_files(form, roots, ds, folders, names, sizes, want, seed_, comm, counted)
+            return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="iodl-writer") as writer:
             try:
                 for r, c, i in mine:
@@ -690,13 +923,15 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
                         raise IodlError(f"shard {names[i]} has different sizes in different copies or roots "
                                         f"({all_sizes[i]} and {size} bytes)")
                 all_ext.update(ex)
-            for i, entry in enumerate(manifest["files"]):
-                entry["size"] = all_sizes[i]
+            final_sizes = want.copy()   # small shards: as planned, by construction
+            if not small:
+                final_sizes = np.array([all_sizes[i] for i in range(ds.files)], dtype=np.int64)
             manifest["status"] = "complete"
-            manifest["total_bytes"] = sum(all_sizes.values()) * ds.copies
+            manifest["total_bytes"] = int(final_sizes.sum()) * ds.copies
             if all_ext:
                 manifest["extents"] = EXTENTS_FILE
             for root in roots:
+                _save_npy(os.path.join(root, FILE_SIZES_FILE), final_sizes)
                 if all_ext:
                     _save_npy(os.path.join(root, EXTENTS_FILE), np.stack([all_ext[i] for i in range(ds.files)]))
                 _write_json(os.path.join(root, MANIFEST), manifest)
@@ -708,6 +943,158 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
 
     result = collective(comm, lambda: _oserror_to_iodl(finish_roots))
     return comm.bcast(result, root=0)
+
+
+class _Names:
+    """names[i]: file i's path inside its copy directory (shard_relpath), never held as a list."""
+
+    def __init__(self, fmt: str, files: int, folders: int):
+        self.fmt, self.files, self.folders = fmt, files, folders
+
+    def __getitem__(self, i: int) -> str:
+        return shard_relpath(self.fmt, int(i), self.files, self.folders)
+
+
+def _planned_file_sizes(form, sizes: np.ndarray) -> np.ndarray:
+    """(files,) int64 bytes each shard will hold: from the sample sizes where the format fixes it,
+    else the payload (npz, hdf5: their real sizes are learnt from the written files)."""
+    if isinstance(form, _Stream):
+        return sizes.sum(axis=1) + form.overhead * sizes.shape[1]
+    return np.array([form.size_of(row) or int(row.sum()) for row in sizes], dtype=np.int64)
+
+
+SMALL_FILE = 1 << 20      # shards up to this size (raw, tfrecord) are written in batches by _write_small_files
+_BATCH_BYTES = 8 << 20    # content built per batch ...
+_BATCH_FILES = 1024       # ... or files per batch
+_WRITERS = 2              # threads running _native.write_files (the GIL is released while they write)
+
+
+def _small_files(form, want: np.ndarray) -> bool:
+    """Whether this dataset's shards go through the batched small-file path."""
+    return isinstance(form, _Stream) and len(want) > 0 and int(want.max()) <= SMALL_FILE
+
+
+def _listing(folder: str) -> dict[str, int]:
+    """name -> size of the regular files already in a folder (none when it does not exist yet)."""
+    out = {}
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.is_file(follow_symlinks=False):
+                    out[entry.name] = entry.stat(follow_symlinks=False).st_size
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def _open_dir(path: str) -> int:
+    """A directory iodl made, opened without following a link in its place (files are then made
+    relative to it: its name cannot be swapped for a link under us)."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+
+
+def _write_small_files(form, roots, ds, folders, names, sizes, want, seed, comm, counted) -> tuple[int, int]:
+    """This rank's share of small shards (work item g = (root * copies + copy) * files + file goes to
+    rank g % size, as on the general path): per folder, batches of files built in one numpy pass
+    (formats.content_batch, framed as a whole) and written by _native.write_files on _WRITERS
+    threads while the next batch is built. Python does no work per file; a re-run lists each
+    folder once and skips shards already there with their full size. Returns (written, skipped)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import _native
+    from .formats import content_batch
+
+    width = max(5, len(str(ds.files)))   # shard_name's pattern, built by write_files from the index
+    prefix, tail = "train-", f"-of-{ds.files:0{width}d}.{form.suffix}"
+    if prefix + f"{ds.files - 1:0{width}d}" + tail != shard_name(ds.format, ds.files - 1, ds.files):
+        raise AssertionError("write_files' names differ from shard_name's")
+    overhead = getattr(form, "overhead", 0)
+    written = skipped = 0
+    slots = 2 * _WRITERS
+    buffers: list = [None] * slots
+    busy: list = [None] * slots
+    turn = 0
+    dirfds: list[int] = []
+    def folders_to_write():
+        """(path, copy, indices) of each folder of this rank's share, shards already there left out."""
+        nonlocal skipped
+        for r, root in enumerate(roots):
+            for c in range(ds.copies):
+                for k in range(folders):
+                    path = os.path.join(root, copy_dir(c), folder_name(k, folders))
+                    idx = np.arange(k, ds.files, folders, dtype=np.int64)
+                    idx = idx[((r * ds.copies + c) * ds.files + idx) % comm.size == comm.rank]
+                    have = _listing(path) if len(idx) else None
+                    if have:
+                        done = np.array([have.get(os.path.basename(names[i])) == want[i] for i in idx.tolist()],
+                                        dtype=bool)
+                        skipped += int(done.sum())
+                        idx = idx[~done]
+                    if len(idx):
+                        yield path, c, idx
+
+    def batches(idx):
+        ends = np.cumsum(want[idx])
+        start = 0
+        while start < len(idx):
+            stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + _BATCH_BYTES, side="right"))
+            stop = min(max(stop, start + 1), start + _BATCH_FILES, len(idx))
+            yield idx[start:stop]
+            start = stop
+
+    def drain():
+        for j, fut in enumerate(busy):
+            if fut is not None:
+                busy[j] = None
+                fut.result()
+
+    with ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="iodl-writer") as pool:
+        try:
+            todo = folders_to_write()
+            while True:
+                # a few folders at a time, their batches taken in turn: the writers work in different
+                # directories (one directory's lock serialises creates), with few descriptors open
+                window = [job for _n, job in zip(range(slots), todo)]
+                if not window:
+                    break
+                for path, _c, _idx in window:
+                    dirfds.append(_open_dir(path))
+                queues = [(fd, c, batches(idx)) for fd, (_p, c, idx) in zip(dirfds[-len(window):], window)]
+                while queues:
+                    for q in list(queues):
+                        dirfd, c, gen = q
+                        batch = next(gen, None)
+                        if batch is None:
+                            queues.remove(q)
+                            continue
+                        if busy[turn] is not None:
+                            busy[turn].result()     # its buffer is free again
+                            busy[turn] = None
+                        buf, offsets = content_batch(seed, c, batch, want[batch], buffers[turn])
+                        buffers[turn] = buf
+                        if overhead:   # TFRecord framing of every record of the batch at once
+                            rec = sizes[batch]
+                            within = np.cumsum(rec + overhead, axis=1) - (rec + overhead)
+                            form.frame(buf, (offsets[:, None] + within).ravel(), rec.ravel())
+                        busy[turn] = pool.submit(_native.write_files, dirfd, prefix, width, tail, None,
+                                                 batch, buf, offsets, want[batch].astype(np.int64))
+                        counted(int(want[batch].sum()))
+                        written += len(batch)
+                        turn = (turn + 1) % slots
+                drain()
+                while dirfds:
+                    os.close(dirfds.pop())
+        except BaseException:
+            for fut in busy:
+                if fut is not None:
+                    fut.cancel()
+            pool.shutdown(wait=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+            while dirfds:
+                os.close(dirfds.pop())
+    return written, skipped
 
 
 def _rename(item, tmp, final):

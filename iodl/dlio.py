@@ -156,7 +156,9 @@ KEYS: dict[str, dict[str, Rule]] = {
         "record_length_bytes_resize": Rule(INFO, "the decoded tensor's size in memory: no I/O"),
         "record_length_resize": Rule(INFO, "DLIO 2.0.0's name of record_length_bytes_resize: no I/O"),
         "data_folder": Rule(INFO, "where the data is: give it as --root"),
-        "num_subfolders_train": Rule(INFO, "iodl generate lays out its own folders; reading honours any layout"),
+        "num_subfolders_train": Rule(HONOUR, "folders per copy, file i in folder i % N (0: as few as keep each at "
+                                     "most 10,000 files, where DLIO's 0 would put them all in one); reading "
+                                     "honours any layout", ("dataset", "subfolders"), _number),
         "num_files_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_subfolders_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_samples_per_file_eval": Rule(INFO, "evaluation reads are not emulated"),

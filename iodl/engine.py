@@ -84,12 +84,13 @@ def as_plan(rows) -> np.ndarray:
     return plan
 
 
-def open_for_read(path: str, direct: bool, expected_size: int | None = None) -> int:
+def open_for_read(path: str, direct: bool, expected_size: int | None = None, inside: str | None = None) -> int:
     """os.open for reading, with O_DIRECT when asked; a filesystem that refuses it gets a clear error.
 
     Opened non-blocking (a FIFO in place of a file would block a plain open forever), then checked
     with fstat: a FIFO, socket or character device is refused. Given `expected_size` (a dataset shard:
-    the bytes its manifest promises), only a regular file at least that long is accepted.
+    the bytes its manifest promises), only a regular file at least that long is accepted. Given
+    `inside` (a dataset's real root), a path that is a symlink is opened only if it resolves inside it.
     """
     import fcntl
 
@@ -97,7 +98,15 @@ def open_for_read(path: str, direct: bool, expected_size: int | None = None) -> 
     if direct:
         flags |= os.O_DIRECT
     try:
-        fd = os.open(path, flags)
+        try:
+            fd = os.open(path, flags | (os.O_NOFOLLOW if inside else 0))
+        except OSError as exc:
+            if not inside or exc.errno != errno.ELOOP:
+                raise
+            real = os.path.realpath(path)   # a link: followed only when it stays inside the root
+            if os.path.commonpath([inside, real]) != inside:
+                raise IodlError(f"{path}: a symlink to {real}, outside the dataset root {inside}") from None
+            fd = os.open(path, flags)
     except OSError as exc:
         if direct and exc.errno == errno.EINVAL:
             if not _readable_kind(os.stat(path).st_mode, expected_size):   # a FIFO refuses O_DIRECT too

@@ -90,23 +90,57 @@ def content_buffer(nbytes: int) -> np.ndarray:
     return np.empty(-(-nbytes // BLOCK) * BLOCK, dtype=np.uint8)
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over a uint64 array (wrapping arithmetic): a bijection that spreads
+    every input bit over the output; counter-based, so any block's word is computed alone."""
+    with np.errstate(over="ignore"):   # 0-d arrays warn of the wrap-around the hash relies on
+        z = np.asarray(x, dtype=np.uint64) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def key_hash(key: tuple) -> np.ndarray:
+    """The 64-bit hash of a content key (seed, copy, file); its last part may be an array of files."""
+    h = np.zeros(np.shape(key[-1]), dtype=np.uint64)
+    for part in key:
+        h = _mix(h ^ np.asarray(part, dtype=np.uint64))
+    return h
+
+
+def _start_of(h: np.ndarray) -> np.ndarray:
+    """First pool block of the content whose key hashes to h."""
+    return _mix(h ^ np.uint64(0x5A3E_C0DE_5EED_0001)) % np.uint64(_POOL_BLOCKS)
+
+
+def _words(h: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """The 64-bit word XORed over block j of the content whose key hashes to h."""
+    with np.errstate(over="ignore"):
+        return _mix(h + (blocks.astype(np.uint64) + np.uint64(1)) * _GOLDEN)
+
+
 class Content:
     """A shard's bytes, addressable by range: block j is pool block (start + j) XOR a 64-bit word
-    repeated over the block. The pool (32 MiB per seed) and the per-block words come from numpy's
-    SFC64 seeded by the key (seed, copy, file). Every 4 KiB block is thus uniformly random to a
-    compressor and distinct from every other block (a 2^-64 chance of a repeat), at one XOR pass
-    (~5 GB/s) instead of one generator call per byte: on 2 cores the CPU left for the kernel's write
-    path is what keeps generation near dd's speed. Any range can be built alone, so a shard is
-    written in pieces from small reused buffers (fresh pages cost a fault per 4 KiB).
+    repeated over the block. The pool (32 MiB per seed) comes from numpy's SFC64; the start and
+    the per-block words from a counter-based hash (splitmix64) of the key (seed, copy, file) and
+    the block's index, so the blocks of many small files are built in one numpy pass
+    (content_batch). Every 4 KiB block is thus uniformly random to a compressor and distinct from
+    every other block (a 2^-64 chance of a repeat), at one XOR pass (~5 GB/s) instead of one
+    generator call per byte: on 2 cores the CPU left for the kernel's write path is what keeps
+    generation near dd's speed. Any range can be built alone, so a shard is written in pieces from
+    small reused buffers (fresh pages cost a fault per 4 KiB).
     """
 
     def __init__(self, key: tuple[int, ...], nbytes: int):
         self.nbytes = nbytes
         self.pool = _pool(key[0])
         nblocks = -(-nbytes // BLOCK)
-        words = np.random.SFC64(np.random.SeedSequence(list(key))).random_raw(nblocks + 1)
-        self.start = int(words[-1] % _POOL_BLOCKS)
-        self.words = words[:nblocks]
+        h = key_hash(tuple(key))
+        self.start = int(_start_of(h))
+        self.words = _words(h, np.arange(nblocks))
 
     def fill(self, a: int, b: int, buf: np.ndarray) -> np.ndarray:
         """Bytes [a, b) built in buf (len >= b - a + 2 * BLOCK); returns the view of them."""
@@ -128,6 +162,26 @@ def random_bytes(nbytes: int, key: tuple[int, ...], out: np.ndarray | None = Non
     if out is None or len(out) < -(-nbytes // BLOCK) * BLOCK:
         out = content_buffer(nbytes)
     return Content(key, nbytes).fill(0, nbytes, out)
+
+
+def content_batch(seed: int, copy: int, files: np.ndarray, nbytes: np.ndarray, out: np.ndarray | None = None):
+    """The contents of many files at once, each from a block boundary of one buffer: (buffer,
+    int64 offsets). File f's bytes are buffer[offsets[f]:offsets[f] + nbytes[f]], the same bytes
+    Content((seed, copy, files[f]), nbytes[f]) builds alone."""
+    nbytes = np.asarray(nbytes, dtype=np.int64)
+    nblocks = np.maximum(1, -(-nbytes // BLOCK))
+    first = np.concatenate(([0], np.cumsum(nblocks)[:-1])).astype(np.int64)
+    total = int(nblocks.sum())
+    if out is None or len(out) < total * BLOCK:
+        out = content_buffer(total * BLOCK)
+    h = key_hash((seed, copy, np.asarray(files, dtype=np.uint64)))
+    owner = np.repeat(np.arange(len(nbytes)), nblocks)
+    j = np.arange(total, dtype=np.int64) - first[owner]
+    pool = _pool(seed)
+    rows = (_start_of(h)[owner] + j.astype(np.uint64)) % np.uint64(_POOL_BLOCKS)
+    blocks = out[:total * BLOCK].view(np.uint64).reshape(total, BLOCK // 8)
+    np.bitwise_xor(pool[rows.astype(np.int64)], _words(h[owner], j)[:, None], out=blocks)
+    return out, first * BLOCK
 
 
 def _put(buf: np.ndarray, offsets: np.ndarray, values: np.ndarray, width: int) -> None:

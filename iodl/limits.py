@@ -180,7 +180,9 @@ def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, bat
     """
     from . import plan
 
-    largest, total, n = max(sizes), sum(sizes), len(sizes)
+    import numpy as np
+
+    largest, total, n = int(np.max(sizes)), int(np.sum(sizes, dtype=np.int64)), len(sizes)
     if pattern in ("train-sync", "infer-async"):
         from .training import SampleStream
 

@@ -44,6 +44,7 @@ class Run:
     stop: Callable[[], bool]     # True once the user asked to stop
     on_epoch: Callable | None = None   # called between epochs (step patterns)
     after_step: Callable | None = None # train-sync's in-training checkpoint (training.run_steps)
+    total_samples: int | None = None   # samples of the mount's shards (None: counted from sample_ends)
 
 
 _REGISTRY: dict[str, Pattern] = {}

@@ -292,7 +292,7 @@ def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple
 
 def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, index_in_mount: int,
               ranks_in_mount: int, host: str, stop_flag=None, result: RankResult | None = None, on_epoch=None,
-              after_step=None):
+              after_step=None, total_samples: int | None = None):
     """Run train-sync or infer-async on this rank. Returns (RankResult, step records array,
     partial, steps per epoch).
 
@@ -310,7 +310,8 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     next_shard = shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer)
     stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
                           rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch")
-    total_samples = sum(len(sample_ends(i)) for i in range(len(sizes)))
+    if total_samples is None:   # a dataset knows it; counted here for callers that do not pass it
+        total_samples = sum(len(sample_ends(i)) for i in range(len(sizes)))
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
 
     result = result or RankResult(rank=comm.rank, host=host, mount=mount)
@@ -387,7 +388,8 @@ def _steps(run: Run) -> tuple[np.ndarray, bool]:
     members = plan.ranks_of_mount(run.mount, run.n_mounts, run.comm.size)
     _result, records, partial, _spe = run_steps(run.comm, run.cfg, run.paths, run.sizes, run.sample_ends, run.mount,
                                                 members.index(run.comm.rank), len(members), run.host, run.stop,
-                                                result=run.result, on_epoch=run.on_epoch, after_step=run.after_step)
+                                                result=run.result, on_epoch=run.on_epoch, after_step=run.after_step,
+                                                total_samples=run.total_samples)
     return records, partial
 
 

@@ -35,6 +35,7 @@ class DatasetSpec:
     sample_size: int          # bytes, mean
     sample_size_stdev: int    # bytes
     copies: int
+    subfolders: int = 0       # folders per copy, file i in folder i % subfolders; 0: as few as keep <= 10,000 files each
 
     @property
     def samples(self) -> int:
@@ -121,7 +122,7 @@ class Workload:
         return self
 
     def with_overrides(self, files: int | None = None, copies: int | None = None, format: str | None = None,
-                       seed: int | None = None) -> "Workload":
+                       seed: int | None = None, subfolders: int | None = None) -> "Workload":
         """The same workload with command-line overrides, checked like the file's values."""
         self.need_dataset()
         ds, tr = self.dataset, self.train
@@ -133,6 +134,9 @@ class Workload:
             ds = dataclasses.replace(ds, format=_check(_enum(FORMATS), format, "--format"))
         if seed is not None:
             tr = dataclasses.replace(tr, seed=_check(_nonneg_int, seed, "--seed"))
+        if subfolders is not None:
+            ds = dataclasses.replace(ds, subfolders=_check(_upto(_nonneg_int, limits.MAX_FILES), subfolders,
+                                                           "--subfolders"))
         _check_one_sample(ds, "--format" if format is not None else self.source)
         limits.check_dataset(ds, "with the command line's values")
         return dataclasses.replace(self, dataset=ds, train=tr)
@@ -259,6 +263,7 @@ SCHEMA = {
         "sample_size": (_size(True, limits.MAX_SAMPLE_SIZE), _REQUIRED),
         "sample_size_stdev": (_size(False, limits.MAX_SAMPLE_SIZE), 0),
         "copies": (_upto(_positive_int, limits.MAX_COPIES), 1),
+        "subfolders": (_upto(_nonneg_int, limits.MAX_FILES), 0),
     },
     "train": {
         "batch_size": (_upto(_positive_int, limits.MAX_BATCH), _REQUIRED),

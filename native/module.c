@@ -900,7 +900,13 @@ static PyObject *py_node_barrier(PyObject *Py_UNUSED(m), PyObject *args)
 	return PyLong_FromUnsignedLong(result);
 }
 
+PyObject *iodl_py_write_files(PyObject *m, PyObject *args);   /* smallfiles.c */
+
 static PyMethodDef module_methods[] = {
+	{ "write_files", iodl_py_write_files, METH_VARARGS,
+	  "write_files(dirfd, prefix, width, tail, temp_suffix, indices, buffer, offsets, lengths): files named "
+	  "prefix + index (zero-padded to width) + tail in dirfd, each created exclusively under its temp name "
+	  "(never through a link), written from buffer[offset:offset+length], closed and renamed" },
 	{ "node_barrier", py_node_barrier, METH_VARARGS,
 	  "node_barrier(shared_buffer, nranks, flag) -> OR of the round's flags; waits in the kernel" },
 	{ "engines", py_engines, METH_NOARGS, "compiled-in engine names" },

@@ -324,8 +324,9 @@ def test_manifest_of_1024_shards_loads_fast(tmp_path):
     ds = D.open_dataset(root)
     assert len(ds.shards) == 1024 and ds.total_bytes == sum(os.path.getsize(s.path) for s in ds.shards)
     m = ds.manifest
-    assert m["schema"] == "iodl.dataset/1" and m["seed"] == 1 and m["format"] == "tfrecord"
-    assert m["spec"]["files"] == 1024 and m["files"][5]["samples"] == 2
+    assert m["schema"] == "iodl.dataset/2" and m["seed"] == 1 and m["format"] == "tfrecord"
+    assert m["spec"]["files"] == m["files"] == 1024 and ds.samples_per_shard == 2
+    assert np.load(os.path.join(root, m["file_sizes"])).tolist() == [s.size for s in ds.shards]
 
 
 def _timed(fn):
@@ -337,7 +338,9 @@ def _timed(fn):
 def test_progress_callback_reaches_the_total(tmp_path):
     seen = []
     D.generate(small(tmp_path), [str(tmp_path / "ds")], COMM, progress=lambda done, total: seen.append((done, total)))
-    assert len(seen) == 5 and seen[-1][0] == seen[-1][1] == D.open_dataset(str(tmp_path / "ds")).total_bytes
+    # small shards are written (and reported) in batches: at least one call, never going back
+    assert seen and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert seen[-1][0] == seen[-1][1] == D.open_dataset(str(tmp_path / "ds")).total_bytes
 
 
 def test_default_dataset_generated_once(tmp_path, monkeypatch):

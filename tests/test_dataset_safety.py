@@ -65,11 +65,38 @@ def _edit_manifest(root, fn):
         json.dump(manifest, f)
 
 
+def _as_schema_1(m):
+    """The manifest as iodl wrote it before schema 2 (every file listed in the JSON), which iodl
+    still reads: the rules hold for its entries too."""
+    import numpy as np
+
+    root = os.path.dirname(_as_schema_1.path)
+    sizes = np.load(os.path.join(root, m.pop("file_sizes")))
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(root, "copy-0000", "*")))
+    m.update(schema="iodl.dataset/1", files=[{"path": n, "size": int(s), "samples": 64} for n, s in zip(names, sizes)])
+
+
+def _edit_schema_1(root, fn):
+    _as_schema_1.path = os.path.join(root, "iodl-dataset.json")
+    _edit_manifest(root, lambda m: (_as_schema_1(m), fn(m)))
+
+
+def _edit_file_sizes(root, fn):
+    import numpy as np
+
+    path = os.path.join(root, "iodl-file-sizes.npy")
+    sizes = np.load(path)
+    fn(sizes)
+    np.save(path, sizes)
+
+
 # ---------------------------------------------------------------- manifests stay inside -------
 
-@pytest.mark.parametrize("where", ["absolute", "dotdot", "copies", "sample_sizes", "extents"])
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "copies", "sample_sizes", "extents", "file_sizes",
+                                   "file_sizes_absolute"])
 def test_manifest_entry_outside_root_is_refused(tmp_path, dataset, where):
     # The outside target is a FIFO: an open of it would block, so a run that ends proves it was not opened.
+    # Schema 2 names no file (names follow from indices); "absolute" and "dotdot" forge a schema-1 list.
     outside = str(tmp_path / "outside")
     os.mkfifo(outside)
     edits = {
@@ -78,8 +105,10 @@ def test_manifest_entry_outside_root_is_refused(tmp_path, dataset, where):
         "copies": lambda m: m.update(copies=["../"]),
         "sample_sizes": lambda m: m.update(sample_sizes="../outside"),
         "extents": lambda m: m.update(extents="../outside"),
+        "file_sizes": lambda m: m.update(file_sizes="../outside"),
+        "file_sizes_absolute": lambda m: m.update(file_sizes=outside),
     }
-    _edit_manifest(dataset, edits[where])
+    (_edit_schema_1 if where in ("absolute", "dotdot") else _edit_manifest)(dataset, edits[where])
     proc = _validate(dataset, timeout=30)
     _one_line_error(proc, "iodl-dataset.json")
 
@@ -100,8 +129,7 @@ def test_shard_symlink_pointing_out_is_refused(tmp_path, dataset):
 
 
 def test_manifest_naming_too_many_shards_is_refused_fast(dataset):
-    _edit_manifest(dataset, lambda m: m.update(copies=[f"c{i}" for i in range(100_001)],
-                                               files=m["files"] * 60))
+    _edit_manifest(dataset, lambda m: m.update(copies=[f"c{i}" for i in range(100_001)], files=m["files"] * 60))
     t0 = time.monotonic()
     _one_line_error(_validate(dataset), "copies")
     assert time.monotonic() - t0 < 20
@@ -118,7 +146,7 @@ def test_pickled_sizes_file_is_refused(dataset):
 def test_every_rank_exits_nonzero_on_a_bad_manifest(dataset):
     if not mpiexec():
         pytest.skip("mpiexec not found next to the test interpreter")
-    _edit_manifest(dataset, lambda m: m["files"][0].update(path="/etc/passwd"))
+    _edit_manifest(dataset, lambda m: m.update(file_sizes="/etc/passwd"))
     marker = "rank-exit"
     # each rank's exit code is printed by a wrapper shell, so every rank's status is seen, not only mpiexec's
     import sys
@@ -145,8 +173,38 @@ def test_forged_npy_header_is_refused_before_allocating(dataset):
 
 
 def test_manifest_whose_samples_reach_past_a_shard_is_refused(dataset):
-    _edit_manifest(dataset, lambda m: m["files"][1].update(size=m["files"][1]["size"] - 1))
+    def shorten(sizes):
+        sizes[1] -= 1
+    _edit_file_sizes(dataset, shorten)
     _one_line_error(_validate(dataset), "iodl-dataset.json", "train-00001", "past")
+
+
+def test_schema_1_manifest_whose_samples_reach_past_a_shard_is_refused(dataset):
+    _edit_schema_1(dataset, lambda m: m["files"][1].update(size=m["files"][1]["size"] - 1))
+    _one_line_error(_validate(dataset), "iodl-dataset.json", "train-00001", "past")
+
+
+def test_schema_1_manifest_still_reads(tmp_path):
+    root = _generate(str(tmp_path / "ds"), files=3, copies=2)
+    _edit_schema_1(root, lambda m: None)
+    out = str(tmp_path / "o.json")
+    proc = _validate(root, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert load_json(out)["validate"]["shards"] == 6
+
+
+def test_forged_subfolders_are_refused(dataset):
+    _edit_manifest(dataset, lambda m: m.update(subfolders=10**9))
+    _one_line_error(_validate(dataset), "iodl-dataset.json", "subfolders")
+
+
+def test_subfolder_that_is_a_link_out_is_refused(tmp_path):
+    root = str(tmp_path / "ds")
+    proc = iodl("generate", *TINY, "--root", root, "--files", "4", "--subfolders", "2", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    os.rename(os.path.join(root, "copy-0000", "1"), tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", os.path.join(root, "copy-0000", "1"))
+    _one_line_error(_validate(root), "folder", "outside")
 
 
 def test_generate_refuses_one_root_given_twice_through_a_link(tmp_path):

@@ -14,6 +14,9 @@ def add_arguments(p) -> None:
     p.add_argument("--files", type=cli_int, metavar="N", help="shards per copy (default: the workload's)")
     p.add_argument("--copies", type=cli_int, metavar="N", help="copies of the dataset, in copy-NNNN/ directories (default: the workload's)")
     p.add_argument("--format", choices=FORMATS, help="shard format (default: the workload's)")
+    p.add_argument("--subfolders", type=cli_int, metavar="N",
+                   help="folders per copy, file i in folder i %% N (default: the workload's; 0: as few as keep "
+                        "each at most 10,000 files)")
     p.add_argument("--seed", type=cli_int, metavar="S", help="seed of sample sizes and content (default: the workload's)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
@@ -26,7 +29,8 @@ def run(args) -> int:
 
     comm = comm_mod.world()
     wl = collective(comm, lambda: load_workload(args.workload).with_overrides(
-        files=args.files, copies=args.copies, format=args.format, seed=args.seed))
+        files=args.files, copies=args.copies, format=args.format, seed=args.seed,
+        subfolders=args.subfolders))
     from ..progress import Ticker, wrap
 
     talk = comm.rank == 0 and not args.quiet

@@ -72,9 +72,10 @@ def _setup(comm, args):
     limits.check_memory(f"--iodepth {iodepth} x --block-size {block_size}", limits.buffers_bytes(iodepth, block_size))
     batch = args.batch_size or wl.train.batch_size
     ds = wl.dataset
-    # every rank lists the shards of its mount (paths and sizes: ~200 bytes a shard); the plans are
+    # every rank holds its mount's shard sizes and an epoch's order (~24 bytes a shard: names are
+    # derived, tables mapped; a schema-1 manifest costs ~200, checked when opened); the plans are
     # checked against the shards' real sizes once they are known (limits.check_plans in run)
-    limits.check_memory(f"a dataset of {ds.files * ds.copies:,} shards", 200 * ds.files * ds.copies)
+    limits.check_memory(f"a dataset of {ds.files * ds.copies:,} shards", 24 * ds.files * ds.copies)
     if (args.pattern or wl.pattern) in ("train-sync", "infer-async") and args.engine != "null":
         from ..training import buffer_size
 
@@ -204,7 +205,9 @@ def _cache_probe(comm, shared, host, node_mounts, mount, root, paths, sizes, cop
         info = cache.meminfo()
         probe.update(mem_total=info.get("MemTotal", 0), mem_available=info.get("MemAvailable", 0))
     if node_mounts.index(mount) == shared.node_rank:
-        probe.update(dataset_bytes=int(sum(sizes)), resident_bytes=cache.resident(paths), copies=copies)
+        import numpy as np
+
+        probe.update(dataset_bytes=int(np.sum(sizes)), resident_bytes=cache.resident_estimate(paths, sizes), copies=copies)
     return probe
 
 
@@ -252,13 +255,18 @@ def run(args) -> int:
     copies = 1
     if synthetic:
         paths, sizes, sample_ends = _synthetic_layout(wl)
+        total_samples = len(sizes) * wl.dataset.samples_per_file
     else:
-        ds = collective(comm, lambda: dataset.open_dataset(roots[mount]))
-        paths, sizes, copies = [s.path for s in ds.shards], [s.size for s in ds.shards], ds.copies
-        sample_ends = lambda i: (lambda e: e[:, 0] + e[:, 1])(ds.sample_extents(i))  # noqa: E731
+        # the ranks of this node reading this mount open it together: a plain directory is listed
+        # once per node, a generated dataset's tables are mapped (shared pages), names derived
+        group = comm.node_group(mount)
+        ds = collective(comm, lambda: dataset.open_dataset(roots[mount], group=group))
+        paths, sizes, copies = ds.paths, ds.sizes, ds.copies
+        sample_ends = ds.sample_ends
+        total_samples = ds.total_samples
 
     def check_not_empty():
-        if not len(sizes) or not sum(sizes):
+        if not len(sizes) or not int(np.sum(sizes)):
             raise UsageError(f"{roots[mount]}: the dataset holds no bytes to read")
         # what the plans will need, from the real shard sizes, before any is built (iodl/limits.py)
         limits.check_plans(cfg.pattern, sizes, len(sample_ends(0)), cfg.block_size, args.batch_size or wl.train.batch_size,
@@ -308,7 +316,7 @@ def run(args) -> int:
                           sampling=args.sampling, shuffle=args.shuffle or wl.train.shuffle,
                           shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
                           steps=args.steps or 0)
-        total_steps, _spe = planned_steps(scfg, sum(len(sample_ends(i)) for i in range(len(sizes))), len(members))
+        total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
     fixed_window = pattern.fixed_window(scfg or cfg)
@@ -333,7 +341,8 @@ def run(args) -> int:
         stop.arm()
         records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=np.asarray(sizes),
                                            sample_ends=sample_ends, mount=mount, n_mounts=len(roots), host=host,
-                                           result=mine, stop=stop, on_epoch=on_epoch, after_step=after_step))
+                                           result=mine, stop=stop, on_epoch=on_epoch, total_samples=total_samples,
+                                           after_step=after_step))
     except KeyboardInterrupt:
         # the signal landed outside the pattern's own waits (opening the engine, closing files):
         # what was counted is in `mine` all the same
@@ -358,7 +367,7 @@ def run(args) -> int:
 
         flag = bool(c.allreduce(int(partial or stop()), "max"))
         recs = c.gather((mount, records)) if scfg is not None else None
-        chk = c.gather((mount, len(sizes), int(sum(sizes)))) if cfg.pattern == "validate" else None  # dataset.validate_block
+        chk = c.gather((mount, len(sizes), int(np.sum(sizes)))) if cfg.pattern == "validate" else None  # dataset.validate_block
         ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, ck_setup[0], flag) if checkpoints else None
         # a stopped run's window is what it ran: from its first counted completion to its last
         return flag, recs, chk, reduce_results(c, mine, roots, cfg.duration_s if fixed_window and not flag else None), ck

@@ -1,0 +1,170 @@
+"""Datasets of many small files: subfolders, generation speed, metadata that does not grow per rank."""
+import os
+
+import numpy as np
+import pytest
+
+from iodl import dataset as D
+from iodl import workload as W
+from iodl.comm import SerialComm
+
+COMM = SerialComm()
+RAW = """
+[workload]
+name = "smallfiles"
+[dataset]
+format = "raw"
+files = {files}
+samples_per_file = 1
+sample_size = "{size}"
+{extra}
+[train]
+batch_size = 4
+compute_time_s = 0.0
+"""
+
+
+def raw(tmp_path, files, size="4KiB", extra=""):
+    p = tmp_path / f"raw-{files}.toml"
+    p.write_text(RAW.format(files=files, size=size, extra=extra))
+    return W.load_workload(str(p))
+
+
+def entries_per_dir(root):
+    return {os.path.relpath(d, root): len(dirs) + len(files) for d, dirs, files in os.walk(root)}
+
+
+def test_subfolders_spread_files_by_index_and_read_back(tmp_path):
+    root = str(tmp_path / "ds")
+    D.generate(raw(tmp_path, 30, "100B"), [root], COMM, copies=2, subfolders=4)
+    ds = D.open_dataset(root)
+    assert len(ds.shards) == 60
+    for i, s in enumerate(ds.shards):
+        copy, folder, name = os.path.relpath(s.path, root).split(os.sep)
+        assert copy == D.copy_dir(i // 30) and folder == str((i % 30) % 4)
+        assert name == D.shard_name("raw", i % 30, 30) and os.path.getsize(s.path) == s.size == 100
+    assert entries_per_dir(os.path.join(root, "copy-0000")) == {".": 4, "0": 8, "1": 8, "2": 7, "3": 7}
+
+
+def test_subfolders_from_a_dlio_yaml(tmp_path):
+    y = tmp_path / "w.yaml"
+    y.write_text("model: {name: x}\nframework: pytorch\nworkflow: {generate_data: true, train: true}\n"
+                 "dataset: {format: npz, num_files_train: 12, num_samples_per_file: 1, record_length_bytes: 64,\n"
+                 "          num_subfolders_train: 3}\nreader: {batch_size: 2}\ntrain: {computation_time: 0.0}\n")
+    wl = W.load_workload(str(y))
+    assert wl.dataset.subfolders == 3
+
+
+def test_a_root_continues_only_in_its_own_layout(tmp_path):
+    from iodl.errors import UsageError
+
+    root = str(tmp_path / "ds")
+    D.generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=2)
+    with pytest.raises(UsageError, match="2 folder"):
+        D.generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=3)
+    assert D.generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=2).shards_skipped == 6
+
+
+def test_no_generated_folder_holds_more_than_10000_entries(tmp_path):
+    root = str(tmp_path / "ds")
+    D.generate(raw(tmp_path, 20_001, "1B"), [root], COMM)
+    counts = entries_per_dir(root)
+    assert max(counts.values()) <= 10_000, sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+    assert counts["copy-0000"] == 3 and sum(counts.values()) - counts["."] - 3 == 20_001
+    ds = D.open_dataset(root)
+    assert len(ds.shards) == 20_001 and all(os.path.exists(ds.shards[i].path) for i in (0, 9_999, 20_000))
+
+
+def _plain_loop(directory, files, data):
+    os.mkdir(directory)
+    for i in range(files):
+        fd = os.open(f"{directory}/f{i:07d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+
+
+@pytest.mark.flaky(reruns=2)   # a shared disk on 2 noisy cores; a real gap fails every attempt
+def test_small_file_generation_keeps_up_with_a_plain_loop(tmp_path):
+    """20,000 files of 4 KiB: iodl generate at least 0.8 x a plain create-write-close loop on the same
+    filesystem, interleaved, best of two each (judged only when the hypervisor left us our CPU)."""
+    import time
+
+    files, data = 20_000, os.urandom(4096)
+    wl = raw(tmp_path, files)
+    best = {"loop": 0.0, "iodl": 0.0}
+    for j in range(2):
+        for who in ("loop", "iodl") if j == 0 else ("iodl", "loop"):
+            os.sync()
+            where = str(tmp_path / f"{who}{j}")
+            t = time.perf_counter()
+            if who == "loop":
+                _plain_loop(where, files, data)
+            else:
+                D.generate(wl, [where], COMM)
+            best[who] = max(best[who], files / (time.perf_counter() - t))
+    ratio = best["iodl"] / best["loop"]
+    assert ratio >= 0.8, f"iodl {best['iodl']:.0f} files/s, plain loop {best['loop']:.0f} files/s: {ratio:.2f}x"
+    ds = D.open_dataset(str(tmp_path / "iodl0"))
+    assert len(ds.shards) == files and os.path.getsize(ds.shards[files - 1].path) == 4096
+
+
+def test_small_files_are_made_exclusively_and_never_through_a_link(tmp_path):
+    """The batched path keeps generate's rules: a planted link in a shard's place is replaced, its
+    target untouched; a short shard from an interrupted run is rewritten; a directory is refused."""
+    root = tmp_path / "ds"
+    wl = raw(tmp_path, 40, "100B")
+    D.generate(wl, [str(root)], COMM, subfolders=2)
+    target = tmp_path / "target"
+    target.write_bytes(b"keep")
+    shards = D.open_dataset(str(root)).shards
+    os.unlink(shards[0].path)
+    os.symlink(target, shards[0].path)
+    os.truncate(shards[1].path, 10)
+    res = D.generate(wl, [str(root)], COMM, subfolders=2)
+    assert (res.shards_written, res.shards_skipped) == (2, 38)
+    assert target.read_bytes() == b"keep" and not os.path.islink(shards[0].path)
+    assert os.path.getsize(shards[0].path) == os.path.getsize(shards[1].path) == 100
+    os.unlink(shards[2].path)
+    os.mkdir(shards[2].path)
+    from iodl.errors import IodlError
+
+    with pytest.raises(IodlError, match="not a regular file"):
+        D.generate(wl, [str(root)], COMM, subfolders=2)
+
+
+def _read_cost(root, toml, ranks=4):
+    """(median rank's peak RSS in MB, slowest rank's start-up in s) of a short train-sync run."""
+    import statistics
+    import tempfile
+
+    from tests.helpers import iodl, load_json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "r.json")
+        proc = iodl("read", "--pattern", "train-sync", "--root", root, "--workload", toml, "--steps", "5",
+                    "--progress", "off", "--out", out, ranks=ranks, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        per = load_json(out)["per_rank"]
+    return statistics.median(p["max_rss_mb"] for p in per), max(p["startup_s"] for p in per)
+
+
+@pytest.mark.slow
+@pytest.mark.flaky(reruns=1)   # start-up on 2 cores shared with others; a real growth fails both runs
+def test_rank_cost_does_not_grow_with_the_files(tmp_path):
+    """10,000 -> 200,000 files: each rank's RSS grows <= 10 MB and its start-up <= 0.5 s (before
+    schema 2: +116 MB and +19 s, bench/results/scale-files-before.md). Files of 1 byte: the
+    metadata is what is measured. The quicker of two runs at each size."""
+    from tests.helpers import mpiexec
+
+    if not mpiexec():
+        pytest.skip("mpiexec not found next to the test interpreter")
+    cost = {}
+    for files in (10_000, 200_000):
+        wl = raw(tmp_path, files, "1B")
+        root = str(tmp_path / f"ds{files}")
+        D.generate(wl, [root], COMM)
+        runs = [_read_cost(root, wl.source) for _ in range(2)]
+        cost[files] = (min(r[0] for r in runs), min(r[1] for r in runs))
+    rss = cost[200_000][0] - cost[10_000][0]
+    startup = cost[200_000][1] - cost[10_000][1]
+    assert rss <= 10 and startup <= 0.5, f"10k -> 200k files: +{rss:.1f} MB RSS, +{startup:.2f} s start-up ({cost})"
