@@ -92,8 +92,6 @@ def open_for_read(path: str, direct: bool, expected_size: int | None = None, ins
     the bytes its manifest promises), only a regular file at least that long is accepted. Given
     `inside` (a dataset's real root), a path that is a symlink is opened only if it resolves inside it.
     """
-    import fcntl
-
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if direct:
         flags |= os.O_DIRECT
@@ -114,13 +112,24 @@ def open_for_read(path: str, direct: bool, expected_size: int | None = None, ins
             raise IodlError(f"{path}: the filesystem refuses O_DIRECT (open -> EINVAL); "
                             f"run without --direct") from None
         raise
-    try:
+    def check(fd):
         st = os.fstat(fd)
         if not _readable_kind(st.st_mode, expected_size):
             raise IodlError(f"{path}: not a regular file (a shard must be one)")
         if expected_size is not None and st.st_size < expected_size:
             raise IodlError(f"{path}: shorter than the dataset manifest says: expected {expected_size} bytes, "
                             f"found {st.st_size}")
+    return blocking_once(fd, check)
+
+
+def blocking_once(fd: int, check) -> int:
+    """fd made blocking once check(fd) has passed (check raises when the file is not one to use);
+    closed on any failure. Files are opened O_NONBLOCK and checked through their descriptor: a
+    FIFO in a file's place cannot hang the open, and what is checked is what was opened."""
+    import fcntl
+
+    try:
+        check(fd)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     except BaseException:
         os.close(fd)

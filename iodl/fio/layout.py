@@ -35,6 +35,7 @@ import threading
 
 from dataclasses import dataclass
 
+from ..engine import blocking_once
 from ..errors import IodlError, UsageError
 from .jobfile import Job, JobFileError, Percent, fio_list
 
@@ -469,7 +470,7 @@ def _open_own(spec: FileSpec, direct: bool = False) -> int:
             raise IodlError(f"cannot open {spec.path} to write: {exc.strerror}") from None
     finally:
         os.close(dfd)
-    try:
+    def check(fd):
         ok = stat.S_ISREG(os.fstat(fd).st_mode)
         try:
             ok = ok and os.getxattr(fd, MARK) == MARK_VALUE
@@ -478,11 +479,7 @@ def _open_own(spec: FileSpec, direct: bool = False) -> int:
         if not ok:
             raise IodlError(f"{spec.path} is not iodl's own file (no mark) any more; iodl never writes over a "
                             f"file it did not lay out")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return blocking_once(fd, check)
 
 
 def open_own_for_write(spec: FileSpec, direct: bool) -> int:
