@@ -20,7 +20,7 @@ DLIO must be installed in its own venv (docs/dlio.md, "Running DLIO beside iodl"
 this prints one line `not run: <reason>` and exits 0.
 
 Usage (root, cgroup v1 blkio): python bench/bench_dlio.py [--dlio-venv /var/tmp/dlio-venv]
-    [--reps 2] [--ranks 2] [--files 64] [--record-mib 2] [--batch 2] [--compute 0.05]
+    [--reps 3] [--ranks 2] [--files 128] [--record-mib 2] [--batch 2] [--compute 0.05,0.2]
     [--epochs 1] [--read-threads 1] [--out bench/results]
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from iodl import groundtruth  # noqa: E402
 NAME = "iodl_dlio_bench"
 
 
-def workload_yaml(a) -> str:
+def workload_yaml(a, compute: float) -> str:
     """The workload both tools run: unet3d's shape (npz, 1 sample a file, pytorch loader, file
     and sample shuffle), scaled down. DLIO 2.0.0's key names (record_length)."""
     return f"""# written by bench/bench_dlio.py: unet3d_a100's shape, scaled down
@@ -69,7 +69,7 @@ reader:
   sample_shuffle: seed
 train:
   epochs: {a.epochs}
-  computation_time: {a.compute}
+  computation_time: {compute}
 metric:
   au: 0.90
 """
@@ -195,16 +195,16 @@ def launch(cmd: list[str], log: str, env: dict | None = None) -> dict:
 MAJMIN = ""
 
 
-def dlio_cmd(a, cfg_dir: str, data: str, out: str, *extra: str) -> list[str]:
+def dlio_cmd(a, cfg_dir: str, name: str, data: str, out: str, *extra: str) -> list[str]:
     return [os.path.join(a.dlio_venv, "bin", "mpiexec"), "-n", str(a.ranks),
-            os.path.join(a.dlio_venv, "bin", "dlio_benchmark"), "--config-dir", cfg_dir, f"workload={NAME}",
+            os.path.join(a.dlio_venv, "bin", "dlio_benchmark"), "--config-dir", cfg_dir, f"workload={name}",
             f"++workload.dataset.data_folder={data}", f"++workload.output.folder={out}",
             f"hydra.run.dir={out}", *extra]
 
 
-def run_dlio(a, cfg_dir: str, data: str, work: str, tag: str) -> dict:
+def run_dlio(a, cfg_dir: str, name: str, data: str, work: str, tag: str) -> dict:
     out = os.path.join(work, f"dlio-{tag}")
-    r = launch(dlio_cmd(a, cfg_dir, data, out), out + ".log")
+    r = launch(dlio_cmd(a, cfg_dir, name, data, out), out + ".log")
     with open(os.path.join(out, "summary.json")) as f:
         metric = json.load(f)["metric"]
     with open(os.path.join(out, "per_epoch_stats.json")) as f:
@@ -245,20 +245,50 @@ def _common(r: dict) -> dict:
             "workers_per_rank": max((m["workers"] for m in mem), default=None)}
 
 
+CAVEATS = """## Caveats
+
+- Same bytes, different CPU. Both tools read every file once (one epoch): the device served the
+  same bytes to each (the files plus a little ext4 metadata). DLIO's lower samples/s and AU at the
+  short computation_time are its own data path, not storage: its PyTorch DataLoader (read_threads 1:
+  one worker process per rank) np.load()s and slices each npz and pickles the batch back to the
+  rank; on this 2-core VM the 2 ranks and 2 workers share the cores, and the wait shows in AU.
+  iodl reads the bytes without decoding them and has no worker processes. At computation_time
+  0.2 s both are near the compute-bound ceiling.
+- Start-up: DLIO imports TensorFlow (unconditionally, even for framework pytorch), torch, hydra
+  and pydftracer, then starts its loader workers. DLIO's figure is from mpiexec's launch to epoch
+  1's start (rank 0's log stamp); iodl's is each rank's process age at its first step, which
+  leaves out mpiexec's own start (a fraction of a second). The wall time of the launch is measured
+  the same way for both.
+- RSS: VmHWM of each process of the run's cgroup, polled every 0.1 s from outside, the same for
+  both; shared pages (TensorFlow's and torch's libraries) count in full in every process. iodl's
+  own figures (per_rank max_rss_mb, pss_mb) are in the JSON.
+- AU and samples/s: DLIO's are MLPerf's definitions (AU leaves out the first step; samples/s is
+  the epoch's samples over its whole time, summed over ranks), so DLIO's own figure is its MLPerf
+  figure; iodl gives its own (train.au) and MLPerf's (train.mlperf.au) beside each other.
+- Small and short on purpose (others share the machine): one epoch of a dataset that fits in
+  memory, caches dropped before each run, so the second-epoch cache effect is not measured. The
+  rounds' spread comes from the shared 2 cores (see each run).
+- DLIO ran with its defaults beyond the workload file (its pydftracer profiling included), from
+  the venv of docs/dlio.md, "Running DLIO beside iodl".
+"""
+
+
 def main() -> int:
     global MAJMIN
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dlio-venv", default="/var/tmp/dlio-venv")
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--files", type=int, default=64)
+    ap.add_argument("--files", type=int, default=128)
     ap.add_argument("--record-mib", type=int, default=2)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--compute", type=float, default=0.05)
+    ap.add_argument("--compute", default="0.05,0.2",
+                    help="computation_time of each case, comma-separated (default: 0.05,0.2)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--read-threads", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     a = ap.parse_args()
+    computes = [float(c) for c in a.compute.split(",")]
     reason = why_not(a.dlio_venv)
     if reason:
         print(f"not run: {reason}")
@@ -267,94 +297,110 @@ def main() -> int:
     dataset_bytes = a.files * (a.record_mib << 20)
     work = tempfile.mkdtemp(prefix="iodl-dlio-bench-", dir="/var/tmp")
     runs: list[dict] = []
+    yamls: dict[str, str] = {}
     try:
         cfg_dir = os.path.join(work, "cfg")
         os.makedirs(os.path.join(cfg_dir, "workload"))
-        wl_path = os.path.join(cfg_dir, "workload", f"{NAME}.yaml")
-        with open(wl_path, "w") as f:
-            f.write(workload_yaml(a))
+        names = {}
+        for k, compute in enumerate(computes):
+            names[compute] = f"{NAME}_{k}"
+            yamls[f"{compute:g}"] = workload_yaml(a, compute)
+            with open(os.path.join(cfg_dir, "workload", f"{names[compute]}.yaml"), "w") as f:
+                f.write(yamls[f"{compute:g}"])
         with groundtruth.LoopMount(size=2 * dataset_bytes + (256 << 20), direct_io=True) as mnt:
             MAJMIN = mnt.majmin
             data = os.path.join(mnt.path, "data")
             t = time.time()
-            launch(dlio_cmd(a, cfg_dir, data, os.path.join(work, "dlio-generate"),
+            launch(dlio_cmd(a, cfg_dir, names[computes[0]], data, os.path.join(work, "dlio-generate"),
                             "++workload.workflow.generate_data=True", "++workload.workflow.train=False"),
                    os.path.join(work, "dlio-generate.log"))
             files = sorted(os.listdir(os.path.join(data, "train")))
             on_disk = sum(os.path.getsize(os.path.join(data, "train", n)) for n in files)
-            print(f"DLIO generated {len(files)} files, {on_disk:,} bytes, in {time.time() - t:.1f} s", flush=True)
+            generate_s = time.time() - t
+            print(f"DLIO generated {len(files)} files, {on_disk:,} bytes, in {generate_s:.1f} s", flush=True)
             for rep in range(a.reps):
-                # interleaved, the first tool alternating, so that drift hits both alike
-                order = ("dlio", "iodl") if rep % 2 == 0 else ("iodl", "dlio")
-                for tool in order:
-                    r = (run_dlio(a, cfg_dir, data, work, str(rep)) if tool == "dlio"
-                         else run_iodl(a, wl_path, data, work, str(rep)))
-                    r["rep"] = rep
-                    runs.append(r)
-                    print(f"rep {rep} {tool:4s} {r['samples_per_s']:8.2f} samples/s  AU {r['au']:.3f}  "
-                          f"start-up {r['startup_s']:5.1f} s  wall {r['wall_s']:5.1f} s  "
-                          f"RSS/rank {r['rss_mb_per_rank'] or 0:6.0f} MB (+workers {r['rss_with_workers_mb_per_rank'] or 0:6.0f})  "
-                          f"device {r['device_read_bytes'] / 1e6:8.1f} MB", flush=True)
-        with open(wl_path) as f:
-            wl_text = f.read()
+                for compute in computes:
+                    # interleaved, the first tool alternating, so that drift hits both alike
+                    order = ("dlio", "iodl") if rep % 2 == 0 else ("iodl", "dlio")
+                    name = names[compute]
+                    for tool in order:
+                        tag = f"{name}-{rep}"
+                        r = (run_dlio(a, cfg_dir, name, data, work, tag) if tool == "dlio"
+                             else run_iodl(a, os.path.join(cfg_dir, "workload", f"{name}.yaml"), data, work, tag))
+                        r["rep"], r["compute_s"] = rep, compute
+                        runs.append(r)
+                        print(f"rep {rep} compute {compute:g} {tool:4s} {r['samples_per_s']:7.2f} samples/s  "
+                              f"AU {r['au']:.3f}  start-up {r['startup_s']:5.1f} s  wall {r['wall_s']:5.1f} s  "
+                              f"RSS/rank {r['rss_mb_per_rank'] or 0:5.0f} MB (+workers "
+                              f"{r['rss_with_workers_mb_per_rank'] or 0:5.0f})  "
+                              f"device {r['device_read_bytes'] / 1e6:7.1f} MB", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     keys = ("samples_per_s", "au", "mlperf_samples_per_s", "mlperf_au", "startup_s", "wall_s",
             "rss_mb_per_rank", "rss_with_workers_mb_per_rank", "workers_per_rank", "device_read_bytes",
             "iodl_max_rss_mb", "iodl_pss_mb", "iodl_bytes")
-    summary = {}
-    for tool in ("dlio", "iodl"):
-        mine = [r for r in runs if r["tool"] == tool]
-        summary[tool] = {k: statistics.median(r[k] for r in mine) for k in keys
-                         if all(r.get(k) is not None for r in mine)}
+    summary: dict = {}
+    for compute in computes:
+        for tool in ("dlio", "iodl"):
+            mine = [r for r in runs if r["tool"] == tool and r["compute_s"] == compute]
+            summary.setdefault(f"{compute:g}", {})[tool] = {
+                k: statistics.median(r[k] for r in mine) for k in keys if all(r.get(k) is not None for r in mine)}
     result = {"schema": "iodl.bench.dlio-vs-iodl/1", "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "versions": vers, "cpus": os.cpu_count(), "ranks": a.ranks, "reps": a.reps,
               "mount": "ext4 on loop (direct_io=on), caches dropped before each run",
-              "dataset": {"generator": "DLIO (npz)", "files": len(files), "bytes_on_disk": on_disk,
-                          "record_length": a.record_mib << 20},
-              "workload_yaml": wl_text, "summary": summary, "runs": runs}
+              "dataset": {"generator": "DLIO 'generate_data' (npz)", "files": len(files), "bytes_on_disk": on_disk,
+                          "record_length": a.record_mib << 20, "generate_s": generate_s},
+              "workload_yaml": yamls, "summary_by_compute_s": summary, "runs": runs,
+              "caveats": CAVEATS}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "dlio-vs-iodl.json"), "w") as f:
         json.dump(result, f, indent=1)
-    d, i = summary["dlio"], summary["iodl"]
 
     def fmt(v, spec):
         return "n/a" if v is None else format(v, spec)
 
-    rows = [("samples/s (tool's own)", fmt(d.get("samples_per_s"), ".2f"), fmt(i.get("samples_per_s"), ".2f")),
-            ("samples/s, MLPerf's view", fmt(d.get("samples_per_s"), ".2f") + " (DLIO's is MLPerf's)",
-             fmt(i.get("mlperf_samples_per_s"), ".2f")),
-            ("AU (tool's own)", fmt(d.get("au"), ".3f"), fmt(i.get("au"), ".3f")),
-            ("AU, MLPerf's view", fmt(d.get("au"), ".3f") + " (DLIO's is MLPerf's)", fmt(i.get("mlperf_au"), ".3f")),
-            ("start-up to first step (s)", fmt(d.get("startup_s"), ".1f"), fmt(i.get("startup_s"), ".1f")),
-            ("wall time of the launch (s)", fmt(d.get("wall_s"), ".1f"), fmt(i.get("wall_s"), ".1f")),
-            ("peak RSS per rank, rank process (MB)", fmt(d.get("rss_mb_per_rank"), ".0f"),
-             fmt(i.get("rss_mb_per_rank"), ".0f")),
-            ("peak RSS per rank, with its loader workers (MB)", fmt(d.get("rss_with_workers_mb_per_rank"), ".0f"),
-             fmt(i.get("rss_with_workers_mb_per_rank"), ".0f")),
-            ("loader worker processes per rank", fmt(d.get("workers_per_rank"), ".0f"),
-             fmt(i.get("workers_per_rank"), ".0f")),
-            ("bytes the device served (blkio, MB)", fmt(d["device_read_bytes"] / 1e6, ".1f"),
-             fmt(i["device_read_bytes"] / 1e6, ".1f"))]
+    dv = vers["dlio_venv"]
     lines = [f"# DLIO vs iodl on one DLIO workload file ({result['when']}, kernel {vers['kernel']}, "
              f"{result['cpus']} CPUs)", "",
-             f"dlio-benchmark {vers['dlio_venv']['dlio-benchmark']} (torch {vers['dlio_venv']['torch']}, "
-             f"tensorflow-cpu {vers['dlio_venv']['tensorflow-cpu']}, pydftracer {vers['dlio_venv']['pydftracer']}, "
-             f"mpich {vers['dlio_venv']['mpich']}) beside iodl {vers['iodl']} (mpich {vers['iodl_mpich']}), "
-             f"{a.ranks} ranks each, {a.reps} interleaved rounds (medians). Data: {len(files)} npz files, "
-             f"{on_disk / 1e6:.1f} MB, generated once by DLIO on a fresh ext4 loop mount (direct-io), read "
-             f"by both; page cache dropped before each run; bytes served from the run's blkio cgroup. "
-             f"Workload ({a.epochs} epoch(s), batch {a.batch}, compute {a.compute} s a step, read_threads "
-             f"{a.read_threads}):", "", "```yaml", wl_text.rstrip(), "```", "",
-             "| per run | DLIO | iodl |", "|---|---:|---:|"]
-    lines += [f"| {name} | {dv} | {iv} |" for name, dv, iv in rows]
-    lines += ["", "Each round:", "", "| round | tool | samples/s | AU | MLPerf AU | start-up s | wall s | "
-              "RSS/rank MB | +workers MB | device MB |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"dlio-benchmark {dv['dlio-benchmark']} (torch {dv['torch']}, tensorflow-cpu {dv['tensorflow-cpu']}, "
+             f"pydftracer {dv['pydftracer']}, hydra-core {dv['hydra-core']}, mpich {dv['mpich']}) beside iodl "
+             f"{vers['iodl']} (mpich {vers['iodl_mpich']}), {a.ranks} ranks each, {a.reps} interleaved rounds "
+             f"(medians; the first tool alternates). Data: {len(files)} npz files, {on_disk / 1e6:.1f} MB, "
+             f"generated once by DLIO's own generator ({generate_s:.0f} s) on a fresh ext4 loop mount "
+             f"(losetup --direct-io=on), read by both; page cache dropped before each run; bytes served from the "
+             f"blkio cgroup the run's mpiexec, ranks and workers ran in. The workload (computation_time per case):",
+             "", "```yaml", yamls[f"{computes[0]:g}"].rstrip(), "```", ""]
+    for compute in computes:
+        d, i = summary[f"{compute:g}"]["dlio"], summary[f"{compute:g}"]["iodl"]
+        bound = a.ranks * a.batch / compute
+        rows = [("samples/s (tool's own)", fmt(d.get("samples_per_s"), ".2f"), fmt(i.get("samples_per_s"), ".2f")),
+                ("samples/s, MLPerf's view", fmt(d.get("samples_per_s"), ".2f"),
+                 fmt(i.get("mlperf_samples_per_s"), ".2f")),
+                ("AU (tool's own)", fmt(d.get("au"), ".3f"), fmt(i.get("au"), ".3f")),
+                ("AU, MLPerf's view", fmt(d.get("au"), ".3f"), fmt(i.get("mlperf_au"), ".3f")),
+                ("start-up to first step (s)", fmt(d.get("startup_s"), ".1f"), fmt(i.get("startup_s"), ".1f")),
+                ("wall time of the launch (s)", fmt(d.get("wall_s"), ".1f"), fmt(i.get("wall_s"), ".1f")),
+                ("peak RSS per rank, rank process (MB)", fmt(d.get("rss_mb_per_rank"), ".0f"),
+                 fmt(i.get("rss_mb_per_rank"), ".0f")),
+                ("peak RSS per rank with its loader workers (MB)", fmt(d.get("rss_with_workers_mb_per_rank"), ".0f"),
+                 fmt(i.get("rss_with_workers_mb_per_rank"), ".0f")),
+                ("loader worker processes per rank", fmt(d.get("workers_per_rank"), ".0f"),
+                 fmt(i.get("workers_per_rank"), ".0f")),
+                ("bytes the device served (blkio, MB)", fmt(d["device_read_bytes"] / 1e6, ".1f"),
+                 fmt(i["device_read_bytes"] / 1e6, ".1f"))]
+        lines += [f"## computation_time {compute:g} s (compute-bound ceiling: {a.ranks} ranks x batch {a.batch} "
+                  f"/ {compute:g} s = {bound:.1f} samples/s)", "", "| median of the rounds | DLIO | iodl |",
+                  "|---|---:|---:|"]
+        lines += [f"| {n} | {x} | {y} |" for n, x, y in rows]
+        lines += [""]
+    lines += ["## Each run", "", "| compute s | round | tool | samples/s | AU | MLPerf AU | start-up s | wall s | "
+              "RSS/rank MB | +workers MB | device MB |", "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
-        lines.append(f"| {r['rep']} | {r['tool']} | {r['samples_per_s']:.2f} | {r['au']:.3f} | "
+        lines.append(f"| {r['compute_s']:g} | {r['rep']} | {r['tool']} | {r['samples_per_s']:.2f} | {r['au']:.3f} | "
                      f"{fmt(r.get('mlperf_au'), '.3f') if r['tool'] == 'iodl' else fmt(r['au'], '.3f')} | "
                      f"{r['startup_s']:.1f} | {r['wall_s']:.1f} | {fmt(r['rss_mb_per_rank'], '.0f')} | "
                      f"{fmt(r['rss_with_workers_mb_per_rank'], '.0f')} | {r['device_read_bytes'] / 1e6:.1f} |")
+    lines += ["", CAVEATS.rstrip()]
     with open(os.path.join(a.out, "dlio-vs-iodl.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
