@@ -345,6 +345,8 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
     """The iodl workload dict of a DLIO mapping, and (iodl section, key) -> (line, DLIO key)."""
     import difflib
 
+    import yaml
+
     d: dict = {"workload": {}, "dataset": {}, "train": {}, "read": {}, "metric": {}, "model": {}, "parallelism": {},
                "checkpoint": {}}
     lines: dict = {}
@@ -352,6 +354,10 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
     flow: dict = {}                   # workflow.train / checkpoint, checkpoint.mode: (line, value)
     for section, (sline, node) in top.items():
         if section in _SCALARS:
+            continue
+        if section == "model" and isinstance(node, yaml.ScalarNode):
+            # DLIO 2.0.0 (PyPI) and its bundled configs: `model: unet3d`, the name alone
+            d["workload"]["model"] = str(_value(node))
             continue
         if section not in KEYS:
             hint = difflib.get_close_matches(section, list(KEYS) + list(_SCALARS), n=1)

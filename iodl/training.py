@@ -218,9 +218,12 @@ class StepRecords:
 class _Reader(threading.Thread):
     """Fetches whole batches through the cursor, `prefetch` ahead of the compute loop."""
 
-    def __init__(self, stream: SampleStream, files: ShardFiles, cfg: StepConfig, cursor: Cursor):
+    def __init__(self, stream: SampleStream, files: ShardFiles, cfg: StepConfig, cursor: Cursor, batches: int = 0):
         super().__init__(daemon=True, name="iodl-reader")
         self.stream, self.files, self.cfg, self.cursor = stream, files, cfg, cursor
+        # a run of a known number of steps reads that many batches and no more (as a data loader
+        # whose epochs have an end does): reading ahead past the last step is I/O no step uses
+        self.batches = batches
         self.out: queue.Queue = queue.Queue(maxsize=max(cfg.prefetch, 1))
         self.stop = threading.Event()
         self.error: BaseException | None = None
@@ -246,8 +249,10 @@ class _Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self.stop.is_set():
+            fetched = 0
+            while not self.stop.is_set() and not (self.batches and fetched >= self.batches):
                 item = self.fetch()
+                fetched += 1
                 while not self.stop.is_set():
                     try:
                         self.out.put(item, timeout=0.05)
@@ -327,7 +332,8 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     if cfg.fixed_window:
         # reads count by their completion time inside the window, as storage-only's do
         result.window_ns = (t0 + int(cfg.ramp_s * 1e9), t0 + int(run_until * 1e9))
-    reader = _Reader(stream, ShardFiles(paths, sizes, cfg.direct, result), cfg, Cursor(engine, result, t0))
+    reader = _Reader(stream, ShardFiles(paths, sizes, cfg.direct, result), cfg, Cursor(engine, result, t0),
+                     batches=steps)
     prefetching = cfg.prefetch > 0
     if prefetching:
         reader.start()

@@ -1,0 +1,411 @@
+"""DLIO (dlio_benchmark) and iodl on one DLIO workload file, the same data and the same mount.
+
+A scaled-down unet3d-shaped workload (npz, one sample per file) is written as a DLIO workload
+YAML. DLIO's own generator lays the data out once on a fresh ext4 loop mount (losetup
+--direct-io=on, so reads reach the device); then, in interleaved rounds, each tool trains on it
+with the same file: `mpiexec -n RANKS dlio_benchmark --config-dir CFG workload=NAME` and
+`mpiexec -n RANKS python -m iodl read --workload FILE.yaml --root DATA/train`. Before each run
+the page cache is dropped; each run's processes (mpiexec and every rank and its workers) run in
+a fresh cgroup v1 blkio group, whose io_service_bytes tell the bytes the device served them.
+
+Per run: samples/s and AU as each tool reports them (DLIO: summary.json's
+train_throughput_mean_samples_per_second and train_au_mean_percentage; iodl: train.samples_per_s,
+train.au and MLPerf's view train.mlperf.{samples_per_s,au}); start-up (DLIO: launch to epoch 1's
+start in per_epoch_stats.json; iodl: launch to the ranks' first step, its per_rank startup_s
+plus mpiexec's own start); wall time of the whole launch; peak RSS per rank measured from outside
+the same way for both (VmHWM of each rank process, and of the rank with its data-loader worker
+processes, polled every 0.1 s); bytes the device served.
+
+DLIO must be installed in its own venv (docs/dlio.md, "Running DLIO beside iodl"); without it
+this prints one line `not run: <reason>` and exits 0.
+
+Usage (root, cgroup v1 blkio): python bench/bench_dlio.py [--dlio-venv /var/tmp/dlio-venv]
+    [--reps 3] [--ranks 2] [--files 128] [--record-mib 2] [--batch 2] [--compute 0.05,0.2]
+    [--epochs 1] [--read-threads 1] [--out bench/results]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from iodl import groundtruth  # noqa: E402
+
+NAME = "iodl_dlio_bench"
+
+
+def workload_yaml(a, compute: float) -> str:
+    """The workload both tools run: unet3d's shape (npz, 1 sample a file, pytorch loader, file
+    and sample shuffle), scaled down. DLIO 2.0.0's key names (record_length)."""
+    return f"""# written by bench/bench_dlio.py: unet3d_a100's shape, scaled down
+model: unet3d
+framework: pytorch
+workflow:
+  generate_data: False
+  train: True
+  checkpoint: False
+dataset:
+  data_folder: data/{NAME}/
+  format: npz
+  num_files_train: {a.files}
+  num_samples_per_file: 1
+  record_length: {a.record_mib << 20}
+reader:
+  data_loader: pytorch
+  batch_size: {a.batch}
+  read_threads: {a.read_threads}
+  file_shuffle: seed
+  sample_shuffle: seed
+train:
+  epochs: {a.epochs}
+  computation_time: {compute}
+metric:
+  au: 0.90
+"""
+
+
+def why_not(venv: str) -> str | None:
+    """None when DLIO and this bench can run here, else the reason in a few words."""
+    exe = os.path.join(venv, "bin", "dlio_benchmark")
+    if not os.path.isfile(exe):
+        return f"no DLIO install: {exe} missing (docs/dlio.md, 'Running DLIO beside iodl')"
+    if not os.path.isfile(os.path.join(venv, "bin", "mpiexec")):
+        return f"no mpiexec in {venv}/bin (pip install mpich there)"
+    probe = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
+                            "import dlio_benchmark.main, tensorflow, torch"], capture_output=True, text=True)
+    if probe.returncode:
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        return f"DLIO in {venv} does not import: {last}"
+    if os.geteuid() != 0:
+        return "needs root (loop mount, drop_caches, blkio cgroup)"
+    if not os.path.isdir(groundtruth.BLKIO_ROOT):
+        return f"no cgroup v1 blkio at {groundtruth.BLKIO_ROOT}"
+    if not shutil.which("mpiexec", path=os.path.dirname(sys.executable)):
+        return f"no mpiexec beside {sys.executable} (pip install -e '.[mpi]')"
+    return None
+
+
+def versions(venv: str) -> dict:
+    code = ("import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
+            "('dlio-benchmark', 'tensorflow-cpu', 'torch', 'pydftracer', 'hydra-core', 'mpi4py', 'mpich', 'numpy')}))")
+    dlio = json.loads(subprocess.run([os.path.join(venv, "bin", "python"), "-c", code],
+                                     capture_output=True, text=True, check=True).stdout)
+    from importlib import metadata
+
+    return {"dlio_venv": dlio, "iodl": metadata.version("iodl"), "iodl_mpich": _version("mpich"),
+            "python": sys.version.split()[0], "kernel": os.uname().release}
+
+
+def _version(pkg: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class Memory:
+    """Peak RSS (VmHWM) of every process in a cgroup, polled from outside. A rank is a process
+    whose parent is MPICH's hydra_pmi_proxy; its workers are its descendants."""
+
+    def __init__(self, group_path: str, every: float = 0.1):
+        self.procs = os.path.join(group_path, "cgroup.procs")
+        self.every = every
+        self.peak: dict[int, int] = {}     # pid -> VmHWM kB
+        self.parent: dict[int, int] = {}
+        self.comm: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> "Memory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every)
+
+    def sample(self) -> None:
+        try:
+            with open(self.procs) as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    status = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            hwm = int(status.get("VmHWM", "0 kB").split()[0])
+            self.peak[pid] = max(self.peak.get(pid, 0), hwm)
+            self.parent[pid] = int(status["PPid"])
+            self.comm[pid] = status["Name"].strip()
+
+    def ranks(self) -> list[dict]:
+        ranks = [p for p in self.peak if self.comm.get(self.parent[p]) == "hydra_pmi_proxy"]
+
+        def descendants(pid):
+            kids = [c for c, par in self.parent.items() if par == pid]
+            return kids + [d for k in kids for d in descendants(k)]
+
+        out = []
+        for r in sorted(ranks):
+            workers = descendants(r)
+            out.append({"rss_mb": self.peak[r] / 1024, "workers": len(workers),
+                        "rss_with_workers_mb": (self.peak[r] + sum(self.peak[w] for w in workers)) / 1024})
+        return out
+
+
+def launch(cmd: list[str], log: str, env: dict | None = None) -> dict:
+    """Run cmd (an mpiexec) after dropping caches, inside a fresh blkio group; time it, count the
+    device's bytes and the ranks' memory."""
+    groundtruth.drop_caches()
+    with groundtruth.BlkioGroup(f"iodl-dlio-bench-{int(time.time() * 1000)}") as group:
+        with open(log, "w") as out, Memory(group.path) as mem:
+            t0 = time.time()
+            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=group.enter, env=env)
+            rc = p.wait()
+            wall = time.time() - t0
+        served = group.read_bytes(MAJMIN)
+    if rc:
+        with open(log) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"{cmd[:4]}... exited {rc}; log {log}:\n{tail}")
+    return {"t0": t0, "wall_s": wall, "device_read_bytes": served, "ranks_mem": mem.ranks()}
+
+
+MAJMIN = ""
+
+
+def dlio_cmd(a, cfg_dir: str, name: str, data: str, out: str, *extra: str) -> list[str]:
+    return [os.path.join(a.dlio_venv, "bin", "mpiexec"), "-n", str(a.ranks),
+            os.path.join(a.dlio_venv, "bin", "dlio_benchmark"), "--config-dir", cfg_dir, f"workload={name}",
+            f"++workload.dataset.data_folder={data}", f"++workload.output.folder={out}",
+            f"hydra.run.dir={out}", *extra]
+
+
+def run_dlio(a, cfg_dir: str, name: str, data: str, work: str, tag: str) -> dict:
+    out = os.path.join(work, f"dlio-{tag}")
+    r = launch(dlio_cmd(a, cfg_dir, name, data, out), out + ".log")
+    with open(os.path.join(out, "summary.json")) as f:
+        metric = json.load(f)["metric"]
+    with open(os.path.join(out, "per_epoch_stats.json")) as f:
+        epochs = json.load(f)
+    # DLIO stamps its log with datetime.now() (local time, no zone): so is t0 read here
+    first = datetime.datetime.strptime(epochs["1"]["start"], "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+    return {"tool": "dlio", "samples_per_s": metric["train_throughput_mean_samples_per_second"],
+            "au": metric["train_au_mean_percentage"] / 100, "startup_s": first - r["t0"],
+            "epoch_s": [float(e["duration"]) for e in epochs.values()], **_common(r)}
+
+
+def run_iodl(a, wl_path: str, data: str, work: str, tag: str) -> dict:
+    out = os.path.join(work, f"iodl-{tag}.json")
+    cmd = [shutil.which("mpiexec", path=os.path.dirname(sys.executable)), "-n", str(a.ranks), sys.executable,
+           "-m", "iodl", "read", "--workload", wl_path, "--root", os.path.join(data, "train"),
+           "--progress", "off", "--out", out]
+    r = launch(cmd, out + ".log")
+    with open(out) as f:
+        res = json.load(f)
+    train = res["train"]
+    per_rank = res["per_rank"]
+    mlperf = train.get("mlperf") or {}
+    # iodl's startup_s: each rank's process age at its first step (mpiexec's own start, before
+    # the ranks exist, is not in it; DLIO's figure, taken from the launch, has it)
+    return {"tool": "iodl", "samples_per_s": train["samples_per_s"], "au": train["au"],
+            "mlperf_samples_per_s": mlperf.get("samples_per_s"), "mlperf_au": mlperf.get("au"),
+            "startup_s": max(p["startup_s"] for p in per_rank), "steps": train.get("steps"),
+            "iodl_bytes": res["total"]["bytes"],
+            "iodl_max_rss_mb": max(p["max_rss_mb"] for p in per_rank),
+            "iodl_pss_mb": max(p["pss_mb"] for p in per_rank), **_common(r)}
+
+
+def _common(r: dict) -> dict:
+    mem = r["ranks_mem"]
+    return {"wall_s": r["wall_s"], "device_read_bytes": r["device_read_bytes"], "ranks_seen": len(mem),
+            "rss_mb_per_rank": max((m["rss_mb"] for m in mem), default=None),
+            "rss_with_workers_mb_per_rank": max((m["rss_with_workers_mb"] for m in mem), default=None),
+            "workers_per_rank": max((m["workers"] for m in mem), default=None)}
+
+
+CAVEATS = """## Caveats
+
+- Same bytes, different CPU. Both tools read every file once (one epoch): the device served the
+  same bytes to each (the files plus a little ext4 metadata). DLIO's lower samples/s and AU at the
+  short computation_time are its own data path, not storage: its PyTorch DataLoader (read_threads 1:
+  one worker process per rank) np.load()s and slices each npz and pickles the batch back to the
+  rank; on this 2-core VM the 2 ranks and 2 workers share the cores, and the wait shows in AU.
+  iodl reads the bytes without decoding them and has no worker processes. At computation_time
+  0.2 s both are near the compute-bound ceiling.
+- Start-up: DLIO imports TensorFlow (unconditionally, even for framework pytorch), torch, hydra
+  and pydftracer, then starts its loader workers. DLIO's figure is from mpiexec's launch to epoch
+  1's start (rank 0's log stamp); iodl's is each rank's process age at its first step, which
+  leaves out mpiexec's own start (a fraction of a second). The wall time of the launch is measured
+  the same way for both.
+- RSS: VmHWM of each process of the run's cgroup, polled every 0.1 s from outside, the same for
+  both; shared pages (TensorFlow's and torch's libraries) count in full in every process. iodl's
+  own figures (per_rank max_rss_mb, pss_mb) are in the JSON.
+- AU and samples/s: DLIO's are MLPerf's definitions (AU leaves out the first step; samples/s is
+  the epoch's samples over its whole time, summed over ranks), so DLIO's own figure is its MLPerf
+  figure; iodl gives its own (train.au) and MLPerf's (train.mlperf.au) beside each other.
+- Small and short on purpose (others share the machine): one epoch of a dataset that fits in
+  memory, caches dropped before each run, so the second-epoch cache effect is not measured. The
+  rounds' spread comes from the shared 2 cores (see each run).
+- DLIO ran with its defaults beyond the workload file (its pydftracer profiling included), from
+  the venv of docs/dlio.md, "Running DLIO beside iodl".
+"""
+
+
+def main() -> int:
+    global MAJMIN
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dlio-venv", default="/var/tmp/dlio-venv")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--files", type=int, default=128)
+    ap.add_argument("--record-mib", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--compute", default="0.05,0.2",
+                    help="computation_time of each case, comma-separated (default: 0.05,0.2)")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--read-threads", type=int, default=1)
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    a = ap.parse_args()
+    computes = [float(c) for c in a.compute.split(",")]
+    reason = why_not(a.dlio_venv)
+    if reason:
+        print(f"not run: {reason}")
+        return 0
+    vers = versions(a.dlio_venv)
+    dataset_bytes = a.files * (a.record_mib << 20)
+    work = tempfile.mkdtemp(prefix="iodl-dlio-bench-", dir="/var/tmp")
+    runs: list[dict] = []
+    yamls: dict[str, str] = {}
+    try:
+        cfg_dir = os.path.join(work, "cfg")
+        os.makedirs(os.path.join(cfg_dir, "workload"))
+        names = {}
+        for k, compute in enumerate(computes):
+            names[compute] = f"{NAME}_{k}"
+            yamls[f"{compute:g}"] = workload_yaml(a, compute)
+            with open(os.path.join(cfg_dir, "workload", f"{names[compute]}.yaml"), "w") as f:
+                f.write(yamls[f"{compute:g}"])
+        with groundtruth.LoopMount(size=2 * dataset_bytes + (256 << 20), direct_io=True) as mnt:
+            MAJMIN = mnt.majmin
+            data = os.path.join(mnt.path, "data")
+            t = time.time()
+            launch(dlio_cmd(a, cfg_dir, names[computes[0]], data, os.path.join(work, "dlio-generate"),
+                            "++workload.workflow.generate_data=True", "++workload.workflow.train=False"),
+                   os.path.join(work, "dlio-generate.log"))
+            files = sorted(os.listdir(os.path.join(data, "train")))
+            on_disk = sum(os.path.getsize(os.path.join(data, "train", n)) for n in files)
+            generate_s = time.time() - t
+            print(f"DLIO generated {len(files)} files, {on_disk:,} bytes, in {generate_s:.1f} s", flush=True)
+            for rep in range(a.reps):
+                for compute in computes:
+                    # interleaved, the first tool alternating, so that drift hits both alike
+                    order = ("dlio", "iodl") if rep % 2 == 0 else ("iodl", "dlio")
+                    name = names[compute]
+                    for tool in order:
+                        tag = f"{name}-{rep}"
+                        r = (run_dlio(a, cfg_dir, name, data, work, tag) if tool == "dlio"
+                             else run_iodl(a, os.path.join(cfg_dir, "workload", f"{name}.yaml"), data, work, tag))
+                        r["rep"], r["compute_s"] = rep, compute
+                        runs.append(r)
+                        print(f"rep {rep} compute {compute:g} {tool:4s} {r['samples_per_s']:7.2f} samples/s  "
+                              f"AU {r['au']:.3f}  start-up {r['startup_s']:5.1f} s  wall {r['wall_s']:5.1f} s  "
+                              f"RSS/rank {r['rss_mb_per_rank'] or 0:5.0f} MB (+workers "
+                              f"{r['rss_with_workers_mb_per_rank'] or 0:5.0f})  "
+                              f"device {r['device_read_bytes'] / 1e6:7.1f} MB", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    keys = ("samples_per_s", "au", "mlperf_samples_per_s", "mlperf_au", "startup_s", "wall_s",
+            "rss_mb_per_rank", "rss_with_workers_mb_per_rank", "workers_per_rank", "device_read_bytes",
+            "iodl_max_rss_mb", "iodl_pss_mb", "iodl_bytes")
+    summary: dict = {}
+    for compute in computes:
+        for tool in ("dlio", "iodl"):
+            mine = [r for r in runs if r["tool"] == tool and r["compute_s"] == compute]
+            summary.setdefault(f"{compute:g}", {})[tool] = {
+                k: statistics.median(r[k] for r in mine) for k in keys if all(r.get(k) is not None for r in mine)}
+    result = {"schema": "iodl.bench.dlio-vs-iodl/1", "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "versions": vers, "cpus": os.cpu_count(), "ranks": a.ranks, "reps": a.reps,
+              "mount": "ext4 on loop (direct_io=on), caches dropped before each run",
+              "dataset": {"generator": "DLIO 'generate_data' (npz)", "files": len(files), "bytes_on_disk": on_disk,
+                          "record_length": a.record_mib << 20, "generate_s": generate_s},
+              "workload_yaml": yamls, "summary_by_compute_s": summary, "runs": runs,
+              "caveats": CAVEATS}
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "dlio-vs-iodl.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+    def fmt(v, spec):
+        return "n/a" if v is None else format(v, spec)
+
+    dv = vers["dlio_venv"]
+    lines = [f"# DLIO vs iodl on one DLIO workload file ({result['when']}, kernel {vers['kernel']}, "
+             f"{result['cpus']} CPUs)", "",
+             f"dlio-benchmark {dv['dlio-benchmark']} (torch {dv['torch']}, tensorflow-cpu {dv['tensorflow-cpu']}, "
+             f"pydftracer {dv['pydftracer']}, hydra-core {dv['hydra-core']}, mpich {dv['mpich']}) beside iodl "
+             f"{vers['iodl']} (mpich {vers['iodl_mpich']}), {a.ranks} ranks each, {a.reps} interleaved rounds "
+             f"(medians; the first tool alternates). Data: {len(files)} npz files, {on_disk / 1e6:.1f} MB, "
+             f"generated once by DLIO's own generator ({generate_s:.0f} s) on a fresh ext4 loop mount "
+             f"(losetup --direct-io=on), read by both; page cache dropped before each run; bytes served from the "
+             f"blkio cgroup the run's mpiexec, ranks and workers ran in. The workload (computation_time per case):",
+             "", "```yaml", yamls[f"{computes[0]:g}"].rstrip(), "```", ""]
+    for compute in computes:
+        d, i = summary[f"{compute:g}"]["dlio"], summary[f"{compute:g}"]["iodl"]
+        bound = a.ranks * a.batch / compute
+        rows = [("samples/s (tool's own)", fmt(d.get("samples_per_s"), ".2f"), fmt(i.get("samples_per_s"), ".2f")),
+                ("samples/s, MLPerf's view", fmt(d.get("samples_per_s"), ".2f"),
+                 fmt(i.get("mlperf_samples_per_s"), ".2f")),
+                ("AU (tool's own)", fmt(d.get("au"), ".3f"), fmt(i.get("au"), ".3f")),
+                ("AU, MLPerf's view", fmt(d.get("au"), ".3f"), fmt(i.get("mlperf_au"), ".3f")),
+                ("start-up to first step (s)", fmt(d.get("startup_s"), ".1f"), fmt(i.get("startup_s"), ".1f")),
+                ("wall time of the launch (s)", fmt(d.get("wall_s"), ".1f"), fmt(i.get("wall_s"), ".1f")),
+                ("peak RSS per rank, rank process (MB)", fmt(d.get("rss_mb_per_rank"), ".0f"),
+                 fmt(i.get("rss_mb_per_rank"), ".0f")),
+                ("peak RSS per rank with its loader workers (MB)", fmt(d.get("rss_with_workers_mb_per_rank"), ".0f"),
+                 fmt(i.get("rss_with_workers_mb_per_rank"), ".0f")),
+                ("loader worker processes per rank", fmt(d.get("workers_per_rank"), ".0f"),
+                 fmt(i.get("workers_per_rank"), ".0f")),
+                ("bytes the device served (blkio, MB)", fmt(d["device_read_bytes"] / 1e6, ".1f"),
+                 fmt(i["device_read_bytes"] / 1e6, ".1f"))]
+        lines += [f"## computation_time {compute:g} s (compute-bound ceiling: {a.ranks} ranks x batch {a.batch} "
+                  f"/ {compute:g} s = {bound:.1f} samples/s)", "", "| median of the rounds | DLIO | iodl |",
+                  "|---|---:|---:|"]
+        lines += [f"| {n} | {x} | {y} |" for n, x, y in rows]
+        lines += [""]
+    lines += ["## Each run", "", "| compute s | round | tool | samples/s | AU | MLPerf AU | start-up s | wall s | "
+              "RSS/rank MB | +workers MB | device MB |", "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        lines.append(f"| {r['compute_s']:g} | {r['rep']} | {r['tool']} | {r['samples_per_s']:.2f} | {r['au']:.3f} | "
+                     f"{fmt(r.get('mlperf_au'), '.3f') if r['tool'] == 'iodl' else fmt(r['au'], '.3f')} | "
+                     f"{r['startup_s']:.1f} | {r['wall_s']:.1f} | {fmt(r['rss_mb_per_rank'], '.0f')} | "
+                     f"{fmt(r['rss_with_workers_mb_per_rank'], '.0f')} | {r['device_read_bytes'] / 1e6:.1f} |")
+    lines += ["", CAVEATS.rstrip()]
+    with open(os.path.join(a.out, "dlio-vs-iodl.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
