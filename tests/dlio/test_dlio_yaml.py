@@ -104,3 +104,14 @@ def test_generate_then_read_a_yaml_workload_with_a_real_engine(tmp_path):
     assert r["workload"]["name"] == "resnet_like_resolved"          # the dataset's own workload
     assert r["train"]["samples"] == 8 * 40 // (2 * 16) * 2 * 16     # one epoch, whole batches per rank
     assert r["total"]["bytes"] >= 8 * 40 * 20000
+
+
+def test_dlio_2_0_0s_model_given_by_name_alone_is_read(tmp_path):
+    """DLIO 2.0.0's bundled files say `model: unet3d`, a name and no mapping."""
+    text = open(UNET).read()
+    block = "model:\n  name: unet3d\n  type: cnn\n  model_size: 499153191\n"
+    assert block in text
+    path = tmp_path / "w.yaml"
+    path.write_text(text.replace(block, "model: unet3d\n"))
+    wl = load_workload(str(path))
+    assert wl.dataset.files == load_workload(UNET).dataset.files
