@@ -95,6 +95,18 @@ class SampleStream:
             self._taken[shard] = np.zeros(len(self._ends), dtype=np.int32)
         return True
 
+    def finish(self) -> None:
+        """The run took its last batch: check the last epoch's share too, when that batch ended
+        it (the share is otherwise checked only as the next epoch's first shard begins, which a
+        run that reads no batch past its last step never gets to). Looking at the next shard's
+        epoch reads nothing."""
+        if not self._check or self._shard is not None or len(self._buf_shard) or self._epoch is None:
+            return
+        if self._held is None:
+            self._held = self._next_shard()
+        if self._held[1] != self._epoch:
+            self._check_epoch()
+
     def _check_epoch(self) -> None:
         if self._taken:
             ok = all(bool((t == 1).all()) for t in self._taken.values())
@@ -386,6 +398,8 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
         if not reader.is_alive():
             reader.files.close_all()
             engine.close()
+            if not partial:
+                stream.finish()
     result.epochs_checked, result.epochs_wrong = stream.epochs_checked, stream.epochs_wrong
     return result, records.array(), partial, steps_per_epoch
 

@@ -192,3 +192,13 @@ def test_a_run_of_n_steps_reads_n_batches_not_the_prefetch_past_them(tmp_path):
     assert proc.returncode == 0, proc.stderr
     r = load_json(out)
     assert r["total"]["bytes"] <= 1.05 * r["train"]["consumed_bytes"], (r["total"]["bytes"], r["train"])
+
+
+def test_every_epoch_of_a_whole_run_is_checked_the_last_one_too(tmp_path):
+    """The reader stops at the last batch, so the last epoch's share is checked at the run's end,
+    not when a next epoch begins (it never does)."""
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--epochs", "2", "--shuffle", "file+sample", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    train = load_json(out)["train"]
+    assert (train["epochs_checked"], train["epochs_wrong"]) == (2, 0)
