@@ -61,6 +61,13 @@ def _fmt(v):
     return v
 
 
+def _storage_type(v):
+    # DLIO's local_fs is a POSIX path, which is what iodl reads; object stores are not emulated
+    if v != "local_fs":
+        raise ValueError(f"iodl reads POSIX filesystems (local_fs); {v!r} storage is not emulated")
+    return v
+
+
 def _flag(v):
     if not isinstance(v, bool):
         raise ValueError(f"must be True or False, got {v!r}")
@@ -237,6 +244,11 @@ KEYS: dict[str, dict[str, Rule]] = {
         "au": Rule(HONOUR, "the AU a rank count must reach", ("metric", "au_threshold"), _number),
     },
     "output": {k: Rule(INFO, "iodl writes its own output (--out)") for k in ("folder", "log_file", "metric")},
+    "storage": {
+        "storage_type": Rule(HONOUR, "local_fs only: the dataset is a POSIX path (--root)", None, _storage_type),
+        "storage_root": Rule(INFO, "where the data is: give it as --root"),
+        "storage_options": Rule(INFO, "options of an object store client: no local I/O"),
+    },
     "profiling": {k: Rule(INFO, "DLIO's profiler: iodl measures on its own") for k in (
         "profiler", "iostat_devices", "tensorboard")},
 }
@@ -248,7 +260,9 @@ _RESOLVED_EXTRA = {"hydra", "defaults"}
 # DLIO's defaults (utils/config.py) where iodl's differ: a key the file leaves out means DLIO's value
 _DLIO_DEFAULTS = {("train", "batch_size"): 1, ("read", "read_threads"): 1, ("train", "epochs"): 1,
                   ("train", "compute_time_s"): 0.0, ("train", "seed"): 123, ("train", "shuffle_size"): 1024,
-                  ("metric", "au_threshold"): 0.90, ("workload", "pattern"): "train-sync"}
+                  ("metric", "au_threshold"): 0.90, ("workload", "pattern"): "train-sync",
+                  ("dataset", "format"): "tfrecord", ("dataset", "files"): 8, ("dataset", "samples_per_file"): 1,
+                  ("dataset", "sample_size"): "65536B"}
 # ... and of a checkpoint (utils/config.py): -1 counts are 0 here
 _DLIO_CHECKPOINT_DEFAULTS = {("checkpoint", "writes"): 0, ("checkpoint", "reads"): 0, ("checkpoint", "fsync"): False,
                              ("checkpoint", "time_between_s"): 0.0, ("checkpoint", "every_steps"): 0,
@@ -387,6 +401,8 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
                 continue
             if (section, key) in (("workflow", "train"), ("workflow", "checkpoint"), ("checkpoint", "mode")):
                 flow[key] = (line, value)
+                continue
+            if rule.to is None:       # checked, sets nothing (storage.storage_type)
                 continue
             target_section, target_key = rule.to
             d[target_section][target_key] = value

@@ -115,3 +115,26 @@ def test_dlio_2_0_0s_model_given_by_name_alone_is_read(tmp_path):
     path.write_text(text.replace(block, "model: unet3d\n"))
     wl = load_workload(str(path))
     assert wl.dataset.files == load_workload(UNET).dataset.files
+
+
+def test_object_storage_is_refused_and_local_fs_read(tmp_path):
+    # DLIO's storage section: an S3 bucket is not a path iodl can read; local_fs is what it reads
+    text = open(UNET).read() + "\nstorage:\n  storage_type: {}\n  storage_root: /data\n"
+    path = tmp_path / "w.yaml"
+    path.write_text(text.format("s3"))
+    with pytest.raises(UsageError) as err:
+        load_workload(str(path))
+    assert str(err.value).startswith(f"w.yaml:{_line_of(str(path), 'storage_type')}: [storage] storage_type: ")
+    assert "'s3' storage is not emulated" in str(err.value)
+    path.write_text(text.format("local_fs"))
+    assert load_workload(str(path)).dataset == load_workload(UNET).dataset
+
+
+def test_a_file_without_a_dataset_trains_on_dlios_default_dataset(tmp_path):
+    # DLIO's own llama files that train and checkpoint give no dataset: DLIO then reads its
+    # defaults (utils/config.py: tfrecord, 8 files of 1 sample of 64 KiB), and so does iodl
+    path = tmp_path / "w.yaml"
+    path.write_text("model:\n  name: m\n  model_size: 4096\nworkflow:\n  train: True\n  checkpoint: True\n"
+                    "reader:\n  batch_size: 2\n")
+    d = load_workload(str(path)).dataset
+    assert (d.format, d.files, d.samples_per_file, d.sample_size) == ("tfrecord", 8, 1, 65536)
