@@ -306,6 +306,7 @@ def run(args) -> int:
         from dataclasses import fields
 
         from ..config import StepConfig
+        from ..formats import FORMATS
         from ..training import planned_steps
 
         members = ranks_of_mount(mount, len(roots), comm.size)
@@ -315,7 +316,7 @@ def run(args) -> int:
                           prefetch=args.prefetch if args.prefetch is not None else wl.train.prefetch,
                           sampling=args.sampling, shuffle=args.shuffle or wl.train.shuffle,
                           shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
-                          steps=args.steps or 0)
+                          steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access)
         total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
