@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
                    help="epoch: a seeded shard permutation per epoch split over ranks; random: each reader picks shards at random")
     p.add_argument("--shuffle", choices=("none", "file", "sample", "file+sample"),
                    help="what each epoch shuffles (default: the workload's): the shard order, the samples "
-                        "(in a buffer of the workload's shuffle_size samples), both, or nothing")
+                        "(in a buffer of the workload's shuffle_size samples; indexed_binary: each rank's whole "
+                        "part), both, or nothing")
     p.add_argument("--batch-size", type=cli_int, metavar="N", help="samples per step (default: the workload's)")
     p.add_argument("--compute-time", type=cli_float, metavar="S", help="emulated compute per step (default: the workload's)")
     p.add_argument("--prefetch", type=cli_int, metavar="N", help="batches read ahead of compute (default: the workload's; 0 = off)")
