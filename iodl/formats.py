@@ -2,7 +2,8 @@
 
 A format only decides the layout; reading is the engines' business (docs/design.md). Sample bytes come
 from Content (incompressible, no two 4 KiB blocks alike). tfrecord and raw shards are streamed in
-pieces of about 8 MiB of whole records from two reused buffers; npz and hdf5 shards are built whole
+pieces of about 8 MiB of whole records from two reused buffers (npy and indexed_binary in pieces of
+8 MiB, records cut where they fall); npz and hdf5 shards are built whole
 and written by numpy / h5py. Each format reports the extent (offset, length) of every sample's
 record in the file:
 
@@ -314,6 +315,15 @@ class IndexedBinary(Raw):
     each drawn size, so a size spread reads as well."""
     name, suffix, sample_access = "indexed_binary", "indexed_binary", True
     index_suffixes = (".off.idx", ".sz.idx")
+
+    def pieces(self, sizes, key, buffer):
+        """raw's bytes in pieces of PIECE bytes whatever the sample size: with no framing a piece need
+        not hold whole records, so dlrm's 640 MiB samples take no 640 MiB buffers to write."""
+        total = self.size_of(np.asarray(sizes))
+        content = Content(key, total)
+        for a in range(0, total, self.PIECE):
+            b = min(a + self.PIECE, total)
+            yield content.fill(a, b, buffer(b - a + 2 * BLOCK))
 
     def index_files(self, sizes):
         ext = self.extents(np.asarray(sizes)).astype("<u8")

@@ -201,3 +201,20 @@ def test_indexed_binary_rerun_rewrites_a_shard_whose_index_is_missing_or_wrong(t
     assert not [p for p in copy.iterdir() if p.name.endswith(".iodl-tmp")]
     r = iodl("read", "--root", str(root), "--pattern", "validate")
     assert r.returncode == 0, r.stderr
+
+
+def test_indexed_binary_data_is_raws_bytes_written_in_bounded_pieces():
+    """The data file is the raw format's bytes for the same key, streamed in pieces of at most
+    PIECE bytes even when one sample is larger (dlrm's are 640 MiB)."""
+    form = F.FORMATS["indexed_binary"]
+    sizes = np.array([3, form.PIECE + 5000, 70_000, 2 * form.PIECE])
+    asked = []
+
+    def buffer(n):
+        asked.append(n)
+        return F.content_buffer(n)
+
+    pieces = [p.copy() for p in form.pieces(sizes, (4, 0, 1), buffer)]
+    assert np.concatenate(pieces).tobytes() == F.FORMATS["raw"].prepare(sizes, (4, 0, 1)).tobytes()
+    assert max(len(p) for p in pieces) == form.PIECE and max(asked) <= form.PIECE + 2 * F.BLOCK
+    assert sum(len(p) for p in pieces) == form.size_of(sizes) == int(sizes.sum())
