@@ -10,6 +10,8 @@ Layout of a root written by `iodl generate`:
     ROOT/copy-0000/train-00000-of-01024.tfrecord ...   one directory per copy, same names in each
     ROOT/copy-0000/07/train-00007-of-20000.tfrecord    above 10,000 files a copy, file i sits in folder
                                                        i % subfolders (manifest "subfolders"; 1: none)
+    ROOT/copy-0000/train-00000-of-00001.indexed_binary.off.idx, ....sz.idx   a format's index files
+                                                       beside its shard (indexed_binary: formats.py)
 A root without a manifest is a foreign dataset: every regular file under it (recursive, sorted) is
 a shard with one extent, the whole file; iodl never writes there.
 Every path a manifest names must resolve (after symlinks) inside its root, and a foreign root may
@@ -746,6 +748,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     }
 
     want = _planned_file_sizes(form, sizes)
+    index_bytes = sum(a.nbytes for a in form.index_files(sizes[0]).values())   # per shard (indexed_binary)
 
     def _bytes_to_write(root):
         # what is still missing under this root (shards already there with the right size are
@@ -758,7 +761,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
                 if have:
                     done = np.array([have.get(os.path.basename(names[i])) == want[i] for i in idx.tolist()], dtype=bool)
                     idx = idx[~done]
-                need += int(want[idx].sum())
+                need += int(want[idx].sum()) + len(idx) * index_bytes
         return need
 
     def start_roots():
@@ -793,12 +796,13 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     extents: dict[int, np.ndarray] = {}
     pending = []
 
-    def finish(item, fd, tmp, final):
+    def finish(item, fd, tmp, final, index):
         fds.discard(fd)
         try:
             os.close(fd)    # a network filesystem may report a failed write (ENOSPC, EIO) only here
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, tmp) from None
+        _write_index_files(final, index)
         done = _rename(item, tmp, final)
         temps.discard(tmp)
         return done
@@ -812,7 +816,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, tmp) from None
 
-    def write_whole(content, tmp, final, item):
+    def write_whole(content, tmp, final, item, index):
         fd = _create(tmp)
         try:
             form.write(content, fd)   # into our descriptor: the name is never opened again
@@ -820,6 +824,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
             raise OSError(exc.errno, exc.strerror or str(exc), tmp) from None
         finally:
             os.close(fd)
+        _write_index_files(final, index)
         done = _rename(item, tmp, final)
         temps.discard(tmp)
         return done
@@ -879,10 +884,11 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
                         for piece in form.pieces(sizes[i], key, buffer):
                             pending.append(writer.submit(append, fd, piece, tmp))
                             drain(1)  # the piece before this one is written: its buffer is free
-                        pending.append(writer.submit(finish, (r, c, i), fd, tmp, final))
+                        pending.append(writer.submit(finish, (r, c, i), fd, tmp, final, form.index_files(sizes[i])))
                     else:
                         content = form.prepare(sizes[i], key, buffer(int(sizes[i].sum()) + BLOCK))
-                        pending.append(writer.submit(write_whole, content, tmp, final, (r, c, i)))
+                        pending.append(writer.submit(write_whole, content, tmp, final, (r, c, i),
+                                                     form.index_files(sizes[i])))
                     written += 1
                     drain(1)
                 drain(0)
@@ -971,7 +977,7 @@ _WRITERS = 2              # threads running _native.write_files (the GIL is rele
 
 def _small_files(form, want: np.ndarray) -> bool:
     """Whether this dataset's shards go through the batched small-file path."""
-    return isinstance(form, _Stream) and len(want) > 0 and int(want.max()) <= SMALL_FILE
+    return isinstance(form, _Stream) and not form.index_suffixes and len(want) > 0 and int(want.max()) <= SMALL_FILE
 
 
 def _listing(folder: str) -> dict[str, int]:
@@ -1095,6 +1101,14 @@ def _write_small_files(form, roots, ds, folders, names, sizes, want, seed, comm,
             while dirfds:
                 os.close(dirfds.pop())
     return written, skipped
+
+
+def _write_index_files(final: str, index: dict) -> None:
+    """A format's index files beside its shard (indexed_binary's .off.idx and .sz.idx), each through
+    an exclusive temporary renamed into place; written before the shard gets its final name, so that
+    a shard under its final name has its index (a re-run's check_file looks at both)."""
+    for suffix, array in index.items():
+        _write_via_temp(final + suffix, lambda f, a=array: f.write(memoryview(a).cast("B")))
 
 
 def _rename(item, tmp, final):

@@ -56,6 +56,11 @@ def _compute(v):
 def _fmt(v):
     from .workload import FORMATS
 
+    if v == "mmap_indexed_binary":
+        # the same files as indexed_binary, read through a memory map (page faults and the kernel's
+        # readahead decide the requests): iodl reads with read calls only
+        raise ValueError("the indexed_binary files read through mmap; iodl reads with read calls: "
+                         "give format: indexed_binary for the same files read sample by sample")
     if v not in FORMATS:
         raise ValueError(f"iodl lays out {', '.join(FORMATS)} datasets; {v!r} is not one of them yet")
     return v
@@ -114,6 +119,8 @@ def _shuffle_flag(v):
 
 
 _IO = "shapes nothing iodl emulates"
+_ORDER = ("tensorflow or pytorch: iodl's reads follow the format either way (whole shards sequentially; "
+          "indexed_binary sample by sample at the index's offsets)")
 
 # section -> key -> Rule. DLIO's key names (dlio_benchmark utils/config.py), with 2.0.0's older
 # record_length* names, which iodl honours as DLIO 2.0.0 did.
@@ -183,11 +190,11 @@ KEYS: dict[str, dict[str, Rule]] = {
         "read_threads": Rule(HONOUR, "reader threads of the input pipeline", ("read", "read_threads"), _number),
         "file_shuffle": Rule(HONOUR, "shuffle the shard order each epoch (seed and random both: iodl is seeded)",
                              ("train", "shuffle"), _shuffle_flag),
-        "sample_shuffle": Rule(HONOUR, "shuffle samples in a buffer of shuffle_size", ("train", "shuffle"),
-                               _shuffle_flag),
+        "sample_shuffle": Rule(HONOUR, "shuffle samples in a buffer of shuffle_size (indexed_binary: each "
+                               "rank's whole share, as DLIO's sampler)", ("train", "shuffle"), _shuffle_flag),
         "shuffle_size": Rule(HONOUR, "the sample-shuffle buffer", ("train", "shuffle_size"), _number),
         "prefetch_size": Rule(HONOUR, "batches read ahead of compute", ("train", "prefetch"), _number),
-        "data_loader": Rule(INFO, "tensorflow or pytorch: iodl reads whole shards sequentially either way"),
+        "data_loader": Rule(INFO, _ORDER),
         "computation_threads": Rule(INFO, _IO),
         "transfer_size": Rule(INFO, "iodl's request size is [read] block_size (--block-size)"),
         "batch_size_eval": Rule(INFO, "evaluation reads are not emulated"),
@@ -253,7 +260,7 @@ KEYS: dict[str, dict[str, Rule]] = {
         "profiler", "iostat_devices", "tensorboard")},
 }
 # sections whose value is one scalar
-_SCALARS = {"framework": Rule(INFO, "tensorflow or pytorch: iodl reads whole shards sequentially either way")}
+_SCALARS = {"framework": Rule(INFO, _ORDER)}
 # the resolved config a DLIO run saves wraps the workload in `workload:`, next to hydra's own keys
 _RESOLVED_EXTRA = {"hydra", "defaults"}
 

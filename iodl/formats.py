@@ -2,7 +2,8 @@
 
 A format only decides the layout; reading is the engines' business (docs/design.md). Sample bytes come
 from Content (incompressible, no two 4 KiB blocks alike). tfrecord and raw shards are streamed in
-pieces of about 8 MiB of whole records from two reused buffers; npz and hdf5 shards are built whole
+pieces of about 8 MiB of whole records from two reused buffers (npy and indexed_binary in pieces of
+8 MiB, records cut where they fall); npz and hdf5 shards are built whole
 and written by numpy / h5py. Each format reports the extent (offset, length) of every sample's
 record in the file:
 
@@ -18,6 +19,10 @@ record in the file:
             no extent.
 - npy:      one .npy (numpy's 1.0 header) of a 1-D uint8 array of the samples back to back, streamed
             like raw; the extent is the sample's bytes inside the array.
+- indexed_binary: DLIO's indexed binary: the data file holds the samples back to back (as raw), and
+            two index files beside it, NAME.off.idx and NAME.sz.idx, hold each sample's offset and
+            size as little-endian uint64 (numpy "<u8", DLIO's struct 'Q'), one per sample; extents tile
+            the data file. Read sample by sample at those offsets (sample_access).
 - jpeg/png: one sample per file, a real image of exactly the sample's size (raised to the smallest
             valid file): a tiny Pillow-encoded image plus filler segments (JPEG COM after SOI, PNG
             private `ioDL` chunks before IEND) carrying the random content; the extent is the file,
@@ -197,6 +202,14 @@ class Format:
     name = ""
     suffix = ""
     tiles = False  # whether consecutive extents cover the whole file
+    # read sample by sample, each at its own offset in an order of its own (indexed_binary, as DLIO's
+    # reader seeks to each sample), rather than whole shards sequentially (training.SampleAccessStream)
+    sample_access = False
+    index_suffixes: tuple[str, ...] = ()   # what index_files() adds to the shard's name
+
+    def index_files(self, sizes: np.ndarray) -> dict[str, np.ndarray]:
+        """Files written beside the shard, by the suffix added to its name: their bytes (none here)."""
+        return {}
 
     def size_of(self, sizes: np.ndarray) -> int | None:
         """The file size for these sample sizes, when it follows from them alone."""
@@ -292,6 +305,42 @@ class TFRecord(_Stream):
 
 class Raw(_Stream):
     name, suffix = "raw", "bin"
+
+
+class IndexedBinary(Raw):
+    """DLIO's indexed_binary (dlio_benchmark data_generator/indexed_binary_generator.py): the samples
+    back to back in the data file, NAME.off.idx and NAME.sz.idx beside it with every sample's offset
+    and size as uint64, which DLIO's readers (reader/indexed_binary_reader.py, ..._mmap_reader.py)
+    open with numpy and seek by. DLIO's generator writes all samples of one size; iodl's index holds
+    each drawn size, so a size spread reads as well."""
+    name, suffix, sample_access = "indexed_binary", "indexed_binary", True
+    index_suffixes = (".off.idx", ".sz.idx")
+
+    def pieces(self, sizes, key, buffer):
+        """raw's bytes in pieces of PIECE bytes whatever the sample size: with no framing a piece need
+        not hold whole records, so dlrm's 640 MiB samples take no 640 MiB buffers to write."""
+        total = self.size_of(np.asarray(sizes))
+        content = Content(key, total)
+        for a in range(0, total, self.PIECE):
+            b = min(a + self.PIECE, total)
+            yield content.fill(a, b, buffer(b - a + 2 * BLOCK))
+
+    def index_files(self, sizes):
+        ext = self.extents(np.asarray(sizes)).astype("<u8")
+        return {".off.idx": ext[:, 0].copy(), ".sz.idx": ext[:, 1].copy()}
+
+    def check_file(self, path, sizes):
+        """Complete when the data file has its size and both index files hold what they should."""
+        if not super().check_file(path, sizes):
+            return False
+        for suffix, want in self.index_files(sizes).items():
+            try:
+                with open(path + suffix, "rb") as f:
+                    if f.read(want.nbytes + 1) != want.tobytes():
+                        return False
+            except OSError:
+                return False
+        return True
 
 
 _ZIP_LOCAL = struct.Struct("<4sHHHHHIIIHH")
@@ -548,4 +597,5 @@ class Png(_Image):
         view[pos:] = np.frombuffer(image, dtype=np.uint8)[head:]
 
 
-FORMATS: dict[str, Format] = {f.name: f for f in (TFRecord(), Hdf5(), Npz(), Raw(), Npy(), Jpeg(), Png())}
+FORMATS: dict[str, Format] = {f.name: f for f in (TFRecord(), Hdf5(), Npz(), Raw(), Npy(), Jpeg(), Png(),
+                                                  IndexedBinary())}

@@ -191,6 +191,122 @@ class SampleStream:
             n -= k
         return out, consumed
 
+
+def sample_reads(start: int, end: int, block_size: int, align: int = 1) -> np.ndarray:
+    """Rows (file column 0) that read bytes [start, end) of one file in block_size requests, from
+    start rounded down to `align`: O_DIRECT reads need an aligned offset (the engine rounds a direct
+    read's length up itself, and counts only the bytes asked for)."""
+    start -= start % align
+    n = -(-(end - start) // block_size)
+    rows = plan.new_plan(n)
+    rows["offset"] = start + np.arange(n, dtype=np.int64) * block_size
+    rows["length"] = np.minimum(block_size, end - rows["offset"].astype(np.int64))
+    return rows
+
+
+class SampleAccessStream:
+    """A rank's endless stream of samples read one at a time, each at its own offset: formats whose
+    samples are found through an index (Format.sample_access: indexed_binary), read as DLIO's index
+    sampler and its indexed_binary reader read them (seek to the sample, read it, next sample).
+
+    Each epoch lines up the mount's N samples shard by shard (shards in index order, or in the
+    seeded permutation shard_source deals from when files are shuffled; samples in file order) and
+    gives rank i of R the contiguous part [i*N//R, (i+1)*N//R), as DLIO splits its global sample
+    indices: the samples of a single file are shared by the ranks. With sample shuffling the part
+    is permuted whole, seeded per epoch and rank (DLIO shuffles a rank's whole part; no buffer, so
+    shuffle_size plays no part). Across a mount's ranks every sample is thus taken exactly once per
+    epoch; each rank checks its part (every sample of it once, none twice). With fewer samples than
+    ranks, rank i takes sample i % N. A sample's reads are block_size requests over its extent; its
+    file is opened for it and closed after, as DLIO's on-demand reader does. take(), finish(),
+    epochs_checked, epochs_wrong and trace are SampleStream's.
+    """
+
+    CACHED_SHARDS = SampleStream.CACHED_SHARDS
+
+    def __init__(self, cfg: StepConfig, sample_ends, n_shards: int, samples_per_shard: int, index_in_mount: int,
+                 ranks_in_mount: int, rank: int, align: int = 1, check: bool = True):
+        self._cfg, self._sample_ends, self._n, self._spf = cfg, sample_ends, n_shards, samples_per_shard
+        self._i, self._r, self._align, self._check = index_in_mount, ranks_in_mount, align, check
+        self._random = np.random.default_rng([cfg.seed, rank]) if cfg.sampling == "random" else None
+        self._ends: dict[int, np.ndarray] = {}
+        self._epoch, self._pos, self._unchecked = -1, 0, False   # _unchecked: a part begun, not yet checked
+        self._shards = self._samples = np.empty(0, dtype=np.int64)
+        self._taken: dict[int, np.ndarray] = {}
+        self.epochs_checked = self.epochs_wrong = 0
+        self.trace: list | None = None
+
+    def _share(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shards, samples) of this rank's part of an epoch, in the order it takes them."""
+        cfg, total = self._cfg, self._n * self._spf
+        if total < self._r:
+            pos = np.array([self._i % total], dtype=np.int64)
+        else:
+            pos = np.arange(self._i * total // self._r, (self._i + 1) * total // self._r, dtype=np.int64)
+        if "sample" in cfg.shuffle:
+            pos = np.random.default_rng([cfg.seed, epoch, self._i, 2]).permutation(pos)
+        order = (np.random.default_rng([cfg.seed, epoch]).permutation(self._n) if "file" in cfg.shuffle
+                 else np.arange(self._n))
+        return order[pos // self._spf].astype(np.int64), pos % self._spf
+
+    def _next_epoch(self) -> None:
+        self._check_epoch()
+        self._epoch += 1
+        self._shards, self._samples = self._share(self._epoch)
+        self._pos, self._unchecked = 0, True
+
+    def _check_epoch(self) -> None:
+        """The finished part: no sample taken twice, and as many taken as the part holds (its size
+        from its bounds, not from the order that was taken)."""
+        if self._check and self._unchecked:
+            total = self._n * self._spf
+            want = 1 if total < self._r else (self._i + 1) * total // self._r - self._i * total // self._r
+            counts = list(self._taken.values())
+            ok = all(int(c.max()) <= 1 for c in counts) and sum(int(c.sum()) for c in counts) == want
+            self.epochs_checked += ok
+            self.epochs_wrong += not ok
+        self._taken, self._unchecked = {}, False
+
+    def finish(self) -> None:
+        """The run took its last batch: check the epoch's part if that batch ended it."""
+        if self._pos == len(self._shards):
+            self._check_epoch()
+
+    def _sample_ends_of(self, shard: int) -> np.ndarray:
+        ends = self._ends.get(shard)
+        if ends is None:
+            if len(self._ends) >= self.CACHED_SHARDS:
+                self._ends.pop(next(iter(self._ends)))
+            ends = self._ends[shard] = np.asarray(self._sample_ends(shard), dtype=np.int64)
+        return ends
+
+    def take(self, n: int) -> tuple[list[tuple[int, np.ndarray, bool]], int]:
+        """([(shard, rows, True)] one per sample, bytes of the n samples taken)."""
+        out: list = []
+        consumed = 0
+        while n > 0:
+            if self._random is not None:      # --sampling random: any sample of the mount, no epochs
+                pos = self._random.integers(self._n * self._spf, size=n)
+                shards, samples = pos // self._spf, pos % self._spf
+            else:
+                if self._pos >= len(self._shards):
+                    self._next_epoch()
+                k = min(n, len(self._shards) - self._pos)
+                shards = self._shards[self._pos:self._pos + k]
+                samples = self._samples[self._pos:self._pos + k]
+                self._pos += k
+            for shard, j in zip(shards.tolist(), samples.tolist()):
+                ends = self._sample_ends_of(shard)
+                start, end = (int(ends[j - 1]) if j else 0), int(ends[j])
+                out.append((shard, sample_reads(start, end, self._cfg.block_size, self._align), True))
+                consumed += end - start
+                if self._check and self._random is None:
+                    self._taken.setdefault(shard, np.zeros(self._spf, dtype=np.int32))[j] += 1
+            if self.trace is not None:
+                self.trace.append((np.asarray(shards, dtype=np.int64), np.asarray(samples, dtype=np.int64)))
+            n -= len(shards)
+        return out, consumed
+
+
 def shard_source(cfg: StepConfig, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int,
                  buffer: int = 0):
     """next_shard() -> (shard, epoch) for this rank; buffer: the sample-shuffle buffer (buffer_size)."""
@@ -323,12 +439,17 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     The stream's order check lands in result.epochs_checked / epochs_wrong.
     """
     sizes = np.asarray(sizes, dtype=np.int64)
-    buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
-    next_shard = shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer)
-    stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
-                          rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch")
     if total_samples is None:   # a dataset knows it; counted here for callers that do not pass it
         total_samples = sum(len(sample_ends(i)) for i in range(len(sizes)))
+    if cfg.sample_access:       # every shard of a dataset holds as many samples (generate lays them out so)
+        stream = SampleAccessStream(cfg, sample_ends, len(sizes), total_samples // max(1, len(sizes)),
+                                    index_in_mount, ranks_in_mount, comm.rank,
+                                    align=_native.ALIGN if cfg.direct else 1, check=cfg.sampling == "epoch")
+    else:
+        buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
+        next_shard = shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer)
+        stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
+                              rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch")
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
 
     result = result or RankResult(rank=comm.rank, host=host, mount=mount)

@@ -21,7 +21,7 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png")
+FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png", "indexed_binary")
 ONE_SAMPLE_FORMATS = ("jpeg", "png")   # one sample per file (as DLIO documents them)
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
 SHUFFLES = ("none", "file", "sample", "file+sample")

@@ -141,3 +141,80 @@ def test_generate_and_validate_round_trip(tmp_path, fmt):
     ds = D.open_dataset(root)
     total = sum(s.size for s in ds.shards)
     assert f"{total} of {total} bytes read" in r.stdout
+
+
+def _dlio_index(path: str, samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, sizes) the way DLIO's indexed_binary reader loads them (reader/indexed_binary_reader.py:
+    np.empty(n, int64) filled by readinto from NAME.off.idx and NAME.sz.idx); the mmap reader's
+    uint64 view of the same bytes must agree."""
+    got = []
+    for suffix in (".off.idx", ".sz.idx"):
+        a = np.empty(samples, dtype=np.int64)
+        with open(path + suffix, "rb") as f:
+            assert f.readinto(a) == a.nbytes and f.read() == b""   # exactly one 8-byte entry per sample
+        mapped = np.frombuffer(memoryview(np.memmap(path + suffix, mode="r", order="C")), dtype=np.uint64)
+        assert mapped.tolist() == a.tolist()
+        got.append(a)
+    return got[0], got[1]
+
+
+def test_indexed_binary_opens_as_dlios_reader_opens_it(tmp_path):
+    """The data file and its two index files: the offsets and sizes numpy reads from the index are
+    the samples iodl planned (sizes drawn with a spread), tiling the data file; each sample read at
+    its offset is the bytes iodl's own extents say."""
+    wl = small(tmp_path, "indexed_binary", files=3, spf=24, size="5000B", stdev="3000B")
+    root = tmp_path / "ib"
+    D.generate(wl, [str(root)], COMM)
+    ds = D.open_dataset(str(root))
+    assert ds.manifest["extents"] is None              # computed from the sizes (they tile the file)
+    for i, shard in enumerate(ds.shards):
+        assert shard.path.endswith(".indexed_binary")
+        offsets, sizes = _dlio_index(shard.path, 24)
+        assert sizes.tolist() == ds.sample_sizes(i).tolist() and len(set(sizes.tolist())) > 1
+        assert offsets.tolist() == ds.sample_extents(i)[:, 0].tolist()
+        assert offsets[0] == 0 and (offsets[1:] == offsets[:-1] + sizes[:-1]).all()
+        data = open(shard.path, "rb").read()
+        assert len(data) == shard.size == int(sizes.sum())
+        with open(shard.path, "rb") as f:             # DLIO's get_sample: seek, readinto a uint8 array
+            for (off, n), (e_off, e_n) in zip(zip(offsets.tolist(), sizes.tolist()), ds.sample_extents(i).tolist()):
+                f.seek(off)
+                sample = np.empty(n, dtype=np.uint8)
+                assert f.readinto(sample) == n and sample.tobytes() == data[e_off:e_off + e_n]
+        assert len(zlib.compress(data)) > 0.99 * len(data)
+
+
+def test_indexed_binary_rerun_rewrites_a_shard_whose_index_is_missing_or_wrong(tmp_path):
+    work = wl_file(tmp_path, "indexed_binary", files=3, spf=16, size="4KiB", stdev="0B")
+    root = tmp_path / "ds"
+    assert iodl("generate", "--workload", work, "--root", str(root)).returncode == 0
+    copy = root / "copy-0000"
+    names = sorted(p.name for p in copy.iterdir())
+    assert names == sorted(f"train-{i:05d}-of-00003.indexed_binary{s}" for i in range(3) for s in ("", ".off.idx", ".sz.idx"))
+    (copy / "train-00001-of-00003.indexed_binary.sz.idx").unlink()
+    with open(copy / "train-00002-of-00003.indexed_binary.off.idx", "r+b") as f:
+        f.write(b"\xff")
+    r = iodl("generate", "--workload", work, "--root", str(root))
+    assert r.returncode == 0 and "(2 written, 1 already there)" in r.stdout, r.stdout + r.stderr
+    for i in range(3):
+        offsets, sizes = _dlio_index(str(copy / f"train-{i:05d}-of-00003.indexed_binary"), 16)
+        assert sizes.tolist() == [4096] * 16 and offsets.tolist() == list(range(0, 16 * 4096, 4096))
+    assert not [p for p in copy.iterdir() if p.name.endswith(".iodl-tmp")]
+    r = iodl("read", "--root", str(root), "--pattern", "validate")
+    assert r.returncode == 0, r.stderr
+
+
+def test_indexed_binary_data_is_raws_bytes_written_in_bounded_pieces():
+    """The data file is the raw format's bytes for the same key, streamed in pieces of at most
+    PIECE bytes even when one sample is larger (dlrm's are 640 MiB)."""
+    form = F.FORMATS["indexed_binary"]
+    sizes = np.array([3, form.PIECE + 5000, 70_000, 2 * form.PIECE])
+    asked = []
+
+    def buffer(n):
+        asked.append(n)
+        return F.content_buffer(n)
+
+    pieces = [p.copy() for p in form.pieces(sizes, (4, 0, 1), buffer)]
+    assert np.concatenate(pieces).tobytes() == F.FORMATS["raw"].prepare(sizes, (4, 0, 1)).tobytes()
+    assert max(len(p) for p in pieces) == form.PIECE and max(asked) <= form.PIECE + 2 * F.BLOCK
+    assert sum(len(p) for p in pieces) == form.size_of(sizes) == int(sizes.sum())

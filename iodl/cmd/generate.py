@@ -13,7 +13,8 @@ def add_arguments(p) -> None:
                    help="dataset root (repeatable: every root gets the whole dataset; one per mount)")
     p.add_argument("--files", type=cli_int, metavar="N", help="shards per copy (default: the workload's)")
     p.add_argument("--copies", type=cli_int, metavar="N", help="copies of the dataset, in copy-NNNN/ directories (default: the workload's)")
-    p.add_argument("--format", choices=FORMATS, help="shard format (default: the workload's)")
+    p.add_argument("--format", choices=FORMATS, metavar="F",
+                   help=f"shard format: {', '.join(FORMATS)} (default: the workload's)")
     p.add_argument("--subfolders", type=cli_int, metavar="N",
                    help="folders per copy, file i in folder i %% N (default: the workload's; 0: as few as keep "
                         "each at most 10,000 files)")

@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
                    help="epoch: a seeded shard permutation per epoch split over ranks; random: each reader picks shards at random")
     p.add_argument("--shuffle", choices=("none", "file", "sample", "file+sample"),
                    help="what each epoch shuffles (default: the workload's): the shard order, the samples "
-                        "(in a buffer of the workload's shuffle_size samples), both, or nothing")
+                        "(in a buffer of the workload's shuffle_size samples; indexed_binary: each rank's whole "
+                        "part), both, or nothing")
     p.add_argument("--batch-size", type=cli_int, metavar="N", help="samples per step (default: the workload's)")
     p.add_argument("--compute-time", type=cli_float, metavar="S", help="emulated compute per step (default: the workload's)")
     p.add_argument("--prefetch", type=cli_int, metavar="N", help="batches read ahead of compute (default: the workload's; 0 = off)")
@@ -306,6 +307,7 @@ def run(args) -> int:
         from dataclasses import fields
 
         from ..config import StepConfig
+        from ..formats import FORMATS
         from ..training import planned_steps
 
         members = ranks_of_mount(mount, len(roots), comm.size)
@@ -315,7 +317,7 @@ def run(args) -> int:
                           prefetch=args.prefetch if args.prefetch is not None else wl.train.prefetch,
                           sampling=args.sampling, shuffle=args.shuffle or wl.train.shuffle,
                           shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
-                          steps=args.steps or 0)
+                          steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access)
         total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
