@@ -14,7 +14,8 @@ SETTLE_S = 0.5   # after a write job's files are prepared, before each side (see
 
 def add_arguments(parser) -> None:
     parser.add_argument("jobfile", help="fio job file (reads, sequential writes; see docs/fio-compare.md)")
-    parser.add_argument("--directory", help="override every job's directory= (where the files are)")
+    parser.add_argument("--directory", help="override every job's directory= (where the files are); {host} in it "
+                                            "is each host's name (several hosts: a directory each)")
     parser.add_argument("--scale", type=float, help="multiply size=/io_size=/filesize= (e.g. 0.001 for a small machine)")
     parser.add_argument("--runtime", type=float, metavar="S", help="override runtime= (seconds)")
     parser.add_argument("--ramp-time", type=float, metavar="S", help="override ramp_time= (seconds)")
