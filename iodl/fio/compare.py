@@ -411,7 +411,8 @@ def render(doc: dict, console) -> None:
             head += f" ({ddir}s)" if ddir == "write" else " (reads and writes)"
         if doc.get("per_host"):
             head += f", total over {len(doc['per_host'])} hosts"
-        title = escape(head) + (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
+        title = escape(head) + ("," if doc.get("per_host") and n > 1 else "") + \
+            (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
         t = Table(title=title, title_justify="left")
         t.add_column("metric")
         t.add_column("fio", justify="right")
