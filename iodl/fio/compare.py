@@ -456,20 +456,21 @@ def render(doc: dict, console) -> None:
 
 
 def _render_hosts(console, entries: list) -> None:
-    """Each host's bandwidth and IOPS beside the totals above (which sum them as fio --client does)."""
+    """Each host's bandwidth and IOPS beside the totals above (which sum them as fio --client does);
+    split rather than cut when narrow (report.print_table)."""
     from rich.markup import escape
-    from rich.table import Table
 
-    t = Table(title=f"  per host ({len(entries) - 1} hosts, each ran the whole job; total as fio's \"All clients\")",
-              title_justify="left")
-    t.add_column("host")
-    for label in ("fio MB/s", "iodl MB/s", "iodl/fio", "fio IOPS", "iodl IOPS", "iodl/fio"):
-        t.add_column(label, justify="right")
+    from ..report import print_table
+
+    rows = []
     for name, entry in entries:
         f, i, q = entry["fio"] or {}, entry["iodl"] or {}, entry.get("ratio") or {}
-        cells = []
+        cells = [escape(name)]
         for metric, key in (("bandwidth_MBps", "bandwidth"), ("iops", "iops")):
             r = q.get(key)
             cells += [_fmt(f.get(metric)), _fmt(i.get(metric)), "-" if r is None else f"{r:.3f}"]
-        t.add_row(escape(name), *cells)
-    console.print(t)
+        rows.append(cells)
+    columns = [("host", "left")] + [(h, "right") for h in ("fio MB/s", "iodl MB/s", "iodl/fio", "fio IOPS",
+                                                           "iodl IOPS", "iodl/fio")]
+    print_table(console, f"per host ({len(entries) - 1} hosts, each ran the whole job; total as fio's "
+                         "\"All clients\")", columns, rows)
