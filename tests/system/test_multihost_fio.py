@@ -143,3 +143,15 @@ def test_write_jobs_need_a_directory_per_host(mpiexec_hosts, tmp_path):
     # not time-based: each host wrote its 1 MiB once; the total is both hosts'
     assert [h["jobs"][0]["iodl"]["bytes"] for h in doc["per_host"]] == [1 << 20, 1 << 20]
     assert doc["jobs"][0]["iodl"]["bytes"] == 2 << 20 and doc["jobs"][0]["fio"] is None
+
+
+def test_one_fio_result_is_refused_over_hosts(mpiexec_hosts, tmp_path):
+    """--fio-json is one fio run: over 2 hosts it is refused before any I/O, in one line, exit 2."""
+    job = tmp_path / "r.fio"
+    job.write_text(f"[r]\nrw=read\nsize=1m\ndirectory={tmp_path}\n")
+    fake = tmp_path / "fio.json"
+    fake.write_text('{"jobs": []}')
+    proc = mpiexec_hosts(TWO, ["fio-compare", str(job), "--fio-json", str(fake)], timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("--fio-json holds one host's run") == 1 and "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "r.0.0")   # nothing laid out
