@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -337,6 +338,36 @@ def node_host_name(comm, shared: "NodeShared") -> str:
     pairs = comm.allgather((leader, name))
     nodes = sorted({first for first, n in pairs if n == name})
     return name if len(nodes) == 1 else f"{name}#{nodes.index(leader) + 1}"
+
+
+@dataclass
+class HostSplit:
+    """The world by host, for work done once per host (fio-compare runs the whole job on each):
+    this rank's node communicator (MPI's COMM_TYPE_SHARED) and its place in it (node rank 0 is
+    the host's leader, its lowest world rank), the host's index (hosts in the order of their first
+    rank), the number of hosts and the host's name (node_host_name's: unique per node)."""
+
+    node: object
+    node_rank: int
+    index: int
+    count: int
+    name: str = ""
+
+    @property
+    def leader(self) -> bool:
+        return self.node_rank == 0
+
+
+def split_hosts(comm) -> HostSplit:
+    """This rank's HostSplit. Collective: every rank calls it, at set-up (two small allgathers)."""
+    if not comm.is_mpi:
+        return HostSplit(comm, 0, 0, 1, comm.hostname())
+    node = comm.node_comm()
+    first = node.bcast(comm.rank if node.rank == 0 else None, root=0)
+    firsts = sorted(set(comm.allgather(first)))
+    split = HostSplit(node, node.rank, firsts.index(first), len(firsts))
+    split.name = node_host_name(comm, split)   # it needs only .node and .node_rank
+    return split
 
 
 def _shared_file(size: int):

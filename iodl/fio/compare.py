@@ -216,11 +216,13 @@ def groups_of(jobs: list[Job]) -> list[int]:
     return groups
 
 
-def run_fio(jobfile: str, fio: str = "fio") -> dict:
+def run_fio(jobfile: str, fio: str = "fio", say: bool = True) -> dict:
+    """fio on this host (several hosts: each leader runs its own, the line is said once)."""
     binary = shutil.which(fio)
     if binary is None:
         raise UsageError(f"fio not found ({fio}); use --fio-json FILE or --no-fio")
-    print("fio-compare: running fio on the job file (then the same work in iodl) ...", flush=True)
+    if say:
+        print("fio-compare: running fio on the job file (then the same work in iodl) ...", flush=True)
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         # before the job file: defaults for every job (a job's own lat_percentiles=0 still wins)
         proc = subprocess.run([binary, "--output-format=json+", *FIO_PERCENTILE_ARGS, f"--output={out.name}", jobfile],
@@ -248,22 +250,38 @@ def load_fio_json(path: str) -> dict:
     return data
 
 
-def fio_sides(data: dict, jobs: list[Job], numjobs: list[int]) -> tuple[dict, dict]:
-    """fio's results per job (by position: fio names every clone after its section) and per group."""
+def _fio_entries(data: dict, jobs: list[Job], numjobs: list[int]) -> tuple[dict, dict]:
+    """fio's jobs[] entries per job (by position: fio names every clone after its section) and per group."""
     entries = [e for e in data.get("jobs", data.get("client_stats", [])) if e.get("jobname") != "All clients"]
     groups = groups_of(jobs)
-    per_job: dict[int, dict] = {}
+    per_job: dict[int, list] = {}
     if len(entries) == sum(numjobs):
         at = 0
         for i, n in enumerate(numjobs):
-            per_job[i] = _fio_merge(entries[at:at + n])
+            per_job[i] = entries[at:at + n]
             at += n
     elif len(entries) != len(set(groups)):
         raise UsageError(f"fio result has {len(entries)} job entries, the job file makes {sum(numjobs)} clones")
     by_group: dict[int, list] = {}
     for e in entries:
         by_group.setdefault(e.get("groupid", 0), []).append(e)
-    return per_job, {g: _fio_merge(es) for g, es in by_group.items()}
+    return per_job, by_group
+
+
+def fio_sides(data: dict | list[dict], jobs: list[Job], numjobs: list[int]) -> tuple[dict, dict]:
+    """fio's results per job and per group. A list of results (one per host, each fio running the
+    whole job) gives their sum by fio's client-mode rule (client.c handle_ts -> stat.c
+    sum_thread_stats: bytes and I/Os summed, runtime the longest, latency histograms merged):
+    the group rule again, over every host's entries."""
+    per_job: dict[int, list] = {}
+    by_group: dict[int, list] = {}
+    for one in (data if isinstance(data, list) else [data]):
+        host_jobs, host_groups = _fio_entries(one, jobs, numjobs)
+        for i, es in host_jobs.items():
+            per_job.setdefault(i, []).extend(es)
+        for g, es in host_groups.items():
+            by_group.setdefault(g, []).extend(es)
+    return ({i: _fio_merge(es) for i, es in per_job.items()}, {g: _fio_merge(es) for g, es in by_group.items()})
 
 
 def iodl_sides(results, jobs: list[Job]) -> tuple[dict, dict]:
@@ -343,6 +361,16 @@ def document_rounds(jobs: list[Job], rounds: list, meta: dict) -> dict:
         "groups": [entry(f"group {g}", [r[2].get(g) for r in rounds], [r[3].get(g) for r in rounds]) for g in groups],
     }
 
+def add_hosts(doc: dict, jobs: list[Job], hosts: list[str], host_rounds: list[list]) -> dict:
+    """Several hosts, each running the whole job: `doc` holds their totals; `per_host` gets each
+    host's own entries (host_rounds[h] is that host's rounds, as document_rounds takes them)."""
+    doc["per_host"] = []
+    for name, rounds in zip(hosts, host_rounds):
+        one = document_rounds(jobs, rounds, {})
+        doc["per_host"].append({"host": name, "jobs": one["jobs"], "groups": one["groups"]})
+    return doc
+
+
 # ---------------------------------------------------------------------------------------------
 # Terminal report
 
@@ -381,7 +409,10 @@ def render(doc: dict, console) -> None:
         ddir = (i or f).get("ddir", "read")
         if ddir != "read":
             head += f" ({ddir}s)" if ddir == "write" else " (reads and writes)"
-        title = escape(head) + (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
+        if doc.get("per_host"):
+            head += f", total over {len(doc['per_host'])} hosts"
+        title = escape(head) + ("," if doc.get("per_host") and n > 1 else "") + \
+            (f" median of {n} interleaved runs each; ratio = median of per-run ratios" if n > 1 else "")
         t = Table(title=title, title_justify="left")
         t.add_column("metric")
         t.add_column("fio", justify="right")
@@ -418,3 +449,28 @@ def render(doc: dict, console) -> None:
         row("CPU % per worker", lambda s: s["cpu_pct"])
         t.add_row("queue depth", depth_row(f.get("depth_pct")), depth_row(i.get("depth_pct")), "")
         console.print(t)
+        if doc.get("per_host"):
+            kind = "jobs" if n_entry < len(jobs) else "groups"
+            at = n_entry if n_entry < len(jobs) else n_entry - len(jobs)
+            _render_hosts(console, [(h["host"], h[kind][at]) for h in doc["per_host"]] + [("total", entry)])
+
+
+def _render_hosts(console, entries: list) -> None:
+    """Each host's bandwidth and IOPS beside the totals above (which sum them as fio --client does);
+    split rather than cut when narrow (report.print_table)."""
+    from rich.markup import escape
+
+    from ..report import print_table
+
+    rows = []
+    for name, entry in entries:
+        f, i, q = entry["fio"] or {}, entry["iodl"] or {}, entry.get("ratio") or {}
+        cells = [escape(name)]
+        for metric, key in (("bandwidth_MBps", "bandwidth"), ("iops", "iops")):
+            r = q.get(key)
+            cells += [_fmt(f.get(metric)), _fmt(i.get(metric)), "-" if r is None else f"{r:.3f}"]
+        rows.append(cells)
+    columns = [("host", "left")] + [(h, "right") for h in ("fio MB/s", "iodl MB/s", "iodl/fio", "fio IOPS",
+                                                           "iodl IOPS", "iodl/fio")]
+    print_table(console, f"per host ({len(entries) - 1} hosts, each ran the whole job; total as fio's "
+                         "\"All clients\")", columns, rows)
