@@ -142,8 +142,8 @@ def test_direct_reads_start_on_the_aligned_offset_below_the_sample():
 
 # ---------------------------------------------------------------- the workload file and the built-in --
 
-def test_dlrm_yaml_maps_to_the_builtin_dlrm_b200(tmp_path):
-    wl, builtin = load_workload(dlrm_yaml(tmp_path)), load_workload("dlrm_b200")
+def test_dlrm_yaml_maps_to_the_builtin_dlrm(tmp_path):
+    wl, builtin = load_workload(dlrm_yaml(tmp_path)), load_workload("dlrm")
     d, t = wl.dataset, wl.train
     assert (d.format, d.files, d.samples_per_file, d.sample_size, d.sample_size_stdev) == \
         ("indexed_binary", 1, 1024, 671_088_640, 0)
@@ -154,7 +154,7 @@ def test_dlrm_yaml_maps_to_the_builtin_dlrm_b200(tmp_path):
     assert builtin.origin.startswith("MLPerf Storage v3.0") and "DLIO_local_changes@" in builtin.origin \
         and builtin.origin.endswith("dlio_benchmark/configs/workload/dlrm.yaml")
     listed = iodl("workloads")
-    assert listed.returncode == 0 and "dlrm_b200" in listed.stdout
+    assert listed.returncode == 0 and "dlrm" in listed.stdout
 
 
 def test_mmap_indexed_binary_is_refused_with_its_reason(tmp_path):

@@ -75,17 +75,17 @@ def test_mlperf_au_and_samples_per_s_from_known_steps():
     assert summary([rank(1.0, 1.0, 0.8, saving=7.0), rank(3.0, 1.0, 0.5, saving=7.0)], 0.7) == got
 
 
-# MLPerf Storage's published numbers (v2.0 files; v3.0 unet3d_b200's compute time): files,
+# MLPerf Storage's workload files (mlcommons/storage configs/dlio/workload, v2.0 and v3.0): files,
 # samples per file, record bytes, stdev, batch, compute s, epochs, shuffle, read threads, AU
 MLPERF = {
     "unet3d_a100": (168, 1, 146_600_628, 68_341_808, 7, 0.636, 5, "file+sample", 4, 0.90),
     "unet3d_h100": (168, 1, 146_600_628, 68_341_808, 7, 0.323, 5, "file+sample", 4, 0.90),
-    "unet3d_b200": (168, 1, 146_600_628, 68_341_808, 7, 0.162, 5, "file+sample", 4, 0.90),
+    "unet3d_b200": (7200, 1, 146_600_628, 68_341_808, 7, 0.162, 5, "file+sample", 4, 0.90),
     "resnet50_a100": (1024, 1251, 114_660, 0, 400, 0.435, 5, "none", 8, 0.90),
     "resnet50_h100": (1024, 1251, 114_660, 0, 400, 0.224, 5, "none", 8, 0.90),
     "cosmoflow_a100": (524_288, 1, 2_828_486, 71_311, 1, 0.00551, 5, "file+sample", 4, 0.70),
     "cosmoflow_h100": (524_288, 1, 2_828_486, 71_311, 1, 0.0035, 5, "file+sample", 4, 0.70),
-    "retinanet_b200": (1_170_301, 1, 322_957, 0, 24, 0.04755, 8, "none", 1, 0.85),
+    "retinanet_b200": (1_170_301, 1, 322_957, 0, 24, 0.04755, 8, "file+sample", 8, 0.85),
 }
 
 
