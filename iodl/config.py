@@ -29,6 +29,7 @@ class StepConfig(ReadConfig):
     shuffle_size: int = 1024     # samples in the sample-shuffle buffer (tf.data's and DLIO's shuffle_size)
     epochs: int = 1
     steps: int = 0               # total steps; 0: as many as the epochs need
+    read_threads: int = 0        # threads opening shards ahead of the reader (0: the reader opens them)
 
     @property
     def fixed_window(self) -> bool:
