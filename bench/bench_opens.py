@@ -114,7 +114,7 @@ def bench_layout(name: str, files: int, rounds: int, threads: list[int], tmp: st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--files", type=int, default=2000)
+    ap.add_argument("--files", type=int, default=2048, help="a multiple of 32 (the batch): an epoch is whole steps")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     threads = [1, 4]

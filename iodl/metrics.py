@@ -109,14 +109,14 @@ class RankResult:
         if self._in_window(t_ns):
             self.opens += 1
             self.open_max_ns = max(self.open_max_ns, took_ns)
-            self.open_hist[histogram.index(took_ns)] += 1
+            self.open_hist[histogram.index_one(took_ns)] += 1
 
     def note_close(self, t_ns: int, took_ns: int) -> None:
         """One file closed, returning at t_ns after took_ns (as note_open)."""
         if self._in_window(t_ns):
             self.closes += 1
             self.close_max_ns = max(self.close_max_ns, took_ns)
-            self.close_hist[histogram.index(took_ns)] += 1
+            self.close_hist[histogram.index_one(took_ns)] += 1
 
     def note_open_wait(self, t_ns: int, waited_ns: int) -> None:
         """The reader waited waited_ns for files to be open, until t_ns (as note_open)."""

@@ -304,6 +304,13 @@ def run(args) -> int:
     measure_cache = not synthetic and not cfg.direct
     probes = comm.gather(_cache_probe(comm, shared, host, node_mounts, mount, roots[mount], paths, sizes, copies)
                          if measure_cache else None)
+    if args.drop_caches and measure_cache:
+        # the probe opened the shards to look at their pages: that warmed the inodes and dentries the
+        # run's first opens would otherwise read cold (docs/numbers.md, open latency); drop them again
+        comm.barrier()
+        if leader:
+            cache.drop()
+        comm.barrier()
     mine = RankResult(rank=comm.rank, host=host, mount=mount,
                       series=new_series(cfg.ramp_s + cfg.duration_s if cfg.pattern in ("storage-only", "infer-async") else None),
                       live=np.frombuffer(shared.mm, dtype=np.int64, count=LIVE_SLOT // 8,

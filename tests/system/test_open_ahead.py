@@ -55,6 +55,14 @@ def _run(paths, threads: int, epochs: int = 1, stop_flag=None, prefetch: int = 2
     return result, records, partial
 
 
+def test_one_values_bucket_is_the_engines():
+    from iodl import histogram
+
+    values = [0, 1, 127, 128, 129, 255, 256, 1000, 4095, 4096, 123_456, 2**37 - 1, 2**37, 2**40, 2**53 - 1, 2**62]
+    values += np.random.default_rng(1).integers(0, 2**40, 2000).tolist()
+    assert [histogram.index_one(v) for v in values] == histogram.index(values).tolist()
+
+
 def test_lookahead_keeps_the_sources_order_and_gives_each_position_once():
     source = iter(range(1000))
     la = ShardLookahead(lambda: (next(source), 0))
@@ -124,7 +132,7 @@ pattern = "train-sync"
 format = "raw"
 files = {files}
 samples_per_file = 1
-sample_size = "2KiB"
+sample_size = "1KiB"
 
 [train]
 batch_size = 32
@@ -138,7 +146,7 @@ prefetch = 2
 # table read-ahead: a cold open reads one block of its own, and the read that follows needs none.
 # The epoch is then bound by the device's latency for opens alone. A blkio throttle is no help here:
 # it caps a rate, which no number of threads can beat; a latency is what opens in parallel overlap.
-OPENS_BOUND = dict(mkfs_args=("-I", "4096", "-O", "inline_data"), mount_options="inode_readahead_blks=0")
+OPENS_BOUND = dict(mkfs_args=("-b", "4096", "-I", "2048", "-O", "inline_data"), mount_options="inode_readahead_blks=0")
 SLOW_OPEN_US = 50      # a cold open faster than this leaves too little to overlap to judge
 
 
@@ -158,7 +166,7 @@ def _cold_open_us(root: str) -> float:
 @pytest.mark.loopdev
 @pytest.mark.flaky(reruns=1)   # the virtual disk's latency drifts; a real regression fails both attempts
 def test_four_open_threads_take_a_cold_small_file_epoch_faster_than_one(tmp_path):
-    n = 2000
+    n = 2048                                  # whole batches of 32: an epoch opens each file once
     wl = tmp_path / "small.toml"
     wl.write_text(SMALL.format(files=n))
     runs = {1: [], 4: []}
@@ -166,8 +174,10 @@ def test_four_open_threads_take_a_cold_small_file_epoch_faster_than_one(tmp_path
         root = os.path.join(m.path, "data")
         gen = iodl("generate", "--workload", str(wl), "--root", root, "--quiet", timeout=300)
         assert gen.returncode == 0, gen.stderr
-        cold_us = _cold_open_us(root)
-        for rnd in range(3):                      # rounds interleaved: drift hits both settings alike
+        # rounds interleaved: drift hits both settings alike. Round 0 is not counted: just after
+        # the files were written, the journal still holds their inodes' blocks and a drop of the
+        # caches leaves them in memory
+        for rnd in range(4):
             for threads in (1, 4):
                 out = tmp_path / f"r{rnd}-{threads}.json"
                 proc = iodl("read", "--root", root, "--read-threads", str(threads), "--drop-caches",
@@ -175,7 +185,9 @@ def test_four_open_threads_take_a_cold_small_file_epoch_faster_than_one(tmp_path
                 assert proc.returncode == 0, proc.stderr
                 total = load_json(out)["total"]
                 assert total["opens"] == total["closes"] == n   # every file opened (and closed) once
-                runs[threads].append((total["window_s"], total["open_wait_s"]))
+                if rnd:
+                    runs[threads].append((total["window_s"], total["open_wait_s"]))
+        cold_us = _cold_open_us(root)
     epoch = {t: statistics.median(w for w, _ in r) for t, r in runs.items()}
     wait = {t: statistics.median(o for _, o in r) for t, r in runs.items()}
     print(f"cold open p50 {cold_us:.0f} µs; epoch {epoch[1]:.2f} s with 1 open thread, {epoch[4]:.2f} s with 4; "
