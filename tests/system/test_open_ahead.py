@@ -2,7 +2,7 @@
 
 In-process, on real files: every open the run used is counted and every file closed, the sample
 order is the one without open threads, and a stop or an error leaves no descriptor open and no
-open thread running. On a loop device where every cold open reads its own inode block: four open
+open thread running. On a loop device where a cold open reads an inode block and a read none: four open
 threads take an epoch of small files in less time than one, and the reader waits less for opens.
 """
 import os
@@ -142,8 +142,8 @@ shuffle = "file"
 prefetch = 2
 """
 
-# ext4 with 4 KiB inodes (one inode a block), the files' 2 KiB inside them (inline_data), no inode
-# table read-ahead: a cold open reads one block of its own, and the read that follows needs none.
+# ext4 with 2 KiB inodes (two a block), the files' 1 KiB inside them (inline_data), no inode table
+# read-ahead: a cold open reads a block (unless its partner's open did), the read after it none.
 # The epoch is then bound by the device's latency for opens alone. A blkio throttle is no help here:
 # it caps a rate, which no number of threads can beat; a latency is what opens in parallel overlap.
 OPENS_BOUND = dict(mkfs_args=("-b", "4096", "-I", "2048", "-O", "inline_data"), mount_options="inode_readahead_blks=0")
