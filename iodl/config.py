@@ -30,6 +30,7 @@ class StepConfig(ReadConfig):
     epochs: int = 1
     steps: int = 0               # total steps; 0: as many as the epochs need
     sample_access: bool = False  # samples read one by one at their offsets (indexed_binary: training.SampleAccessStream)
+    read_threads: int = 0        # threads opening shards ahead of the reader (0: the reader opens them)
 
     @property
     def fixed_window(self) -> bool:

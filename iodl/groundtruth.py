@@ -53,10 +53,14 @@ class LoopMount:
     direct_io=True (losetup --direct-io=on) makes the loop device bypass the backing file's page
     cache, so what reaches it is what a real disk would see; direct_io=False serves repeat reads
     from the host page cache (CPU-bound: useful to show software overhead in benches).
+    mkfs_args, mount_options: given to mkfs and mount (e.g. a layout where every open reads its
+    own inode block: tests/system/test_open_ahead.py).
     """
 
-    def __init__(self, size: int = 1 << 30, fstype: str = "ext4", direct_io: bool = True, workdir: str | None = None):
+    def __init__(self, size: int = 1 << 30, fstype: str = "ext4", direct_io: bool = True, workdir: str | None = None,
+                 mkfs_args: tuple[str, ...] = (), mount_options: str = ""):
         self.size, self.fstype, self.direct_io = size, fstype, direct_io
+        self.mkfs_args, self.mount_options = tuple(mkfs_args), mount_options
         self.workdir = workdir or "/var/tmp"
         self.image = self.device = self.path = None
 
@@ -67,14 +71,14 @@ class LoopMount:
             with open(self.image, "wb") as f:
                 f.truncate(self.size)
             if self.fstype == "xfs":
-                _sh("mkfs.xfs", "-q", "-f", self.image)
+                _sh("mkfs.xfs", "-q", "-f", *self.mkfs_args, self.image)
             else:
-                _sh("mkfs." + self.fstype, "-q", "-F", self.image)
+                _sh("mkfs." + self.fstype, "-q", "-F", *self.mkfs_args, self.image)
             args = ["losetup", "--find", "--show"] + (["--direct-io=on"] if self.direct_io else []) + [self.image]
             self.device = _sh(*args)
             self.path = os.path.join(self._tmp, "mnt")
             os.mkdir(self.path)
-            _sh("mount", self.device, self.path)
+            _sh("mount", *(["-o", self.mount_options] if self.mount_options else []), self.device, self.path)
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -93,6 +93,15 @@ def index(ns) -> np.ndarray:
     return np.minimum(np.where(exact, v.astype(np.int64), idx), HIST_BUCKETS - 1)
 
 
+def index_one(ns: int) -> int:
+    """index() of one value, in plain integers: ~100x cheaper than the array form for one file's
+    open or close."""
+    if ns < 2 * _VAL:
+        return max(int(ns), 0)
+    error_bits = int(ns).bit_length() - 1 - HIST_BITS
+    return min(((error_bits + 1) << HIST_BITS) + ((int(ns) >> error_bits) & (_VAL - 1)), HIST_BUCKETS - 1)
+
+
 def add(hist: np.ndarray, ns) -> None:
     """File latencies (ns) into hist in place, as the engine would."""
     np.add.at(hist, index(ns), 1)

@@ -148,6 +148,7 @@ READ_OPTIONS = (
     ("--batch-size", "batch_size", 1, MAX_BATCH, True),
     ("--compute-time", "compute_time", 0.0, MAX_SECONDS, False),
     ("--prefetch", "prefetch", 0, MAX_PREFETCH, True),
+    ("--read-threads", "read_threads", 0, MAX_THREADS, True),
     ("--seed", "seed", 0, MAX_SEED, True),
     ("--delay-us", "delay_us", 0.0, MAX_DELAY_US, False),
 )

@@ -67,6 +67,13 @@ class RankResult:
     opens: int = 0
     open_max_ns: int = 0
     open_hist: np.ndarray = field(default_factory=histogram.empty)
+    # seconds the reader was blocked waiting for a file to be open (open threads opening ahead:
+    # an fd not ready yet; without them: every open's whole time), waits that ended in the window
+    open_wait_s: float = 0.0
+    # closes of dataset files that returned inside the window: how many, their latency, the slowest
+    closes: int = 0
+    close_max_ns: int = 0
+    close_hist: np.ndarray = field(default_factory=histogram.empty)
 
     def engine_args(self, t0_ns: int) -> dict:
         """The keywords that make an Engine.run count in this rank's window and feed its series
@@ -92,20 +99,35 @@ class RankResult:
         self.t_end = max(self.t_end, (stats["t_end_ns"] - t0_ns) / 1e9)
         self.depth += np.asarray(stats["depth"], dtype=np.int64)
 
+    def _in_window(self, t_ns: int) -> bool:
+        lo, hi = self.window_ns
+        return not hi or lo <= t_ns < hi
+
     def note_open(self, t_ns: int, took_ns: int) -> None:
         """One file opened, returning at t_ns (engine clock) after took_ns: counted when inside
         the window, as a request's completion is."""
-        lo, hi = self.window_ns
-        if hi and not lo <= t_ns < hi:
-            return
-        self.opens += 1
-        self.open_max_ns = max(self.open_max_ns, took_ns)
-        self.open_hist[histogram.index(took_ns)] += 1
+        if self._in_window(t_ns):
+            self.opens += 1
+            self.open_max_ns = max(self.open_max_ns, took_ns)
+            self.open_hist[histogram.index_one(took_ns)] += 1
+
+    def note_close(self, t_ns: int, took_ns: int) -> None:
+        """One file closed, returning at t_ns after took_ns (as note_open)."""
+        if self._in_window(t_ns):
+            self.closes += 1
+            self.close_max_ns = max(self.close_max_ns, took_ns)
+            self.close_hist[histogram.index_one(took_ns)] += 1
+
+    def note_open_wait(self, t_ns: int, waited_ns: int) -> None:
+        """The reader waited waited_ns for files to be open, until t_ns (as note_open)."""
+        if self._in_window(t_ns):
+            self.open_wait_s += waited_ns / 1e9
 
     def scalars(self) -> "PerRank":
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
                                               "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb",
-                                              "pss_mb", "epochs_checked", "epochs_wrong", "opens", "open_max_ns")}
+                                              "pss_mb", "epochs_checked", "epochs_wrong", "opens", "open_max_ns",
+                                              "open_wait_s", "closes", "close_max_ns")}
 
     def note_process(self, startup_s: float) -> None:
         """What this rank's process cost: start-up time, CPU, peak memory."""
@@ -144,11 +166,16 @@ def process_age_s() -> float:
 
 
 def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None,
-              open_hist: np.ndarray | None = None) -> "Block":
+              open_hist: np.ndarray | None = None, close_hist: np.ndarray | None = None) -> "Block":
     """The docs/numbers.md figures for a group of ranks (one mount, or all).
 
     window_s: the run's measured window when the pattern fixes it; else the group's own, from
-    its first counted completion to its last. open_hist: the group's open latencies."""
+    its first counted completion to its last. open_hist, close_hist: the group's open and close
+    latencies."""
+    def files_latency(h, key):
+        return histogram.summary_us(h if h is not None else histogram.empty(),
+                                    max((p.get(key, 0) for p in parts), default=0))
+
     active = [p for p in parts if p["ios"]]
     if window_s is None:
         window_s = (max(p["t_end"] for p in active) - min(p["t_start"] for p in active)) if active else 0.0
@@ -161,8 +188,10 @@ def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None
         "cache_measured": not any(p.get("cache_unmeasured_bytes", 0) for p in parts),
         "errors": sum(p["errors"] for p in parts),
         "opens": sum(p.get("opens", 0) for p in parts),
-        "open_latency_us": histogram.summary_us(open_hist if open_hist is not None else histogram.empty(),
-                                                max((p.get("open_max_ns", 0) for p in parts), default=0)),
+        "open_latency_us": files_latency(open_hist, "open_max_ns"),
+        "open_wait_s": sum(p.get("open_wait_s", 0.0) for p in parts),   # rank-seconds: summed over the ranks
+        "closes": sum(p.get("closes", 0) for p in parts),
+        "close_latency_us": files_latency(close_hist, "close_max_ns"),
     }
     return rate_block(block, window_s)
 
@@ -247,11 +276,11 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: flo
     hists[mine.mount] = mine.hist
     depth = np.zeros((n, len(mine.depth)), dtype=np.int64)
     depth[mine.mount] = mine.depth
-    opens = np.zeros((n, len(mine.open_hist)), dtype=np.int64)
-    opens[mine.mount] = mine.open_hist
+    files = np.zeros((n, 2, len(mine.open_hist)), dtype=np.int64)   # open and close latencies
+    files[mine.mount] = (mine.open_hist, mine.close_hist)
     hists = comm.reduce_array(hists, "sum")
     depth = comm.reduce_array(depth, "sum")
-    opens = comm.reduce_array(opens, "sum")
+    files = comm.reduce_array(files, "sum")
     series = reduce_series(comm, mine, n)
     parts = comm.gather(mine.scalars())
     if comm.rank != 0:
@@ -261,11 +290,11 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: flo
     for m, path in enumerate(mount_paths):
         group = [p for p in parts if p["mount"] == m]
         entry = {"path": path, "ranks": [p["rank"] for p in group]}
-        entry.update(summarize(group, hists[m], window_s, opens[m]))
+        entry.update(summarize(group, hists[m], window_s, files[m, 0], files[m, 1]))
         entry["depth"] = depth[m].tolist()
         entry["latency_hist"] = latency_hist(hists[m])
         mounts.append(entry)
-    total = summarize(parts, hists.sum(axis=0), window_s, opens.sum(axis=0))
+    total = summarize(parts, hists.sum(axis=0), window_s, files[:, 0].sum(axis=0), files[:, 1].sum(axis=0))
     total["depth"] = depth.sum(axis=0).tolist()
     total["latency_hist"] = latency_hist(hists.sum(axis=0))
     return {

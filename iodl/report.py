@@ -139,9 +139,12 @@ def print_result(result: dict, console=None) -> None:
     for m in (mounts if len(mounts) > 1 else []) + [result["total"]]:
         if m.get("opens"):   # small files: the opens can bound an epoch (docs/numbers.md)
             o = m["open_latency_us"]
+            c = m.get("close_latency_us") or {"p50": 0.0, "p99": 0.0}
             console.print(f"{'opens' if m is result['total'] else m['path'] + ': opens'}: {m['opens']:,} "
                           f"({m['opens_per_s']:,.1f}/s), open latency p50 {o['p50']:,.1f} µs, p99 {o['p99']:,.1f} µs, "
-                          f"max {o['max']:,.1f} µs", highlight=False, markup=False)
+                          f"max {o['max']:,.1f} µs; readers waited {m.get('open_wait_s', 0.0):,.3f} s for opens; "
+                          f"{m.get('closes', 0):,} closes, p50 {c['p50']:,.1f} µs, p99 {c['p99']:,.1f} µs",
+                          highlight=False, markup=False)
     if buffered and result["total"].get("cache_hit_fraction", 0.0) is None:
         console.print("cache hit, storage MB/s: not measurable here (the kernel does not account these reads "
                       "to the reader: NFS, FUSE, overlay, or no task I/O accounting); '-' is not a zero")

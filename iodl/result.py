@@ -42,6 +42,9 @@ class Block(TypedDict):
     opens: int
     opens_per_s: float
     open_latency_us: Latency
+    open_wait_s: float
+    closes: int
+    close_latency_us: Latency
 
 
 class _Mount(Block):
@@ -109,6 +112,9 @@ class PerRank(TypedDict):
     epochs_wrong: int
     opens: int
     open_max_ns: int
+    open_wait_s: float
+    closes: int
+    close_max_ns: int
 
 
 class _Result(TypedDict):

@@ -6,8 +6,10 @@ steps really overlap the emulated compute (a sleep, never a spin). Python runs o
 """
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+from collections import deque
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -307,6 +309,28 @@ class SampleAccessStream:
         return out, consumed
 
 
+class ShardLookahead:
+    """A next_shard source that can show what comes next: called, it gives (shard, epoch) in the
+    source's own order (the stream's order and its once-per-epoch check are unchanged); ahead(n)
+    draws the next n early and returns those of them no earlier ahead() returned, for the open
+    threads to open before the stream reaches them."""
+
+    def __init__(self, next_shard):
+        self._next, self._queue = next_shard, deque()
+        self._drawn = self._given = 0       # positions handed to the stream; given by ahead()
+
+    def __call__(self) -> tuple[int, int]:
+        self._drawn += 1
+        return self._queue.popleft() if self._queue else self._next()
+
+    def ahead(self, n: int) -> list[int]:
+        while len(self._queue) < n:
+            self._queue.append(self._next())
+        first = max(self._given, self._drawn) - self._drawn
+        self._given = max(self._given, self._drawn + n)
+        return [shard for shard, _epoch in itertools.islice(self._queue, first, n)]
+
+
 def shard_source(cfg: StepConfig, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int,
                  buffer: int = 0):
     """next_shard() -> (shard, epoch) for this rank; buffer: the sample-shuffle buffer (buffer_size)."""
@@ -344,11 +368,15 @@ class StepRecords:
 
 
 class _Reader(threading.Thread):
-    """Fetches whole batches through the cursor, `prefetch` ahead of the compute loop."""
+    """Fetches whole batches through the cursor, `prefetch` ahead of the compute loop. With open
+    threads (files.ahead_cap > 0) each fetch also starts opening the shards that come after its
+    batch (lookahead), so that the reader finds their fds ready, as a data loader's workers do."""
 
-    def __init__(self, stream: SampleStream, files: ShardFiles, cfg: StepConfig, cursor: Cursor, batches: int = 0):
+    def __init__(self, stream: SampleStream, files: ShardFiles, cfg: StepConfig, cursor: Cursor, batches: int = 0,
+                 lookahead: ShardLookahead | None = None):
         super().__init__(daemon=True, name="iodl-reader")
         self.stream, self.files, self.cfg, self.cursor = stream, files, cfg, cursor
+        self.lookahead = lookahead
         # a run of a known number of steps reads that many batches and no more (as a data loader
         # whose epochs have an end does): reading ahead past the last step is I/O no step uses
         self.batches = batches
@@ -369,7 +397,8 @@ class _Reader(threading.Thread):
                 part["file"] = i
                 parts.append(part)
             rows = np.concatenate(parts) if parts else plan.new_plan(0)
-        self.cursor.run(self.files.open(shards), rows, self.files.names(shards))
+        upcoming = self.lookahead.ahead(self.files.ahead_cap) if self.lookahead and self.files.ahead_cap else []
+        self.cursor.run(self.files.open(shards, then=upcoming), rows, self.files.names(shards))
         for shard, _rows, done in segments:
             if done:
                 self.files.close(shard)
@@ -445,9 +474,10 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
         stream = SampleAccessStream(cfg, sample_ends, len(sizes), total_samples // max(1, len(sizes)),
                                     index_in_mount, ranks_in_mount, comm.rank,
                                     align=_native.ALIGN if cfg.direct else 1, check=cfg.sampling == "epoch")
+        next_shard = None         # its reads are per sample: no shard order to open ahead of
     else:
         buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
-        next_shard = shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer)
+        next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer))
         stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
                               rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch")
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
@@ -465,8 +495,8 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     if cfg.fixed_window:
         # reads count by their completion time inside the window, as storage-only's do
         result.window_ns = (t0 + int(cfg.ramp_s * 1e9), t0 + int(run_until * 1e9))
-    reader = _Reader(stream, ShardFiles(paths, sizes, cfg.direct, result), cfg, Cursor(engine, result, t0),
-                     batches=steps)
+    files = ShardFiles(paths, sizes, cfg.direct, result, threads=cfg.read_threads)
+    reader = _Reader(stream, files, cfg, Cursor(engine, result, t0), batches=steps, lookahead=next_shard)
     prefetching = cfg.prefetch > 0
     if prefetching:
         reader.start()

@@ -37,6 +37,9 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=cli_int, metavar="N", help="samples per step (default: the workload's)")
     p.add_argument("--compute-time", type=cli_float, metavar="S", help="emulated compute per step (default: the workload's)")
     p.add_argument("--prefetch", type=cli_int, metavar="N", help="batches read ahead of compute (default: the workload's; 0 = off)")
+    p.add_argument("--read-threads", type=cli_int, metavar="N",
+                   help="train-sync/infer-async: threads that open each rank's shards ahead of its reader (default: "
+                        "the workload's read_threads; 0 = the reader opens each file itself)")
     p.add_argument("--seed", type=cli_int, help="seed of the shard order (default: the workload's)")
     p.add_argument("--delay-us", type=cli_float, default=0.0, metavar="US", help="null engine: latency of each request")
     p.add_argument("--delay-shared", action="store_true",
@@ -80,11 +83,15 @@ def _setup(comm, args):
     if (args.pattern or wl.pattern) in ("train-sync", "infer-async") and args.engine != "null":
         from ..training import buffer_size
 
-        # the first step also fills the shuffle buffer
+        from ..cursor import ShardFiles
+
+        # the first step also fills the shuffle buffer; the open threads hold the next files open
         ahead = buffer_size(args.shuffle or wl.train.shuffle, wl.train.shuffle_size, ds.samples_per_file)
+        opened_ahead = ShardFiles.AHEAD_PER_THREAD * read_threads(args, wl)
         limits.check_open_files(f"a step of {batch} samples ({ds.samples_per_file} per shard)"
-                                + (f" and a shuffle buffer of {ahead}" if ahead else ""),
-                                limits.shards_per_step(batch + ahead, ds.samples_per_file))
+                                + (f" and a shuffle buffer of {ahead}" if ahead else "")
+                                + (f" and {opened_ahead} files opened ahead" if opened_ahead else ""),
+                                limits.shards_per_step(batch + ahead, ds.samples_per_file) + opened_ahead)
     for root in args.root:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root}: " + ("not a directory (give the folder that holds the dataset's "
@@ -108,6 +115,11 @@ def _setup(comm, args):
                      iodepth=iodepth, block_size=block_size, duration_s=duration, ramp_s=args.ramp,
                      seed=args.seed if args.seed is not None else wl.train.seed, delay_ns=int(args.delay_us * 1000))
     return wl, cfg, _checkpoint_setup(comm, args, wl, cfg)
+
+
+def read_threads(args, wl) -> int:
+    """Threads opening shards ahead of a step pattern's reader: --read-threads, else the workload's."""
+    return args.read_threads if args.read_threads is not None else wl.read.read_threads
 
 
 def _checkpoint_setup(comm, args, wl, cfg):
@@ -293,6 +305,13 @@ def run(args) -> int:
     measure_cache = not synthetic and not cfg.direct
     probes = comm.gather(_cache_probe(comm, shared, host, node_mounts, mount, roots[mount], paths, sizes, copies)
                          if measure_cache else None)
+    if args.drop_caches and measure_cache:
+        # the probe opened the shards to look at their pages: that warmed the inodes and dentries the
+        # run's first opens would otherwise read cold (docs/numbers.md, open latency); drop them again
+        comm.barrier()
+        if leader:
+            cache.drop()
+        comm.barrier()
     mine = RankResult(rank=comm.rank, host=host, mount=mount,
                       series=new_series(cfg.ramp_s + cfg.duration_s if cfg.pattern in ("storage-only", "infer-async") else None),
                       live=np.frombuffer(shared.mm, dtype=np.int64, count=LIVE_SLOT // 8,
@@ -317,7 +336,8 @@ def run(args) -> int:
                           prefetch=args.prefetch if args.prefetch is not None else wl.train.prefetch,
                           sampling=args.sampling, shuffle=args.shuffle or wl.train.shuffle,
                           shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
-                          steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access)
+                          steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access,
+                          read_threads=read_threads(args, wl))
         total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
