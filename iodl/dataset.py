@@ -35,7 +35,7 @@ import numpy as np
 from . import __version__
 from .comm import collective
 from .errors import IodlError, UsageError
-from .formats import BLOCK, FORMATS, _Stream, content_buffer
+from .formats import BLOCK, FORMATS, _Stream, content_buffer, format_for
 
 SCHEMA = "iodl.dataset/2"      # a JSON header; file sizes in FILE_SIZES_FILE; names derived from indices
 SCHEMA_V1 = "iodl.dataset/1"   # every file listed in the JSON: still read (open_dataset)
@@ -712,7 +712,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     spec = wl.to_dict()["dataset"]
     seed_ = wl.train.seed
     ds = wl.dataset
-    form = FORMATS[ds.format]
+    form = format_for(ds)
     roots = [os.path.abspath(r) for r in roots]
     if not roots:
         raise UsageError("generate: give at least one --root")

@@ -1,0 +1,120 @@
+"""parquet and MLPerf Storage v3.0's dlrm_b200 / flux_b200: DLIO YAMLs in their shape run as they
+are (null engine under MPI), and a scaled-down generated dataset read under MPI reads, per row group
+a rank takes, exactly the chunks of the `read: true` columns (truth: pyarrow's own footer reading),
+every row once per epoch. The YAMLs are written here from the shape of the MLPerf files
+(mlcommons/storage configs/dlio/workload/dlrm_b200.yaml): a few columns, not their 200."""
+import numpy as np
+import pytest
+
+from tests.helpers import iodl, load_json, mpiexec
+
+pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow (the test extra) reads the files back")
+
+COLUMNS = [("feature_000", "float16", False), ("feature_001", "float64", True), ("feature_002", "int8", False),
+           ("feature_003", "float32", True), ("feature_004", "float32", True), ("feature_005", "int8", True)]
+
+DLRM_SHAPE = """\
+model:
+  name: dlrm
+framework: pytorch
+workflow:
+  generate_data: False
+  train: True
+  checkpoint: False
+dataset:
+  data_folder: data/dlrm/
+  format: parquet
+  num_files_train: {files}
+  num_samples_per_file: {rows}
+  record_length_bytes: {record}
+  compression: none
+  parquet:
+    row_group_size: {group}
+    read_mode: row_group
+    columns:
+{columns}
+reader:
+  data_loader: pytorch
+  batch_size: {batch}
+  prefetch_size: 2
+  read_threads: 4
+  file_shuffle: seed
+train:
+  epochs: {epochs}
+  computation_time: {compute}
+metric:
+  au: 0.70
+"""
+
+ITEM = {"float16": 2, "float32": 4, "float64": 8, "int8": 1}
+
+
+def dlrm_yaml(tmp_path, files, rows, group, batch, epochs=1, compute=0.000375):
+    cols = "\n".join(f"      - name: {n}\n        dtype: {d}\n        read: {str(r).lower()}" for n, d, r in COLUMNS)
+    path = tmp_path / "dlrm_shape.yaml"
+    path.write_text(DLRM_SHAPE.format(files=files, rows=rows, group=group, batch=batch, epochs=epochs, compute=compute,
+                                      columns=cols, record=sum(ITEM[d] for _n, d, _r in COLUMNS)))
+    return str(path)
+
+
+def test_the_dlrm_b200_shape_runs_under_mpi_with_the_null_engine(tmp_path):
+    """dlrm_b200's own numbers but 8 files (1,024 hit limits.py's table check on 24 GiB) x 4,718,592 rows, row groups of 6,144, batch 16,384):
+    3 steps on 2 ranks, no dataset; the part of a rank is walked, never held (4.8 G rows)."""
+    assert mpiexec(), "mpiexec not found (pip install mpich)"
+    out = tmp_path / "r.json"
+    r = iodl("read", "--workload", dlrm_yaml(tmp_path, 8, 4718592, 6144, 16384), "--engine", "null",
+             "--steps", "3", "--out", str(out), ranks=2, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = load_json(out)
+    assert res["workload"]["dataset"]["format"] == "parquet" and res["workload"]["dataset"]["row_group_size"] == 6144
+    assert res["train"]["steps"] == 3 and res["train"]["samples"] == 2 * 3 * 16384
+    # 3 x 16,384 rows from a part's start touch 8 row groups (49,152 / 6,144); each reads the read
+    # columns' chunks: 4 of 6 columns are read, two runs of adjacent chunks
+    assert res["train"]["consumed_bytes"] == res["total"]["bytes"]
+    assert res["total"]["bytes"] > 0
+
+
+FILES, ROWS, GROUP, BATCH, EPOCHS = 4, 2048, 512, 512, 2
+
+
+def _truth(path) -> int:
+    """Bytes of the read columns' chunks of every row group of one file, from pyarrow's footer."""
+    f = pq.ParquetFile(path)
+    want = {n for n, _d, r in COLUMNS if r}
+    md = f.metadata
+    return sum(md.row_group(g).column(c).total_compressed_size for g in range(md.num_row_groups)
+               for c in range(md.num_columns) if md.row_group(g).column(c).path_in_schema in want)
+
+
+@pytest.mark.parametrize("engine", ["psync", pytest.param("aio", marks=pytest.mark.aio)])
+def test_a_scaled_dlrm_b200_reads_the_read_columns_once_per_row_group_under_mpi(tmp_path, engine):
+    """4 files x 2,048 rows, row groups of 512, 2 epochs on 2 ranks: each rank's part is two whole
+    files, so every row group is read once per epoch: the bytes read are exactly 2 x the read
+    columns' chunk bytes of the 4 files (pyarrow's footer), every row taken once per epoch."""
+    root = tmp_path / "ds"
+    work = dlrm_yaml(tmp_path, FILES, ROWS, GROUP, BATCH, epochs=EPOCHS, compute=0.001)
+    gen = iodl("generate", "--workload", work, "--root", str(root), "--quiet", ranks=2, timeout=120)
+    assert gen.returncode == 0, gen.stderr
+    files = sorted((root / "copy-0000").glob("*.parquet"))
+    assert len(files) == FILES
+    t = pq.read_table(files[0])
+    assert t.num_rows == ROWS and pq.ParquetFile(files[0]).metadata.num_row_groups == ROWS // GROUP
+    assert [str(t.schema.field(n).type) for n, _d, _r in COLUMNS] == ["halffloat", "double", "int8", "float",
+                                                                      "float", "int8"]
+    out = tmp_path / "r.json"
+    r = iodl("read", "--workload", work, "--root", str(root), "--engine", engine, "--out", str(out), ranks=2,
+             timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = load_json(out)
+    truth = EPOCHS * sum(_truth(f) for f in files)
+    assert res["total"]["bytes"] == res["train"]["consumed_bytes"] == truth
+    assert res["train"]["samples"] == EPOCHS * FILES * ROWS
+    assert (res["train"]["epochs_checked"], res["train"]["epochs_wrong"]) == (2 * EPOCHS, 0)
+
+
+def test_parquet_compression_other_than_none_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(open(dlrm_yaml(tmp_path, 2, 64, 16, 8)).read().replace("compression: none", "compression: gzip"))
+    r = iodl("read", "--workload", str(path), "--engine", "null", "--steps", "1")
+    assert r.returncode != 0 and "c.yaml:" in r.stderr and "compression" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
