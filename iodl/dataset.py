@@ -713,6 +713,10 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     seed_ = wl.train.seed
     ds = wl.dataset
     form = format_for(ds)
+    if ds.format == "parquet":   # the sample table read checks for other formats (limits.check_dataset)
+        from . import limits
+
+        limits.check_sample_table(ds, wl.source)
     roots = [os.path.abspath(r) for r in roots]
     if not roots:
         raise UsageError("generate: give at least one --root")

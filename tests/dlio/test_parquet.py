@@ -58,20 +58,22 @@ def dlrm_yaml(tmp_path, files, rows, group, batch, epochs=1, compute=0.000375):
 
 
 def test_the_dlrm_b200_shape_runs_under_mpi_with_the_null_engine(tmp_path):
-    """dlrm_b200's own numbers but 8 files (1,024 hit limits.py's table check on 24 GiB) x 4,718,592 rows, row groups of 6,144, batch 16,384):
+    """dlrm_b200's own numbers (1,024 files x 4,718,592 rows, row groups of 6,144, batch 16,384):
     3 steps on 2 ranks, no dataset; the part of a rank is walked, never held (4.8 G rows)."""
     assert mpiexec(), "mpiexec not found (pip install mpich)"
     out = tmp_path / "r.json"
-    r = iodl("read", "--workload", dlrm_yaml(tmp_path, 8, 4718592, 6144, 16384), "--engine", "null",
+    r = iodl("read", "--workload", dlrm_yaml(tmp_path, 1024, 4718592, 6144, 16384), "--engine", "null",
              "--steps", "3", "--out", str(out), ranks=2, timeout=120)
     assert r.returncode == 0, r.stderr
     res = load_json(out)
     assert res["workload"]["dataset"]["format"] == "parquet" and res["workload"]["dataset"]["row_group_size"] == 6144
     assert res["train"]["steps"] == 3 and res["train"]["samples"] == 2 * 3 * 16384
-    # 3 x 16,384 rows from a part's start touch 8 row groups (49,152 / 6,144); each reads the read
-    # columns' chunks: 4 of 6 columns are read, two runs of adjacent chunks
+    # each rank's part begins a file (512 files each); 3 x 16,384 rows from there are 8 whole row
+    # groups of 6,144; each reads its 4 read columns' chunks: 6,144 values of 8 + 4 + 4 + 4 bytes
+    # (int8 is an INT32 in parquet) plus a page header each (at most 32 bytes)
+    data = 2 * 8 * 6144 * (8 + 4 + 4 + 4)
     assert res["train"]["consumed_bytes"] == res["total"]["bytes"]
-    assert res["total"]["bytes"] > 0
+    assert data < res["total"]["bytes"] <= data + 2 * 8 * 4 * 32
 
 
 FILES, ROWS, GROUP, BATCH, EPOCHS = 4, 2048, 512, 512, 2
