@@ -839,10 +839,12 @@ class Parquet(Format):
 
 
 def format_for(ds) -> Format:
-    """The format of a dataset spec (workload.DatasetSpec): parquet's layout depends on its columns."""
-    if ds.format == "parquet":
-        return Parquet(ds.columns, ds.row_group_size)
-    return FORMATS[ds.format]
+    """The format of a dataset spec (workload.DatasetSpec, or its dict in a manifest): parquet's
+    layout depends on its columns and row groups."""
+    get = ds.get if isinstance(ds, dict) else (lambda key, default=None: getattr(ds, key, default))
+    if get("format") == "parquet":
+        return Parquet(get("columns") or (), get("row_group_size") or 1024)
+    return FORMATS[get("format")]
 
 
 # parquet's instance here is DLIO's legacy layout (one uint8 column); a workload's columns: format_for()

@@ -112,6 +112,13 @@ def test_a_scaled_dlrm_b200_reads_the_read_columns_once_per_row_group_under_mpi(
     assert res["total"]["bytes"] == res["train"]["consumed_bytes"] == truth
     assert res["train"]["samples"] == EPOCHS * FILES * ROWS
     assert (res["train"]["epochs_checked"], res["train"]["epochs_wrong"]) == (2 * EPOCHS, 0)
+    # another column split of the same row size does not describe these files: refused in one line
+    other = tmp_path / "other.yaml"
+    other.write_text(open(work).read().replace("feature_005\n        dtype: int8\n        read: true",
+                                               "feature_005\n        dtype: int8\n        read: false"))
+    r = iodl("read", "--workload", str(other), "--root", str(root), "--engine", engine)
+    assert r.returncode != 0 and "does not describe the dataset" in r.stderr and "columns" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_parquet_compression_other_than_none_is_refused_in_one_line(tmp_path):
