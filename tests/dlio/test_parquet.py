@@ -181,3 +181,41 @@ def test_a_scaled_dlrm_b200_read_direct_is_what_the_device_delivers(tmp_path):
     assert device - metadata == pytest.approx(EPOCHS * spans, abs=32 << 10), (device, metadata, spans)
     # iodl counts the bytes it asks for: from each range's aligned start to its end, never more than the device
     assert EPOCHS * spans - 4096 * 2 * 16 * EPOCHS <= res["total"]["bytes"] <= EPOCHS * spans
+
+
+@pytest.mark.parametrize("shuffle", ["none", "file", "sample", "file+sample"])
+def test_row_group_stream_takes_every_row_once_and_reads_each_group_once_per_rank_and_epoch(shuffle):
+    """3 shards x 100 rows, row groups of 16 (the last one short), 2 ranks, batches of 7, 2 epochs:
+    across the ranks every row is taken once per epoch; a rank reads each row group its part touches
+    exactly once per epoch, and the bytes it counts are those groups' ranges."""
+    from iodl.config import StepConfig
+    from iodl.formats import Parquet, parquet_record_bytes
+    from iodl.training import RowGroupStream
+
+    cols = [{"name": n, "dtype": d, "read": r} for n, d, r in COLUMNS]
+    rpg, reads = Parquet(cols, 16).row_group_reads(np.full(100, parquet_record_bytes(cols)))
+    group_bytes = [int(r[:, 1].sum()) for r in reads]
+    seen = {e: [] for e in range(2)}
+    for rank in range(2):
+        cfg = StepConfig(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=1 << 20, seed=3,
+                         batch_size=7, compute_time_s=0, prefetch=0, shuffle=shuffle, sample_access=True,
+                         row_groups=(rpg, reads))
+        stream = RowGroupStream(cfg, 3, 100, rank, 2, rank)
+        stream.trace = []
+        for epoch in range(2):
+            stream.trace.clear()
+            left, groups, counted = 150, [], 0
+            while left:
+                segments, consumed = stream.take(min(7, left))
+                groups += [s for s, _rows, _d in segments]
+                counted += consumed
+                left -= min(7, left)
+            pairs = [(int(s), int(k)) for sh, sm in stream.trace for s, k in zip(sh, sm)]
+            seen[epoch] += pairs
+            touched = {(s, k // rpg) for s, k in pairs}
+            assert len(groups) == len(touched)                      # each touched group read once
+            assert counted == sum(group_bytes[g] for _s, g in touched)
+        stream.finish()
+        assert (stream.epochs_checked, stream.epochs_wrong) == (2, 0)
+    for epoch in range(2):
+        assert sorted(seen[epoch]) == [(s, k) for s in range(3) for k in range(100)]
