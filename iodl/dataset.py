@@ -35,7 +35,7 @@ import numpy as np
 from . import __version__
 from .comm import collective
 from .errors import IodlError, UsageError
-from .formats import BLOCK, FORMATS, _Stream, content_buffer
+from .formats import BLOCK, FORMATS, _Stream, content_buffer, format_for
 
 SCHEMA = "iodl.dataset/2"      # a JSON header; file sizes in FILE_SIZES_FILE; names derived from indices
 SCHEMA_V1 = "iodl.dataset/1"   # every file listed in the JSON: still read (open_dataset)
@@ -180,6 +180,7 @@ class Dataset:
         self.samples_per_shard = int(sample_sizes.shape[1]) if sample_sizes is not None else 1
         self.total_bytes = int(np.sum(sizes, dtype=np.int64))
         self.shards = _Shards(self)
+        self._form = None              # formats.Format of a generated dataset, made when first needed
 
     def __repr__(self) -> str:
         return f"Dataset({self.root!r}, {len(self.paths)} shards, {self.total_bytes} bytes, format={self.format})"
@@ -196,7 +197,9 @@ class Dataset:
         base = i % self._files   # copies repeat the files in the same order and layout
         if self._extents is not None:
             return np.array(self._extents[base], dtype=np.uint64)
-        return FORMATS[self.format].extents(np.asarray(self._sizes[base]))
+        if self._form is None:
+            self._form = _form_of(self.manifest)
+        return self._form.extents(np.asarray(self._sizes[base]))
 
     def sample_ends(self, i: int) -> np.ndarray:
         e = self.sample_extents(i)
@@ -242,7 +245,7 @@ def _read_manifest(root: str) -> dict | None:
     return manifest
 
 
-_SHAPE_KEYS = ("format", "samples_per_file", "sample_size", "sample_size_stdev")
+_SHAPE_KEYS = ("format", "samples_per_file", "sample_size", "sample_size_stdev", "row_group_size", "columns")
 
 
 def workload_for_roots(roots: list[str], given: str | None):
@@ -250,8 +253,6 @@ def workload_for_roots(roots: list[str], given: str | None):
     dataset among them (a workload's demand sized against another's data is a wrong answer), or,
     when none is given, the one the datasets were generated for. Roots without a manifest (plain
     directories) put no constraint on it; with none at all the default is `tiny`."""
-    import dataclasses
-
     from .workload import builtin_names, load_workload, workload_from_dict
 
     found = [(root, m) for root in roots if os.path.isdir(root) and (m := _read_manifest(root)) is not None]
@@ -276,7 +277,7 @@ def workload_for_roots(roots: list[str], given: str | None):
                                    seed=m.get("seed"))
     else:
         wl = load_workload(given)
-    mine = dataclasses.asdict(wl.dataset)
+    mine = wl.to_dict()["dataset"]
     for root, m in found:
         spec = m.get("spec", {})
         differ = [k for k in _SHAPE_KEYS if k in spec and spec[k] != mine[k]]
@@ -351,7 +352,12 @@ def _load_npy(path: str, mmap: bool = False) -> np.ndarray:
         return np.load(f, allow_pickle=False)
 
 
-def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np.ndarray, name) -> None:
+def _form_of(manifest: dict):
+    """A generated dataset's format, with its spec's layout keys (parquet's columns)."""
+    return format_for({**manifest.get("spec", {}), "format": manifest["format"]})
+
+
+def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np.ndarray, name, form=None) -> None:
     """Sample sizes and extents fit the files' stated sizes (vectorised: no work per file in Python)."""
     from . import limits
 
@@ -366,7 +372,7 @@ def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np
         raise UsageError(f"{mpath}: shard {name(i)!r}: size {int(stated[i])} is not a shard's size")
     # every sample lies inside the size the manifest promises (the size each open then checks);
     # float64 sums are exact far beyond MAX_SHARD_SIZE, and a forged size cannot wrap them around
-    form = FORMATS[name.fmt]
+    form = form or FORMATS[name.fmt]
     if extents is not None:
         ends = (extents[:, :, 0].astype(np.float64) + extents[:, :, 1]).max(axis=1)
     elif form.size_of(np.asarray(sizes[0])) is not None:   # framing is the same per file: every file has as many samples
@@ -434,7 +440,7 @@ def _open_iodl(root: str, manifest: dict) -> Dataset:
     extents = None
     if manifest.get("extents"):
         extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"), mmap=True)
-    _check_tables(mpath, files, sizes, extents, stated, _Namer(manifest["format"], files))
+    _check_tables(mpath, files, sizes, extents, stated, _Namer(manifest["format"], files), _form_of(manifest))
     copies = len(folder_dirs)
     shard_sizes = stated.astype(np.int64, copy=False) if copies == 1 else np.tile(stated, copies).astype(np.int64)
     paths = GeneratedPaths(folder_dirs, manifest["format"], files, os.path.realpath(root))
@@ -712,7 +718,11 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     spec = wl.to_dict()["dataset"]
     seed_ = wl.train.seed
     ds = wl.dataset
-    form = FORMATS[ds.format]
+    form = format_for(ds)
+    if ds.format == "parquet":   # the sample table read checks for other formats (limits.check_dataset)
+        from . import limits
+
+        limits.check_sample_table(ds, wl.source)
     roots = [os.path.abspath(r) for r in roots]
     if not roots:
         raise UsageError("generate: give at least one --root")

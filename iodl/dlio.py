@@ -66,6 +66,19 @@ def _fmt(v):
     return v
 
 
+def _compression(v):
+    if v not in ("none", None):
+        raise ValueError(f"iodl writes incompressible data uncompressed; compression {v!r} is not emulated: give none")
+    return v
+
+
+def _pq_columns(v):
+    # checked key by key as [dataset] columns (workload._columns)
+    if not isinstance(v, list):
+        raise ValueError(f"must be a list of {{name, dtype, size, read}} mappings, got {v!r}")
+    return v
+
+
 def _storage_type(v):
     # DLIO's local_fs is a POSIX path, which is what iodl reads; object stores are not emulated
     if v != "local_fs":
@@ -182,7 +195,15 @@ KEYS: dict[str, dict[str, Rule]] = {
         "record_element_type": Rule(INFO, "the sample's element type: no I/O"),
         "enable_chunking": Rule(INFO, "hdf5 chunking: iodl lays out contiguous hdf5"),
         "chunk_size": Rule(INFO, "hdf5 chunking: iodl lays out contiguous hdf5"),
-        "compression": Rule(REFUSE, "iodl writes incompressible data uncompressed"),
+        "compression": Rule(HONOUR, "none only: iodl writes incompressible data uncompressed", None, _compression),
+        "parquet.columns": Rule(HONOUR, "parquet columns: name, dtype, size (values per row), read (false: the "
+                                "reader skips the column's chunks)", ("dataset", "columns"), _pq_columns),
+        "parquet.row_group_size": Rule(HONOUR, "parquet rows per row group", ("dataset", "row_group_size"), _number),
+        "parquet.read_mode": Rule(INFO, "DLIO's config does not read it; its parquet readers, as iodl's, read by "
+                                  "row group"),
+        "parquet.generation_batch_size": Rule(INFO, "rows per write while DLIO generates: no read I/O"),
+        "parquet.use_s3dlio_gen": Rule(INFO, "object-store generation: iodl writes POSIX files"),
+        "parquet.partition_by": Rule(REFUSE, "hive-partitioned directories: iodl lays out one file per shard"),
         "compression_level": Rule(REFUSE, "iodl writes incompressible data uncompressed"),
     },
     "reader": {
@@ -419,8 +440,20 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
                              (True, True): "file+sample"}[both]
     for (section, key), value in _DLIO_DEFAULTS.items():
         d[section].setdefault(key, value)
+    _parquet_row(d)
     _checkpoint_sections(d, flow, label)
     return d, lines
+
+
+def _parquet_row(d: dict) -> None:
+    """With parquet.columns, a row is the columns' bytes (as DLIO's generator writes it), whatever
+    record_length says (DLIO's parquet generator does not read it then)."""
+    from .formats import PARQUET_DTYPES, parquet_record_bytes
+
+    cols = d["dataset"].get("columns")
+    if isinstance(cols, list) and cols and all(isinstance(c, dict) and c.get("dtype") in PARQUET_DTYPES
+                                               and isinstance(c.get("size", 1), int) for c in cols):
+        d["dataset"]["sample_size"] = f"{parquet_record_bytes(cols)}B"
 
 
 def _entries(table: dict, rules: dict, label: str, section: str):

@@ -597,5 +597,256 @@ class Png(_Image):
         view[pos:] = np.frombuffer(image, dtype=np.uint8)[head:]
 
 
+
+
+# ---------------------------------------------------------------- parquet --------------------
+
+# Thrift compact protocol (the encoding of parquet's page headers and footer), write side only:
+# a struct is a list of (field id, type, value); lists are (element type, [values]).
+_T_TRUE, _T_FALSE, _T_I32, _T_I64, _T_BINARY, _T_LIST, _T_STRUCT = 1, 2, 5, 6, 8, 9, 12
+
+
+def _varint(n: int, out: bytearray) -> None:
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _zigzag(n: int) -> int:
+    return (n << 1) ^ (n >> 63)
+
+
+def _thrift_value(kind: int, value, out: bytearray) -> None:
+    if kind in (_T_I32, _T_I64):
+        _varint(_zigzag(value), out)
+    elif kind == _T_BINARY:
+        data = value.encode() if isinstance(value, str) else value
+        _varint(len(data), out)
+        out += data
+    elif kind == _T_LIST:
+        elem, items = value
+        out.append(len(items) << 4 | elem if len(items) < 15 else 0xF0 | elem)
+        if len(items) >= 15:
+            _varint(len(items), out)
+        for item in items:
+            _thrift_value(elem, item, out)
+    elif kind == _T_STRUCT:
+        _thrift_struct(value, out)
+    else:
+        raise ValueError(f"thrift type {kind}")
+
+
+def _thrift_struct(fields, out: bytearray) -> bytearray:
+    last = 0
+    for fid, kind, value in fields:
+        if kind in (_T_TRUE, _T_FALSE):
+            kind = _T_TRUE if value else _T_FALSE
+        if 0 < fid - last <= 15:
+            out.append((fid - last) << 4 | kind)
+        else:
+            out.append(kind)
+            _varint(_zigzag(fid), out)
+        if kind not in (_T_TRUE, _T_FALSE):
+            _thrift_value(kind, value, out)
+        last = fid
+    out.append(0)   # stop
+    return out
+
+
+# dtype -> (physical type, bytes per value in the file, converted type or None, numpy dtype of the value).
+# Parquet has no 8/16-bit integers: they are INT32 with a converted type (4 bytes each), as pyarrow
+# writes them; float16 is a 2-byte FIXED_LEN_BYTE_ARRAY with the FLOAT16 logical type.
+_INT32, _INT64, _FLOAT, _DOUBLE, _FLBA = 1, 2, 4, 5, 7
+PARQUET_DTYPES = {
+    "uint8": (_INT32, 4, 11, 1), "uint16": (_INT32, 4, 12, 2), "uint32": (_INT32, 4, 13, 4),
+    "uint64": (_INT64, 8, 14, 8), "int8": (_INT32, 4, 15, 1), "int16": (_INT32, 4, 16, 2),
+    "int32": (_INT32, 4, None, 4), "int64": (_INT64, 8, None, 8),
+    "float16": (_FLBA, 2, None, 2), "float32": (_FLOAT, 4, None, 4), "float64": (_DOUBLE, 8, None, 8),
+}
+
+
+def parquet_record_bytes(columns) -> int:
+    """A row's bytes as DLIO counts them (record_length): each column's dtype size times its size."""
+    return sum(PARQUET_DTYPES[c["dtype"]][3] * c.get("size", 1) for c in columns)
+
+
+class Parquet(Format):
+    """Apache Parquet, written without pyarrow (which reads it back in tests): "PAR1", then row group
+    after row group, each holding one column chunk per column in schema order, each chunk a single
+    DATA_PAGE v1 (a Thrift page header, then the values, PLAIN, UNCOMPRESSED; every field REQUIRED,
+    so no definition or repetition levels), then the FileMetaData footer (Thrift compact), its 4-byte
+    length and "PAR1". Values are the shard's random content (a float may be a NaN: nothing decodes it).
+
+    Columns are DLIO's (dataset.parquet.columns): name, dtype, size (values per row), read. A column
+    of size 1 is a scalar column; of size n > 1 a FIXED_LEN_BYTE_ARRAY of n values' bytes (pyarrow:
+    fixed_size_binary), where DLIO's pyarrow writes a fixed-size list: the same value bytes without
+    the list's repetition and definition levels. No columns: DLIO's legacy single column `data` of
+    sample_size uint8 values per row.
+
+    Reading (sample_access, training.SampleAccessStream) goes by row group, as DLIO's parquet readers
+    do: the first sample of a row group a rank takes in an epoch reads the column chunks of its
+    `read` columns (adjacent ones in one range), the rest of its samples read nothing more.
+    row_group_reads() is that table; extents() gives each row its record_length bytes in its row
+    group's data (a bound for the dataset checks: a row's values are spread over the chunks).
+    """
+    name, suffix, sample_access, streams = "parquet", "parquet", True, True
+    MAX_PAGE = (1 << 31) - 1    # a page's size is a Thrift i32
+
+    def __init__(self, columns=(), row_group_size: int = 1024):
+        self.columns = [dict(name=c["name"], dtype=c["dtype"], size=int(c.get("size", 1)), read=bool(c.get("read", True)))
+                        for c in columns]
+        self.row_group_size = int(row_group_size)
+        self._layouts: dict[int, tuple] = {}
+
+    def _columns_for(self, sizes: np.ndarray) -> list[dict]:
+        return self.columns or [dict(name="data", dtype="uint8", size=int(sizes[0]), read=True)]
+
+    def _width(self, col: dict) -> int:
+        """Bytes of one row of this column in the file."""
+        phys, nbytes, _conv, item = PARQUET_DTYPES[col["dtype"]]
+        return nbytes if col["size"] == 1 else item * col["size"]
+
+    @staticmethod
+    def _page_header(values: int, nbytes: int) -> bytes:
+        dph = [(1, _T_I32, values), (2, _T_I32, 0), (3, _T_I32, 3), (4, _T_I32, 3)]   # PLAIN values, RLE levels
+        return bytes(_thrift_struct([(1, _T_I32, 0), (2, _T_I32, nbytes), (3, _T_I32, nbytes), (5, _T_STRUCT, dph)],
+                                    bytearray()))
+
+    def layout(self, sizes: np.ndarray) -> np.ndarray:
+        """The column chunks of a shard of len(sizes) rows: int64 (row groups, columns, 4) of
+        [chunk start, page header bytes, value bytes, rows]. The same for every shard of a dataset."""
+        rows = len(sizes)
+        cols = self._columns_for(sizes)
+        key = (rows, cols[0]["size"] if not self.columns else 0)
+        if key not in self._layouts:
+            widths = [self._width(c) for c in cols]
+            groups = [min(self.row_group_size, rows - a) for a in range(0, rows, self.row_group_size)]
+            chunks = np.empty((len(groups), len(cols), 4), dtype=np.int64)
+            for c, w in enumerate(widths):
+                if groups[0] * w > self.MAX_PAGE:
+                    raise ValueError(f"parquet: a column chunk of {groups[0]} rows x {w} bytes ({cols[c]['name']}) "
+                                     "is over 2 GiB, a page's limit: lower row_group_size")
+            # a page header's length depends on its rows and bytes only: at most two kinds of row group
+            heads = {n: [len(self._page_header(n, n * w)) for w in widths] for n in set(groups)}
+            n_rows = np.array(groups, dtype=np.int64)[:, None]
+            chunks[:, :, 1] = [heads[n] for n in groups]
+            chunks[:, :, 2] = n_rows * np.array(widths, dtype=np.int64)
+            chunks[:, :, 3] = n_rows
+            sizes_ = (chunks[:, :, 1] + chunks[:, :, 2]).ravel()
+            chunks[:, :, 0] = (4 + np.concatenate(([0], np.cumsum(sizes_)[:-1]))).reshape(len(groups), len(cols))
+            self._layouts[key] = chunks
+        return self._layouts[key]
+
+    def footer(self, sizes: np.ndarray) -> bytes:
+        key = ("footer", len(sizes), 0 if self.columns else int(sizes[0]))
+        if key not in self._layouts:
+            self._layouts[key] = self._footer(self._columns_for(sizes), self.layout(sizes), len(sizes))
+        return self._layouts[key]
+
+    def _footer(self, cols, chunks, rows) -> bytes:
+        schema = [[(4, _T_BINARY, "schema"), (5, _T_I32, len(cols))]]
+        for c in cols:
+            phys, _n, conv, item = PARQUET_DTYPES[c["dtype"]]
+            el = [(1, _T_I32, phys if c["size"] == 1 else _FLBA)]
+            if c["size"] > 1 or phys == _FLBA:
+                el.append((2, _T_I32, item * c["size"]))
+            el += [(3, _T_I32, 0), (4, _T_BINARY, c["name"])]
+            if c["size"] == 1 and conv is not None:
+                el.append((6, _T_I32, conv))
+            if c["size"] == 1 and c["dtype"] == "float16":
+                el.append((10, _T_STRUCT, [(15, _T_STRUCT, [])]))    # LogicalType FLOAT16
+            schema.append(el)
+        groups = []
+        for g in range(chunks.shape[0]):
+            cc = []
+            for c, col in enumerate(cols):
+                start, head, data, n = (int(x) for x in chunks[g, c])
+                phys = PARQUET_DTYPES[col["dtype"]][0] if col["size"] == 1 else _FLBA
+                meta = [(1, _T_I32, phys), (2, _T_LIST, (_T_I32, [0])), (3, _T_LIST, (_T_BINARY, [col["name"]])),
+                        (4, _T_I32, 0), (5, _T_I64, n), (6, _T_I64, head + data), (7, _T_I64, head + data),
+                        (9, _T_I64, start)]
+                cc.append([(2, _T_I64, start), (3, _T_STRUCT, meta)])
+            total = int((chunks[g, :, 1] + chunks[g, :, 2]).sum())
+            groups.append([(1, _T_LIST, (_T_STRUCT, cc)), (2, _T_I64, total), (3, _T_I64, int(chunks[g, 0, 3]))])
+        meta = [(1, _T_I32, 1), (2, _T_LIST, (_T_STRUCT, schema)), (3, _T_I64, rows),
+                (4, _T_LIST, (_T_STRUCT, groups)), (6, _T_BINARY, "iodl")]
+        return bytes(_thrift_struct(meta, bytearray()))
+
+    def size_of(self, sizes):
+        sizes = np.asarray(sizes)
+        chunks = self.layout(sizes)
+        return int(chunks[-1, -1, 0] + chunks[-1, -1, 1] + chunks[-1, -1, 2]) + len(self.footer(sizes)) + 8
+
+    def extents(self, sizes):
+        """Row j: record_length bytes from its row group's first chunk, at its place among the group's
+        rows (a bound, see the class docstring: the row's values lie in every chunk of the group)."""
+        sizes = np.asarray(sizes)
+        chunks = self.layout(sizes)
+        rows = np.arange(len(sizes))
+        g = rows // self.row_group_size
+        ext = np.empty((len(sizes), 2), dtype=np.uint64)
+        ext[:, 0] = chunks[g, 0, 0] + (rows - g * self.row_group_size) * sizes.astype(np.int64)
+        ext[:, 1] = sizes
+        return ext
+
+    def row_group_reads(self, sizes: np.ndarray) -> tuple[int, list[np.ndarray]]:
+        """(rows per row group, [(n, 2) int64 [offset, length] per row group]): the byte ranges a
+        row group's read takes, its `read` columns' chunks (page header and values, as DLIO's
+        readers take a chunk: from its page offset for its total size), adjacent chunks merged."""
+        chunks = self.layout(np.asarray(sizes))
+        want = [c for c, col in enumerate(self._columns_for(sizes)) if col["read"]]
+        out = []
+        for g in range(chunks.shape[0]):
+            start = chunks[g, want, 0]
+            end = start + chunks[g, want, 1] + chunks[g, want, 2]
+            new = np.concatenate(([True], start[1:] != end[:-1]))     # a range begins where the last one did not end
+            first = np.flatnonzero(new)
+            last = np.append(first[1:], len(start)) - 1
+            out.append(np.stack([start[first], end[last] - start[first]], axis=1))
+        return self.row_group_size, out
+
+    def _patches(self, sizes):
+        """(file offsets, bytes) of everything not random content: magics, page headers, footer."""
+        chunks, footer, total = self.layout(sizes), self.footer(sizes), self.size_of(sizes)
+        parts, where = [b"PAR1"], [0]
+        headers: dict = {}
+        for g in range(chunks.shape[0]):
+            for c in range(chunks.shape[1]):
+                start, head, data, n = (int(x) for x in chunks[g, c])
+                parts.append(headers.setdefault((n, data), self._page_header(n, data)))
+                where.append(start)
+        parts.append(footer + struct.pack("<I", len(footer)) + b"PAR1")
+        where.append(total - len(parts[-1]))
+        pos = np.concatenate([w + np.arange(len(p), dtype=np.int64) for w, p in zip(where, parts)])
+        return pos, np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+    def pieces(self, sizes, key, buffer):
+        sizes = np.asarray(sizes)
+        total = self.size_of(sizes)
+        pos, values = self._patches(sizes)
+        content = Content(key, total)
+        for a in range(0, total, self.PIECE):
+            b = min(a + self.PIECE, total)
+            view = content.fill(a, b, buffer(b - a + 2 * BLOCK))
+            lo, hi = np.searchsorted(pos, [a, b])
+            view[pos[lo:hi] - a] = values[lo:hi]
+            yield view
+
+    def prepare(self, sizes, key, out=None):
+        """The whole shard in one buffer (tests; generation streams pieces())."""
+        return np.concatenate([p.copy() for p in self.pieces(sizes, key, content_buffer)])
+
+
+def format_for(ds) -> Format:
+    """The format of a dataset spec (workload.DatasetSpec, or its dict in a manifest): parquet's
+    layout depends on its columns and row groups."""
+    get = ds.get if isinstance(ds, dict) else (lambda key, default=None: getattr(ds, key, default))
+    if get("format") == "parquet":
+        return Parquet(get("columns") or (), get("row_group_size") or 1024)
+    return FORMATS[get("format")]
+
+
+# parquet's instance here is DLIO's legacy layout (one uint8 column); a workload's columns: format_for()
 FORMATS: dict[str, Format] = {f.name: f for f in (TFRecord(), Hdf5(), Npz(), Raw(), Npy(), Jpeg(), Png(),
-                                                  IndexedBinary())}
+                                                  IndexedBinary(), Parquet())}

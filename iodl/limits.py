@@ -86,6 +86,11 @@ def check_dataset(spec, label: str = "workload") -> None:
     if shard > MAX_SHARD_SIZE:
         raise UsageError(f"{label}: [dataset] samples_per_file x sample_size = {shard:,} bytes per shard: "
                          f"at most {MAX_SHARD_SIZE:,} (16 TiB)")
+    if spec.format != "parquet":   # parquet: at generate (check_sample_table); its reads go by row group
+        check_sample_table(spec, label)
+
+
+def check_sample_table(spec, label: str = "workload") -> None:
     samples = spec.files * spec.samples_per_file
     # generate and read hold a table of every sample's size (8 bytes) and extent (16 bytes)
     check_memory(f"{label}: [dataset] a table of files x samples_per_file = {samples:,} samples", 24 * samples)

@@ -331,6 +331,89 @@ class ShardLookahead:
         return [shard for shard, _epoch in itertools.islice(self._queue, first, n)]
 
 
+class RowGroupStream(SampleAccessStream):
+    """parquet (formats.Parquet): SampleAccessStream's epochs and parts, read by row group as DLIO's
+    parquet readers read: the first sample of a row group the rank takes in an epoch reads that row
+    group's `read` column chunks (cfg.row_groups: the same ranges in every shard), its other samples
+    read nothing more. The bytes a batch counts are the bytes it read. Without sample shuffling a
+    part is walked as a range of positions, never held as an array (dlrm_b200 has 4.8 G rows); with
+    it the part is permuted whole as SampleAccessStream does. --sampling random reads, per batch, the
+    row groups its samples fall in."""
+
+    def __init__(self, cfg: StepConfig, *args, **kw):
+        super().__init__(cfg, None, *args, **kw)
+        self._rpg, self._reads = cfg.row_groups
+        self._done: set = set()                # (shard, row group) read this epoch
+        self._lo = self._hi = 0
+        self._order = None
+
+    def _next_epoch(self) -> None:
+        self._done = set()
+        if "sample" in self._cfg.shuffle:
+            super()._next_epoch()
+            self._lo, self._hi = 0, len(self._shards)
+            return
+        self._check_epoch()
+        self._epoch += 1
+        cfg, total = self._cfg, self._n * self._spf
+        self._lo, self._hi = ((self._i % total, self._i % total + 1) if total < self._r
+                              else (self._i * total // self._r, (self._i + 1) * total // self._r))
+        self._order = (np.random.default_rng([cfg.seed, self._epoch]).permutation(self._n) if "file" in cfg.shuffle
+                       else np.arange(self._n))
+        self._pos, self._unchecked = 0, True
+
+    def finish(self) -> None:
+        if self._epoch >= 0 and self._pos == self._hi - self._lo:
+            self._check_epoch()
+
+    def _group_reads(self, shard: int, group: int) -> np.ndarray:
+        ranges = self._reads[group]
+        return np.concatenate([sample_reads(int(o), int(o) + int(n), self._cfg.block_size, self._align)
+                               for o, n in ranges.tolist()])
+
+    def take(self, n: int) -> tuple[list[tuple[int, np.ndarray, bool]], int]:
+        """([(shard, rows, True)] one per row group read, bytes read)."""
+        out: list = []
+        consumed = 0
+        while n > 0:
+            if self._random is not None:
+                pos = self._random.integers(self._n * self._spf, size=n)
+                shards, rows = pos // self._spf, pos % self._spf
+                self._done = set()
+            else:
+                if self._epoch < 0 or self._pos >= self._hi - self._lo:
+                    self._next_epoch()
+                if self._order is None or "sample" in self._cfg.shuffle:
+                    k = min(n, self._hi - self._pos)
+                    shards = self._shards[self._pos:self._pos + k]
+                    rows = self._samples[self._pos:self._pos + k]
+                else:
+                    slot, row = divmod(self._lo + self._pos, self._spf)
+                    k = min(n, self._spf - row, self._hi - self._lo - self._pos)
+                    shards = np.full(k, int(self._order[slot]), dtype=np.int64)
+                    rows = np.arange(row, row + k, dtype=np.int64)
+                self._pos += k
+            groups = self._n_groups()
+            for key in dict.fromkeys((shards * groups + rows // self._rpg).tolist()):
+                shard, g = divmod(key, groups)
+                if (shard, g) not in self._done:
+                    self._done.add((shard, g))
+                    reads = self._group_reads(shard, g)
+                    out.append((shard, reads, True))
+                    consumed += int(reads["length"].sum())
+            if self._check and self._random is None:
+                for shard in np.unique(shards).tolist():
+                    np.add.at(self._taken.setdefault(shard, np.zeros(self._spf, dtype=np.int32)),
+                              rows[shards == shard], 1)
+            if self.trace is not None:
+                self.trace.append((np.asarray(shards, dtype=np.int64), np.asarray(rows, dtype=np.int64)))
+            n -= len(shards)
+        return out, consumed
+
+    def _n_groups(self) -> int:
+        return len(self._reads)
+
+
 def shard_source(cfg: StepConfig, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int,
                  buffer: int = 0):
     """next_shard() -> (shard, epoch) for this rank; buffer: the sample-shuffle buffer (buffer_size)."""
@@ -470,11 +553,14 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     sizes = np.asarray(sizes, dtype=np.int64)
     if total_samples is None:   # a dataset knows it; counted here for callers that do not pass it
         total_samples = sum(len(sample_ends(i)) for i in range(len(sizes)))
-    if cfg.sample_access:       # every shard of a dataset holds as many samples (generate lays them out so)
+    next_shard = None                # per-sample and per-row-group reads: no shard order to open ahead of
+    if cfg.row_groups is not None:   # parquet
+        stream = RowGroupStream(cfg, len(sizes), total_samples // max(1, len(sizes)), index_in_mount, ranks_in_mount,
+                                comm.rank, align=_native.ALIGN if cfg.direct else 1, check=cfg.sampling == "epoch")
+    elif cfg.sample_access:     # every shard of a dataset holds as many samples (generate lays them out so)
         stream = SampleAccessStream(cfg, sample_ends, len(sizes), total_samples // max(1, len(sizes)),
                                     index_in_mount, ranks_in_mount, comm.rank,
                                     align=_native.ALIGN if cfg.direct else 1, check=cfg.sampling == "epoch")
-        next_shard = None         # its reads are per sample: no shard order to open ahead of
     else:
         buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
         next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer))

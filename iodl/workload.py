@@ -11,6 +11,8 @@ import os
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import limits
 from .checkpoint import DATATYPES, ZERO_STAGES, CheckpointModel, CheckpointSpec, ModelSpec, ParallelismSpec, check_model
 from .errors import UsageError
@@ -21,7 +23,7 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png", "indexed_binary")
+FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png", "indexed_binary", "parquet")
 ONE_SAMPLE_FORMATS = ("jpeg", "png")   # one sample per file (as DLIO documents them)
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
 SHUFFLES = ("none", "file", "sample", "file+sample")
@@ -36,6 +38,8 @@ class DatasetSpec:
     sample_size_stdev: int    # bytes
     copies: int
     subfolders: int = 0       # folders per copy, file i in folder i % subfolders; 0: as few as keep <= 10,000 files each
+    row_group_size: int = 1024  # parquet: rows per row group (DLIO's default)
+    columns: tuple = ()       # parquet: ({name, dtype, size, read}, ...); none: one uint8 column (formats.Parquet)
 
     @property
     def samples(self) -> int:
@@ -95,7 +99,8 @@ class Workload:
             "pattern": self.pattern,
             "source": self.source,
             "origin": self.origin,
-            "dataset": dataclasses.asdict(self.dataset) if self.dataset else None,
+            "dataset": ({**dataclasses.asdict(self.dataset), "columns": [dict(c) for c in self.dataset.columns]}
+                        if self.dataset else None),
             "train": dataclasses.asdict(self.train) if self.train else None,
             "read": dataclasses.asdict(self.read),
             "metric": dataclasses.asdict(self.metric),
@@ -143,6 +148,23 @@ class Workload:
 
 
 def _check_one_sample(ds: DatasetSpec, where: str) -> None:
+    if ds.format == "parquet":
+        # every row of a parquet file has the columns' bytes: sizes do not spread
+        from .formats import parquet_record_bytes
+
+        if ds.sample_size_stdev:
+            raise UsageError(f"{where}: parquet rows all have the columns' size: sample_size_stdev must be 0")
+        if ds.columns and parquet_record_bytes(ds.columns) != ds.sample_size:
+            raise UsageError(f"{where}: the columns make rows of {parquet_record_bytes(ds.columns):,} bytes, but "
+                             f"sample_size is {ds.sample_size:,}: make them agree")
+        from .formats import format_for
+
+        try:   # a page is at most 2 GiB (vectorised, cached: the reader needs this layout anyway)
+            format_for(ds).layout(np.full(ds.samples_per_file, ds.sample_size, dtype=np.int64))
+        except ValueError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+    elif ds.columns:
+        raise UsageError(f"{where}: columns describe a parquet dataset, not {ds.format}")
     if ds.format in ONE_SAMPLE_FORMATS and ds.samples_per_file != 1:
         raise UsageError(f"{where}: format {ds.format} holds one sample per file (as in DLIO), but samples_per_file "
                          f"is {ds.samples_per_file}: set samples_per_file = 1")
@@ -172,6 +194,28 @@ def _nonneg_float(v, hi=limits.MAX_SECONDS):
     if v > hi:
         raise ValueError(f"{v!r}: at most {hi:g}")
     return float(v)
+
+
+def _columns(v):
+    """parquet columns: a list of tables {name, dtype, size (values per row, 1), read (True)}."""
+    from .formats import PARQUET_DTYPES
+
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"must be a list of {{name, dtype, size, read}} tables, got {v!r}")
+    out, names = [], set()
+    for c in v:
+        if not isinstance(c, dict) or set(c) - {"name", "dtype", "size", "read"} or "name" not in c or "dtype" not in c:
+            raise ValueError(f"each column is a table with name, dtype and optionally size and read, got {c!r}")
+        if c["dtype"] not in PARQUET_DTYPES:
+            raise ValueError(f"column {c['name']!r}: dtype {c['dtype']!r}: one of {', '.join(PARQUET_DTYPES)}")
+        if c["name"] in names:
+            raise ValueError(f"column {c['name']!r} is given twice")
+        names.add(c["name"])
+        out.append({"name": _name(c["name"]), "dtype": c["dtype"],
+                    "size": _positive_int(c.get("size", 1), limits.MAX_SAMPLE_SIZE), "read": _bool(c.get("read", True))})
+    if out and not any(c["read"] for c in out):
+        raise ValueError("no column has read = true: a step would read nothing")
+    return tuple(out)
 
 
 def _upto(checker, hi):
@@ -264,6 +308,8 @@ SCHEMA = {
         "sample_size_stdev": (_size(False, limits.MAX_SAMPLE_SIZE), 0),
         "copies": (_upto(_positive_int, limits.MAX_COPIES), 1),
         "subfolders": (_upto(_nonneg_int, limits.MAX_FILES), 0),
+        "row_group_size": (_upto(_positive_int, limits.MAX_SAMPLES_PER_FILE), 1024),
+        "columns": (_columns, ()),
     },
     "train": {
         "batch_size": (_upto(_positive_int, limits.MAX_BATCH), _REQUIRED),

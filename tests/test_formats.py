@@ -218,3 +218,55 @@ def test_indexed_binary_data_is_raws_bytes_written_in_bounded_pieces():
     assert np.concatenate(pieces).tobytes() == F.FORMATS["raw"].prepare(sizes, (4, 0, 1)).tobytes()
     assert max(len(p) for p in pieces) == form.PIECE and max(asked) <= form.PIECE + 2 * F.BLOCK
     assert sum(len(p) for p in pieces) == form.size_of(sizes) == int(sizes.sum())
+
+
+# ---------------------------------------------------------------- parquet --------------------
+
+PQ_COLUMNS = [{"name": "h", "dtype": "float16", "read": False}, {"name": "b", "dtype": "int8"},
+              {"name": "d", "dtype": "float64"}, {"name": "v", "dtype": "float32", "size": 5, "read": False},
+              {"name": "u", "dtype": "uint64"}]
+PQ_TYPES = {"h": "halffloat", "b": "int8", "d": "double", "v": "fixed_size_binary[20]", "u": "uint64"}
+
+
+def test_parquet_opens_in_pyarrow_with_its_schema_row_groups_and_values():
+    """A shard iodl writes without pyarrow is real parquet to pyarrow: schema, row groups (the last
+    one short), values (the PLAIN bytes at the chunk's place), and the chunk table iodl reads by."""
+    import io
+
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow (the test extra) reads the file back")
+    form = F.Parquet(PQ_COLUMNS, 512)
+    rows = 2048 + 100
+    sizes = np.full(rows, F.parquet_record_bytes(PQ_COLUMNS))
+    buf = form.prepare(sizes, (7, 0, 3))
+    assert len(buf) == form.size_of(sizes)
+    f = pq.ParquetFile(io.BytesIO(buf.tobytes()))
+    md = f.metadata
+    assert (md.num_rows, md.num_row_groups) == (rows, 5)
+    assert [md.row_group(g).num_rows for g in range(5)] == [512] * 4 + [100]
+    assert {n: str(f.schema_arrow.field(n).type) for n in PQ_TYPES} == PQ_TYPES
+    table = f.read()
+    chunks = form.layout(sizes)
+    for g in range(5):
+        for c, col in enumerate(PQ_COLUMNS):
+            m = md.row_group(g).column(c)
+            start, head, data, n = chunks[g, c].tolist()
+            assert (m.data_page_offset, m.total_compressed_size, m.num_values) == (start, head + data, n)
+    # row 600 (row group 1, its row 88) of the float64 column: its 8 bytes in the chunk
+    start, head = chunks[1, 2, 0], chunks[1, 2, 1]
+    assert table.column("d")[600].as_py() == np.frombuffer(buf[start + head + 88 * 8:][:8], "<f8")[0] or \
+        np.isnan(table.column("d")[600].as_py())
+    # a row group's reads: the read columns' chunks, adjacent ones (b, d) in one range
+    rpg, reads = form.row_group_reads(sizes)
+    assert rpg == 512 and reads[1].tolist() == [[chunks[1, 1, 0], chunks[1, 3, 0] - chunks[1, 1, 0]],
+                                                [chunks[1, 4, 0], chunks[1, 4, 1] + chunks[1, 4, 2]]]
+    # incompressible as every format's content
+    assert len(zlib.compress(buf.tobytes(), 1)) > 0.99 * len(buf)
+
+
+def test_parquet_columns_must_make_the_sample_size(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('[workload]\nname = "p"\n[dataset]\nformat = "parquet"\nfiles = 2\nsamples_per_file = 8\n'
+                    'sample_size = "9B"\ncolumns = [{ name = "a", dtype = "float64" }]\n'
+                    '[train]\nbatch_size = 2\ncompute_time_s = 0\n')
+    with pytest.raises(UsageError, match="rows of 8 bytes, but sample_size is 9"):
+        W.load_workload(str(path))

@@ -197,6 +197,17 @@ class _Interrupt:
         return self.event.is_set()
 
 
+def _row_groups(ds):
+    """parquet: the row group reads every shard shares (config.StepConfig.row_groups); else None."""
+    if ds.format != "parquet":
+        return None
+    import numpy as np
+
+    from ..formats import format_for
+
+    return format_for(ds).row_group_reads(np.full(ds.samples_per_file, ds.sample_size, dtype=np.int64))
+
+
 def _synthetic_layout(wl):
     """The null engine needs no dataset: shard and sample sizes come from the workload spec."""
     import numpy as np
@@ -337,7 +348,8 @@ def run(args) -> int:
                           sampling=args.sampling, shuffle=args.shuffle or wl.train.shuffle,
                           shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
                           steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access,
-                          read_threads=read_threads(args, wl))
+                          read_threads=read_threads(args, wl),
+                          row_groups=_row_groups(wl.dataset))
         total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span

@@ -108,7 +108,7 @@ def test_with_overrides_checks_and_replaces():
     assert wl.dataset.files == 16                     # frozen original untouched
     with pytest.raises(dataclasses.FrozenInstanceError):
         wl.name = "x"
-    for kw in ({"files": 0}, {"copies": -1}, {"format": "parquet"}, {"seed": -1}):
+    for kw in ({"files": 0}, {"copies": -1}, {"format": "csv"}, {"seed": -1}):
         with pytest.raises(UsageError):
             wl.with_overrides(**kw)
 
@@ -123,7 +123,7 @@ def test_with_overrides_checks_and_replaces():
     ('sample_size = "4KiB"', 'sample_size = "0B"', "[dataset] sample_size", "must be a positive size"),
     ('sample_size = "4KiB"', 'sample_size = "4 furlongs"', "[dataset] sample_size", "not a size"),
     ('sample_size = "4KiB"', "sample_size = 1.5", "[dataset] sample_size", "expected a size"),
-    ('format = "tfrecord"', 'format = "parquet"', "[dataset] format", "must be one of tfrecord, hdf5, npz, raw"),
+    ('format = "tfrecord"', 'format = "csv"', "[dataset] format", "must be one of tfrecord, hdf5, npz, raw"),
     ("compute_time_s = 0.01", "compute_time_s = -1", "[train] compute_time_s", "non-negative"),
     ('shuffle = "file"', 'shuffle = "yes"', "[train] shuffle", "must be one of"),
     ("iodepth = 8", "iodepth = 0", "[read] iodepth", "positive"),
