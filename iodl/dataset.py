@@ -495,52 +495,96 @@ def _check_shard_links(root: str, paths, mpath: str) -> None:
             raise UsageError(f"{mpath}: shard {path} resolves to {real}, outside {root}")
 
 
+_LIST_THREADS = 4   # stat threads per directory listed (_native.list_dir): a cold inode cache waits on the disk
+
+
 def _list_foreign(root: str) -> dict[str, np.ndarray]:
-    """Every regular file under root (recursive, sorted as os.walk with sorted names gives them):
-    relative names packed in one byte array, their offsets, their sizes. os.scandir: the kind of
-    each entry comes with the listing, a stat only for links."""
+    """Every regular file under root (recursive; in each directory its files by name, then its
+    subdirectories by name, as os.walk with sorted names gives them): relative names packed in one
+    byte array, their offsets, their sizes. Each directory is read and its files stat'ed in C
+    (_native.list_dir: no Python work per file); directories are opened relative to their parent
+    without following links. A symlink is followed only when it resolves inside the root (to a
+    file, or to a directory that is not one of its own ancestors); a FIFO, socket or device is
+    refused, a dangling link skipped."""
     import stat
 
+    from . import _native
+
     real_root = os.path.realpath(root)
-    names: list[bytes] = []
-    sizes: list[int] = []
-    broot = os.fsencode(root)
+    parts: list[tuple[bytes, np.ndarray, np.ndarray]] = []   # (names, offsets, sizes) of each directory, in order
 
-    def walk(dirpath: bytes, rel: bytes) -> None:
+    def refuse(path: bytes, why: str):
+        raise UsageError(f"dataset root {root}: {os.fsdecode(path)} {why}")
+
+    def walk(fd: int, rel: bytes, chain: tuple[str, ...]) -> None:
+        """The directory open on fd (ROOT/rel), then its subdirectories; closes fd. chain: the real
+        paths of the directories walked down to it, itself last (a link back up one is a loop)."""
         try:
-            with os.scandir(dirpath) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            raise UsageError(f"dataset root: {exc}") from None
-        subdirs = []
-        for e in entries:
-            if e.is_dir(follow_symlinks=True):
-                subdirs.append(e)
-                continue
             try:
-                st = e.stat(follow_symlinks=True)
-            except OSError:
-                continue  # dangling link
-            if not stat.S_ISREG(st.st_mode):
-                raise UsageError(f"dataset root {root}: {os.fsdecode(e.path)} is not a regular file (FIFO, socket or "
-                                 "device); iodl reads regular files only")
-            if e.is_symlink():
-                real = os.path.realpath(e.path)
-                if os.path.commonpath([os.fsencode(real_root), real]) != os.fsencode(real_root):
-                    raise UsageError(f"dataset root {root}: {os.fsdecode(e.path)} is a symlink to "
-                                     f"{os.fsdecode(real)}, outside the root")
-            names.append(rel + e.name)
-            sizes.append(st.st_size)
-        for d in subdirs:
-            walk(d.path, rel + d.name + b"/")
+                blob, offsets, sizes, rest = _native.list_dir(fd, rel, _LIST_THREADS)
+            except OSError as exc:
+                where = os.path.join(root, os.fsdecode(rel), os.fsdecode(exc.filename or b""))
+                raise UsageError(f"dataset root {root}: {where.rstrip('/')}: {exc.strerror}") from None
+            offsets, sizes = np.frombuffer(offsets, dtype=np.int64), np.frombuffer(sizes, dtype=np.int64)
+            subdirs: list[tuple[bytes, str | None]] = []   # (name, real path of a linked directory, else None)
+            linked: list[tuple[bytes, int]] = []           # (rel name, size) of links to files inside the root
+            for name, kind in rest:
+                path = os.path.join(os.fsencode(root), rel + name)
+                if kind == "d":
+                    subdirs.append((name, None))
+                elif kind == "o":
+                    refuse(path, "is not a regular file (FIFO, socket or device); iodl reads regular files only")
+                else:   # a link: judged by where it leads
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        continue   # dangling
+                    target = os.path.realpath(path)
+                    if os.path.commonpath([real_root, os.fsdecode(target)]) != real_root:
+                        refuse(path, f"is a symlink to {os.fsdecode(target)}, outside the root")
+                    if stat.S_ISDIR(st.st_mode):
+                        target = os.fsdecode(target)
+                        if any(os.path.commonpath([target, up]) == target for up in chain):
+                            refuse(path, "is a symlink to a directory it is inside (a loop)")
+                        subdirs.append((name, target))
+                    elif stat.S_ISREG(st.st_mode):
+                        linked.append((rel + name, st.st_size))
+                    else:
+                        refuse(path, "is not a regular file (FIFO, socket or device); iodl reads regular files only")
+            if linked:   # rare: merged into the name order in Python
+                names = [blob[offsets[i]:offsets[i + 1]] for i in range(len(sizes))] + [n for n, _s in linked]
+                all_sizes = sizes.tolist() + [s for _n, s in linked]
+                order = sorted(range(len(names)), key=names.__getitem__)
+                blob = b"".join(names[i] for i in order)
+                offsets = np.zeros(len(order) + 1, dtype=np.int64)
+                np.cumsum([len(names[i]) for i in order], out=offsets[1:])
+                sizes = np.array([all_sizes[i] for i in order], dtype=np.int64)
+            if len(sizes):
+                parts.append((blob, offsets, sizes))
+            for name, target in sorted(subdirs):
+                try:
+                    sub = (os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if target else
+                           os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd))
+                except OSError as exc:
+                    refuse(os.path.join(os.fsencode(root), rel + name), f"cannot be listed ({exc.strerror})")
+                walk(sub, rel + name + b"/", (*chain, target or os.path.join(chain[-1], os.fsdecode(name))))
+        finally:
+            os.close(fd)
 
-    walk(broot, b"")
-    if not names:
+    try:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UsageError(f"dataset root: {root}: {exc.strerror}") from None
+    walk(top, b"", (real_root,))
+    if not parts:
         raise UsageError(f"dataset root {root} is empty: no files to read (run iodl generate --root {root})")
-    offsets = np.zeros(len(names) + 1, dtype=np.int64)
-    np.cumsum([len(n) for n in names], out=offsets[1:])
-    return {"blob": np.frombuffer(b"".join(names), dtype=np.uint8), "offsets": offsets,
-            "sizes": np.array(sizes, dtype=np.int64)}
+    offsets = np.zeros(sum(len(p[2]) for p in parts) + 1, dtype=np.int64)
+    at, base = 1, 0
+    for _blob, offs, sizes in parts:   # each directory's offsets start at 0: shifted onto the joined names
+        offsets[at:at + len(sizes)] = offs[1:] + base
+        at, base = at + len(sizes), base + int(offs[-1])
+    return {"blob": np.frombuffer(b"".join(p[0] for p in parts), dtype=np.uint8), "offsets": offsets,
+            "sizes": np.concatenate([p[2] for p in parts])}
 
 
 def _open_foreign(root: str, group) -> Dataset:
