@@ -164,7 +164,8 @@ class Dataset:
     rank of the node through the page cache); the sample tables are maps of their .npy files too."""
 
     def __init__(self, root: str, manifest: dict | None, paths, sizes: np.ndarray, copies: int = 1,
-                 sample_sizes: np.ndarray | None = None, extents: np.ndarray | None = None, real_root: str = ""):
+                 sample_sizes: np.ndarray | None = None, extents: np.ndarray | None = None, real_root: str = "",
+                 stats: tuple[int, int] | None = None):
         self.root = root
         self.real_root = real_root or os.path.realpath(root)
         self.manifest = manifest
@@ -176,7 +177,9 @@ class Dataset:
         self._extents = extents        # (files, samples_per_file, 2) or None
         self._files = len(sizes) // copies if manifest else 0
         self.samples_per_shard = int(sample_sizes.shape[1]) if sample_sizes is not None else 1
-        self.total_bytes = int(np.sum(sizes, dtype=np.int64))
+        # (largest, total) of the sizes, given when known: a mapped size table is then not read
+        # whole by every rank for them (pages a rank touched count in its memory)
+        self.largest, self.total_bytes = stats or (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64)))
         self.shards = _Shards(self)
 
     def __repr__(self) -> str:
@@ -344,39 +347,78 @@ def _load_npy(path: str, mmap: bool = False) -> np.ndarray:
             raise ValueError(f"{path}: its header promises {data_bytes} bytes of data, the file holds "
                              f"{os.fstat(f.fileno()).st_size - f.tell()}")
         if mmap and data_bytes and not fortran:
-            return np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape)
+            table = np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape)
+            st = os.fstat(f.fileno())
+            table.source = (path, st.st_dev, st.st_ino)   # read again by _table_rows
+            return table
         f.seek(0)
         return np.load(f, allow_pickle=False)
 
 
-def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np.ndarray, name) -> None:
-    """Sample sizes and extents fit the files' stated sizes (vectorised: no work per file in Python)."""
+_CHECK_ROWS = 1 << 15   # table rows checked at a time (256 KiB of an int64 column)
+
+
+def _table_rows(table: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """table[start:stop]. A mapped table is read from its file (pread), not through the map: a check
+    of a whole table through the map would fault all of it into each rank's memory (8 MB per table at
+    1,000,000 files); only the rows of the shards a rank reads should be."""
+    if not isinstance(table, np.memmap):
+        return np.asarray(table[start:stop])
+    row = int(np.prod(table.shape[1:], dtype=np.int64)) * table.dtype.itemsize
+    want = (stop - start) * row
+    path, dev, ino = table.source
+    with _open_regular(path) as f:
+        st = os.fstat(f.fileno())
+        if (st.st_dev, st.st_ino) != (dev, ino):
+            raise ValueError(f"{path}: replaced while the dataset was being opened")
+        data = os.pread(f.fileno(), want, table.offset + start * row)
+    if len(data) != want:
+        raise ValueError(f"{path}: shorter than its header says")
+    return np.frombuffer(data, dtype=table.dtype).reshape((stop - start,) + table.shape[1:])
+
+
+def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np.ndarray, name) -> int:
+    """Sample sizes and extents fit the files' stated sizes (vectorised, a chunk of rows at a time:
+    no work per file in Python, memory bounded whatever the files). Returns (largest, sum) of the
+    stated sizes."""
     from . import limits
 
-    if sizes.ndim != 2 or sizes.shape[0] != files or not sizes.size or sizes.min() < 1:
-        raise ValueError(f"sample sizes have shape {sizes.shape} for {files} files, or a sample size below 1 byte")
+    if sizes.ndim != 2 or sizes.shape[0] != files or not sizes.size:
+        raise ValueError(f"sample sizes have shape {sizes.shape} for {files} files")
     if extents is not None and extents.shape != sizes.shape + (2,):
         raise ValueError(f"extents have shape {extents.shape}, expected {sizes.shape + (2,)}")
     if stated.shape != (files,):
         raise ValueError(f"file sizes have shape {stated.shape}, expected ({files},)")
-    if len(stated) and (stated.min() < 0 or stated.max() > limits.MAX_SHARD_SIZE):
-        i = int(np.argmax((stated < 0) | (stated > limits.MAX_SHARD_SIZE)))
-        raise UsageError(f"{mpath}: shard {name(i)!r}: size {int(stated[i])} is not a shard's size")
-    # every sample lies inside the size the manifest promises (the size each open then checks);
-    # float64 sums are exact far beyond MAX_SHARD_SIZE, and a forged size cannot wrap them around
     form = FORMATS[name.fmt]
-    if extents is not None:
-        ends = (extents[:, :, 0].astype(np.float64) + extents[:, :, 1]).max(axis=1)
-    elif form.size_of(np.asarray(sizes[0])) is not None:   # framing is the same per file: every file has as many samples
-        first = np.asarray(sizes[0])
-        ends = sizes.sum(axis=1, dtype=np.float64) + (form.size_of(first) - int(first.sum()))
-    else:
-        ends = np.zeros(files)
-    past = ends > stated.astype(np.float64)
-    if past.any():
-        i = int(np.argmax(past))
-        raise UsageError(f"{mpath}: shard {name(i)!r}: its samples end at byte {int(ends[i])}, "
-                         f"past the {int(stated[i])} bytes it states")
+    first = _table_rows(sizes, 0, 1)[0]
+    framing = form.size_of(first)   # the same per file (every file has as many samples), or None: npz, hdf5
+    total = largest = 0
+    for start in range(0, files, _CHECK_ROWS):
+        stop = min(files, start + _CHECK_ROWS)
+        sz, st = _table_rows(sizes, start, stop), _table_rows(stated, start, stop)
+        if sz.min() < 1:
+            raise ValueError("a sample size below 1 byte")
+        bad = (st < 0) | (st > limits.MAX_SHARD_SIZE)
+        if bad.any():
+            i = start + int(np.argmax(bad))
+            raise UsageError(f"{mpath}: shard {name(i)!r}: size {int(stated[i])} is not a shard's size")
+        # every sample lies inside the size the manifest promises (the size each open then checks);
+        # float64 sums are exact far beyond MAX_SHARD_SIZE, and a forged size cannot wrap them around
+        if extents is not None:
+            ex = _table_rows(extents, start, stop)
+            ends = (ex[:, :, 0].astype(np.float64) + ex[:, :, 1]).max(axis=1)
+        elif framing is not None:
+            ends = sz.sum(axis=1, dtype=np.float64) + (framing - int(first.sum()))
+        else:
+            ends = np.zeros(len(st))
+        past = ends > st.astype(np.float64)
+        if past.any():
+            j = int(np.argmax(past))
+            raise UsageError(f"{mpath}: shard {name(start + j)!r}: its samples end at byte {int(ends[j])}, "
+                             f"past the {int(st[j])} bytes it states")
+        total += int(st.sum(dtype=np.int64))
+        largest = max(largest, int(st.max()))
+    return largest, total
 
 
 def _copies_and_folders(root: str, manifest: dict, mpath: str, files: int):
@@ -432,11 +474,11 @@ def _open_iodl(root: str, manifest: dict) -> Dataset:
     extents = None
     if manifest.get("extents"):
         extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"), mmap=True)
-    _check_tables(mpath, files, sizes, extents, stated, _Namer(manifest["format"], files))
+    largest, total = _check_tables(mpath, files, sizes, extents, stated, _Namer(manifest["format"], files))
     copies = len(folder_dirs)
     shard_sizes = stated.astype(np.int64, copy=False) if copies == 1 else np.tile(stated, copies).astype(np.int64)
     paths = GeneratedPaths(folder_dirs, manifest["format"], files, os.path.realpath(root))
-    return Dataset(root, manifest, paths, shard_sizes, copies, sizes, extents)
+    return Dataset(root, manifest, paths, shard_sizes, copies, sizes, extents, stats=(largest, total * copies))
 
 
 def _open_v1(root: str, manifest: dict) -> Dataset:
