@@ -222,9 +222,10 @@ def by_listing(args) -> None:
                 f"(ext4 on the VM's disk); {os.cpu_count()} cores shared with other work. Each way lists it whole, names\n"
                 "and sizes, in this process: `scandir (before)` is iodl's walk before this change (os.scandir,\n"
                 f"DirEntry.stat, one thread); `list_dir (after)` is dataset._list_foreign now (readdir and fstatat in C,\n"
-                f"{dataset._LIST_THREADS} stat threads, the GIL released). Cold: page, dentry and inode caches dropped "
-                "first. Both listings\nare checked equal, name for name and size for size. Median of "
-                f"{args.repeat} interleaved rounds.\n\n"
+                f"{dataset._LIST_THREADS} stat threads, the GIL released)."
+                + (" Cold: page, dentry and inode caches dropped first." if cold_ok else "")
+                + "\nBoth listings are checked equal, name for name and size for size. Median of "
+                f"{args.repeat} interleaved rounds.{(' ' + args.note) if args.note else ''}\n\n"
                 "| way | cache | median s | files/s | runs (s) |\n|---|---|---|---|---|\n")
         for k, v in times.items():
             if v:
@@ -249,6 +250,7 @@ def main() -> None:
     ap.add_argument("--name", default="scale-files", help="--files: results go to bench/results/NAME.{json,md}")
     ap.add_argument("--listing", type=int, metavar="N", help="time listing a plain directory of N files (see above)")
     ap.add_argument("--cold", action="store_true", help="--listing: also list after dropping the caches (root)")
+    ap.add_argument("--note", default="", help="--listing: a sentence on the run's conditions for the results")
     args = ap.parse_args()
     if args.listing:
         return by_listing(args)
