@@ -625,15 +625,18 @@ def _list_foreign(root: str) -> dict[str, np.ndarray]:
     for _blob, offs, sizes in parts:   # each directory's offsets start at 0: shifted onto the joined names
         offsets[at:at + len(sizes)] = offs[1:] + base
         at, base = at + len(sizes), base + int(offs[-1])
+    sizes = np.concatenate([p[2] for p in parts])
     return {"blob": np.frombuffer(b"".join(p[0] for p in parts), dtype=np.uint8), "offsets": offsets,
-            "sizes": np.concatenate([p[2] for p in parts])}
+            "sizes": sizes, "stats": np.array([sizes.max(), sizes.sum()], dtype=np.int64)}
 
 
 def _open_foreign(root: str, group) -> Dataset:
     from .comm import node_shared_arrays
 
     arrays = node_shared_arrays(group, lambda: _list_foreign(root))
-    return Dataset(root, None, ListedPaths(root, arrays["blob"], arrays["offsets"]), arrays["sizes"])
+    # (largest, total) from the listing rank: the others need not read the shared sizes whole for them
+    stats = (int(arrays["stats"][0]), int(arrays["stats"][1]))
+    return Dataset(root, None, ListedPaths(root, arrays["blob"], arrays["offsets"]), arrays["sizes"], stats=stats)
 
 
 def validate_block(per_rank: list[tuple[int, int, int]], bytes_read: int) -> dict:
