@@ -15,7 +15,17 @@ Dataset size instead: the `raw` workload, 1 sample of 4 KiB per file, generated 
 count under --data (kept for re-runs), read by `iodl read --pattern train-sync --steps 20` at each
 --ranks; per-rank RSS and PSS (median over ranks) and start-up (the slowest rank) at each size, and
 what going from the smallest to the largest adds. Goal: <= 10 MB RSS and <= 0.5 s start-up.
-Writes bench/results/scale-files.{json,md}.
+Writes bench/results/scale-files.{json,md} (--name NAME: NAME.{json,md}).
+
+    python bench/bench_scale.py --listing 200000 [--data /var/tmp/iodl-scale] [--repeat 5] [--cold]
+
+Listing a plain directory (no manifest): N files of 4 KiB made by a plain create-write-close loop
+into one directory (kept under --data for re-runs), listed in this process by iodl.dataset's
+_list_foreign (names by readdir and sizes by fstatat on several threads, in C) and by the
+os.scandir walk it replaced (kept below as the reference), warm (inodes cached) and with --cold
+also cold (the machine's caches dropped before each listing: root only, and felt by anyone else
+running on the machine), interleaved, --repeat rounds, medians; both must give the same names
+and sizes. Writes bench/results/listing-plain-dir.{json,md}.
 """
 import argparse
 import json
@@ -111,12 +121,12 @@ def by_files(args) -> None:
                        "startup_s_max": round(hi["startup_s_max"] - lo["startup_s_max"], 3)})
     met = all(g["rss_mb_median"] <= 10 and g["startup_s_max"] <= 0.5 for g in growth if g["layout"] == "iodl")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "scale-files.json"), "w") as f:
+    with open(os.path.join(HERE, "results", f"{args.name}.json"), "w") as f:
         json.dump({"nproc": os.cpu_count(), "rows": rows, "growth": growth, "goal": {"rss_mb": 10, "startup_s": 0.5},
                    "met": met}, f, indent=2)
     cols = ["layout", "files", "ranks", "startup_s_max", "startup_s_median", "rss_mb_median", "pss_mb_median", "rss_mb_rank0",
             "wall_s", "steps"]
-    with open(os.path.join(HERE, "results", "scale-files.md"), "w") as f:
+    with open(os.path.join(HERE, "results", f"{args.name}.md"), "w") as f:
         f.write(f"# Per-rank cost of a dataset's size on {os.cpu_count()} cores (`python bench/bench_scale.py "
                 f"--files {args.files} --ranks {args.ranks}`)\n\n"
                 "`raw` workload, 1 sample of 4 KiB per file, `iodl read --pattern train-sync --steps 20` (batch 32);\n"
@@ -137,14 +147,113 @@ def by_files(args) -> None:
                 "per node before any reads: its start-up grows with the files, once per node.\n")
 
 
+def scandir_listing(root: str) -> tuple[list[bytes], list[int]]:
+    """The listing iodl did before _native.list_dir: os.scandir and DirEntry.stat in Python, one
+    thread (links and non-regular files left out here: the bench's directory has none)."""
+    names, sizes = [], []
+
+    def walk(dirpath: bytes, rel: bytes) -> None:
+        with os.scandir(dirpath) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        subdirs = []
+        for e in entries:
+            if e.is_dir(follow_symlinks=True):
+                subdirs.append(e)
+                continue
+            st = e.stat(follow_symlinks=True)
+            names.append(rel + e.name)
+            sizes.append(st.st_size)
+        for d in subdirs:
+            walk(d.path, rel + d.name + b"/")
+
+    walk(os.fsencode(root), b"")
+    return names, sizes
+
+
+def plain_dir(path: str, files: int) -> str:
+    """A directory of `files` 4 KiB files made by a plain loop (not iodl generate), kept for re-runs."""
+    done = path + ".done"
+    if os.path.exists(done):
+        return path
+    os.makedirs(path, exist_ok=True)
+    data = os.urandom(4096)
+    for i in range(files):
+        fd = os.open(f"{path}/f{i:07d}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+    open(done, "w").close()
+    return path
+
+
+def by_listing(args) -> None:
+    sys.path.insert(0, os.path.dirname(HERE))
+    from iodl import dataset
+
+    files = args.listing
+    root = plain_dir(os.path.join(args.data, f"plain-{files}"), files)
+    cold_ok = args.cold and os.geteuid() == 0
+    new = dataset._list_foreign(root)
+    names, sizes = scandir_listing(root)
+    assert new["sizes"].tolist() == sizes and len(names) == files
+    assert new["blob"].tobytes() == b"".join(names), "the two listings differ"
+    ways = {"scandir (before)": lambda: scandir_listing(root), "list_dir (after)": lambda: dataset._list_foreign(root)}
+    times: dict[str, list[float]] = {f"{w}, {c}": [] for w in ways for c in ("warm", "cold")}
+    for j in range(args.repeat):
+        for way in (list(ways) if j % 2 == 0 else list(reversed(ways))):
+            for cache in ("cold", "warm") if cold_ok else ("warm",):
+                if cache == "cold":
+                    from iodl.groundtruth import drop_caches
+
+                    drop_caches()
+                t = time.perf_counter()
+                ways[way]()
+                times[f"{way}, {cache}"].append(time.perf_counter() - t)
+        print(json.dumps({k: round(v[-1], 3) for k, v in times.items() if v}), flush=True)
+    med = {k: statistics.median(v) for k, v in times.items() if v}
+    result = {"files": files, "root": root, "nproc": os.cpu_count(), "repeat": args.repeat,
+              "threads": dataset._LIST_THREADS, "seconds": times, "median_s": med}
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "listing-plain-dir.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(HERE, "results", "listing-plain-dir.md"), "w") as f:
+        f.write(f"# Listing a plain directory of {files:,} files (`python bench/bench_scale.py --listing {files} "
+                f"--repeat {args.repeat}`)\n\n"
+                f"One directory of {files:,} files of 4 KiB made by a plain create-write-close loop under {args.data}\n"
+                f"(ext4 on the VM's disk); {os.cpu_count()} cores shared with other work. Each way lists it whole, names\n"
+                "and sizes, in this process: `scandir (before)` is iodl's walk before this change (os.scandir,\n"
+                f"DirEntry.stat, one thread); `list_dir (after)` is dataset._list_foreign now (readdir and fstatat in C,\n"
+                f"{dataset._LIST_THREADS} stat threads, the GIL released)."
+                + (" Cold: page, dentry and inode caches dropped first." if cold_ok else "")
+                + "\nBoth listings are checked equal, name for name and size for size. Median of "
+                f"{args.repeat} interleaved rounds.{(' ' + args.note) if args.note else ''}\n\n"
+                "| way | cache | median s | files/s | runs (s) |\n|---|---|---|---|---|\n")
+        for k, v in times.items():
+            if v:
+                way, cache = k.split(", ")
+                f.write(f"| {way} | {cache} | {med[k]:.3f} | {files / med[k]:,.0f} | "
+                        f"{', '.join(f'{x:.3f}' for x in v)} |\n")
+        for cache in ("warm", "cold"):
+            a, b = med.get(f"scandir (before), {cache}"), med.get(f"list_dir (after), {cache}")
+            if a and b:
+                f.write(f"\n{cache.capitalize()}: {a / b:.1f}x quicker ({a:.2f} s -> {b:.2f} s).")
+        f.write("\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="2,72")
     ap.add_argument("--root", help="a resnet50 dataset (iodl generate --workload resnet50 --files 8)")
     ap.add_argument("--files", help="file counts of raw 4 KiB datasets, e.g. 10000,200000 (see above)")
     ap.add_argument("--data", default="/var/tmp/iodl-scale", help="where --files datasets are generated")
-    ap.add_argument("--repeat", type=int, default=3, help="--files: runs per row, the quickest start-up kept")
+    ap.add_argument("--repeat", type=int, default=3, help="--files: runs per row, the quickest start-up kept; "
+                    "--listing: rounds")
+    ap.add_argument("--name", default="scale-files", help="--files: results go to bench/results/NAME.{json,md}")
+    ap.add_argument("--listing", type=int, metavar="N", help="time listing a plain directory of N files (see above)")
+    ap.add_argument("--cold", action="store_true", help="--listing: also list after dropping the caches (root)")
+    ap.add_argument("--note", default="", help="--listing: a sentence on the run's conditions for the results")
     args = ap.parse_args()
+    if args.listing:
+        return by_listing(args)
     if args.files:
         return by_files(args)
     rows = []

@@ -212,3 +212,9 @@ def write_files(dirfd: int, prefix: str, width: int, tail: str, temp_suffix: str
     # (a stale regular temp or a link there is unlinked first, anything else refused), written whole from
     # buffer[offset:offset + length], closed, renamed; the GIL is released throughout. indices, offsets and
     # lengths: int64 arrays. OSError(errno, what, temp name) on the first failure, its temp removed.
+def list_dir(dirfd: int, prefix: bytes, threads: int) -> tuple[bytes, bytes, bytes, list[tuple[bytes, str]]]: ...
+    # one directory of a plain dataset root: (names, offsets, sizes, rest). names: prefix + name of each regular file,
+    # packed in bytewise name order; offsets: (files + 1) int64 into names; sizes: (files,) int64 (numpy.frombuffer
+    # both). rest: (name, kind) of every other entry, kind 'd' directory, 'l' symlink (never followed), 'o' FIFO,
+    # socket or device. Sizes by fstatat(AT_SYMLINK_NOFOLLOW) on `threads` threads (1 below 2,048 entries), the GIL
+    # released; an entry removed meanwhile is left out. OSError naming the entry on another stat failure.

@@ -166,7 +166,8 @@ class Dataset:
     rank of the node through the page cache); the sample tables are maps of their .npy files too."""
 
     def __init__(self, root: str, manifest: dict | None, paths, sizes: np.ndarray, copies: int = 1,
-                 sample_sizes: np.ndarray | None = None, extents: np.ndarray | None = None, real_root: str = ""):
+                 sample_sizes: np.ndarray | None = None, extents: np.ndarray | None = None, real_root: str = "",
+                 stats: tuple[int, int] | None = None):
         self.root = root
         self.real_root = real_root or os.path.realpath(root)
         self.manifest = manifest
@@ -178,7 +179,9 @@ class Dataset:
         self._extents = extents        # (files, samples_per_file, 2) or None
         self._files = len(sizes) // copies if manifest else 0
         self.samples_per_shard = int(sample_sizes.shape[1]) if sample_sizes is not None else 1
-        self.total_bytes = int(np.sum(sizes, dtype=np.int64))
+        # (largest, total) of the sizes, given when known: a mapped size table is then not read
+        # whole by every rank for them (pages a rank touched count in its memory)
+        self.largest, self.total_bytes = stats or (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64)))
         self.shards = _Shards(self)
         self._form = None              # formats.Format of a generated dataset, made when first needed
 
@@ -347,7 +350,10 @@ def _load_npy(path: str, mmap: bool = False) -> np.ndarray:
             raise ValueError(f"{path}: its header promises {data_bytes} bytes of data, the file holds "
                              f"{os.fstat(f.fileno()).st_size - f.tell()}")
         if mmap and data_bytes and not fortran:
-            return np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape)
+            table = np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape)
+            st = os.fstat(f.fileno())
+            table.source = (path, st.st_dev, st.st_ino)   # read again by _table_rows
+            return table
         f.seek(0)
         return np.load(f, allow_pickle=False)
 
@@ -357,34 +363,71 @@ def _form_of(manifest: dict):
     return format_for({**manifest.get("spec", {}), "format": manifest["format"]})
 
 
-def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np.ndarray, name, form=None) -> None:
-    """Sample sizes and extents fit the files' stated sizes (vectorised: no work per file in Python)."""
+_CHECK_ROWS = 1 << 15   # table rows checked at a time (256 KiB of an int64 column)
+
+
+def _table_rows(table: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """table[start:stop]. A mapped table is read from its file (pread), not through the map: a check
+    of a whole table through the map would fault all of it into each rank's memory (8 MB per table at
+    1,000,000 files); only the rows of the shards a rank reads should be."""
+    if not isinstance(table, np.memmap):
+        return np.asarray(table[start:stop])
+    row = int(np.prod(table.shape[1:], dtype=np.int64)) * table.dtype.itemsize
+    want = (stop - start) * row
+    path, dev, ino = table.source
+    with _open_regular(path) as f:
+        st = os.fstat(f.fileno())
+        if (st.st_dev, st.st_ino) != (dev, ino):
+            raise ValueError(f"{path}: replaced while the dataset was being opened")
+        data = os.pread(f.fileno(), want, table.offset + start * row)
+    if len(data) != want:
+        raise ValueError(f"{path}: shorter than its header says")
+    return np.frombuffer(data, dtype=table.dtype).reshape((stop - start,) + table.shape[1:])
+
+
+def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np.ndarray, name,
+                  form=None) -> tuple[int, int]:
+    """Sample sizes and extents fit the files' stated sizes (vectorised, a chunk of rows at a time:
+    no work per file in Python, memory bounded whatever the files). Returns (largest, sum) of the
+    stated sizes."""
     from . import limits
 
-    if sizes.ndim != 2 or sizes.shape[0] != files or not sizes.size or sizes.min() < 1:
-        raise ValueError(f"sample sizes have shape {sizes.shape} for {files} files, or a sample size below 1 byte")
+    if sizes.ndim != 2 or sizes.shape[0] != files or not sizes.size:
+        raise ValueError(f"sample sizes have shape {sizes.shape} for {files} files")
     if extents is not None and extents.shape != sizes.shape + (2,):
         raise ValueError(f"extents have shape {extents.shape}, expected {sizes.shape + (2,)}")
     if stated.shape != (files,):
         raise ValueError(f"file sizes have shape {stated.shape}, expected ({files},)")
-    if len(stated) and (stated.min() < 0 or stated.max() > limits.MAX_SHARD_SIZE):
-        i = int(np.argmax((stated < 0) | (stated > limits.MAX_SHARD_SIZE)))
-        raise UsageError(f"{mpath}: shard {name(i)!r}: size {int(stated[i])} is not a shard's size")
-    # every sample lies inside the size the manifest promises (the size each open then checks);
-    # float64 sums are exact far beyond MAX_SHARD_SIZE, and a forged size cannot wrap them around
     form = form or FORMATS[name.fmt]
-    if extents is not None:
-        ends = (extents[:, :, 0].astype(np.float64) + extents[:, :, 1]).max(axis=1)
-    elif form.size_of(np.asarray(sizes[0])) is not None:   # framing is the same per file: every file has as many samples
-        first = np.asarray(sizes[0])
-        ends = sizes.sum(axis=1, dtype=np.float64) + (form.size_of(first) - int(first.sum()))
-    else:
-        ends = np.zeros(files)
-    past = ends > stated.astype(np.float64)
-    if past.any():
-        i = int(np.argmax(past))
-        raise UsageError(f"{mpath}: shard {name(i)!r}: its samples end at byte {int(ends[i])}, "
-                         f"past the {int(stated[i])} bytes it states")
+    first = _table_rows(sizes, 0, 1)[0]
+    framing = form.size_of(first)   # the same per file (every file has as many samples), or None: npz, hdf5
+    total = largest = 0
+    for start in range(0, files, _CHECK_ROWS):
+        stop = min(files, start + _CHECK_ROWS)
+        sz, st = _table_rows(sizes, start, stop), _table_rows(stated, start, stop)
+        if sz.min() < 1:
+            raise ValueError("a sample size below 1 byte")
+        bad = (st < 0) | (st > limits.MAX_SHARD_SIZE)
+        if bad.any():
+            i = start + int(np.argmax(bad))
+            raise UsageError(f"{mpath}: shard {name(i)!r}: size {int(stated[i])} is not a shard's size")
+        # every sample lies inside the size the manifest promises (the size each open then checks);
+        # float64 sums are exact far beyond MAX_SHARD_SIZE, and a forged size cannot wrap them around
+        if extents is not None:
+            ex = _table_rows(extents, start, stop)
+            ends = (ex[:, :, 0].astype(np.float64) + ex[:, :, 1]).max(axis=1)
+        elif framing is not None:
+            ends = sz.sum(axis=1, dtype=np.float64) + (framing - int(first.sum()))
+        else:
+            ends = np.zeros(len(st))
+        past = ends > st.astype(np.float64)
+        if past.any():
+            j = int(np.argmax(past))
+            raise UsageError(f"{mpath}: shard {name(start + j)!r}: its samples end at byte {int(ends[j])}, "
+                             f"past the {int(st[j])} bytes it states")
+        total += int(st.sum(dtype=np.int64))
+        largest = max(largest, int(st.max()))
+    return largest, total
 
 
 def _copies_and_folders(root: str, manifest: dict, mpath: str, files: int):
@@ -440,11 +483,12 @@ def _open_iodl(root: str, manifest: dict) -> Dataset:
     extents = None
     if manifest.get("extents"):
         extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"), mmap=True)
-    _check_tables(mpath, files, sizes, extents, stated, _Namer(manifest["format"], files), _form_of(manifest))
+    largest, total = _check_tables(mpath, files, sizes, extents, stated, _Namer(manifest["format"], files),
+                                   _form_of(manifest))
     copies = len(folder_dirs)
     shard_sizes = stated.astype(np.int64, copy=False) if copies == 1 else np.tile(stated, copies).astype(np.int64)
     paths = GeneratedPaths(folder_dirs, manifest["format"], files, os.path.realpath(root))
-    return Dataset(root, manifest, paths, shard_sizes, copies, sizes, extents)
+    return Dataset(root, manifest, paths, shard_sizes, copies, sizes, extents, stats=(largest, total * copies))
 
 
 def _open_v1(root: str, manifest: dict) -> Dataset:
@@ -503,59 +547,106 @@ def _check_shard_links(root: str, paths, mpath: str) -> None:
             raise UsageError(f"{mpath}: shard {path} resolves to {real}, outside {root}")
 
 
+_LIST_THREADS = 4   # stat threads per directory listed (_native.list_dir): a cold inode cache waits on the disk
+
+
 def _list_foreign(root: str) -> dict[str, np.ndarray]:
-    """Every regular file under root (recursive, sorted as os.walk with sorted names gives them):
-    relative names packed in one byte array, their offsets, their sizes. os.scandir: the kind of
-    each entry comes with the listing, a stat only for links."""
+    """Every regular file under root (recursive; in each directory its files by name, then its
+    subdirectories by name, as os.walk with sorted names gives them): relative names packed in one
+    byte array, their offsets, their sizes. Each directory is read and its files stat'ed in C
+    (_native.list_dir: no Python work per file); directories are opened relative to their parent
+    without following links. A symlink is followed only when it resolves inside the root (to a
+    file, or to a directory that is not one of its own ancestors); a FIFO, socket or device is
+    refused, a dangling link skipped."""
     import stat
 
+    from . import _native
+
     real_root = os.path.realpath(root)
-    names: list[bytes] = []
-    sizes: list[int] = []
-    broot = os.fsencode(root)
+    parts: list[tuple[bytes, np.ndarray, np.ndarray]] = []   # (names, offsets, sizes) of each directory, in order
 
-    def walk(dirpath: bytes, rel: bytes) -> None:
+    def refuse(path: bytes, why: str):
+        raise UsageError(f"dataset root {root}: {os.fsdecode(path)} {why}")
+
+    def walk(fd: int, rel: bytes, chain: tuple[str, ...]) -> None:
+        """The directory open on fd (ROOT/rel), then its subdirectories; closes fd. chain: the real
+        paths of the directories walked down to it, itself last (a link back up one is a loop)."""
         try:
-            with os.scandir(dirpath) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            raise UsageError(f"dataset root: {exc}") from None
-        subdirs = []
-        for e in entries:
-            if e.is_dir(follow_symlinks=True):
-                subdirs.append(e)
-                continue
             try:
-                st = e.stat(follow_symlinks=True)
-            except OSError:
-                continue  # dangling link
-            if not stat.S_ISREG(st.st_mode):
-                raise UsageError(f"dataset root {root}: {os.fsdecode(e.path)} is not a regular file (FIFO, socket or "
-                                 "device); iodl reads regular files only")
-            if e.is_symlink():
-                real = os.path.realpath(e.path)
-                if os.path.commonpath([os.fsencode(real_root), real]) != os.fsencode(real_root):
-                    raise UsageError(f"dataset root {root}: {os.fsdecode(e.path)} is a symlink to "
-                                     f"{os.fsdecode(real)}, outside the root")
-            names.append(rel + e.name)
-            sizes.append(st.st_size)
-        for d in subdirs:
-            walk(d.path, rel + d.name + b"/")
+                blob, offsets, sizes, rest = _native.list_dir(fd, rel, _LIST_THREADS)
+            except OSError as exc:
+                where = os.path.join(root, os.fsdecode(rel), os.fsdecode(exc.filename or b""))
+                raise UsageError(f"dataset root {root}: {where.rstrip('/')}: {exc.strerror}") from None
+            offsets, sizes = np.frombuffer(offsets, dtype=np.int64), np.frombuffer(sizes, dtype=np.int64)
+            subdirs: list[tuple[bytes, str | None]] = []   # (name, real path of a linked directory, else None)
+            linked: list[tuple[bytes, int]] = []           # (rel name, size) of links to files inside the root
+            for name, kind in rest:
+                path = os.path.join(os.fsencode(root), rel + name)
+                if kind == "d":
+                    subdirs.append((name, None))
+                elif kind == "o":
+                    refuse(path, "is not a regular file (FIFO, socket or device); iodl reads regular files only")
+                else:   # a link: judged by where it leads
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        continue   # dangling
+                    target = os.path.realpath(path)
+                    if os.path.commonpath([real_root, os.fsdecode(target)]) != real_root:
+                        refuse(path, f"is a symlink to {os.fsdecode(target)}, outside the root")
+                    if stat.S_ISDIR(st.st_mode):
+                        target = os.fsdecode(target)
+                        if any(os.path.commonpath([target, up]) == target for up in chain):
+                            refuse(path, "is a symlink to a directory it is inside (a loop)")
+                        subdirs.append((name, target))
+                    elif stat.S_ISREG(st.st_mode):
+                        linked.append((rel + name, st.st_size))
+                    else:
+                        refuse(path, "is not a regular file (FIFO, socket or device); iodl reads regular files only")
+            if linked:   # rare: merged into the name order in Python
+                names = [blob[offsets[i]:offsets[i + 1]] for i in range(len(sizes))] + [n for n, _s in linked]
+                all_sizes = sizes.tolist() + [s for _n, s in linked]
+                order = sorted(range(len(names)), key=names.__getitem__)
+                blob = b"".join(names[i] for i in order)
+                offsets = np.zeros(len(order) + 1, dtype=np.int64)
+                np.cumsum([len(names[i]) for i in order], out=offsets[1:])
+                sizes = np.array([all_sizes[i] for i in order], dtype=np.int64)
+            if len(sizes):
+                parts.append((blob, offsets, sizes))
+            for name, target in sorted(subdirs):
+                try:
+                    sub = (os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if target else
+                           os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd))
+                except OSError as exc:
+                    refuse(os.path.join(os.fsencode(root), rel + name), f"cannot be listed ({exc.strerror})")
+                walk(sub, rel + name + b"/", (*chain, target or os.path.join(chain[-1], os.fsdecode(name))))
+        finally:
+            os.close(fd)
 
-    walk(broot, b"")
-    if not names:
+    try:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UsageError(f"dataset root: {root}: {exc.strerror}") from None
+    walk(top, b"", (real_root,))
+    if not parts:
         raise UsageError(f"dataset root {root} is empty: no files to read (run iodl generate --root {root})")
-    offsets = np.zeros(len(names) + 1, dtype=np.int64)
-    np.cumsum([len(n) for n in names], out=offsets[1:])
-    return {"blob": np.frombuffer(b"".join(names), dtype=np.uint8), "offsets": offsets,
-            "sizes": np.array(sizes, dtype=np.int64)}
+    offsets = np.zeros(sum(len(p[2]) for p in parts) + 1, dtype=np.int64)
+    at, base = 1, 0
+    for _blob, offs, sizes in parts:   # each directory's offsets start at 0: shifted onto the joined names
+        offsets[at:at + len(sizes)] = offs[1:] + base
+        at, base = at + len(sizes), base + int(offs[-1])
+    sizes = np.concatenate([p[2] for p in parts])
+    return {"blob": np.frombuffer(b"".join(p[0] for p in parts), dtype=np.uint8), "offsets": offsets,
+            "sizes": sizes, "stats": np.array([sizes.max(), sizes.sum()], dtype=np.int64)}
 
 
 def _open_foreign(root: str, group) -> Dataset:
     from .comm import node_shared_arrays
 
     arrays = node_shared_arrays(group, lambda: _list_foreign(root))
-    return Dataset(root, None, ListedPaths(root, arrays["blob"], arrays["offsets"]), arrays["sizes"])
+    # (largest, total) from the listing rank: the others need not read the shared sizes whole for them
+    stats = (int(arrays["stats"][0]), int(arrays["stats"][1]))
+    return Dataset(root, None, ListedPaths(root, arrays["blob"], arrays["offsets"]), arrays["sizes"], stats=stats)
 
 
 def validate_block(per_rank: list[tuple[int, int, int]], bytes_read: int) -> dict:

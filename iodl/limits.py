@@ -173,7 +173,8 @@ def check_read_options(args) -> int | None:
     return check_block_size("--block-size", parse_size(args.block_size, "--block-size"), args.direct)
 
 
-def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, batch_size: int) -> tuple[int, int, str]:
+def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, batch_size: int,
+               stats: tuple[int, int] | None = None) -> tuple[int, int, str]:
     """(requests in the largest plan one engine call gets, bytes of plans a rank holds at the peak,
     what that largest plan is), from the shards' real sizes.
 
@@ -183,12 +184,15 @@ def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, bat
     Step patterns keep up to CACHED_SHARDS whole-shard plans (and sample ends) and build one step
     of batch_size samples at a time; bytes = cached x (shard rows x PLAN_ROW + 16 x samples per
     shard) + step rows x STEP_ROW_PEAK, step rows = batch x mean sample / block + shards it spans.
+    stats: (largest, total) of sizes when known (a dataset's: its mapped size table is then not
+    read whole by every rank).
     """
     from . import plan
 
     import numpy as np
 
-    largest, total, n = int(np.max(sizes)), int(np.sum(sizes, dtype=np.int64)), len(sizes)
+    largest, total = stats or (int(np.max(sizes)), int(np.sum(sizes, dtype=np.int64)))
+    n = len(sizes)
     if pattern in ("train-sync", "infer-async"):
         from .training import SampleStream
 
@@ -208,10 +212,10 @@ def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, bat
 
 
 def check_plans(pattern: str, sizes, samples_per_shard: int, block_size: int, batch_size: int,
-                what: str = "--block-size") -> None:
+                what: str = "--block-size", stats: tuple[int, int] | None = None) -> None:
     """Refuse before reading when one plan would exceed MAX_PLAN_ROWS requests (minutes of Python
     before the first read) or the plans would not fit in this host's memory (plan_needs)."""
-    rows, need, plan_of = plan_needs(pattern, sizes, samples_per_shard, block_size, batch_size)
+    rows, need, plan_of = plan_needs(pattern, sizes, samples_per_shard, block_size, batch_size, stats)
     if rows > MAX_PLAN_ROWS:
         raise UsageError(f"{what}: {block_size}: {plan_of} would be {rows:,} requests of {block_size:,} bytes: "
                          f"at most {MAX_PLAN_ROWS:,} per plan (use a larger block size)")

@@ -901,12 +901,17 @@ static PyObject *py_node_barrier(PyObject *Py_UNUSED(m), PyObject *args)
 }
 
 PyObject *iodl_py_write_files(PyObject *m, PyObject *args);   /* smallfiles.c */
+PyObject *iodl_py_list_dir(PyObject *m, PyObject *args);      /* listing.c */
 
 static PyMethodDef module_methods[] = {
 	{ "write_files", iodl_py_write_files, METH_VARARGS,
 	  "write_files(dirfd, prefix, width, tail, temp_suffix, indices, buffer, offsets, lengths): files named "
 	  "prefix + index (zero-padded to width) + tail in dirfd, each created exclusively under its temp name "
 	  "(never through a link), written from buffer[offset:offset+length], closed and renamed" },
+	{ "list_dir", iodl_py_list_dir, METH_VARARGS,
+	  "list_dir(dirfd, prefix, threads) -> (names, offsets, sizes, rest): the directory's regular files by "
+	  "name (prefix + name packed, int64 offsets and sizes as bytes), stat'ed on `threads` threads without "
+	  "following links; rest: [(name, kind)] of the other entries, kind 'd' directory, 'l' link, 'o' other" },
 	{ "node_barrier", py_node_barrier, METH_VARARGS,
 	  "node_barrier(shared_buffer, nranks, flag) -> OR of the round's flags; waits in the kernel" },
 	{ "engines", py_engines, METH_NOARGS, "compiled-in engine names" },

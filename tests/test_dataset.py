@@ -240,6 +240,75 @@ def test_foreign_root_is_refused_and_untouched(tmp_path):
     assert tree(root) == before
 
 
+def _walk_truth(root):
+    """(relative name, size) of every file a plain root holds, in the order a foreign dataset lists
+    them: in each directory its files by name (links followed, dangling ones skipped), then its
+    subdirectories by name. Plain os.listdir and os.stat, one at a time."""
+    out = []
+
+    def walk(d, rel):
+        subs = []
+        for n in sorted(os.listdir(d)):
+            p = os.path.join(d, n)
+            if os.path.isdir(p):
+                subs.append(n)
+            elif os.path.exists(p):
+                out.append((rel + n, os.stat(p).st_size))
+        for n in subs:
+            walk(os.path.join(d, n), rel + n + b"/")
+
+    walk(os.fsencode(root), b"")
+    return out
+
+
+def test_plain_root_listing_matches_a_walk_and_stat(tmp_path):
+    """20,000 files (one flat directory of 15,000, stat'ed on several threads, and small nested
+    ones), sizes all different, odd names, a link to a file inside, a dangling link, an empty
+    directory: the listing is a plain walk's, file for file and byte for byte."""
+    root = tmp_path / "plain"
+    flat, deep = root / "flat", root / "a" / "b c" / "d"
+    flat.mkdir(parents=True)
+    deep.mkdir(parents=True)
+    (root / "empty").mkdir()
+    for i in range(15_000):
+        with open(flat / f"f{(i * 7919) % 15_000:05d}.bin", "wb") as f:
+            f.truncate(i)
+    for i in range(5_000):
+        d = [root, root / "a", root / "a" / "b c", deep][i % 4]
+        with open(os.path.join(os.fsencode(d), b"n\xff-%d" % i), "wb") as f:   # not UTF-8
+            f.truncate(100_000 + i)
+    os.symlink(flat / "f00003.bin", root / "a" / "link.bin")
+    os.symlink(root / "missing", root / "a" / "dangling")
+    truth = _walk_truth(root)
+    assert len(truth) == 20_001
+    ds = D.open_dataset(str(root))
+    got = [(os.fsencode(os.path.relpath(p, root)), int(s)) for p, s in zip(ds.paths, ds.sizes)]
+    assert got == truth
+    assert ds.total_bytes == sum(s for _n, s in truth)
+
+
+def test_plain_root_links_are_followed_only_inside(tmp_path):
+    root = tmp_path / "plain"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "x.bin").write_bytes(b"x" * 10)
+    os.symlink(root / "sub", root / "alias")        # a directory inside: listed under its name
+    assert [os.path.relpath(s.path, root) for s in D.open_dataset(str(root)).shards] == ["alias/x.bin", "sub/x.bin"]
+    os.symlink(root, root / "sub" / "up")            # a loop
+    with pytest.raises(UsageError, match="loop"):
+        D.open_dataset(str(root))
+    os.unlink(root / "sub" / "up")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(b"s")
+    os.symlink(outside, root / "sub" / "out")        # a directory outside: refused, never listed
+    with pytest.raises(UsageError, match="outside the root"):
+        D.open_dataset(str(root))
+    os.unlink(root / "sub" / "out")
+    os.mkfifo(root / "sub" / "pipe")                 # listed, never opened: no hang
+    with pytest.raises(UsageError, match="pipe is not a regular file"):
+        D.open_dataset(str(root))
+
+
 def test_another_iodl_dataset_on_the_root_is_refused(tmp_path):
     root = str(tmp_path / "ds")
     D.generate(small(tmp_path), [root], COMM)

@@ -168,3 +168,23 @@ def test_rank_cost_does_not_grow_with_the_files(tmp_path):
     rss = cost[200_000][0] - cost[10_000][0]
     startup = cost[200_000][1] - cost[10_000][1]
     assert rss <= 10 and startup <= 0.5, f"10k -> 200k files: +{rss:.1f} MB RSS, +{startup:.2f} s start-up ({cost})"
+
+
+def test_tables_are_checked_chunk_by_chunk_without_touching_the_maps(tmp_path, monkeypatch):
+    """The whole-table checks read the .npy files in chunks (pread), so a forged size in a later
+    chunk is still caught, and the totals are the tables' own."""
+    root = str(tmp_path / "ds")
+    D.generate(raw(tmp_path, 10, "100B"), [root], COMM)
+    monkeypatch.setattr(D, "_CHECK_ROWS", 3)
+    ds = D.open_dataset(root)
+    assert (ds.largest, ds.total_bytes) == (100, 1000)
+    sizes_file = os.path.join(root, D.FILE_SIZES_FILE)
+    forged = np.load(sizes_file)
+    forged[8] = 50   # below its one 100-byte sample: in the third chunk of three rows
+    with open(sizes_file, "r+b") as f:   # rewritten in place: the header (and the file) unchanged
+        f.seek(os.path.getsize(sizes_file) - forged.nbytes)
+        f.write(forged.tobytes())
+    from iodl.errors import UsageError
+
+    with pytest.raises(UsageError, match=D.shard_name("raw", 8, 10)):
+        D.open_dataset(root)

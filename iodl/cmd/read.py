@@ -218,7 +218,7 @@ def _synthetic_layout(wl):
     return None, [int(ends[-1])] * n, (lambda i: ends)
 
 
-def _cache_probe(comm, shared, host, node_mounts, mount, root, paths, sizes, copies) -> dict:
+def _cache_probe(comm, shared, host, node_mounts, mount, root, paths, sizes, copies, total: int) -> dict:
     """What this rank measures for the node's cache accounting (docs/design.md: one rank per node):
     the node leader its memory, the node's first rank of each mount that dataset's size and how
     much of it is in the page cache now."""
@@ -229,9 +229,7 @@ def _cache_probe(comm, shared, host, node_mounts, mount, root, paths, sizes, cop
         info = cache.meminfo()
         probe.update(mem_total=info.get("MemTotal", 0), mem_available=info.get("MemAvailable", 0))
     if node_mounts.index(mount) == shared.node_rank:
-        import numpy as np
-
-        probe.update(dataset_bytes=int(np.sum(sizes)), resident_bytes=cache.resident_estimate(paths, sizes), copies=copies)
+        probe.update(dataset_bytes=total, resident_bytes=cache.resident_estimate(paths, sizes, total), copies=copies)
     return probe
 
 
@@ -280,6 +278,7 @@ def run(args) -> int:
     if synthetic:
         paths, sizes, sample_ends = _synthetic_layout(wl)
         total_samples = len(sizes) * wl.dataset.samples_per_file
+        stats = (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64)))
     else:
         # the ranks of this node reading this mount open it together: a plain directory is listed
         # once per node, a generated dataset's tables are mapped (shared pages), names derived
@@ -288,13 +287,14 @@ def run(args) -> int:
         paths, sizes, copies = ds.paths, ds.sizes, ds.copies
         sample_ends = ds.sample_ends
         total_samples = ds.total_samples
+        stats = (ds.largest, ds.total_bytes)   # not from ds.sizes: a mapped table, read whole by no rank
 
     def check_not_empty():
-        if not len(sizes) or not int(np.sum(sizes)):
+        if not len(sizes) or not stats[1]:
             raise UsageError(f"{roots[mount]}: the dataset holds no bytes to read")
         # what the plans will need, from the real shard sizes, before any is built (iodl/limits.py)
         limits.check_plans(cfg.pattern, sizes, len(sample_ends(0)), cfg.block_size, args.batch_size or wl.train.batch_size,
-                           "--block-size" if args.block_size else "[read] block_size")
+                           "--block-size" if args.block_size else "[read] block_size", stats)
     collective(comm, check_not_empty)
 
     # Per node: a block every rank's live counters go to (rank 0 shows them), one cache dropper.
@@ -314,7 +314,7 @@ def run(args) -> int:
         cfg.engine_extra = {"device": memoryview(shared.mm)[shared.device_offset:shared.device_offset + 8]}
     comm.barrier()  # every node's cache is dropped before any rank looks or reads
     measure_cache = not synthetic and not cfg.direct
-    probes = comm.gather(_cache_probe(comm, shared, host, node_mounts, mount, roots[mount], paths, sizes, copies)
+    probes = comm.gather(_cache_probe(comm, shared, host, node_mounts, mount, roots[mount], paths, sizes, copies, stats[1])
                          if measure_cache else None)
     if args.drop_caches and measure_cache:
         # the probe opened the shards to look at their pages: that warmed the inodes and dentries the
