@@ -45,6 +45,19 @@ def write_random_files(directory: str, count: int, size: int, prefix: str = "sha
     return paths
 
 
+def device_bytes_of_direct_read(mount, workload: str, root: str, engine: str, out, ranks: int = 2) -> int:
+    """Bytes the loop device under `mount` served to `iodl read --direct` from a cold cache (its
+    own stat counter). The null engine's run measures what opening the dataset alone reads."""
+    from iodl.groundtruth import drop_caches
+
+    drop_caches()
+    before = mount.device_stat()[2] * 512
+    r = iodl("read", "--workload", workload, "--root", root, "--engine", engine, "--direct", "--out", str(out),
+             ranks=ranks, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return mount.device_stat()[2] * 512 - before
+
+
 def load_json(path: str) -> dict:
     with open(path) as f:
         return json.load(f)

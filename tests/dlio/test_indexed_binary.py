@@ -14,7 +14,7 @@ from iodl import _native
 from iodl.config import StepConfig
 from iodl.training import SampleAccessStream, sample_reads
 from iodl.workload import load_workload
-from tests.helpers import iodl, load_json, mpiexec
+from tests.helpers import device_bytes_of_direct_read, iodl, load_json, mpiexec
 
 DLRM = """\
 model:
@@ -224,22 +224,14 @@ def test_a_scaled_dlrm_read_direct_is_what_the_device_delivers(tmp_path):
     what the device delivered (its own sector count, /sys/block/loopN/stat) is the 2 epochs x 64
     samples x 64 KiB iodl counts, within 64 KiB. The metadata a run reads (manifest, tables, inodes)
     is measured apart: the same run with the null engine from a cold cache opens all and reads no data."""
-    from iodl.groundtruth import LoopMount, drop_caches
+    from iodl.groundtruth import LoopMount
 
     with LoopMount(64 << 20) as m:
         root = os.path.join(m.path, "ds")
         work = _generate_small(tmp_path, root)
 
-        def device_bytes(engine, out):
-            drop_caches()
-            before = m.device_stat()[2] * 512
-            r = iodl("read", "--workload", work, "--root", root, "--engine", engine, "--direct", "--out", str(out),
-                     ranks=2, timeout=120)
-            assert r.returncode == 0, r.stderr
-            return m.device_stat()[2] * 512 - before
-
-        metadata = device_bytes("null", tmp_path / "null.json")
-        device = device_bytes("psync", tmp_path / "r.json")
+        metadata = device_bytes_of_direct_read(m, work, root, "null", tmp_path / "null.json")
+        device = device_bytes_of_direct_read(m, work, root, "psync", tmp_path / "r.json")
     res = load_json(tmp_path / "r.json")
     _check_every_sample_once(res)
     assert device - metadata == pytest.approx(2 * 64 * 65536, abs=64 << 10), (device, metadata)

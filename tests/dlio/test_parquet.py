@@ -6,7 +6,7 @@ every row once per epoch. The YAMLs are written here from the shape of the MLPer
 import numpy as np
 import pytest
 
-from tests.helpers import iodl, load_json, mpiexec
+from tests.helpers import device_bytes_of_direct_read, iodl, load_json, mpiexec
 
 pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow (the test extra) reads the files back")
 
@@ -139,7 +139,7 @@ def test_a_scaled_dlrm_b200_read_direct_is_what_the_device_delivers(tmp_path):
     of every row group (pyarrow's footer), each widened to the 4 KiB blocks O_DIRECT reads, x 2 epochs.
     The metadata a run reads (manifest, tables, inodes) is measured apart: the same run with the null
     engine from a cold cache opens all and reads no data."""
-    from iodl.groundtruth import LoopMount, drop_caches
+    from iodl.groundtruth import LoopMount
 
     with LoopMount(64 << 20) as m:
         import os
@@ -166,16 +166,8 @@ def test_a_scaled_dlrm_b200_read_direct_is_what_the_device_delivers(tmp_path):
                             ranges.append([s, e])
                 spans += sum(-(-e // 4096) * 4096 - s // 4096 * 4096 for s, e in ranges)
 
-        def device_bytes(engine, out):
-            drop_caches()
-            before = m.device_stat()[2] * 512
-            r = iodl("read", "--workload", work, "--root", root, "--engine", engine, "--direct", "--out", str(out),
-                     ranks=2, timeout=120)
-            assert r.returncode == 0, r.stderr
-            return m.device_stat()[2] * 512 - before
-
-        metadata = device_bytes("null", tmp_path / "null.json")
-        device = device_bytes("psync", tmp_path / "r.json")
+        metadata = device_bytes_of_direct_read(m, work, root, "null", tmp_path / "null.json")
+        device = device_bytes_of_direct_read(m, work, root, "psync", tmp_path / "r.json")
     res = load_json(tmp_path / "r.json")
     assert (res["train"]["epochs_checked"], res["train"]["epochs_wrong"]) == (2 * EPOCHS, 0)
     assert device - metadata == pytest.approx(EPOCHS * spans, abs=32 << 10), (device, metadata, spans)
