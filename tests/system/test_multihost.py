@@ -245,10 +245,11 @@ def _evict(paths) -> None:
             os.close(fd)
 
 
-def test_validate_over_two_hosts_hosts_ranks_cache_view_and_one_drop_per_node(mpiexec_hosts, tmp_path):
+def test_validate_over_two_hosts_hosts_ranks_cache_view_and_drops_per_node(mpiexec_hosts, tmp_path):
     """validate over 2 roots, 2 hosts x 2 ranks, --drop-caches: the result names both hosts and each
-    rank's host; cache.drop ran exactly once on each host (a wrapper logs every call, and the
-    kernel's drop counter moved at least twice); the per-node cache view has one entry per host with
+    rank's host; cache.drop ran on each host by one rank, twice (before the cache probe and after it,
+    undoing the probe's own opens: docs/numbers.md; a wrapper logs every call, and the kernel's drop
+    counter moved at least four times); the per-node cache view has one entry per host with
     that host's ranks, the datasets' true sizes, the machine's MemTotal, and nothing resident after
     the drop though a root was warmed before. Then the same run again without the drop: the page
     cache is one for both hosts, so each host finds every byte resident (not independent figures)."""
@@ -278,9 +279,10 @@ def test_validate_over_two_hosts_hosts_ranks_cache_view_and_one_drop_per_node(mp
     assert r["hosts"] == ["nodea", "nodeb"]
     assert {p["rank"]: p["host"] for p in r["per_rank"]} == {0: "nodea", 1: "nodea", 2: "nodeb", 3: "nodeb"}
     assert [m["ranks"] for m in r["mounts"]] == [[0, 2], [1, 3]]
-    # (d) once per node: one call on each host, and the kernel saw them (others may drop too)
-    assert logged == ["nodea", "nodeb"]
-    assert drops >= 2
+    # (d) per node: one rank of each host drops, before and after the probe, and the kernel saw
+    # them (others may drop too)
+    assert logged == ["nodea", "nodea", "nodeb", "nodeb"]
+    assert drops >= 4
     assert r["drop_caches"] == "start"
     # validate read every byte of each root once, over both hosts
     assert [m["bytes"] for m in r["mounts"]] == sizes
@@ -335,8 +337,8 @@ def test_nodes_that_share_a_host_name_stay_separate_hosts(mpiexec_hosts, tmp_pat
 
 def test_drop_caches_epoch_is_once_per_node_per_epoch(mpiexec_hosts, tmp_path):
     """train-sync over 2 hosts x 2 ranks, 3 epochs, --drop-caches epoch: the node leaders drop before
-    the run and before epochs 2 and 3, so the wrapper logs 3 calls on each host, 6 in all (a drop
-    per rank would be 12, one per run 3)."""
+    the run (before and after the cache probe) and before epochs 2 and 3, so the wrapper logs 4 calls
+    on each host, 8 in all (a drop per rank would be 16, one per run 4)."""
     from tests.helpers import iodl
 
     wl = tmp_path / "small.toml"
@@ -370,7 +372,8 @@ def test_drop_caches_epoch_is_once_per_node_per_epoch(mpiexec_hosts, tmp_path):
     assert r["train"]["epochs_wrong"] == 0
     # 2 mounts x 2 ranks each x 3 epochs: every rank checked its share of every epoch
     assert r["train"]["epochs_checked"] == 4 * 3
-    assert logged == ["nodea"] * 3 + ["nodeb"] * 3
+    # at the start before and after the cache probe (docs/numbers.md), then before epochs 2 and 3
+    assert logged == ["nodea"] * 4 + ["nodeb"] * 4
 
 
 @pytest.mark.root
