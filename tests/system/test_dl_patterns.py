@@ -24,6 +24,7 @@ def _bare_steps_au(ranks: int, steps: int, compute_s: float) -> float:
     return json.loads(proc.stdout.strip().splitlines()[-1])["au"]
 
 
+@pytest.mark.flaky(reruns=1)  # a timing claim: judged only while the hypervisor leaves the CPU to us (conftest)
 def test_tool_overhead_8_ranks_on_2_cores_costs_under_3_points_of_au(tmp_path):
     """Null engine (no I/O, no dataset), 40 ms compute, 60 steps, 8 ranks on 2 cores: everything
     iodl adds to a step (reader thread, cursor, bookkeeping) costs under 3 points of AU beyond
