@@ -131,7 +131,8 @@ def by_files(args) -> None:
                 f"--files {args.files} --ranks {args.ranks}`)\n\n"
                 "`raw` workload, 1 sample of 4 KiB per file, `iodl read --pattern train-sync --steps 20` (batch 32);\n"
                 f"the run with the quickest start-up of {args.repeat} per row. RSS and PSS: the median rank's peak RSS and\n"
-                "its PSS (pages shared by the node's ranks, such as the mapped file-size table, split among them).\n"
+                "its PSS (pages shared by the node's ranks, such as MPI's shared memory or a plain directory's\n"
+                "shared listing, split among them).\n"
                 "Start-up: the slowest rank's, from process start to its first I/O. `plain`: the same files read\n"
                 "as a plain directory (the copy directory, no manifest): listed by one rank per node, shared.\n\n")
         f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")

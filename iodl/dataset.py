@@ -161,9 +161,9 @@ class _Shards(Sequence):
 class Dataset:
     """A root opened for reading: its shards (in a fixed order) and where samples sit in them.
 
-    paths: a sequence of the shards' paths (computed on demand); sizes: (shards,) int64, for a
-    generated dataset of one copy a read-only map of iodl-file-sizes.npy (its pages shared by every
-    rank of the node through the page cache); the sample tables are maps of their .npy files too."""
+    paths: a sequence of the shards' paths (computed on demand); sizes: (shards,) integers, for a
+    generated dataset a TableRows of iodl-file-sizes.npy (a row read when looked up; the file's
+    pages are the node's page cache, in no rank's memory); the sample tables are TableRows too."""
 
     def __init__(self, root: str, manifest: dict | None, paths, sizes: np.ndarray, copies: int = 1,
                  sample_sizes: np.ndarray | None = None, extents: np.ndarray | None = None, real_root: str = "",
@@ -179,8 +179,8 @@ class Dataset:
         self._extents = extents        # (files, samples_per_file, 2) or None
         self._files = len(sizes) // copies if manifest else 0
         self.samples_per_shard = int(sample_sizes.shape[1]) if sample_sizes is not None else 1
-        # (largest, total) of the sizes, given when known: a mapped size table is then not read
-        # whole by every rank for them (pages a rank touched count in its memory)
+        # (largest, total) of the sizes, given when known: a size table is then not read whole by
+        # every rank for them
         self.largest, self.total_bytes = stats or (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64)))
         self.shards = _Shards(self)
         self._form = None              # formats.Format of a generated dataset, made when first needed
@@ -330,11 +330,11 @@ def _inside(root: str, entry, manifest_path: str, what: str) -> str:
     return real
 
 
-def _load_npy(path: str, mmap: bool = False) -> np.ndarray:
+def _load_npy(path: str, rows: bool = False):
     """A plain integer .npy written by generate (never pickles, never follows a link out: see
     _inside). The header is checked against the file's size first, so that a forged shape cannot
-    make us allocate more than the file holds. mmap: a read-only map of the data (the node's ranks
-    share its pages), from the descriptor that was checked."""
+    make us allocate more than the file holds. rows: a TableRows over the descriptor that was
+    checked instead of the array (its rows read when looked up)."""
     from numpy.lib import format as npy
 
     with _open_regular(path) as f:
@@ -349,11 +349,8 @@ def _load_npy(path: str, mmap: bool = False) -> np.ndarray:
         if data_bytes != os.fstat(f.fileno()).st_size - f.tell():
             raise ValueError(f"{path}: its header promises {data_bytes} bytes of data, the file holds "
                              f"{os.fstat(f.fileno()).st_size - f.tell()}")
-        if mmap and data_bytes and not fortran:
-            table = np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape)
-            st = os.fstat(f.fileno())
-            table.source = (path, st.st_dev, st.st_ino)   # read again by _table_rows
-            return table
+        if rows and data_bytes and not fortran and len(shape) >= 1:
+            return TableRows(os.dup(f.fileno()), path, dtype, shape, f.tell())
         f.seek(0)
         return np.load(f, allow_pickle=False)
 
@@ -366,23 +363,87 @@ def _form_of(manifest: dict):
 _CHECK_ROWS = 1 << 15   # table rows checked at a time (256 KiB of an int64 column)
 
 
-def _table_rows(table: np.ndarray, start: int, stop: int) -> np.ndarray:
-    """table[start:stop]. A mapped table is read from its file (pread), not through the map: a check
-    of a whole table through the map would fault all of it into each rank's memory (8 MB per table at
-    1,000,000 files); only the rows of the shards a rank reads should be."""
-    if not isinstance(table, np.memmap):
-        return np.asarray(table[start:stop])
-    row = int(np.prod(table.shape[1:], dtype=np.int64)) * table.dtype.itemsize
-    want = (stop - start) * row
-    path, dev, ino = table.source
-    with _open_regular(path) as f:
-        st = os.fstat(f.fileno())
-        if (st.st_dev, st.st_ino) != (dev, ino):
-            raise ValueError(f"{path}: replaced while the dataset was being opened")
-        data = os.pread(f.fileno(), want, table.offset + start * row)
-    if len(data) != want:
-        raise ValueError(f"{path}: shorter than its header says")
-    return np.frombuffer(data, dtype=table.dtype).reshape((stop - start,) + table.shape[1:])
+class TableRows(Sequence):
+    """A generated dataset's .npy table (file sizes, sample sizes, extents), its rows read with pread
+    when looked up, from the descriptor whose header was checked.
+
+    Not a map: pages of a mapped file count in the RSS of every process that touched them, and a
+    rank reading its shards in a shuffled order touches every page of the table (7.8 MB per table
+    at 1,000,000 files, in each rank, plus the kernel's fault-around). Read this way the table stays
+    in the node's page cache once, and a rank holds the rows of the shards it has in hand: one
+    pread of a few bytes per shard opened, against the ~100 us a shard's open and reads take.
+    `repeat`: the rows seen that many times over (a dataset's copies repeat its files' sizes)."""
+
+    def __init__(self, fd: int, path: str, dtype: np.dtype, shape: tuple, offset: int, repeat: int = 1):
+        import weakref
+
+        self.path, self.dtype, self._fd, self._offset = path, np.dtype(dtype), fd, offset
+        self._stored = int(shape[0])
+        self._inner = tuple(int(x) for x in shape[1:])
+        self._row = int(np.prod(self._inner, dtype=np.int64)) * self.dtype.itemsize
+        self.shape = (self._stored * repeat,) + self._inner
+        self._close = weakref.finalize(self, os.close, fd)   # the descriptor lives as long as the table
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+    def repeated(self, times: int) -> "TableRows":
+        """The same rows, seen `times` times over (its own descriptor)."""
+        return TableRows(os.dup(self._fd), self.path, self.dtype, (self._stored,) + self._inner, self._offset, times)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Stored rows start..stop-1 (start < stop <= the rows stored) as an array."""
+        want = (stop - start) * self._row
+        data = os.pread(self._fd, want, self._offset + start * self._row)
+        if len(data) != want:
+            raise ValueError(f"{self.path}: shorter than its header says")
+        return np.frombuffer(data, dtype=self.dtype).reshape((stop - start,) + self._inner)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return np.array([self[j] for j in range(*i.indices(len(self)))], dtype=self.dtype).reshape(
+                (-1,) + self._inner)
+        if not np.isscalar(i):   # a list or array of indices (a group of shards)
+            idx = np.asarray(i, dtype=np.int64).reshape(-1)
+            return np.array([self[int(j)] for j in idx], dtype=self.dtype).reshape(idx.shape + self._inner)
+        i = int(i)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"row {i} of a table of {len(self)}")
+        base = i % len(self) % self._stored
+        row = self.rows(base, base + 1)[0]
+        return row if self._inner else row[()]
+
+    def chunks(self, rows: int = 1 << 15):
+        """The whole table (repeats included) a bounded chunk at a time."""
+        for _ in range(len(self) // self._stored):
+            for start in range(0, self._stored, rows):
+                yield self.rows(start, min(self._stored, start + rows))
+
+    # whole-table reductions a chunk at a time (numpy's np.sum / np.max call these)
+    def sum(self, axis=None, dtype=None, out=None, **_):
+        return sum(int(c.sum(dtype=np.int64)) for c in self.chunks())
+
+    def max(self, axis=None, out=None, **_):
+        return max(int(c.max()) for c in self.chunks())
+
+    def __array__(self, dtype=None, copy=None):
+        """The whole table in memory: for a caller that needs all of it (validate, a test)."""
+        whole = np.concatenate(list(self.chunks())) if len(self) else np.empty(self.shape, self.dtype)
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+
+def int_rows(sizes):
+    """A size table to look sizes up in: a TableRows as it is (rows read when looked up, no copy of
+    the whole), anything else as an int64 array."""
+    return sizes if isinstance(sizes, TableRows) else np.asarray(sizes, dtype=np.int64)
+
+
+def _table_rows(table, start: int, stop: int) -> np.ndarray:
+    """table[start:stop] of a table as loaded (a TableRows is read from its file, not held)."""
+    return table.rows(start, stop) if isinstance(table, TableRows) else np.asarray(table[start:stop])
 
 
 def _check_tables(mpath: str, files: int, sizes: np.ndarray, extents, stated: np.ndarray, name,
@@ -470,23 +531,27 @@ def _check_complete(root: str, manifest: dict, mpath: str) -> None:
 
 
 def _open_iodl(root: str, manifest: dict) -> Dataset:
-    """Schema 2: a small JSON header; file sizes, sample sizes and extents in .npy files mapped
-    read-only; names derived from indices. Nothing here grows with the files but the maps."""
+    """Schema 2: a small JSON header; file sizes, sample sizes and extents in .npy files whose rows
+    are read when looked up (TableRows); names derived from indices. Nothing here grows with the
+    files."""
     mpath = os.path.join(root, MANIFEST)
     _check_complete(root, manifest, mpath)
     files = manifest["files"]
     if isinstance(files, bool) or not isinstance(files, int) or files < 1:
         raise UsageError(f"{mpath}: 'files' must be a number of files")
     folder_dirs = _copies_and_folders(root, manifest, mpath, files)
-    sizes = _load_npy(_inside(root, manifest["sample_sizes"], mpath, "sample_sizes"), mmap=True)
-    stated = _load_npy(_inside(root, manifest["file_sizes"], mpath, "file_sizes"), mmap=True)
+    sizes = _load_npy(_inside(root, manifest["sample_sizes"], mpath, "sample_sizes"), rows=True)
+    stated = _load_npy(_inside(root, manifest["file_sizes"], mpath, "file_sizes"), rows=True)
     extents = None
     if manifest.get("extents"):
-        extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"), mmap=True)
+        extents = _load_npy(_inside(root, manifest["extents"], mpath, "extents"), rows=True)
     largest, total = _check_tables(mpath, files, sizes, extents, stated, _Namer(manifest["format"], files),
                                    _form_of(manifest))
     copies = len(folder_dirs)
-    shard_sizes = stated.astype(np.int64, copy=False) if copies == 1 else np.tile(stated, copies).astype(np.int64)
+    # copies repeat the files' sizes: the same rows looked up modulo the files, not a tiled copy
+    shard_sizes = stated if copies == 1 or not isinstance(stated, TableRows) else stated.repeated(copies)
+    if not isinstance(shard_sizes, TableRows):
+        shard_sizes = np.tile(np.asarray(stated, dtype=np.int64), copies)
     paths = GeneratedPaths(folder_dirs, manifest["format"], files, os.path.realpath(root))
     return Dataset(root, manifest, paths, shard_sizes, copies, sizes, extents, stats=(largest, total * copies))
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _native, plan
 from .cursor import Cancelled, Cursor, ShardFiles
+from .dataset import int_rows
 from .engine import available_engines, check_engine, open_engine
 from .config import ReadConfig
 from .errors import UsageError
@@ -35,7 +36,7 @@ class Run:
     comm: object
     cfg: ReadConfig              # a StepConfig for step patterns
     paths: list[str] | None      # the mount's shards (None: the null engine without a dataset)
-    sizes: np.ndarray
+    sizes: np.ndarray            # or a dataset's TableRows (rows read when looked up)
     sample_ends: Callable        # shard -> its samples' end offsets
     mount: int
     n_mounts: int
@@ -133,7 +134,7 @@ def run_reads(comm, cfg: ReadConfig, shards_paths: list[str], shard_sizes: np.nd
     """Run storage-only or validate on this rank against its mount's shards (into `result`, which
     may come with a series and live counters to feed). stop_flag(): True when a stop was requested
     before the run began (one during it raises KeyboardInterrupt in the engine's wait)."""
-    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    sizes = int_rows(shard_sizes)
     if cfg.pattern == "storage-only":
         if not len(sizes) or not sizes.sum():
             raise UsageError("the dataset holds no bytes to read")

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import _native, plan
 from .cursor import Cancelled, Cursor, ShardFiles
+from .dataset import int_rows
 from .engine import open_engine
 from .config import StepConfig
 from .metrics import LIVE_STEPS, RankResult
@@ -553,7 +554,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
     shows its cost); what it took is the step's `checkpoint` field.
     The stream's order check lands in result.epochs_checked / epochs_wrong.
     """
-    sizes = np.asarray(sizes, dtype=np.int64)
+    sizes = int_rows(sizes)   # a dataset's table stays on disk: a row read per shard opened
     if total_samples is None:   # a dataset knows it; counted here for callers that do not pass it
         total_samples = sum(len(sample_ends(i)) for i in range(len(sizes)))
     next_shard = None                # per-sample and per-row-group reads: no shard order to open ahead of

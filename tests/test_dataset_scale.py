@@ -170,7 +170,7 @@ def test_rank_cost_does_not_grow_with_the_files(tmp_path):
     assert rss <= 10 and startup <= 0.5, f"10k -> 200k files: +{rss:.1f} MB RSS, +{startup:.2f} s start-up ({cost})"
 
 
-def test_tables_are_checked_chunk_by_chunk_without_touching_the_maps(tmp_path, monkeypatch):
+def test_tables_are_checked_chunk_by_chunk(tmp_path, monkeypatch):
     """The whole-table checks read the .npy files in chunks (pread), so a forged size in a later
     chunk is still caught, and the totals are the tables' own."""
     root = str(tmp_path / "ds")
@@ -188,3 +188,54 @@ def test_tables_are_checked_chunk_by_chunk_without_touching_the_maps(tmp_path, m
 
     with pytest.raises(UsageError, match=D.shard_name("raw", 8, 10)):
         D.open_dataset(root)
+
+
+def _rss_file_kb() -> int:
+    """This process's resident pages of mapped files (/proc/self/status RssFile)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
+
+
+def test_table_rows_hold_no_pages_of_the_table(tmp_path):
+    """A shuffled epoch looks up rows all over a size table. Looked up with pread (TableRows), the
+    table's pages stay in the page cache and out of the rank's RSS; through a map of the same file
+    (what iodl did before) the same lookups make most of the table resident in the process."""
+    rows = 2_000_000                                  # 16 MB of int64: 3,907 pages
+    path = str(tmp_path / "sizes.npy")
+    values = np.random.default_rng(5).integers(1, 1 << 40, rows, dtype=np.int64)
+    np.save(path, values)
+    table = D._load_npy(path, rows=True)
+    assert isinstance(table, D.TableRows) and len(table) == rows
+    picks = np.random.default_rng(6).integers(0, rows, 20_000)
+    before = _rss_file_kb()
+    got = [int(table[int(i)]) for i in picks]
+    grown_rows = _rss_file_kb() - before
+    assert got == values[picks].tolist()
+    mapped = np.load(path, mmap_mode="r")
+    before = _rss_file_kb()
+    assert [int(mapped[int(i)]) for i in picks] == got
+    grown_map = _rss_file_kb() - before
+    del mapped
+    assert grown_rows < 512, f"TableRows lookups made {grown_rows} KiB of mapped files resident"
+    assert grown_map > 8 * 1024, f"the map's control grew only {grown_map} KiB: the test cannot tell them apart"
+
+
+def test_table_rows_read_as_the_array_does(tmp_path):
+    """Rows, negative and out-of-range indices, index lists, repeats and whole-table reductions
+    give what numpy gives on the loaded array."""
+    path = str(tmp_path / "t.npy")
+    arr = np.arange(5 * 3 * 2, dtype=np.uint64).reshape(5, 3, 2)
+    np.save(path, arr)
+    t = D._load_npy(path, rows=True)
+    assert t.shape == (5, 3, 2) and t.ndim == 3 and t.size == 30
+    assert np.array_equal(t[4], arr[4]) and np.array_equal(t[-1], arr[-1])
+    assert np.array_equal(t[[3, 0, 3]], arr[[3, 0, 3]]) and np.array_equal(t[1:4], arr[1:4])
+    assert np.array_equal(np.asarray(t), arr)
+    with pytest.raises(IndexError):
+        t[5]
+    flat = str(tmp_path / "f.npy")
+    np.save(flat, np.array([7, 1, 9], dtype=np.int64))
+    f = D._load_npy(flat, rows=True).repeated(2)     # a dataset's two copies: the sizes again
+    assert len(f) == 6 and [int(f[i]) for i in range(6)] == [7, 1, 9, 7, 1, 9]
+    assert np.sum(f) == 34 and np.max(f) == 9 and D.int_rows(f) is f
+    assert np.array_equal(np.asarray(f, dtype=np.int64), [7, 1, 9, 7, 1, 9])

@@ -373,7 +373,7 @@ def run(args) -> int:
     records = None
     try:
         stop.arm()
-        records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=np.asarray(sizes),
+        records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=dataset.int_rows(sizes),
                                            sample_ends=sample_ends, mount=mount, n_mounts=len(roots), host=host,
                                            result=mine, stop=stop, on_epoch=on_epoch, total_samples=total_samples,
                                            after_step=after_step))

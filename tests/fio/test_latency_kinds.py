@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from iodl.groundtruth import LoopMount
+from tests.helpers import NotJudged
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -82,6 +83,13 @@ def test_direct_libaio_clat_agrees_with_fio(tmp_path):
     vs_lat = float(np.median([p50(r["iodl"], "latency_us") / p50(r["fio"], "lat_us") for r in rounds]))
     summary = [{s: {k: p50(r[s], k) for k in ("slat_us", "latency_us", "lat_us")} for s in ("fio", "iodl")}
                for r in rounds]
+    # the two tools run one after the other: when fio's own clat moves by more than the tolerance
+    # between rounds (84 and 33 us in one CI run, against 9-14 us on a quiet host), the device's
+    # latency moved under the comparison and this host cannot judge it
+    own = [p50(r["fio"], "latency_us") for r in rounds]
+    if max(own) > 1.5 * min(own):
+        raise NotJudged(f"device latency not steady: fio's own clat p50 ranged {min(own):.0f}-{max(own):.0f} us "
+                        f"over {len(own)} rounds")
     assert 2 / 3 <= clat <= 3 / 2, summary
     assert 2 / 3 <= lat <= 3 / 2, summary
     assert abs(np.log(clat)) < abs(np.log(vs_lat)), summary
