@@ -9,8 +9,10 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 BLKIO_ROOT = "/sys/fs/cgroup/blkio"
+UNMOUNT_WAIT_S = 60   # reads left in flight by a stopped run drain first (16 MiB at 256 KB/s: ~64 s)
 
 
 def _sh(*cmd: str) -> str:
@@ -54,7 +56,7 @@ class LoopMount:
     cache, so what reaches it is what a real disk would see; direct_io=False serves repeat reads
     from the host page cache (CPU-bound: useful to show software overhead in benches).
     mkfs_args, mount_options: given to mkfs and mount (e.g. a layout where every open reads its
-    own inode block: tests/system/test_open_ahead.py).
+    own inode block: bench/bench_opens.py).
     """
 
     def __init__(self, size: int = 1 << 30, fstype: str = "ext4", direct_io: bool = True, workdir: str | None = None,
@@ -102,7 +104,15 @@ class LoopMount:
 
     def __exit__(self, *exc) -> None:
         if self.path and os.path.ismount(self.path):
-            subprocess.run(["umount", self.path], check=False)
+            # a stopped run's processes may still be exiting: the kernel finishes (cannot cancel)
+            # the reads they had in flight first, and on a throttled device that takes seconds.
+            # Wait for them, then detach lazily rather than leave a mount behind.
+            end = time.monotonic() + UNMOUNT_WAIT_S
+            while subprocess.run(["umount", self.path], capture_output=True).returncode:
+                if time.monotonic() > end:
+                    subprocess.run(["umount", "-l", self.path], check=False)
+                    break
+                time.sleep(0.2)
         if self.device:
             subprocess.run(["losetup", "-d", self.device], check=False)
         shutil.rmtree(self._tmp, ignore_errors=True)
