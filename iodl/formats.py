@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import struct
 
-import crc32c as _crc   # the crc32c package: SSE4.2 / ARMv8 CRC instructions
 import numpy as np
 
 # ---------------------------------------------------------------- CRC32C (Castagnoli) --------
@@ -48,17 +47,27 @@ def crc32c_version() -> str:
     return f"crc32c {version('crc32c')}"
 
 
+def _crc():
+    """The crc32c package (SSE4.2 / ARMv8 CRC instructions), imported when a CRC is first needed:
+    importing it (it loads importlib.metadata) adds ~5 MB to a process, and a reading rank never
+    computes one (72 ranks: ~360 MB a node)."""
+    import crc32c
+
+    return crc32c
+
+
 def crc32c_records(buf: np.ndarray, offsets, lengths) -> np.ndarray:
     """CRC32C of every record buf[offset:offset+length] (uint32 array)."""
+    crc = _crc().crc32c
     mv = memoryview(buf).cast("B")
-    return np.fromiter((_crc.crc32c(mv[o:o + n]) for o, n in zip(np.asarray(offsets).tolist(),
+    return np.fromiter((crc(mv[o:o + n]) for o, n in zip(np.asarray(offsets).tolist(),
                                                                np.asarray(lengths).tolist())),
                        dtype=np.uint32, count=len(lengths))
 
 
 def crc32c(data) -> int:
     """CRC32C of one bytes-like object."""
-    return _crc.crc32c(data)
+    return _crc().crc32c(data)
 
 
 def masked_crc(crc):
