@@ -46,6 +46,7 @@ print(json.dumps({"files": len(took), "p50_us": took[len(took) // 2] / 1e3}))
 
 @pytest.mark.root
 @pytest.mark.loopdev
+@pytest.mark.flaky(reruns=1)   # a latency compared across two runs: a timing claim (not judged when CPU is stolen)
 def test_opens_are_counted_exactly_and_their_latency_is_a_plain_open_loops(tmp_path):
     wl = tmp_path / "small.toml"
     wl.write_text(SMALL)
