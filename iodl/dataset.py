@@ -422,11 +422,16 @@ class TableRows(Sequence):
             for start in range(0, self._stored, rows):
                 yield self.rows(start, min(self._stored, start + rows))
 
-    # whole-table reductions a chunk at a time (numpy's np.sum / np.max call these)
+    # whole-table reductions a chunk at a time (numpy's np.sum / np.max call these); over every
+    # value only, so an axis is refused rather than ignored
     def sum(self, axis=None, dtype=None, out=None, **_):
+        if axis is not None or out is not None:
+            raise TypeError("TableRows.sum: whole-table only")
         return sum(int(c.sum(dtype=np.int64)) for c in self.chunks())
 
     def max(self, axis=None, out=None, **_):
+        if axis is not None or out is not None:
+            raise TypeError("TableRows.max: whole-table only")
         return max(int(c.max()) for c in self.chunks())
 
     def __array__(self, dtype=None, copy=None):

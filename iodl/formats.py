@@ -49,8 +49,8 @@ def crc32c_version() -> str:
 
 def _crc():
     """The crc32c package (SSE4.2 / ARMv8 CRC instructions), imported when a CRC is first needed:
-    importing it (it loads importlib.metadata) adds ~5 MB to a process, and a reading rank never
-    computes one (72 ranks: ~360 MB a node)."""
+    importing it (it loads importlib.metadata) added ~2 MB to every reading rank, which never
+    computes one (72 ranks of a null-engine run: median peak RSS 59.5 -> 57.4 MB)."""
     import crc32c
 
     return crc32c
