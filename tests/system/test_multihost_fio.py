@@ -70,8 +70,8 @@ def test_each_host_runs_the_whole_job_and_the_totals_sum_the_hosts(mpiexec_hosts
     """2 hosts x 2 ranks, each host's directory on a loop device throttled at 4 and 8 MB/s. Each
     host's fio and iodl bandwidth is its throttle within 5%; the device saw at least the bytes both
     tools counted on that host (O_DIRECT). The totals are fio's client-mode sum: bytes and I/Os the
-    sums of the hosts', runtime the longest, so bandwidth = sum(bytes) / max(runtime) (exactly) and,
-    the hosts having run alike, the sum of the hosts' bandwidths within 1% and of the throttles within 5%."""
+    sums of the hosts', runtime the longest, so bandwidth = sum(bytes) / max(runtime) (exactly), within
+    5% of the sum of the throttles."""
     job = tmp_path / "hosts.fio"
     job.write_text(READ_JOB)
     out = tmp_path / "cmp.json"
@@ -106,7 +106,10 @@ def test_each_host_runs_the_whole_job_and_the_totals_sum_the_hosts(mpiexec_hosts
         assert t["ios"] == sum(s["ios"] for s in sides)
         assert t["runtime_s"] == max(s["runtime_s"] for s in sides)
         assert t["bandwidth_MBps"] == pytest.approx(t["bytes"] / t["runtime_s"] / MB, rel=1e-12)
-        assert t["bandwidth_MBps"] == pytest.approx(sum(s["bandwidth_MBps"] for s in sides), rel=0.01)
+        # No claim that the total equals the sum of the hosts' bandwidths: it does only when the hosts'
+        # runtimes are equal, and a time_based job's runtime runs on until its requests in flight at
+        # the deadline complete (4 x 64 KiB take 66 ms at 4 MB/s, 2 % of 3 s). CI measured totals
+        # 2.1 % under that sum. The rule above is fio's own (tests/fio/test_client_sum.py).
         assert t["bandwidth_MBps"] * MB == pytest.approx(sum(THROTTLES.values()), rel=0.05)
     # the table: each host and the total, side by side
     rows = [line for line in proc.stdout.splitlines() if line.strip().startswith(("│ nodea", "│ nodeb", "│ total"))]
