@@ -363,6 +363,11 @@ def _form_of(manifest: dict):
 _CHECK_ROWS = 1 << 15   # table rows checked at a time (256 KiB of an int64 column)
 
 
+class TableShort(IodlError, ValueError):
+    """A table holds fewer rows than its checked header said: cut while a run reads it. A ValueError
+    where the dataset is opened (reported as an unreadable manifest), one line anywhere else."""
+
+
 class TableRows(Sequence):
     """A generated dataset's .npy table (file sizes, sample sizes, extents), its rows read with pread
     when looked up, from the descriptor whose header was checked.
@@ -399,7 +404,7 @@ class TableRows(Sequence):
         want = (stop - start) * self._row
         data = os.pread(self._fd, want, self._offset + start * self._row)
         if len(data) != want:
-            raise ValueError(f"{self.path}: shorter than its header says")
+            raise TableShort(f"{self.path}: shorter than its header says (cut while iodl was reading it?)")
         return np.frombuffer(data, dtype=self.dtype).reshape((stop - start,) + self._inner)
 
     def __getitem__(self, i):

@@ -181,6 +181,44 @@ def test_a_dead_reader_thread_ends_the_rank_in_one_line(tmp_path):
     assert elapsed < 20, elapsed
 
 
+def _shard_open_in(pids, root) -> bool:
+    """Whether one of the processes holds a file under `root`/copy-0000 open: it is reading steps."""
+    prefix = os.path.join(str(root), "copy-0000") + os.sep
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+def test_a_size_table_cut_mid_run_ends_every_rank_in_one_line(tmp_path):
+    # a rank looks a shard's sizes up in the dataset's tables when it starts the shard (pread, not a
+    # map); a table cut short while the run reads once came out as a traceback and "internal error"
+    proc, _out = _endless_train_sync(tmp_path, 2)
+    root = tmp_path / "data"
+    deadline = time.monotonic() + 60
+    while not (len(pids := _rank_pids(proc.pid)) == 2 and _shard_open_in(pids, root)):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    for table in ("iodl-file-sizes.npy", "iodl-sample-sizes.npy"):
+        os.truncate(root / table, 200)          # the header only
+    start = time.monotonic()
+    _stdout, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - start
+    errors = [line for line in err.splitlines() if line.startswith("iodl: error")]
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert len(errors) == 2 and all("shorter than its header says" in e for e in errors), err
+    assert elapsed < 20, elapsed
+
+
 def test_out_naming_a_directory_is_refused_before_the_run(tmp_path):
     target = tmp_path / "existing"
     target.mkdir()
