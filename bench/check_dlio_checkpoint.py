@@ -184,9 +184,7 @@ def cases():
         out.append((name, cm, C.layout(cm).ranks))
     for name, ranks in (("llama3-70b", 16), ("llama3-405b", 8), ("llama3-1t", 64)):
         out.append((f"{name}, subset", load_workload(name, need_dataset=False).checkpoint_model(), ranks))
-    cm8 = load_workload("llama3-8b", need_dataset=False).checkpoint_model()
-    out.append(("llama3-8b, 16 ranks", dataclasses.replace(
-        cm8, parallelism=dataclasses.replace(cm8.parallelism, data=0)), 16))
+    out.append(("llama3-8b, 16 ranks", load_workload("llama3-8b", need_dataset=False).checkpoint_model(), 16))
     unet = load_workload("unet3d_h100", need_dataset=False).checkpoint_model()
     out.append(("unet3d_h100 (flat, ZeRO 0)", unet, 8))
     out.append(("unet3d_h100 (flat, ZeRO 1)", dataclasses.replace(

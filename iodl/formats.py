@@ -61,7 +61,7 @@ def crc32c_records(buf: np.ndarray, offsets, lengths) -> np.ndarray:
     crc = _crc().crc32c
     mv = memoryview(buf).cast("B")
     return np.fromiter((crc(mv[o:o + n]) for o, n in zip(np.asarray(offsets).tolist(),
-                                                               np.asarray(lengths).tolist())),
+                                                          np.asarray(lengths).tolist())),
                        dtype=np.uint32, count=len(lengths))
 
 

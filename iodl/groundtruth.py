@@ -12,7 +12,9 @@ import tempfile
 import time
 
 BLKIO_ROOT = "/sys/fs/cgroup/blkio"
-UNMOUNT_WAIT_S = 60   # reads left in flight by a stopped run drain first (16 MiB at 256 KB/s: ~64 s)
+# reads left in flight by a stopped run drain before an unmount can succeed (2 ranks x 8 x 1 MiB at
+# 256 KB/s: ~65 s); past this wait the mount is detached lazily, and goes once they finish
+UNMOUNT_WAIT_S = 60
 
 
 def _sh(*cmd: str) -> str:

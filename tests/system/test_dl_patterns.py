@@ -137,7 +137,6 @@ def test_72_ranks_hold_at_most_60_mb_each(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     per_rank = load_json(out)["per_rank"]
     rss = sorted(p["max_rss_mb"] for p in per_rank)
-    print("median", rss[len(rss) // 2], "rank0", next(p["max_rss_mb"] for p in per_rank if p["rank"] == 0))
     assert rss[len(rss) // 2] <= 60, rss
     assert next(p["max_rss_mb"] for p in per_rank if p["rank"] == 0) <= 72, rss
 
