@@ -215,7 +215,8 @@ def test_a_size_table_cut_mid_run_ends_every_rank_in_one_line(tmp_path):
     errors = [line for line in err.splitlines() if line.startswith("iodl: error")]
     assert proc.returncode == 1, err
     assert "Traceback" not in err and "internal error" not in err, err
-    assert len(errors) == 2 and all("shorter than its header says" in e for e in errors), err
+    # the first rank to find the table short ends the job (MPI_Abort): the other may be gone first
+    assert 1 <= len(errors) <= 2 and all("shorter than its header says" in e for e in errors), err
     assert elapsed < 20, elapsed
 
 
