@@ -92,6 +92,23 @@ def _flag(v):
     return v
 
 
+def _truthy(v):
+    """DLIO's skip_listing: a bool, or a string hydra left ('true', '1', 'yes', 'on')."""
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes", "on")
+    return _flag(v)
+
+
+def _transfer(v):
+    """reader.transfer_size: bytes, or None (TensorFlow's default buffer)."""
+    if v is None:
+        return None
+    v = _number(v)
+    if v != int(v) or v < 0:
+        raise ValueError(f"must be a whole number of bytes >= 0, got {v!r}")
+    return int(v)
+
+
 def _count(v):
     """DLIO's -1 (none, off) is iodl's 0."""
     v = _number(v)
@@ -189,7 +206,13 @@ KEYS: dict[str, dict[str, Rule]] = {
         "num_files_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_subfolders_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_samples_per_file_eval": Rule(INFO, "evaluation reads are not emulated"),
-        "file_prefix": Rule(INFO, "iodl names its own files"),
+        "file_prefix": Rule(HONOUR, "the files' names with skip_listing (iodl names its own files)",
+                            ("read", "file_prefix"), str),
+        "skip_listing": Rule(HONOUR, "the files of a plain directory are named as DLIO names them "
+                             "(PREFIX_I_of_N.FORMAT, in folder I % num_subfolders_train), not listed",
+                             ("read", "skip_listing"), _truthy),
+        "listing_validation_interval": Rule(INFO, "which derived files DLIO checks exist: iodl looks at every "
+                                            "one (their sizes) before reading"),
         "keep_files": Rule(INFO, _IO),
         "record_dims": Rule(INFO, "the sample's array shape: no I/O"),
         "record_element_type": Rule(INFO, "the sample's element type: no I/O"),
@@ -214,13 +237,18 @@ KEYS: dict[str, dict[str, Rule]] = {
         "sample_shuffle": Rule(HONOUR, "shuffle samples in a buffer of shuffle_size (indexed_binary: each "
                                "rank's whole share, as DLIO's sampler)", ("train", "shuffle"), _shuffle_flag),
         "shuffle_size": Rule(HONOUR, "the sample-shuffle buffer", ("train", "shuffle_size"), _number),
-        "prefetch_size": Rule(HONOUR, "batches read ahead of compute", ("train", "prefetch"), _number),
-        "data_loader": Rule(INFO, _ORDER),
-        "computation_threads": Rule(INFO, _IO),
-        "transfer_size": Rule(INFO, "iodl's request size is [read] block_size (--block-size)"),
+        "prefetch_size": Rule(HONOUR, "batches read ahead of compute (pytorch: read_threads x "
+                              "ceil(prefetch_size / read_threads), DLIO's prefetch_factor per worker; none without "
+                              "workers)", None, _count),
+        "data_loader": Rule(INFO, _ORDER + "; with pytorch, prefetch_size is DLIO's per-worker rule"),
+        "computation_threads": Rule(INFO, "threads of DLIO's tf.data map, which parses batches already read: no I/O"),
+        "transfer_size": Rule(HONOUR, "tfrecord: TensorFlow's read buffer, iodl's request size (0: no buffer, "
+                              "each record's header, data and footer read on their own; absent: TensorFlow's "
+                              "256 KiB); DLIO's other readers do not use it", None, _transfer),
         "batch_size_eval": Rule(INFO, "evaluation reads are not emulated"),
         "dont_use_mmap": Rule(INFO, "iodl reads with read calls, never mmap"),
-        "odirect": Rule(INFO, "O_DIRECT is iodl read --direct"),
+        "odirect": Rule(HONOUR, "O_DIRECT reads, for npz and npy (DLIO's readers of those formats open the file "
+                        "O_DIRECT; DLIO refuses it for any other format, and so does iodl)", ("read", "direct"), _flag),
         "read_type": Rule(INFO, _IO),
         "pin_memory": Rule(INFO, _IO),
         "multiprocessing_context": Rule(INFO, _IO),
@@ -236,7 +264,8 @@ KEYS: dict[str, dict[str, Rule]] = {
         "epochs": Rule(HONOUR, "epochs", ("train", "epochs"), _number),
         "seed": Rule(HONOUR, "seed of sizes, content and order", ("train", "seed"), _number),
         "seed_change_epoch": Rule(INFO, "iodl's order changes every epoch"),
-        "total_training_steps": Rule(INFO, "bounds the run: give it as --steps"),
+        "total_training_steps": Rule(HONOUR, "most steps of each epoch (DLIO counts them per epoch; -1: all)",
+                                     ("train", "epoch_steps"), _count),
     },
     "evaluation": {k: Rule(INFO, "evaluation is not emulated") for k in (
         "eval_time", "eval_time_stdev", "epochs_between_evals", "eval_after_epoch")},
@@ -394,6 +423,7 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
     lines: dict = {}
     shuffle = {"file_shuffle": False, "sample_shuffle": False}
     flow: dict = {}                   # workflow.train / checkpoint, checkpoint.mode: (line, value)
+    reader: dict = {}                 # reader keys whose effect depends on others: key -> (line, value)
     for section, (sline, node) in top.items():
         if section in _SCALARS:
             continue
@@ -417,12 +447,16 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
                 raise UsageError(f"{where}: not honoured: {rule.why}")
             if section == "model" and key == "name":
                 d["workload"]["model"] = str(_value(vnode))
+            if section == "reader" and key == "data_loader":
+                reader[key] = (line, _value(vnode))
             if rule.how == INFO:
                 continue
             try:
                 value = rule.conv(_value(vnode))
             except ValueError as exc:
                 raise UsageError(f"{where}: {exc}") from None
+            if section == "reader" and key in _READER_LATER:
+                reader[key] = (line, value)
             if key in shuffle:
                 shuffle[key] = value
                 lines[("train", "shuffle")] = (line, f"[{section}] {key}")
@@ -441,8 +475,49 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
     for (section, key), value in _DLIO_DEFAULTS.items():
         d[section].setdefault(key, value)
     _parquet_row(d)
+    _reader_section(d, reader, label, lines)
     _checkpoint_sections(d, flow, label)
     return d, lines
+
+
+# reader keys set after the loop: what they do depends on the format and the data loader
+_READER_LATER = ("transfer_size", "prefetch_size", "read_threads", "odirect")
+TF_BUFFER = 256 << 10     # TensorFlow's TFRecordDataset buffer when buffer_size is None (readers.py)
+# formats whose DLIO readers open O_DIRECT with odirect (reader/reader_factory.py: NPZReaderODIRECT,
+# NPYReaderODirect); every other format's branch raises "O_DIRECT for <format> format is not yet supported"
+ODIRECT_FORMATS = ("npz", "npy")
+
+
+def _reader_section(d: dict, reader: dict, label: str, lines: dict) -> None:
+    """odirect, transfer_size, prefetch_size and read_threads as DLIO's readers and loaders use them
+    (dlio_benchmark reader/*.py, data_loader/*.py: the fork MLPerf Storage v3.0 runs,
+    mlcommons/DLIO_local_changes@f6796ed, and argonne-lcf/dlio_benchmark v2.0.0 alike)."""
+    fmt = d["dataset"].get("format")
+    line, direct = reader.get("odirect", (None, False))
+    if direct and fmt not in ODIRECT_FORMATS:
+        raise UsageError(f"{label}:{line}: [reader] odirect: DLIO reads {fmt} without O_DIRECT (its reader "
+                         f"raises 'O_DIRECT for {fmt} format is not yet supported'); O_DIRECT is for "
+                         f"{' and '.join(ODIRECT_FORMATS)}")
+    line, transfer = reader.get("transfer_size", (None, None))
+    if fmt == "tfrecord":
+        # DLIO's TFReader: tf.data.TFRecordDataset(buffer_size=transfer_size): each file is read in
+        # buffer-sized reads; 0 is no buffer (a record's 12-byte header, data and 4-byte footer, each
+        # read on its own); None is TensorFlow's default buffer
+        if transfer == 0:
+            d["read"]["requests"] = "records"
+        else:
+            d["read"]["block_size"] = f"{transfer if transfer is not None else TF_BUFFER}B"
+        lines[("read", "block_size")] = lines[("read", "requests")] = (line, "[reader] transfer_size")
+    # read_threads 0: no loader workers (pytorch) or DLIO's 1 (tensorflow); iodl opens with at least one
+    _line, threads = reader.get("read_threads", (None, 1))
+    if not threads:
+        d["read"]["read_threads"] = 1
+    _line, prefetch = reader.get("prefetch_size", (None, 2))      # DLIO's default prefetch_size
+    if reader.get("data_loader", (None, "tensorflow"))[1] == "pytorch":
+        # torch DataLoader: read_threads workers, each prefetch_factor = ceil(prefetch_size /
+        # read_threads) batches ahead (2 when that is 0); no workers: no prefetch
+        prefetch = threads * (-(-prefetch // threads) or 2) if threads else 0
+    d["train"]["prefetch"] = prefetch
 
 
 def _parquet_row(d: dict) -> None:

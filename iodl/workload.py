@@ -61,6 +61,10 @@ class TrainSpec:
     seed: int
     prefetch: int             # steps read ahead of compute (tf.data prefetch)
     shuffle_size: int = 1024  # samples in the sample-shuffle buffer (DLIO's reader.shuffle_size default)
+    epoch_steps: int = 0      # most steps an epoch runs (0: as many as its data makes; DLIO's total_training_steps)
+
+
+REQUESTS = ("blocks", "records")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,10 @@ class ReadSpec:
     block_size: int           # bytes per request
     iodepth: int
     read_threads: int
+    direct: bool = False      # open with O_DIRECT (DLIO's reader.odirect)
+    requests: str = "blocks"  # blocks: block_size requests; records: tfrecord record by record (header, data, footer)
+    skip_listing: bool = False  # a plain directory's files are named as DLIO names them, not listed
+    file_prefix: str = "img"  # ... with this prefix (DLIO's dataset.file_prefix)
 
 
 @dataclass(frozen=True)
@@ -143,8 +151,15 @@ class Workload:
             ds = dataclasses.replace(ds, subfolders=_check(_upto(_nonneg_int, limits.MAX_FILES), subfolders,
                                                            "--subfolders"))
         _check_one_sample(ds, "--format" if format is not None else self.source)
+        _check_requests(self.read, ds, "--format" if format is not None else self.source)
         limits.check_dataset(ds, "with the command line's values")
         return dataclasses.replace(self, dataset=ds, train=tr)
+
+
+def _check_requests(rd: ReadSpec, ds: DatasetSpec, where: str) -> None:
+    if rd.requests == "records" and ds.format != "tfrecord":
+        raise UsageError(f"{where}: records (a record's header, data and footer, each read on its own) is how "
+                         f"a tfrecord shard is read without a buffer; {ds.format} shards are read in blocks")
 
 
 def _check_one_sample(ds: DatasetSpec, where: str) -> None:
@@ -319,11 +334,16 @@ SCHEMA = {
         "seed": (_nonneg_int, 1),
         "prefetch": (_upto(_nonneg_int, limits.MAX_PREFETCH), 2),
         "shuffle_size": (_upto(_positive_int, limits.MAX_SHUFFLE_SIZE), 1024),
+        "epoch_steps": (_upto(_nonneg_int, limits.MAX_STEPS), 0),
     },
     "read": {
         "block_size": (_size(True, limits.MAX_BLOCK_SIZE), "1MiB"),
         "iodepth": (_upto(_positive_int, limits.MAX_DEPTH), 8),
         "read_threads": (_upto(_positive_int, limits.MAX_THREADS), 4),
+        "direct": (_bool, False),
+        "requests": (_enum(REQUESTS), "blocks"),
+        "skip_listing": (_bool, False),
+        "file_prefix": (_name, "img"),
     },
     "metric": {
         "au_threshold": (_fraction, 0.90),
@@ -492,6 +512,7 @@ def _resolve(data: dict, lines: "_Lines", label: str, source: str | None) -> Wor
                       f"`iodl checkpoint --workload {given} --plan`")
     else:
         _check_one_sample(parts["dataset"], f"{_where(label, lines.of('dataset', 'samples_per_file'))}: [dataset]")
+        _check_requests(parts["read"], parts["dataset"], f"{_where(label, lines.of('read', 'requests'))}: [read] requests")
         limits.check_dataset(parts["dataset"], label)
     if has_model:
         why = check_model(parts["model"], parts["parallelism"])
