@@ -160,6 +160,9 @@ def _check_requests(rd: ReadSpec, ds: DatasetSpec, where: str) -> None:
     if rd.requests == "records" and ds.format != "tfrecord":
         raise UsageError(f"{where}: records (a record's header, data and footer, each read on its own) is how "
                          f"a tfrecord shard is read without a buffer; {ds.format} shards are read in blocks")
+    if rd.requests == "records" and rd.direct:
+        raise UsageError(f"{where}: records reads 12-byte headers, which O_DIRECT (direct = true) cannot: its "
+                         "requests are 4096-byte aligned")
 
 
 def _check_one_sample(ds: DatasetSpec, where: str) -> None:
