@@ -100,6 +100,28 @@ def _count(v):
     return max(int(v), 0)
 
 
+def _positive(v):
+    v = _count(v)
+    if v < 1:
+        raise ValueError(f"must be at least 1, got {v!r}")
+    return v
+
+
+def _whole(v):
+    """A byte count where 0 is a value of its own (DLIO's transfer_size 0)."""
+    v = _number(v)
+    if v != int(v) or v < 0:
+        raise ValueError(f"must be a whole number >= 0, got {v!r}")
+    return int(v)
+
+
+def _dlio_bool(v):
+    """As DLIO's LoadConfig reads skip_listing: a string is true if it says so, anything else by truth."""
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes", "on")
+    return bool(v)
+
+
 def _seconds(v):
     return max(_number(v), 0)          # DLIO's default -1: no compute between checkpoints
 
@@ -205,6 +227,11 @@ KEYS: dict[str, dict[str, Rule]] = {
         "parquet.use_s3dlio_gen": Rule(INFO, "object-store generation: iodl writes POSIX files"),
         "parquet.partition_by": Rule(REFUSE, "hive-partitioned directories: iodl lays out one file per shard"),
         "compression_level": Rule(REFUSE, "iodl writes incompressible data uncompressed"),
+        "skip_listing": Rule(HONOUR, "no directory listing: the file names are derived", ("read", "skip_listing"),
+                             _dlio_bool),
+        "listing_validation_interval": Rule(HONOUR, "with skip_listing: the first, last and every N-th derived "
+                                            "name are checked to exist (0: none)",
+                                            ("read", "listing_validation_interval"), _count),
     },
     "reader": {
         "batch_size": Rule(HONOUR, "samples per step per rank", ("train", "batch_size"), _number),
@@ -216,11 +243,13 @@ KEYS: dict[str, dict[str, Rule]] = {
         "shuffle_size": Rule(HONOUR, "the sample-shuffle buffer", ("train", "shuffle_size"), _number),
         "prefetch_size": Rule(HONOUR, "batches read ahead of compute", ("train", "prefetch"), _number),
         "data_loader": Rule(INFO, _ORDER),
-        "computation_threads": Rule(INFO, _IO),
-        "transfer_size": Rule(INFO, "iodl's request size is [read] block_size (--block-size)"),
+        "computation_threads": Rule(HONOUR, "threads that decode what the readers read (tf.data map)",
+                                    ("read", "computation_threads"), _positive),
+        "transfer_size": Rule(HONOUR, "the readers' request size, as each DLIO reader uses it (0 is a value)",
+                              ("read", "transfer_size"), _whole),
         "batch_size_eval": Rule(INFO, "evaluation reads are not emulated"),
         "dont_use_mmap": Rule(INFO, "iodl reads with read calls, never mmap"),
-        "odirect": Rule(INFO, "O_DIRECT is iodl read --direct"),
+        "odirect": Rule(HONOUR, "O_DIRECT reads (DLIO: npz and npy only)", ("read", "direct"), _flag),
         "read_type": Rule(INFO, _IO),
         "pin_memory": Rule(INFO, _IO),
         "multiprocessing_context": Rule(INFO, _IO),
@@ -236,7 +265,8 @@ KEYS: dict[str, dict[str, Rule]] = {
         "epochs": Rule(HONOUR, "epochs", ("train", "epochs"), _number),
         "seed": Rule(HONOUR, "seed of sizes, content and order", ("train", "seed"), _number),
         "seed_change_epoch": Rule(INFO, "iodl's order changes every epoch"),
-        "total_training_steps": Rule(INFO, "bounds the run: give it as --steps"),
+        "total_training_steps": Rule(HONOUR, "the run stops after this many steps in all (-1: no bound)",
+                                     ("train", "total_steps"), _count),
     },
     "evaluation": {k: Rule(INFO, "evaluation is not emulated") for k in (
         "eval_time", "eval_time_stdev", "epochs_between_evals", "eval_after_epoch")},

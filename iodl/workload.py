@@ -61,6 +61,7 @@ class TrainSpec:
     seed: int
     prefetch: int             # steps read ahead of compute (tf.data prefetch)
     shuffle_size: int = 1024  # samples in the sample-shuffle buffer (DLIO's reader.shuffle_size default)
+    total_steps: int = 0      # the run stops after this many steps in all (DLIO train.total_training_steps); 0: no bound
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,12 @@ class ReadSpec:
     block_size: int           # bytes per request
     iodepth: int
     read_threads: int
+    # what a DLIO file says of its reader (docs/dlio.md); iodl's own specs may give them too
+    direct: bool = False                    # O_DIRECT reads (DLIO reader.odirect)
+    transfer_size: int | None = None        # DLIO reader.transfer_size in bytes (0 is a value); None: not given
+    computation_threads: int = 1            # DLIO reader.computation_threads
+    skip_listing: bool = False              # derive the file names, list no directory (DLIO dataset.skip_listing)
+    listing_validation_interval: int = 1000  # with skip_listing: check the first, last and every N-th name exists; 0: none
 
 
 @dataclass(frozen=True)
@@ -255,6 +262,11 @@ def _size(positive: bool, hi: int):
     return check
 
 
+def _optional(checker):
+    """checker, or None: the value is not given (TOML has no null; a workload's to_dict() does)."""
+    return lambda v: None if v is None else checker(v)
+
+
 def _bool(v):
     if not isinstance(v, bool):
         raise ValueError(f"must be true or false, got {v!r}")
@@ -319,11 +331,17 @@ SCHEMA = {
         "seed": (_nonneg_int, 1),
         "prefetch": (_upto(_nonneg_int, limits.MAX_PREFETCH), 2),
         "shuffle_size": (_upto(_positive_int, limits.MAX_SHUFFLE_SIZE), 1024),
+        "total_steps": (_upto(_nonneg_int, limits.MAX_STEPS), 0),
     },
     "read": {
         "block_size": (_size(True, limits.MAX_BLOCK_SIZE), "1MiB"),
         "iodepth": (_upto(_positive_int, limits.MAX_DEPTH), 8),
         "read_threads": (_upto(_positive_int, limits.MAX_THREADS), 4),
+        "direct": (_bool, False),
+        "transfer_size": (_optional(_size(False, limits.MAX_BLOCK_SIZE)), None),
+        "computation_threads": (_upto(_positive_int, limits.MAX_THREADS), 1),
+        "skip_listing": (_bool, False),
+        "listing_validation_interval": (_upto(_nonneg_int, limits.MAX_FILES), 1000),
     },
     "metric": {
         "au_threshold": (_fraction, 0.90),
