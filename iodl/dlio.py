@@ -92,29 +92,34 @@ def _flag(v):
     return v
 
 
-def _truthy(v):
-    """DLIO's skip_listing: a bool, or a string hydra left ('true', '1', 'yes', 'on')."""
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "1", "yes", "on")
-    return _flag(v)
-
-
-def _transfer(v):
-    """reader.transfer_size: bytes, or None (TensorFlow's default buffer)."""
-    if v is None:
-        return None
-    v = _number(v)
-    if v != int(v) or v < 0:
-        raise ValueError(f"must be a whole number of bytes >= 0, got {v!r}")
-    return int(v)
-
-
 def _count(v):
     """DLIO's -1 (none, off) is iodl's 0."""
     v = _number(v)
     if v != int(v):
         raise ValueError(f"must be a whole number, got {v!r}")
     return max(int(v), 0)
+
+
+def _positive(v):
+    v = _count(v)
+    if v < 1:
+        raise ValueError(f"must be at least 1, got {v!r}")
+    return v
+
+
+def _whole(v):
+    """A byte count where 0 is a value of its own (DLIO's transfer_size 0)."""
+    v = _number(v)
+    if v != int(v) or v < 0:
+        raise ValueError(f"must be a whole number >= 0, got {v!r}")
+    return int(v)
+
+
+def _dlio_bool(v):
+    """As DLIO's LoadConfig reads skip_listing: a string is true if it says so, anything else by truth."""
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes", "on")
+    return bool(v)
 
 
 def _seconds(v):
@@ -206,13 +211,8 @@ KEYS: dict[str, dict[str, Rule]] = {
         "num_files_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_subfolders_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_samples_per_file_eval": Rule(INFO, "evaluation reads are not emulated"),
-        "file_prefix": Rule(HONOUR, "the files' names with skip_listing (iodl names its own files)",
+        "file_prefix": Rule(HONOUR, "the files' prefix with skip_listing (iodl's own datasets name their files)",
                             ("read", "file_prefix"), str),
-        "skip_listing": Rule(HONOUR, "the files of a plain directory are named as DLIO names them "
-                             "(PREFIX_I_of_N.FORMAT, in folder I % num_subfolders_train), not listed",
-                             ("read", "skip_listing"), _truthy),
-        "listing_validation_interval": Rule(INFO, "which derived files DLIO checks exist: iodl looks at every "
-                                            "one (their sizes) before reading"),
         "keep_files": Rule(INFO, _IO),
         "record_dims": Rule(INFO, "the sample's array shape: no I/O"),
         "record_element_type": Rule(INFO, "the sample's element type: no I/O"),
@@ -228,6 +228,12 @@ KEYS: dict[str, dict[str, Rule]] = {
         "parquet.use_s3dlio_gen": Rule(INFO, "object-store generation: iodl writes POSIX files"),
         "parquet.partition_by": Rule(REFUSE, "hive-partitioned directories: iodl lays out one file per shard"),
         "compression_level": Rule(REFUSE, "iodl writes incompressible data uncompressed"),
+        "skip_listing": Rule(HONOUR, "no directory listing: a plain directory's names are derived as DLIO derives "
+                             "them (PREFIX_I_of_N.FORMAT, folder I % num_subfolders_train)", ("read", "skip_listing"),
+                             _dlio_bool),
+        "listing_validation_interval": Rule(HONOUR, "with skip_listing: the first, last and every N-th derived "
+                                            "name are checked to exist (0: none)",
+                                            ("read", "listing_validation_interval"), _count),
     },
     "reader": {
         "batch_size": Rule(HONOUR, "samples per step per rank", ("train", "batch_size"), _number),
@@ -241,10 +247,11 @@ KEYS: dict[str, dict[str, Rule]] = {
                               "ceil(prefetch_size / read_threads), DLIO's prefetch_factor per worker; none without "
                               "workers)", None, _count),
         "data_loader": Rule(INFO, _ORDER + "; with pytorch, prefetch_size is DLIO's per-worker rule"),
-        "computation_threads": Rule(INFO, "threads of DLIO's tf.data map, which parses batches already read: no I/O"),
+        "computation_threads": Rule(HONOUR, "threads that decode what the readers read (tf.data map; no I/O of its own)",
+                                    ("read", "computation_threads"), _positive),
         "transfer_size": Rule(HONOUR, "tfrecord: TensorFlow's read buffer, iodl's request size (0: no buffer, "
-                              "each record's header, data and footer read on their own; absent: TensorFlow's "
-                              "256 KiB); DLIO's other readers do not use it", None, _transfer),
+                              "each record's 12-byte header, then its data with its CRC; absent: TensorFlow's "
+                              "256 KiB); DLIO's other readers do not use it", ("read", "transfer_size"), _whole),
         "batch_size_eval": Rule(INFO, "evaluation reads are not emulated"),
         "dont_use_mmap": Rule(INFO, "iodl reads with read calls, never mmap"),
         "odirect": Rule(HONOUR, "O_DIRECT reads, for npz and npy (DLIO's readers of those formats open the file "
@@ -264,8 +271,8 @@ KEYS: dict[str, dict[str, Rule]] = {
         "epochs": Rule(HONOUR, "epochs", ("train", "epochs"), _number),
         "seed": Rule(HONOUR, "seed of sizes, content and order", ("train", "seed"), _number),
         "seed_change_epoch": Rule(INFO, "iodl's order changes every epoch"),
-        "total_training_steps": Rule(HONOUR, "most steps of each epoch (DLIO counts them per epoch; -1: all)",
-                                     ("train", "epoch_steps"), _count),
+        "total_training_steps": Rule(HONOUR, "most steps of each epoch (DLIO's step counter starts again each epoch; "
+                                     "-1: all)", ("train", "total_steps"), _count),
     },
     "evaluation": {k: Rule(INFO, "evaluation is not emulated") for k in (
         "eval_time", "eval_time_stdev", "epochs_between_evals", "eval_after_epoch")},
@@ -498,16 +505,10 @@ def _reader_section(d: dict, reader: dict, label: str, lines: dict) -> None:
         raise UsageError(f"{label}:{line}: [reader] odirect: DLIO reads {fmt} without O_DIRECT (its reader "
                          f"raises 'O_DIRECT for {fmt} format is not yet supported'); O_DIRECT is for "
                          f"{' and '.join(ODIRECT_FORMATS)}")
-    line, transfer = reader.get("transfer_size", (None, None))
-    if fmt == "tfrecord":
-        # DLIO's TFReader: tf.data.TFRecordDataset(buffer_size=transfer_size): each file is read in
-        # buffer-sized reads; 0 is no buffer (a record's 12-byte header, data and 4-byte footer, each
-        # read on its own); None is TensorFlow's default buffer
-        if transfer == 0:
-            d["read"]["requests"] = "records"
-        else:
-            d["read"]["block_size"] = f"{transfer if transfer is not None else TF_BUFFER}B"
-        lines[("read", "block_size")] = lines[("read", "requests")] = (line, "[reader] transfer_size")
+    if fmt == "tfrecord" and "transfer_size" not in reader:
+        # DLIO's TFReader gives TFRecordDataset buffer_size=None: TensorFlow's own buffer (the read
+        # path turns a given transfer_size into tfrecord's requests: training.request_plan)
+        d["read"]["block_size"] = f"{TF_BUFFER}B"
     # read_threads 0: no loader workers (pytorch) or DLIO's 1 (tensorflow); iodl opens with at least one
     _line, threads = reader.get("read_threads", (None, 1))
     if not threads:

@@ -500,7 +500,7 @@ class _Reader(threading.Thread):
         super().__init__(daemon=True, name="iodl-reader")
         self.stream, self.files, self.cfg, self.cursor = stream, files, cfg, cursor
         self.lookahead = lookahead
-        # > 0: an epoch ends after this many batches, before its data does (cfg.epoch_steps): the
+        # > 0: an epoch ends after this many batches, before its data does (cfg.total_steps): the
         # rest of its share is not read, as DLIO's loader of that epoch is dropped
         self.cut_epochs, self.fetched = cut_epochs, 0
         # a run of a known number of steps reads that many batches and no more (as a data loader
@@ -576,13 +576,25 @@ class _Reader(threading.Thread):
             self.files.close_all()
 
 
+def request_shape(wl) -> tuple[int, bool]:
+    """(bytes per request, read record by record) of a workload: [read] transfer_size as DLIO's
+    readers use it. Only DLIO's tfrecord reader does (TFRecordDataset(buffer_size=transfer_size),
+    dlio_benchmark reader/tf_reader.py): its reads are transfer_size bytes each, and 0 is no buffer:
+    each record's 12-byte header, then its data and CRC (plan.record_plan). DLIO's other readers
+    never look at it (np.load, h5py, PIL, one readv with odirect): [read] block_size stands."""
+    transfer = wl.read.transfer_size
+    if wl.dataset is None or wl.dataset.format != "tfrecord" or transfer is None:
+        return wl.read.block_size, False
+    return (wl.read.block_size, True) if transfer == 0 else (transfer, False)
+
+
 def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple[int, int]:
     """(steps to run, 0 when only a duration bounds them; steps per epoch) for one rank. An epoch
-    runs at most cfg.epoch_steps steps (DLIO's total_training_steps, which DLIO counts per epoch:
-    its step counter starts again each epoch), and every epoch runs."""
+    runs at most cfg.total_steps steps (DLIO's total_training_steps, which DLIO counts per epoch:
+    its step counter starts again each epoch, main.py _train), and every epoch runs."""
     steps_per_epoch = max(1, -(-n_samples // (ranks_in_mount * cfg.batch_size)))
-    if cfg.epoch_steps:
-        steps_per_epoch = min(steps_per_epoch, cfg.epoch_steps)
+    if cfg.total_steps:
+        steps_per_epoch = min(steps_per_epoch, cfg.total_steps)
     return cfg.steps or (0 if cfg.duration_s else steps_per_epoch * cfg.epochs), steps_per_epoch
 
 
@@ -619,7 +631,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
                               rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch",
                               records=cfg.records)
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
-    whole = planned_steps(dataclasses.replace(cfg, epoch_steps=0), total_samples, ranks_in_mount)[1]
+    whole = planned_steps(dataclasses.replace(cfg, total_steps=0), total_samples, ranks_in_mount)[1]
     cut_epochs = steps_per_epoch if steps_per_epoch < whole and cfg.sampling == "epoch" else 0
 
     result = result or RankResult(rank=comm.rank, host=host, mount=mount)

@@ -61,10 +61,7 @@ class TrainSpec:
     seed: int
     prefetch: int             # steps read ahead of compute (tf.data prefetch)
     shuffle_size: int = 1024  # samples in the sample-shuffle buffer (DLIO's reader.shuffle_size default)
-    epoch_steps: int = 0      # most steps an epoch runs (0: as many as its data makes; DLIO's total_training_steps)
-
-
-REQUESTS = ("blocks", "records")
+    total_steps: int = 0      # most steps each epoch runs (DLIO train.total_training_steps, which DLIO counts per epoch); 0: no bound
 
 
 @dataclass(frozen=True)
@@ -72,10 +69,13 @@ class ReadSpec:
     block_size: int           # bytes per request
     iodepth: int
     read_threads: int
-    direct: bool = False      # open with O_DIRECT (DLIO's reader.odirect)
-    requests: str = "blocks"  # blocks: block_size requests; records: tfrecord record by record (header, data, footer)
-    skip_listing: bool = False  # a plain directory's files are named as DLIO names them, not listed
-    file_prefix: str = "img"  # ... with this prefix (DLIO's dataset.file_prefix)
+    # what a DLIO file says of its reader (docs/dlio.md); iodl's own specs may give them too
+    direct: bool = False                    # O_DIRECT reads (DLIO reader.odirect)
+    transfer_size: int | None = None        # DLIO reader.transfer_size in bytes (0 is a value); None: not given
+    computation_threads: int = 1            # DLIO reader.computation_threads
+    skip_listing: bool = False              # derive the file names, list no directory (DLIO dataset.skip_listing)
+    listing_validation_interval: int = 1000  # with skip_listing: check the first, last and every N-th name exists; 0: none
+    file_prefix: str = "img"                # with skip_listing: the files' prefix (DLIO dataset.file_prefix)
 
 
 @dataclass(frozen=True)
@@ -151,18 +151,8 @@ class Workload:
             ds = dataclasses.replace(ds, subfolders=_check(_upto(_nonneg_int, limits.MAX_FILES), subfolders,
                                                            "--subfolders"))
         _check_one_sample(ds, "--format" if format is not None else self.source)
-        _check_requests(self.read, ds, "--format" if format is not None else self.source)
         limits.check_dataset(ds, "with the command line's values")
         return dataclasses.replace(self, dataset=ds, train=tr)
-
-
-def _check_requests(rd: ReadSpec, ds: DatasetSpec, where: str) -> None:
-    if rd.requests == "records" and ds.format != "tfrecord":
-        raise UsageError(f"{where}: records (a record's header, data and footer, each read on its own) is how "
-                         f"a tfrecord shard is read without a buffer; {ds.format} shards are read in blocks")
-    if rd.requests == "records" and rd.direct:
-        raise UsageError(f"{where}: records reads 12-byte headers, which O_DIRECT (direct = true) cannot: its "
-                         "requests are 4096-byte aligned")
 
 
 def _check_one_sample(ds: DatasetSpec, where: str) -> None:
@@ -273,6 +263,11 @@ def _size(positive: bool, hi: int):
     return check
 
 
+def _optional(checker):
+    """checker, or None: the value is not given (TOML has no null; a workload's to_dict() does)."""
+    return lambda v: None if v is None else checker(v)
+
+
 def _bool(v):
     if not isinstance(v, bool):
         raise ValueError(f"must be true or false, got {v!r}")
@@ -337,15 +332,17 @@ SCHEMA = {
         "seed": (_nonneg_int, 1),
         "prefetch": (_upto(_nonneg_int, limits.MAX_PREFETCH), 2),
         "shuffle_size": (_upto(_positive_int, limits.MAX_SHUFFLE_SIZE), 1024),
-        "epoch_steps": (_upto(_nonneg_int, limits.MAX_STEPS), 0),
+        "total_steps": (_upto(_nonneg_int, limits.MAX_STEPS), 0),
     },
     "read": {
         "block_size": (_size(True, limits.MAX_BLOCK_SIZE), "1MiB"),
         "iodepth": (_upto(_positive_int, limits.MAX_DEPTH), 8),
         "read_threads": (_upto(_positive_int, limits.MAX_THREADS), 4),
         "direct": (_bool, False),
-        "requests": (_enum(REQUESTS), "blocks"),
+        "transfer_size": (_optional(_size(False, limits.MAX_BLOCK_SIZE)), None),
+        "computation_threads": (_upto(_positive_int, limits.MAX_THREADS), 1),
         "skip_listing": (_bool, False),
+        "listing_validation_interval": (_upto(_nonneg_int, limits.MAX_FILES), 1000),
         "file_prefix": (_name, "img"),
     },
     "metric": {
@@ -515,7 +512,6 @@ def _resolve(data: dict, lines: "_Lines", label: str, source: str | None) -> Wor
                       f"`iodl checkpoint --workload {given} --plan`")
     else:
         _check_one_sample(parts["dataset"], f"{_where(label, lines.of('dataset', 'samples_per_file'))}: [dataset]")
-        _check_requests(parts["read"], parts["dataset"], f"{_where(label, lines.of('read', 'requests'))}: [read] requests")
         limits.check_dataset(parts["dataset"], label)
     if has_model:
         why = check_model(parts["model"], parts["parallelism"])

@@ -68,10 +68,15 @@ def _setup(comm, args):
     given_block = limits.check_read_options(args)
     wl = workload_for_roots(args.root, args.workload)
     args.direct = args.direct or wl.read.direct   # the workload's O_DIRECT (DLIO's reader.odirect) as --direct
-    if args.direct and wl.read.requests == "records" and not args.block_size:
-        raise UsageError("--direct: [read] requests = records reads a tfrecord's 12-byte headers, which O_DIRECT "
+    from ..training import request_shape
+
+    wl_block, args.records = request_shape(wl)    # [read] transfer_size as DLIO's readers use it
+    args.records = args.records and not given_block
+    if args.direct and args.records:
+        raise UsageError("--direct: transfer_size 0 reads a tfrecord's 12-byte record headers, which O_DIRECT "
                          "cannot (its requests are 4096-byte aligned): give --block-size")
-    block_size = given_block or limits.check_block_size("[read] block_size", wl.read.block_size, args.direct)
+    block_size = given_block or limits.check_block_size(
+        "[read] " + ("transfer_size" if wl_block != wl.read.block_size else "block_size"), wl_block, args.direct)
     # the asyncio engine's concurrency is its reader tasks: the workload's read_threads
     default_depth = wl.read.read_threads if args.engine == "asyncio" else wl.read.iodepth
     iodepth = args.iodepth if args.iodepth is not None else default_depth
@@ -298,10 +303,10 @@ def run(args) -> int:
     def check_not_empty():
         if not len(sizes) or not stats[1]:
             raise UsageError(f"{roots[mount]}: the dataset holds no bytes to read")
-        if wl.read.requests == "records" and not args.block_size and not synthetic and ds.manifest is None:
-            raise UsageError(f"{roots[mount]}: [read] requests = records reads tfrecord record by record, which "
-                             "needs the records' places: an iodl-generated dataset has them, a plain directory "
-                             "does not (give a transfer_size or --block-size)")
+        if args.records and not synthetic and ds.manifest is None:
+            raise UsageError(f"{roots[mount]}: transfer_size 0 reads tfrecord record by record, which needs the "
+                             "records' places: an iodl-generated dataset has them, a plain directory does not "
+                             "(give a transfer_size or --block-size)")
         # what the plans will need, from the real shard sizes, before any is built (iodl/limits.py)
         limits.check_plans(cfg.pattern, sizes, len(sample_ends(0)), cfg.block_size, args.batch_size or wl.train.batch_size,
                            "--block-size" if args.block_size else "[read] block_size", stats)
@@ -359,8 +364,8 @@ def run(args) -> int:
                           shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
                           steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access,
                           read_threads=read_threads(args, wl),
-                          row_groups=_row_groups(wl.dataset), epoch_steps=wl.train.epoch_steps,
-                          records=wl.read.requests == "records" and not args.block_size)
+                          row_groups=_row_groups(wl.dataset), total_steps=wl.train.total_steps,
+                          records=args.records)
         total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span

@@ -138,3 +138,23 @@ def test_a_file_without_a_dataset_trains_on_dlios_default_dataset(tmp_path):
                     "reader:\n  batch_size: 2\n")
     d = load_workload(str(path)).dataset
     assert (d.format, d.files, d.samples_per_file, d.sample_size) == ("tfrecord", 8, 1, 65536)
+
+
+def test_the_reader_keys_that_change_the_io_land_in_the_spec(tmp_path):
+    # the keys of a v3.0 unet3d run (odirect, a transfer_size, listing skipped) and a step bound
+    text = open(UNET).read()
+    text = text.replace("  read_threads: 4\n", "  read_threads: 4\n  odirect: true\n  transfer_size: 262144\n"
+                        "  computation_threads: 3\n  prefetch_size: 5\n")
+    text = text.replace("  epochs: 2\n", "  epochs: 2\n  total_training_steps: 7\n")
+    text = text.replace("dataset:\n", "dataset:\n  skip_listing: 'True'\n  listing_validation_interval: 50\n")
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    w = load_workload(str(path))
+    # prefetch: the pytorch loader's 4 workers, each ceil(5 / 4) = 2 batches ahead (DLIO's prefetch_factor)
+    assert (w.read.direct, w.read.transfer_size, w.read.computation_threads, w.train.prefetch) == (True, 262144, 3, 8)
+    assert (w.train.total_steps, w.read.skip_listing, w.read.listing_validation_interval) == (7, True, 50)
+    d = w.to_dict()
+    assert d["read"]["direct"] is True and d["read"]["transfer_size"] == 262144 and d["train"]["total_steps"] == 7
+    # a file that gives none: DLIO's defaults (buffered, transfer_size not given, no step bound)
+    w = load_workload(UNET)
+    assert (w.read.direct, w.read.transfer_size, w.train.total_steps, w.read.skip_listing) == (False, None, 0, False)

@@ -16,9 +16,10 @@ import sys
 import pytest
 
 from iodl.errors import UsageError
+from iodl.training import request_shape
 from iodl.workload import load_workload
 from tests.conftest import require_or_skip
-from tests.helpers import iodl, load_json
+from tests.helpers import NotJudged, iodl, load_json
 
 NPZ = """model: unet3d
 framework: pytorch
@@ -61,23 +62,23 @@ def test_odirect_is_refused_where_dlio_refuses_it(tmp_path, fmt):
         load_workload(_yaml(tmp_path, "w.yaml", text))
 
 
-@pytest.mark.parametrize("transfer, block, requests", [
-    (", transfer_size: 256", 256, "blocks"),
-    (", transfer_size: 4194304", 4 << 20, "blocks"),
-    (", transfer_size: 0", 1 << 20, "records"),
-    ("", 256 << 10, "blocks"),                    # TensorFlow's own buffer when DLIO passes None
+@pytest.mark.parametrize("transfer, block, records", [
+    (", transfer_size: 256", 256, False),
+    (", transfer_size: 4194304", 4 << 20, False),
+    (", transfer_size: 0", 1 << 20, True),
+    ("", 256 << 10, False),                    # TensorFlow's own buffer when DLIO passes None
 ])
-def test_transfer_size_is_tfrecords_request_size(tmp_path, transfer, block, requests):
+def test_transfer_size_is_tfrecords_request_size(tmp_path, transfer, block, records):
     wl = load_workload(_yaml(tmp_path, "w.yaml", TFR.format(samples=4, record=1000, batch=2, extra=transfer,
                                                             epochs=1, train="")))
-    assert (wl.read.block_size, wl.read.requests) == (block, requests)
+    assert request_shape(wl) == (block, records)
 
 
 def test_transfer_size_changes_nothing_for_npz(tmp_path):
     """DLIO's npz readers never look at transfer_size (np.load, or one readv with odirect)."""
     wl = load_workload(_yaml(tmp_path, "w.yaml", NPZ.format(files=4, record=1 << 20, odirect="false")
                              .replace("odirect: false", "odirect: false, transfer_size: 256")))
-    assert (wl.read.block_size, wl.read.requests) == (1 << 20, "blocks")
+    assert wl.read.transfer_size == 256 and request_shape(wl) == (1 << 20, False)
 
 
 @pytest.mark.parametrize("loader, threads, prefetch, want", [
@@ -118,6 +119,8 @@ def test_odirect_reads_reach_the_device_every_time(tmp_path):
     second run finds the files in the page cache: the device serves almost nothing."""
     from iodl.groundtruth import LoopMount, drop_caches
 
+    from iodl.groundtruth import page_cache_drops
+
     served = {}
     with LoopMount(256 << 20) as m:
         root = os.path.join(m.path, "data")
@@ -126,17 +129,23 @@ def test_odirect_reads_reach_the_device_every_time(tmp_path):
             if odirect == "true":
                 _generate(wl, root)
                 nbytes, rounded = _dataset_bytes(root)
-            drop_caches()
-            for run in (1, 2):
-                out = tmp_path / f"r-{odirect}-{run}.json"
-                before = m.device_stat()[2] * 512
-                r = iodl("read", "--workload", wl, "--root", root, "--engine", "psync", "--progress", "off",
-                         "--out", str(out))
-                assert r.returncode == 0, r.stderr
-                served[odirect, run] = m.device_stat()[2] * 512 - before
-                result = load_json(out)
-                assert result["direct"] is (odirect == "true")
-                assert result["total"]["bytes"] == nbytes
+            for _attempt in range(3):   # drop_caches is machine-wide: another's drop between the runs spoils the pair
+                drop_caches()
+                drops = page_cache_drops()
+                for run in (1, 2):
+                    out = tmp_path / f"r-{odirect}-{run}.json"
+                    before = m.device_stat()[2] * 512
+                    r = iodl("read", "--workload", wl, "--root", root, "--engine", "psync", "--progress", "off",
+                             "--out", str(out))
+                    assert r.returncode == 0, r.stderr
+                    served[odirect, run] = m.device_stat()[2] * 512 - before
+                    result = load_json(out)
+                    assert result["direct"] is (odirect == "true")
+                    assert result["total"]["bytes"] == nbytes
+                if page_cache_drops() == drops:
+                    break
+            else:
+                raise NotJudged("someone else dropped the page cache during each of 3 tries")
     for run in (1, 2):
         # every byte, each file to its end (the device's sectors: its last 4 KiB block at most);
         # a little ext4 metadata on top
@@ -153,6 +162,7 @@ def _preads(trace: str, path_part: str) -> list[tuple[str, int, int]]:
         # strace -f splits a call another thread interrupts: "PID call(... <unfinished ...>", then
         # "PID <... call resumed>...) = N": put the halves together
         pid, _, rest = line.rstrip("\n").partition(" ")
+        rest = rest.lstrip()                   # strace pads the pid column
         if rest.endswith("<unfinished ...>"):
             pending[pid] = rest[:-len("<unfinished ...>")]
             continue
