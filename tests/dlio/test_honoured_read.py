@@ -109,49 +109,83 @@ def _dataset_bytes(root) -> tuple[int, int]:
     return sum(sizes), sum(-(-s // 4096) * 4096 for s in sizes)
 
 
+def _opens(trace: str, suffix: str) -> list[tuple[str, str]]:
+    """(path, flags) of every openat strace saw of a file ending in suffix."""
+    return re.findall(r'openat\([^,]*, "([^"]*' + re.escape(suffix) + r')", ([A-Z_|]+)', open(trace).read())
+
+
+def _warm(root) -> None:
+    """Read every data file under root through the page cache."""
+    for d, _s, names in os.walk(root):
+        for n in names:
+            with open(os.path.join(d, n), "rb") as f:
+                while f.read(1 << 20):
+                    pass
+
+
 @pytest.mark.root
 @pytest.mark.loopdev
 @pytest.mark.odirect
 def test_odirect_reads_reach_the_device_every_time(tmp_path):
-    """reader.odirect: true reads npz with O_DIRECT: two runs back to back, caches dropped only
-    before the first, each make the loop device serve every byte of the files (its own sector
-    counter, /sys/block/loopN/stat field 3), and the result says direct. With odirect: false the
-    second run finds the files in the page cache: the device serves almost nothing."""
-    from iodl.groundtruth import LoopMount, drop_caches
+    """reader.odirect: true reads npz with O_DIRECT: the files just read into the page cache, a
+    run still makes the loop device serve every byte of them (its own sector counter,
+    /sys/block/loopN/stat field 3), strace sees each opened O_DIRECT, and the result says direct.
+    (Another's drop_caches cannot fake this: it would only make a buffered run look direct in the
+    device's count, and the open flags say which it was.)"""
+    from iodl.groundtruth import LoopMount
 
-    from iodl.groundtruth import page_cache_drops
-
-    served = {}
     with LoopMount(256 << 20) as m:
         root = os.path.join(m.path, "data")
-        for odirect in ("true", "false"):
-            wl = _yaml(tmp_path, f"w-{odirect}.yaml", NPZ.format(files=8, record=3 << 20, odirect=odirect))
-            if odirect == "true":
-                _generate(wl, root)
-                nbytes, rounded = _dataset_bytes(root)
-            for _attempt in range(3):   # drop_caches is machine-wide: another's drop between the runs spoils the pair
-                drop_caches()
-                drops = page_cache_drops()
-                for run in (1, 2):
-                    out = tmp_path / f"r-{odirect}-{run}.json"
-                    before = m.device_stat()[2] * 512
-                    r = iodl("read", "--workload", wl, "--root", root, "--engine", "psync", "--progress", "off",
-                             "--out", str(out))
-                    assert r.returncode == 0, r.stderr
-                    served[odirect, run] = m.device_stat()[2] * 512 - before
-                    result = load_json(out)
-                    assert result["direct"] is (odirect == "true")
-                    assert result["total"]["bytes"] == nbytes
-                if page_cache_drops() == drops:
-                    break
-            else:
-                raise NotJudged("someone else dropped the page cache during each of 3 tries")
-    for run in (1, 2):
-        # every byte, each file to its end (the device's sectors: its last 4 KiB block at most);
-        # a little ext4 metadata on top
-        assert nbytes <= served["true", run] <= rounded + (256 << 10), (run, served)
-    assert served["false", 1] >= nbytes
-    assert served["false", 2] < 0.05 * nbytes, served
+        wl = _yaml(tmp_path, "w.yaml", NPZ.format(files=8, record=3 << 20, odirect="true"))
+        _generate(wl, root)
+        nbytes, rounded = _dataset_bytes(root)
+        for run in (1, 2):
+            _warm(root)
+            out = tmp_path / f"r-{run}.json"
+            before = m.device_stat()[2] * 512
+            trace = _strace(tmp_path, "read", "--workload", wl, "--root", root, "--engine", "psync", "--progress",
+                            "off", "--out", str(out), calls="openat")
+            served = m.device_stat()[2] * 512 - before
+            result = load_json(out)
+            assert result["direct"] is True and result["total"]["bytes"] == nbytes
+            # every byte, each file to its end (the device's sectors: its last 4 KiB block at most);
+            # a little ext4 metadata on top
+            assert nbytes <= served <= rounded + (256 << 10), (run, served, nbytes)
+            opens = _opens(trace, ".npz")
+            assert len({name for name, _flags in opens}) == 8 and all("O_DIRECT" in f for _n, f in opens), opens
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_odirect_false_reads_through_the_page_cache(tmp_path):
+    """The same files with odirect: false: a run right after another finds them in the page cache
+    (the device serves under 5% of them) and opens none O_DIRECT. Another helper's drop_caches
+    between the two runs spoils a try (counted in /proc/vmstat): not judged after 3."""
+    from iodl.groundtruth import LoopMount, drop_caches, page_cache_drops
+
+    with LoopMount(256 << 20) as m:
+        root = os.path.join(m.path, "data")
+        wl = _yaml(tmp_path, "w.yaml", NPZ.format(files=8, record=3 << 20, odirect="false"))
+        _generate(wl, root)
+        nbytes, _rounded = _dataset_bytes(root)
+        for _attempt in range(3):
+            drop_caches()
+            r = iodl("read", "--workload", wl, "--root", root, "--engine", "psync", "--progress", "off")
+            assert r.returncode == 0, r.stderr
+            drops = page_cache_drops()
+            before = m.device_stat()[2] * 512
+            out = tmp_path / "r.json"
+            trace = _strace(tmp_path, "read", "--workload", wl, "--root", root, "--engine", "psync", "--progress",
+                            "off", "--out", str(out), calls="openat")
+            served = m.device_stat()[2] * 512 - before
+            if page_cache_drops() == drops:
+                break
+        else:
+            raise NotJudged("someone else dropped the page cache during each of 3 tries")
+    assert load_json(out)["direct"] is False
+    assert served < 0.05 * nbytes, (served, nbytes)
+    opens = _opens(trace, ".npz")
+    assert len({name for name, _flags in opens}) == 8 and not any("O_DIRECT" in f for _n, f in opens), opens
 
 
 def _preads(trace: str, path_part: str) -> list[tuple[str, int, int]]:
@@ -174,10 +208,11 @@ def _preads(trace: str, path_part: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def _strace(tmp_path, *args) -> str:
+def _strace(tmp_path, *args, calls: str = "pread64") -> str:
+    """`python -m iodl ARGS` under strace -f -y (each fd's path shown); the trace file's path."""
     require_or_skip("strace", shutil.which("strace") is not None, "strace: not installed")
     trace = str(tmp_path / "strace.txt")
-    r = subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=pread64", "-o", trace, sys.executable, "-m", "iodl",
+    r = subprocess.run(["strace", "-f", "-qq", "-y", "-e", f"trace={calls}", "-o", trace, sys.executable, "-m", "iodl",
                         *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return trace
