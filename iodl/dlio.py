@@ -505,6 +505,11 @@ def _reader_section(d: dict, reader: dict, label: str, lines: dict) -> None:
         raise UsageError(f"{label}:{line}: [reader] odirect: DLIO reads {fmt} without O_DIRECT (its reader "
                          f"raises 'O_DIRECT for {fmt} format is not yet supported'); O_DIRECT is for "
                          f"{' and '.join(ODIRECT_FORMATS)}")
+    if fmt == "npz" and not direct:
+        # DLIO's npz reader: np.load, one file at a time per loader worker, each read through the
+        # page cache in order (its first small reads set the kernel's readahead): iodl's reads of
+        # a shard begin as np.load's do and go one at a time (plan.npz_load_plan)
+        d["read"]["access"], d["read"]["iodepth"] = "np.load", 1
     if fmt == "tfrecord" and "transfer_size" not in reader:
         # DLIO's TFReader gives TFRecordDataset buffer_size=None: TensorFlow's own buffer (the read
         # path turns a given transfer_size into tfrecord's requests: training.request_plan)

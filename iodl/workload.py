@@ -27,6 +27,7 @@ FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png", "indexed_bina
 ONE_SAMPLE_FORMATS = ("jpeg", "png")   # one sample per file (as DLIO documents them)
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
 SHUFFLES = ("none", "file", "sample", "file+sample")
+ACCESS = ("blocks", "np.load")   # how a shard's reads begin ([read] access; training.request_shape)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class ReadSpec:
     skip_listing: bool = False              # derive the file names, list no directory (DLIO dataset.skip_listing)
     listing_validation_interval: int = 1000  # with skip_listing: check the first, last and every N-th name exists; 0: none
     file_prefix: str = "img"                # with skip_listing: the files' prefix (DLIO dataset.file_prefix)
+    access: str = "blocks"                  # np.load: npz shards read as numpy's np.load reads them (DLIO's npz reader)
 
 
 @dataclass(frozen=True)
@@ -344,6 +346,7 @@ SCHEMA = {
         "skip_listing": (_bool, False),
         "listing_validation_interval": (_upto(_nonneg_int, limits.MAX_FILES), 1000),
         "file_prefix": (_name, "img"),
+        "access": (_enum(ACCESS), "blocks"),
     },
     "metric": {
         "au_threshold": (_fraction, 0.90),

@@ -365,7 +365,8 @@ def run(args) -> int:
                           steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access,
                           read_threads=read_threads(args, wl),
                           row_groups=_row_groups(wl.dataset), total_steps=wl.train.total_steps,
-                          records=args.records)
+                          records=args.records, npz_load=wl.read.access == "np.load" and wl.dataset.format == "npz"
+                          and not cfg.direct and not args.block_size)
         total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
