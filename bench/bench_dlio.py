@@ -427,20 +427,26 @@ def compare_histograms(d: dict, i: dict, share: float = 0.01, tol: float = 0.10)
     return {"rows": rows, "agree": ok, "tolerance": tol, "judged_share": share}
 
 
-def opens_of(trace: str, data_dir: str) -> dict[str, int]:
-    """Opens of each data file under data_dir that strace -f -y saw (a call another thread
-    interrupted is printed in two halves: its first half names the file)."""
+def opens_of(trace: str, data_dir: str) -> tuple[dict[str, int], int]:
+    """({data file: opens}, opens by iodl's page-cache probe) that strace -f -y saw. The probe
+    (iodl/cache.py: cachestat of each file before the run, no read) opens with O_NOFOLLOW and
+    without O_CLOEXEC, which neither iodl's reader nor DLIO does: counted apart."""
     import re
 
-    pat = re.compile(r'open(?:at)?\([^"]*"(' + re.escape(data_dir.rstrip("/")) + r'/[^"]+)"')
+    pat = re.compile(r'open(?:at)?\([^"]*"(' + re.escape(data_dir.rstrip("/")) + r'/[^"]+)", ([A-Z_|]+)')
     out: dict[str, int] = {}
+    probe = 0
     with open(trace) as f:
         for line in f:
             m = pat.search(line)
-            if m and not m.group(1).endswith((".idx", "/")):
-                name = os.path.relpath(m.group(1), data_dir)
-                out[name] = out.get(name, 0) + 1
-    return out
+            if not m or m.group(1).endswith((".idx", "/")) or "O_DIRECTORY" in m.group(2):
+                continue
+            if "O_NOFOLLOW" in m.group(2) and "O_CLOEXEC" not in m.group(2):
+                probe += 1
+                continue
+            name = os.path.relpath(m.group(1), data_dir)
+            out[name] = out.get(name, 0) + 1
+    return out, probe
 
 
 def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None) -> dict:
@@ -457,11 +463,12 @@ def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None)
     if rc:
         with open(log) as f:
             raise RuntimeError(f"{cmd[:4]}... exited {rc}; log {log}:\n{f.read()[-3000:]}")
-    opens = opens_of(trace, data_dir)
+    opens, probe = opens_of(trace, data_dir)
     return {"wall_s": wall, "device_read_bytes": (after[2] - before[2]) * 512,
             "device_reads": after[0] - before[0], "requests_traced": len(rq.sizes),
             "histogram": histogram(rq.sizes), "opens": sum(opens.values()), "files_opened": len(opens),
-            "opens_per_file": opens}
+            "opens_per_file": opens, "probe_opens": probe,
+            "files_opened_twice": sorted(n for n, k in opens.items() if k > 1)}
 
 
 def io_main(argv: list[str]) -> int:
@@ -534,7 +541,12 @@ def io_main(argv: list[str]) -> int:
                 with open(iodl_out) as f:
                     res = json.load(f)
                 r_i.update(direct=res["direct"], engine=res["engine"], iodl_bytes=res["total"]["bytes"],
-                           iodl_requests=res["total"]["ios"], block_size=res["workload"]["read"]["block_size"])
+                           iodl_requests=res["total"]["ios"], access=res["workload"]["read"].get("access"),
+                           iodepth=res["workload"]["read"]["iodepth"])
+                # bytes of the files DLIO opened more than once: the fork's loader "pre-warm" (main.py:
+                # next(iter(loader)) before each epoch) reads batches it then reads again in the epoch
+                r_d["reread_file_bytes"] = sum(os.path.getsize(os.path.join(train, n)) * (r_d["opens_per_file"][n] - 1)
+                                               for n in r_d["files_opened_twice"])
                 cmp = compare_histograms(r_d["histogram"], r_i["histogram"])
                 results[case] = {"dlio": {**r_d, "venv": dv}, "iodl": r_i, "histogram_agreement": cmp,
                                  "dataset": generated[fmt]}
@@ -574,14 +586,17 @@ def write_io_results(a, results: dict, yamls: dict, vers: dict) -> None:
     for case, r in results.items():
         d, i, cmp = r["dlio"], r["iodl"], r["histogram_agreement"]
         lines += [f"## {case}", "", f"DLIO: `{d['venv']}`; data: {r['dataset']['files']} files, "
-                  f"{r['dataset']['bytes']:,} bytes. iodl: engine {i['engine']}, direct {i['direct']}, "
-                  f"{i['block_size']:,}-byte requests ({i['iodl_requests']:,} of them, {i['iodl_bytes']:,} bytes).", "",
+                  f"{r['dataset']['bytes']:,} bytes. iodl: engine {i['engine']}, direct {i['direct']}, access "
+                  f"{i['access']}, iodepth {i['iodepth']}: {i['iodl_requests']:,} requests of "
+                  f"{i['iodl_bytes'] / max(i['iodl_requests'], 1):,.0f} bytes on average ({i['iodl_bytes']:,} bytes).", "",
                   "```yaml", yamls[case].rstrip(), "```", "",
                   "| | DLIO | iodl |", "|---|---:|---:|",
                   f"| bytes the device served | {d['device_read_bytes']:,} | {i['device_read_bytes']:,} |",
                   f"| read requests the device completed | {d['requests_traced']:,} | {i['requests_traced']:,} |",
+                  f"| bytes of files read again (DLIO: opened twice) | {d['reread_file_bytes']:,} | - |",
                   f"| opens of data files (files) | {d['opens']} ({d['files_opened']}) | {i['opens']} "
                   f"({i['files_opened']}) |",
+                  f"| iodl's page-cache probe: opens (cachestat, no read) | - | {i['probe_opens']} |",
                   f"| wall time of the launch, under strace (s) | {d['wall_s']:.1f} | {i['wall_s']:.1f} |", "",
                   f"Request sizes at the device ({'agree' if cmp['agree'] else 'DIFFER'} within 10% in every "
                   "judged bucket):", "",

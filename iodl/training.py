@@ -528,7 +528,10 @@ class _Reader(threading.Thread):
                 part["file"] = i
                 parts.append(part)
             rows = np.concatenate(parts) if parts else plan.new_plan(0)
-        upcoming = self.lookahead.ahead(self.files.ahead_cap) if self.lookahead and self.files.ahead_cap else []
+        ahead = self.files.ahead_cap
+        if self.batches:   # no file past the run's last batch (a shard holds at least one sample)
+            ahead = min(ahead, (self.batches - self.fetched - 1) * self.cfg.batch_size)
+        upcoming = self.lookahead.ahead(ahead) if self.lookahead and ahead > 0 else []
         self.cursor.run(self.files.open(shards, then=upcoming), rows, self.files.names(shards))
         for shard, _rows, done in segments:
             if done:

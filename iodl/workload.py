@@ -27,7 +27,7 @@ FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png", "indexed_bina
 ONE_SAMPLE_FORMATS = ("jpeg", "png")   # one sample per file (as DLIO documents them)
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
 SHUFFLES = ("none", "file", "sample", "file+sample")
-ACCESS = ("blocks", "np.load")   # how a shard's reads begin ([read] access; training.request_shape)
+ACCESS = ("blocks", "np.load", "whole")   # how a shard is read ([read] access)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,9 @@ class ReadSpec:
     skip_listing: bool = False              # derive the file names, list no directory (DLIO dataset.skip_listing)
     listing_validation_interval: int = 1000  # with skip_listing: check the first, last and every N-th name exists; 0: none
     file_prefix: str = "img"                # with skip_listing: the files' prefix (DLIO dataset.file_prefix)
-    access: str = "blocks"                  # np.load: npz shards read as numpy's np.load reads them (DLIO's npz reader)
+    # blocks: block_size requests; np.load: npz read as np.load reads it (DLIO's npz reader); whole: each
+    # file in one request, as DLIO's odirect readers read (block_size: the largest file)
+    access: str = "blocks"
 
 
 @dataclass(frozen=True)

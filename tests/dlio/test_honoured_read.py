@@ -297,3 +297,23 @@ def test_skip_listing_opens_the_names_dlio_derives(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "1/img_07_of_12.npz" in lines[0] and "skip_listing" in lines[0], r.stderr
+
+
+def test_a_dlio_directory_holds_the_files_samples(tmp_path):
+    """A plain directory read with a DLIO workload file holds that file's samples per file (DLIO
+    generated it so: a resnet50 tfrecord file holds 1,251 records), taken as equal slices of each
+    file: 2 files x 16 samples at batch 4 are 8 steps, and each file is read once, whole (without
+    this a file was one sample, and a batch of 4 re-read the 2 files twice each)."""
+    root = tmp_path / "train"
+    root.mkdir()
+    for i in range(2):
+        (root / f"img_{i}_of_2.tfrecord").write_bytes(os.urandom(16 * 3016))
+    wl = _yaml(tmp_path, "w.yaml", TFR.format(samples=16, record=3000, batch=4, extra=", transfer_size: 4096",
+                                              epochs=1, train=""))
+    out = tmp_path / "r.json"
+    r = iodl("read", "--workload", wl, "--root", str(root), "--engine", "psync", "--progress", "off", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    result = load_json(out)
+    assert result["train"]["steps"] == 8 and result["train"]["samples"] == 32
+    assert result["total"]["bytes"] == 2 * 16 * 3016
+    assert result["total"]["ios"] == 2 * -(-16 * 3016 // 4096)
