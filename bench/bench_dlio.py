@@ -350,48 +350,7 @@ train:
 """
 
 
-class RequestSizes:
-    """The size of every request a block device completes while inside: ftrace's
-    block_rq_complete in a tracing instance of its own (the global tracer is left alone), filtered
-    on the device's number."""
-
-    TRACING = "/sys/kernel/debug/tracing"
-
-    def __init__(self, majmin: str):
-        major, minor = (int(x) for x in majmin.split(":"))
-        self.dev = (major << 20) | minor
-        self.path = os.path.join(self.TRACING, "instances", f"iodl-bench-{os.getpid()}")
-        self.sizes: list[int] = []
-
-    def _write(self, name: str, value: str) -> None:
-        with open(os.path.join(self.path, name), "w") as f:
-            f.write(value)
-
-    def __enter__(self) -> "RequestSizes":
-        os.mkdir(self.path)
-        self._write("buffer_size_kb", "16384")
-        self._write("events/block/block_rq_complete/filter", f"dev == {self.dev}")
-        self._write("events/block/block_rq_complete/enable", "1")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._write("events/block/block_rq_complete/enable", "0")
-        with open(os.path.join(self.path, "trace")) as f:
-            for line in f:
-                # "... block_rq_complete: 7,0 R () 1234 + 2048 be,0,4 [0]": reads only
-                parts = line.split("block_rq_complete:", 1)
-                if len(parts) == 2:
-                    fields = parts[1].split()
-                    if "R" in fields[1] and "+" in fields:
-                        self.sizes.append(int(fields[fields.index("+") + 1]) * 512)
-        os.rmdir(self.path)
-
-    @staticmethod
-    def can() -> str | None:
-        """None when ftrace's block events can be used here, else why not."""
-        if not os.path.isdir(os.path.join(RequestSizes.TRACING, "events", "block")):
-            return f"no ftrace block events at {RequestSizes.TRACING} (mount -t debugfs none /sys/kernel/debug)"
-        return None
+RequestSizes = groundtruth.RequestSizes   # ftrace block_rq_complete on one device
 
 
 def histogram(sizes: list[int]) -> dict[str, dict[str, int]]:
@@ -429,8 +388,8 @@ def compare_histograms(d: dict, i: dict, share: float = 0.01, tol: float = 0.10)
 
 def opens_of(trace: str, data_dir: str) -> tuple[dict[str, int], int]:
     """({data file: opens}, opens by iodl's page-cache probe) that strace -f -y saw. The probe
-    (iodl/cache.py: cachestat of each file before the run, no read) opens with O_NOFOLLOW and
-    without O_CLOEXEC, which neither iodl's reader nor DLIO does: counted apart."""
+    (iodl/cache.py: cachestat of each file before the run, no read) opens with O_NOFOLLOW, which
+    neither DLIO nor iodl's reader of a listed directory (the case here) does: counted apart."""
     import re
 
     pat = re.compile(r'open(?:at)?\([^"]*"(' + re.escape(data_dir.rstrip("/")) + r'/[^"]+)", ([A-Z_|]+)')
@@ -439,9 +398,10 @@ def opens_of(trace: str, data_dir: str) -> tuple[dict[str, int], int]:
     with open(trace) as f:
         for line in f:
             m = pat.search(line)
-            if not m or m.group(1).endswith((".idx", "/")) or "O_DIRECTORY" in m.group(2):
+            if (not m or m.group(1).endswith((".idx", "/")) or "O_DIRECTORY" in m.group(2)
+                    or os.path.basename(m.group(1)).startswith("iodl-")):   # iodl looking for its manifest
                 continue
-            if "O_NOFOLLOW" in m.group(2) and "O_CLOEXEC" not in m.group(2):
+            if "O_NOFOLLOW" in m.group(2):
                 probe += 1
                 continue
             name = os.path.relpath(m.group(1), data_dir)
@@ -449,17 +409,24 @@ def opens_of(trace: str, data_dir: str) -> tuple[dict[str, int], int]:
     return out, probe
 
 
-def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None) -> dict:
-    """One run from a cold cache: the device's bytes and requests, the data files' opens."""
-    groundtruth.drop_caches()
-    before = mount.device_stat()
-    with RequestSizes(mount.majmin) as rq:
-        t0 = time.time()
-        with open(log, "w") as out:
-            rc = subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=open,openat", "-o", trace, *cmd],
-                                stdout=out, stderr=subprocess.STDOUT, env=env).returncode
-        wall = time.time() - t0
-    after = mount.device_stat()
+def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None, tries: int = 4) -> dict:
+    """One run from a cold cache: the device's bytes and requests, the data files' opens. A run
+    during which someone else dropped the page cache (machine-wide: readahead's pages evicted
+    before they were read, and read again) is run again, up to `tries` times."""
+    for attempt in range(tries):
+        groundtruth.drop_caches()
+        drops = groundtruth.page_cache_drops()
+        before = mount.device_stat()
+        with RequestSizes(mount.majmin) as rq:
+            t0 = time.time()
+            with open(log, "w") as out:
+                rc = subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=open,openat", "-o", trace, *cmd],
+                                    stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+            wall = time.time() - t0
+        after = mount.device_stat()
+        if rc or groundtruth.page_cache_drops() == drops:
+            break
+        print(f"  (someone else dropped the page cache during the run: again, {attempt + 1} of {tries})", flush=True)
     if rc:
         with open(log) as f:
             raise RuntimeError(f"{cmd[:4]}... exited {rc}; log {log}:\n{f.read()[-3000:]}")
@@ -467,7 +434,7 @@ def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None)
     return {"wall_s": wall, "device_read_bytes": (after[2] - before[2]) * 512,
             "device_reads": after[0] - before[0], "requests_traced": len(rq.sizes),
             "histogram": histogram(rq.sizes), "opens": sum(opens.values()), "files_opened": len(opens),
-            "opens_per_file": opens, "probe_opens": probe,
+            "opens_per_file": opens, "probe_opens": probe, "spoiled_tries": attempt,
             "files_opened_twice": sorted(n for n, k in opens.items() if k > 1)}
 
 
@@ -533,16 +500,23 @@ def io_main(argv: list[str]) -> int:
                 out = os.path.join(work, f"dlio-{case}")
                 r_d = io_run(mnt, dlio_cmd(argparse.Namespace(**{**vars(a), "dlio_venv": dv}), cfg_dir, name, data,
                                            out), out + ".log", out + ".strace", train)
-                iodl_out = os.path.join(work, f"iodl-{case}.json")
-                cmd = [shutil.which("mpiexec", path=os.path.dirname(sys.executable)), "-n", str(a.ranks),
-                       sys.executable, "-m", "iodl", "read", "--workload", wl_path, "--root", train,
-                       "--progress", "off", "--out", iodl_out]
-                r_i = io_run(mnt, cmd, iodl_out + ".log", iodl_out + ".strace", train)
-                with open(iodl_out) as f:
-                    res = json.load(f)
-                r_i.update(direct=res["direct"], engine=res["engine"], iodl_bytes=res["total"]["bytes"],
-                           iodl_requests=res["total"]["ios"], access=res["workload"]["read"].get("access"),
-                           iodepth=res["workload"]["read"]["iodepth"])
+                # odirect: also iodl's psync engine, whose requests are made of the pages of one
+                # buffer as a readv's are (uring's registered buffers are cut at the device's
+                # segment limit, 128 pages here: docs/dlio.md)
+                iodl_runs = {}
+                for engine in (("auto", "psync") if "odirect" in case else ("auto",)):
+                    iodl_out = os.path.join(work, f"iodl-{case}-{engine}.json")
+                    cmd = [shutil.which("mpiexec", path=os.path.dirname(sys.executable)), "-n", str(a.ranks),
+                           sys.executable, "-m", "iodl", "read", "--workload", wl_path, "--root", train,
+                           "--engine", engine, "--progress", "off", "--out", iodl_out]
+                    r_i = io_run(mnt, cmd, iodl_out + ".log", iodl_out + ".strace", train)
+                    with open(iodl_out) as f:
+                        res = json.load(f)
+                    r_i.update(direct=res["direct"], engine=res["engine"], iodl_bytes=res["total"]["bytes"],
+                               iodl_requests=res["total"]["ios"], access=res["workload"]["read"].get("access"),
+                               iodepth=res["workload"]["read"]["iodepth"])
+                    iodl_runs[engine] = r_i
+                r_i = iodl_runs["auto"]
                 # bytes of the files DLIO opened more than once: the fork's loader "pre-warm" (main.py:
                 # next(iter(loader)) before each epoch) reads batches it then reads again in the epoch
                 r_d["reread_file_bytes"] = sum(os.path.getsize(os.path.join(train, n)) * (r_d["opens_per_file"][n] - 1)
@@ -550,6 +524,10 @@ def io_main(argv: list[str]) -> int:
                 cmp = compare_histograms(r_d["histogram"], r_i["histogram"])
                 results[case] = {"dlio": {**r_d, "venv": dv}, "iodl": r_i, "histogram_agreement": cmp,
                                  "dataset": generated[fmt]}
+                if "psync" in iodl_runs:
+                    results[case]["iodl_psync"] = iodl_runs["psync"]
+                    results[case]["histogram_agreement_psync"] = compare_histograms(r_d["histogram"],
+                                                                                   iodl_runs["psync"]["histogram"])
                 print(f"{case}: device bytes DLIO {r_d['device_read_bytes']:,} iodl {r_i['device_read_bytes']:,}; "
                       f"requests {r_d['requests_traced']} / {r_i['requests_traced']}; histogram "
                       f"{'agrees' if cmp['agree'] else 'DIFFERS'}; opens {r_d['opens']} / {r_i['opens']} "
@@ -594,22 +572,31 @@ def write_io_results(a, results: dict, yamls: dict, vers: dict) -> None:
                   f"| bytes the device served | {d['device_read_bytes']:,} | {i['device_read_bytes']:,} |",
                   f"| read requests the device completed | {d['requests_traced']:,} | {i['requests_traced']:,} |",
                   f"| bytes of files read again (DLIO: opened twice) | {d['reread_file_bytes']:,} | - |",
+                  f"| bytes the device served, less those | {d['device_read_bytes'] - d['reread_file_bytes']:,} | "
+                  f"{i['device_read_bytes']:,} |",
                   f"| opens of data files (files) | {d['opens']} ({d['files_opened']}) | {i['opens']} "
                   f"({i['files_opened']}) |",
                   f"| iodl's page-cache probe: opens (cachestat, no read) | - | {i['probe_opens']} |",
                   f"| wall time of the launch, under strace (s) | {d['wall_s']:.1f} | {i['wall_s']:.1f} |", "",
                   f"Request sizes at the device ({'agree' if cmp['agree'] else 'DIFFER'} within 10% in every "
-                  "judged bucket):", "",
-                  "| size | DLIO requests | iodl requests | DLIO MB | iodl MB | judged | difference |",
-                  "|---|---:|---:|---:|---:|---|---:|"]
-        for row in cmp["rows"]:
-            lines.append(f"| {row['bucket']} | {row['dlio_requests']} | {row['iodl_requests']} | "
-                         f"{row['dlio_bytes'] / 1e6:.1f} | {row['iodl_bytes'] / 1e6:.1f} | "
-                         f"{'yes' if row['judged'] else 'no'} | {row['difference']:.1%} |")
-        lines.append("")
+                  "judged bucket):", "", *_size_table(cmp)]
+        if "iodl_psync" in r:
+            p, cmp = r["iodl_psync"], r["histogram_agreement_psync"]
+            lines += [f"iodl with `--engine psync` (its device bytes {p['device_read_bytes']:,}, "
+                      f"{p['requests_traced']:,} requests; {'agree' if cmp['agree'] else 'DIFFER'} within 10%):", "",
+                      *_size_table(cmp)]
     with open(os.path.join(a.out, "dlio-io-vs-iodl.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _size_table(cmp: dict) -> list[str]:
+    lines = ["| size | DLIO requests | iodl requests | DLIO MB | iodl MB | judged | difference |",
+             "|---|---:|---:|---:|---:|---|---:|"]
+    lines += [f"| {row['bucket']} | {row['dlio_requests']} | {row['iodl_requests']} | {row['dlio_bytes'] / 1e6:.1f} | "
+              f"{row['iodl_bytes'] / 1e6:.1f} | {'yes' if row['judged'] else 'no'} | {row['difference']:.1%} |"
+              for row in cmp["rows"]]
+    return lines + [""]
 
 
 def main() -> int:

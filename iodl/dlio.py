@@ -514,6 +514,9 @@ def _reader_section(d: dict, reader: dict, label: str, lines: dict) -> None:
         # page cache in order (its first small reads set the kernel's readahead): iodl's reads of
         # a shard begin as np.load's do and go one at a time (plan.npz_load_plan)
         d["read"]["access"], d["read"]["iodepth"] = "np.load", 1
+    if fmt == "tfrecord":
+        # TensorFlow's reader reads a file one buffer at a time, in order (read_threads files at once)
+        d["read"]["iodepth"] = 1
     if fmt == "tfrecord" and "transfer_size" not in reader:
         # DLIO's TFReader gives TFRecordDataset buffer_size=None: TensorFlow's own buffer (the read
         # path turns a given transfer_size into tfrecord's requests: training.request_shape)

@@ -202,3 +202,54 @@ class CpuSteal:
     def __exit__(self, *exc) -> None:
         d = [b - a for a, b in zip(self._before, self._read())]
         self.share = d[7] / sum(d) if len(d) > 7 and sum(d) else 0.0
+
+
+class RequestSizes:
+    """The size of every read request a block device completes while inside: ftrace's
+    block_rq_complete, in a tracing instance of its own (the global tracer is left alone),
+    filtered on the device's number. `can()` says why not where ftrace's block events are not
+    reachable (debugfs not mounted: `mount -t debugfs none /sys/kernel/debug`)."""
+
+    TRACING = "/sys/kernel/debug/tracing"
+
+    def __init__(self, majmin: str):
+        major, minor = (int(x) for x in majmin.split(":"))
+        self.dev = (major << 20) | minor
+        self.path = os.path.join(self.TRACING, "instances", f"iodl-rq-{os.getpid()}-{id(self)}")
+        self.sizes: list[int] = []
+
+    def _write(self, name: str, value: str) -> None:
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(value)
+
+    def __enter__(self) -> "RequestSizes":
+        os.mkdir(self.path)
+        try:
+            self._write("buffer_size_kb", "16384")
+            self._write("events/block/block_rq_complete/filter", f"dev == {self.dev}")
+            self._write("events/block/block_rq_complete/enable", "1")
+        except OSError:
+            os.rmdir(self.path)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._write("events/block/block_rq_complete/enable", "0")
+        with open(os.path.join(self.path, "trace")) as f:
+            for line in f:
+                # "... block_rq_complete: 7,0 R () 1234 + 2048 be,0,4 [0]": reads only
+                parts = line.split("block_rq_complete:", 1)
+                if len(parts) == 2:
+                    fields = parts[1].split()
+                    if len(fields) > 1 and "R" in fields[1] and "+" in fields:
+                        self.sizes.append(int(fields[fields.index("+") + 1]) * 512)
+        os.rmdir(self.path)
+
+    @staticmethod
+    def can() -> str | None:
+        """None when ftrace's block events can be used here, else why not."""
+        if os.geteuid() != 0:
+            return "needs root (ftrace)"
+        if not os.path.isdir(os.path.join(RequestSizes.TRACING, "events", "block")):
+            return f"no ftrace block events at {RequestSizes.TRACING} (mount -t debugfs none /sys/kernel/debug)"
+        return None

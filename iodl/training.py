@@ -150,6 +150,10 @@ class SampleStream:
             self._shard = None
         return shard, first, k
 
+    def left_in_shard(self) -> int:
+        """Samples of the shard being read not yet loaded."""
+        return len(self._ends) - self._sample if self._shard is not None else 0
+
     def end_epoch(self) -> list[int]:
         """Leave the rest of this epoch's share unread (an epoch of fewer steps than its data makes:
         DLIO's total_training_steps): the next take() begins the next epoch. Returns the shard left
@@ -302,6 +306,9 @@ class SampleAccessStream:
         """The run took its last batch: check the epoch's part if that batch ended it."""
         if self._pos == len(self._shards):
             self._check_epoch()
+
+    def left_in_shard(self) -> int:
+        return 0                               # a sample's file is opened for it alone
 
     def end_epoch(self) -> list[int]:
         """Leave the rest of this epoch's part untaken (SampleStream.end_epoch); no file stays open."""
@@ -501,13 +508,14 @@ class _Reader(threading.Thread):
     batch (lookahead), so that the reader finds their fds ready, as a data loader's workers do."""
 
     def __init__(self, stream: SampleStream, files: ShardFiles, cfg: StepConfig, cursor: Cursor, batches: int = 0,
-                 lookahead: ShardLookahead | None = None, cut_epochs: int = 0):
+                 lookahead: ShardLookahead | None = None, cut_epochs: int = 0, samples_per_shard: int = 1):
         super().__init__(daemon=True, name="iodl-reader")
         self.stream, self.files, self.cfg, self.cursor = stream, files, cfg, cursor
         self.lookahead = lookahead
         # > 0: an epoch ends after this many batches, before its data does (cfg.total_steps): the
         # rest of its share is not read, as DLIO's loader of that epoch is dropped
         self.cut_epochs, self.fetched = cut_epochs, 0
+        self.samples_per_shard = max(1, samples_per_shard)
         # a run of a known number of steps reads that many batches and no more (as a data loader
         # whose epochs have an end does): reading ahead past the last step is I/O no step uses
         self.batches = batches
@@ -529,8 +537,9 @@ class _Reader(threading.Thread):
                 parts.append(part)
             rows = np.concatenate(parts) if parts else plan.new_plan(0)
         ahead = self.files.ahead_cap
-        if self.batches:   # no file past the run's last batch (a shard holds at least one sample)
-            ahead = min(ahead, (self.batches - self.fetched - 1) * self.cfg.batch_size)
+        if self.batches:   # no file past the run's last batch (the shard being read holds some of it)
+            left = (self.batches - self.fetched - 1) * self.cfg.batch_size - self.stream.left_in_shard()
+            ahead = min(ahead, -(-max(left, 0) // self.samples_per_shard))
         upcoming = self.lookahead.ahead(ahead) if self.lookahead and ahead > 0 else []
         self.cursor.run(self.files.open(shards, then=upcoming), rows, self.files.names(shards))
         for shard, _rows, done in segments:
@@ -657,6 +666,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
         result.window_ns = (t0 + int(cfg.ramp_s * 1e9), t0 + int(run_until * 1e9))
     files = ShardFiles(paths, sizes, cfg.direct, result, threads=cfg.read_threads)
     reader = _Reader(stream, files, cfg, Cursor(engine, result, t0), batches=steps, lookahead=next_shard,
+                     samples_per_shard=len(sample_ends(0)) if len(sizes) else 1,
                      cut_epochs=cut_epochs)
     prefetching = cfg.prefetch > 0
     if prefetching:

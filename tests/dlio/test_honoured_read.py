@@ -317,3 +317,71 @@ def test_a_dlio_directory_holds_the_files_samples(tmp_path):
     assert result["train"]["steps"] == 8 and result["train"]["samples"] == 32
     assert result["total"]["bytes"] == 2 * 16 * 3016
     assert result["total"]["ios"] == 2 * -(-16 * 3016 // 4096)
+
+
+def _np_load_all(paths):
+    import numpy as np
+
+    for p in paths:
+        with np.load(p) as f:
+            f["x"]
+
+
+def _buckets(sizes) -> dict[int, list[int]]:
+    """power-of-two size bucket (bytes, at least 4 KiB) -> [requests, bytes]."""
+    out: dict[int, list[int]] = {}
+    for n in sizes:
+        top = 4096
+        while top < n:
+            top *= 2
+        b = out.setdefault(top, [0, 0])
+        b[0] += 1
+        b[1] += n
+    return out
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_npz_requests_at_the_device_are_np_loads(tmp_path):
+    """A DLIO npz file read buffered: DLIO's reader is np.load(file)['x'], whose first small reads
+    set the kernel's readahead. The loop device's requests (ftrace block_rq_complete) under numpy's
+    own np.load of the files, two processes as two ranks, and under iodl's 2 ranks: in every size
+    bucket holding 5% of the bytes, request counts within 15% (or 3 requests) of each other, and the
+    same bytes within 1%."""
+    import multiprocessing
+
+    import numpy as np
+
+    from iodl.groundtruth import LoopMount, RequestSizes, drop_caches
+
+    require_or_skip("ftrace", RequestSizes.can() is None, f"ftrace: {RequestSizes.can()}")
+    with LoopMount(512 << 20) as m:
+        train = os.path.join(m.path, "train")
+        os.mkdir(train)
+        rng = np.random.default_rng(7)
+        paths = []
+        for i in range(16):
+            path = os.path.join(train, f"img_{i:02d}_of_16.npz")
+            np.savez(path, x=rng.integers(0, 255, size=int(rng.normal(6 << 20, 1 << 20)), dtype=np.uint8))
+            paths.append(path)
+        os.sync()
+        drop_caches()
+        with RequestSizes(m.majmin) as ref:
+            procs = [multiprocessing.Process(target=_np_load_all, args=(paths[r::2],)) for r in range(2)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+        wl = _yaml(tmp_path, "w.yaml", NPZ.format(files=16, record=6 << 20, odirect="false"))
+        drop_caches()
+        with RequestSizes(m.majmin) as mine:
+            r = iodl("read", "--workload", wl, "--root", train, "--progress", "off", ranks=2)
+            assert r.returncode == 0, r.stderr
+    a, b = _buckets(ref.sizes), _buckets(mine.sizes)
+    total = sum(ref.sizes)
+    assert sum(mine.sizes) == pytest.approx(total, rel=0.01)
+    for top in set(a) | set(b):
+        na, ba = a.get(top, [0, 0])
+        nb, bb = b.get(top, [0, 0])
+        if max(ba, bb) >= 0.05 * total:
+            assert abs(na - nb) <= max(3, 0.15 * max(na, nb)), (top, a, b)
