@@ -113,6 +113,7 @@ def checkpoint_run(args) -> int:
     stop = _Interrupt()
     comm = comm_mod.world()
     wl, cm, lay, run_plan, share, names, need = collective(comm, lambda: _setup(comm, args))
+    gap = _read_gap(run_plan) if comm.rank == 0 and not run_plan.writes else None
     stop.arm()
     try:
         reduced = execute(comm, run_plan, share, names, need, stop)
@@ -126,10 +127,27 @@ def checkpoint_run(args) -> int:
               "subset": lay.subset, "full_ranks": lay.full_ranks(cm.parallelism), "fsync": run_plan.fsync,
               "drop_caches": run_plan.drop_caches, "roots": run_plan.roots, "partial": reduced["partial"],
               "checkpoint": reduced["checkpoint"]}
+    from ..mlperf import checkpoint_view
+
+    result["mlperf"] = checkpoint_view(result, run_plan.writes, run_plan.reads, gap)
     _print_result(result, make_console())
     if args.out:
         write_result(result, args.out)
     return 130 if result["partial"] else 0
+
+
+def _read_gap(plan) -> float | None:
+    """A read-only run: seconds from the end of the last checkpoint written in its first root to
+    this process's start (None when the store does not say when that was)."""
+    import time
+
+    from ..checkpoint_run import _read_store
+    from ..metrics import process_age_s
+
+    done = [e for e in ((_read_store(plan.roots[0]) or {}).get("checkpoints") or []) if e.get("state") == "complete"]
+    if not done or not isinstance(done[-1].get("completed_at"), (int, float)):
+        return None
+    return time.time() - process_age_s() - done[-1]["completed_at"]
 
 
 def _print_result(result: dict, console) -> None:
@@ -163,6 +181,10 @@ def _print_result(result: dict, console) -> None:
                       highlight=False, markup=False)
     if result["partial"]:
         console.print("stopped: the figures cover what ran before the stop", highlight=False, markup=False)
+    m = result.get("mlperf")
+    if m and m["category"]:
+        console.print(f"MLPerf Storage: {m['category']}" + (": " + "; ".join(m["reasons"]) if m["reasons"] else ""),
+                      highlight=False, markup=False)
 
 
 def plan_dict(p) -> dict:

@@ -51,8 +51,14 @@ def add_arguments(p) -> None:
     p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
                    help="train-sync: write the workload's in-training checkpoints ([checkpoint] every_steps, or "
                         "after_epoch and every_epochs) here; the steps wait for them (docs/checkpoint.md)")
-    p.add_argument("--out", metavar="FILE", help="write the result JSON here")
+    p.add_argument("--out", metavar="FILE", help="write the result JSON here (with --runs: every run's and the aggregate)")
     p.add_argument("--csv", metavar="FILE", help="write the per-second time series here (one row per second per mount)")
+    p.add_argument("--runs", type=cli_int, default=1, metavar="N",
+                   help="run N times back to back, as MLPerf Storage's submitters do (6: the first a warm-up, "
+                        "the other 5 averaged; docs/dlio.md); each run is reported, then the aggregate")
+    p.add_argument("--dlio-dir", metavar="DIR",
+                   help="train-sync: also write what DLIO writes for each run (summary.json, <rank>_output.json, "
+                        "dlio_config/) in mlpstorage's layout, DIR/training/<model>/run/<YYYYMMDD_HHmmss>/")
 
 
 def _setup(comm, args):
@@ -104,6 +110,11 @@ def _setup(comm, args):
         if path:
             check_output_path(flag, path)   # found before the run, not after it has been lost
     pattern = args.pattern or wl.pattern
+    limits.check_range("--runs", args.runs, 1, MAX_RUNS, integer=True)
+    if args.runs > 1 and args.csv:
+        raise UsageError("--csv holds one run's time series: leave it out with --runs (--out keeps every run)")
+    if args.dlio_dir:
+        _check_dlio_dir(args.dlio_dir, pattern)
     if pattern == "infer-async" and args.steps:
         raise UsageError("--steps: infer-async runs for --duration (its ranks are not in step: the window "
                          "they are measured over together is fixed in advance)")
@@ -144,6 +155,23 @@ def _checkpoint_setup(comm, args, wl, cfg):
                 iodepth=1 if engine == "psync" else IODEPTH, block_size=BLOCK_SIZE, drop_caches=False,
                 signature=signature(cm, lay, cfg.direct))
     return (plan, *layout_for(comm, cm, roots, cfg.direct)[:3])
+
+
+MAX_RUNS = 100       # --runs: MLPerf's procedure is 6; a long series of consecutive runs may be cut later
+
+
+def _check_dlio_dir(path: str, pattern: str) -> None:
+    """--dlio-dir: DLIO's figures are a training run's; the directory must be one iodl may create files in."""
+    from ..errors import UsageError
+
+    if pattern != "train-sync":
+        raise UsageError(f"--dlio-dir: DLIO's summary.json describes training steps; {pattern} has none "
+                         "(use --pattern train-sync)")
+    if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
+        raise UsageError(f"--dlio-dir {path}: not a directory (iodl never writes through links)")
+    parent = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise UsageError(f"--dlio-dir {path}: cannot create files there")
 
 
 STOP_GRACE_S = 3.0   # after a stop request, how long collectives wait for a rank before giving up on it
@@ -247,6 +275,49 @@ def _datasize_warning(wl, reduced: dict, shards: int, root: str, console) -> Non
 
 
 def run(args) -> int:
+    """One run, or --runs N back to back: each reported as it ends, then MLPerf's aggregate."""
+    if args.runs == 1:
+        return _run_once(args)[0]
+    from ..mlperf import RUNS
+
+    results, dlio = [], []
+    code = 0
+    for index in range(args.runs):
+        code, result, summary = _run_once(args, index)
+        if result is not None:
+            results.append(result)
+            dlio.append(summary)
+        if code:
+            break    # a stopped or failed run ends the series: the next would not follow it back to back
+    if results:
+        from ..mlperf import aggregate_runs
+        from ..report import make_console, write_result
+
+        agg = aggregate_runs(results, dlio)
+        _print_runs(agg, make_console())
+        if args.out:
+            write_result({"schema": "iodl.runs/1", "runs": results, "mlperf": agg, "planned_runs": args.runs,
+                          "procedure_runs": RUNS}, args.out)
+    return code
+
+
+def _print_runs(agg: dict, console) -> None:
+    from ..report import print_table
+
+    rows = [[str(r["run"]) + (" (warm-up)" if r["warmup"] else ""), f"{r['bandwidth_MBps']:,.1f}",
+             f"{r['au']:.1%}" if r["au"] is not None else "-",
+             f"{r['dlio_au_percentage']:.2f}" if r["dlio_au_percentage"] is not None else "-",
+             f"{r['dlio_samples_per_s']:,.1f}" if r["dlio_samples_per_s"] is not None else "-",
+             f"{r['dlio_io_MiBps']:,.1f}" if r["dlio_io_MiBps"] is not None else "-",
+             r["dlio_au_meet_expectation"] or "-"] for r in agg["runs"]]
+    print_table(console, f"{len(agg['runs'])} run(s) back to back", [
+        ("run", "left"), ("MB/s", "right"), ("AU", "right"), ("DLIO AU %", "right"), ("DLIO samples/s", "right"),
+        ("DLIO MiB/s", "right"), ("AU met", "left")], rows)
+    console.print(agg["summary"], highlight=False, markup=False)
+
+
+def _run_once(args, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
+    """One run: (exit code, the result on rank 0 else None, DLIO's summary.json of it or None)."""
     import math
 
     import numpy as np
@@ -265,6 +336,11 @@ def run(args) -> int:
     stop = _Interrupt()
     comm = comm_mod.world()
     wl, cfg, ck_setup = collective(comm, lambda: _setup(comm, args))
+    wall_start = time.time()
+    if args.dlio_dir:
+        from ..dlio_output import host_facts
+
+        facts = comm.gather(host_facts())    # every rank's host, before any rank can stop answering
     roots = [os.path.abspath(r) for r in args.root]
     pattern = registry()[cfg.pattern]
     synthetic = cfg.engine == "null" and not roots and pattern.steps
@@ -432,7 +508,7 @@ def run(args) -> int:
         partial = True
         reduced["ranks"] = comm.size   # the run's size; per_rank holds the ranks that answered
     if comm.rank != 0:
-        return 0
+        return 0, None, None
     if scfg is not None:
         from ..metrics import set_window, steps_run_window
         from ..training import steps_window, summarize_steps
@@ -492,7 +568,11 @@ def run(args) -> int:
                          if w else ""), highlight=False, markup=False)
     if pattern.steps and not synthetic:
         _datasize_warning(wl, reduced, len(sizes), roots[mount], console)
-    if args.out:
+    summary = None
+    if args.dlio_dir and scfg is not None:
+        summary = _write_dlio(args, wl, scfg, result, [r for _m, r in all_records], facts, len(sizes), wall_start,
+                              ck_reduced, console)
+    if args.out and args.runs == 1:
         write_result(result, args.out)
     if args.csv:
         from ..series import write_csv
@@ -501,5 +581,33 @@ def run(args) -> int:
     if missing:
         raise RanksNotAnswering(STOP_GRACE_S, missing)   # one line, and the launcher ends the job
     if result["total"]["errors"]:
-        return 1
-    return 130 if partial else 0  # the shell's code for "ended by SIGINT": the result is incomplete
+        return 1, result, summary
+    return (130 if partial else 0), result, summary  # 130: the shell's code for "ended by SIGINT"
+
+
+def _write_dlio(args, wl, scfg, result: dict, steps: list, facts: list[dict], files: int, wall_start: float,
+                ck_reduced, console) -> dict:
+    """DLIO's files of this run in mlpstorage's run directory (iodl/dlio_output.py); its summary."""
+    from .. import dlio_output as out
+
+    hosts = [p["host"] for p in sorted(result["per_rank"], key=lambda p: p["rank"])]
+    ck_bytes = 0
+    if ck_reduced is not None and result["checkpoint"]["write"]:
+        w = result["checkpoint"]["write"]
+        ck_bytes = w["bytes"] // max(w["rounds"], 1)
+    # step times are seconds since the start barrier, which follows wall_start by set-up's time
+    wall0 = wall_start
+    summary = out.summary(steps, facts, hosts, wl, files, wall_start, time.time(), ck_bytes)
+    outputs = [out.rank_output(rows, fact, summary["data_size_per_host_GB"], wall0) for rows, fact in zip(steps, facts)]
+    config = out.dlio_config(wl, files, scfg.batch_size, scfg.compute_time_s, scfg.epochs, ck_bytes > 0)
+    overrides = [f"workload={wl.name}", f"++workload.dataset.num_files_train={files}"]
+    model = config["workload"]["model"]["name"]
+    path = out.write_run(out.run_directory(args.dlio_dir, model, wall_start), summary, outputs, config, overrides,
+                         result)
+    m = summary["metric"]
+    if m:
+        console.print(f"DLIO's figures (docs/dlio.md): AU {m['train_au_mean_percentage']:.2f} % "
+                      f"({m['train_au_meet_expectation']}), {m['train_throughput_mean_samples_per_second']:,.1f} "
+                      f"samples/s, {m['train_io_mean_MB_per_second']:,.1f} MiB/s; written to {path}",
+                      highlight=False, markup=False)
+    return summary
