@@ -110,7 +110,6 @@ def _setup(comm, args):
         if path:
             check_output_path(flag, path)   # found before the run, not after it has been lost
     pattern = args.pattern or wl.pattern
-    limits.check_range("--runs", args.runs, 1, MAX_RUNS, integer=True)
     if args.runs > 1 and args.csv:
         raise UsageError("--csv holds one run's time series: leave it out with --runs (--out keeps every run)")
     if args.dlio_dir:
@@ -276,6 +275,9 @@ def _datasize_warning(wl, reduced: dict, shards: int, root: str, console) -> Non
 
 def run(args) -> int:
     """One run, or --runs N back to back: each reported as it ends, then MLPerf's aggregate."""
+    from ..limits import check_range
+
+    check_range("--runs", args.runs, 1, MAX_RUNS, integer=True)   # the same on every rank: no I/O yet
     if args.runs == 1:
         return _run_once(args)[0]
     from ..mlperf import RUNS

@@ -1,0 +1,186 @@
+"""DLIO's output files written from iodl runs (iodl/dlio_output.py): the figures by DLIO's own
+definitions (mlcommons/DLIO_local_changes@f6796ed281e39ccc83a450e2b1f21b9c909d8fd0
+dlio_benchmark/utils/statscounter.py), from known steps, and derived from the same run's iodl
+result; the run directory in mlpstorage's layout; --runs N and MLPerf's aggregate."""
+import glob
+import json
+import os
+from datetime import datetime
+
+import numpy as np
+import pytest
+import yaml
+
+from iodl import dlio_output
+from iodl.training import STEP_FIELDS
+from iodl.workload import load_workload
+from tests.helpers import iodl, load_json
+
+MiB = 1 << 20
+UNET3D_SMALL = """\
+[workload]
+name = "unet3d_b200"
+pattern = "train-sync"
+
+[dataset]
+format = "npz"
+files = 10
+samples_per_file = 1
+sample_size = "1MiB"
+sample_size_stdev = "0B"
+
+[train]
+batch_size = 2
+compute_time_s = 0.02
+epochs = 2
+
+[read]
+block_size = "1MiB"
+"""
+
+
+def _rank(steps, epoch_of=None):
+    """Step records from (t_start, data_wait, compute, barrier, checkpoint, samples) tuples."""
+    rows = []
+    for i, (t, wait, compute, barrier, ck, samples) in enumerate(steps):
+        rows.append({"t_start": t, "t_end": t + wait + compute + barrier + ck, "data_wait": wait, "compute": compute,
+                     "barrier": barrier, "bytes": 0, "samples": samples, "checkpoint": ck,
+                     "epoch": epoch_of(i) if epoch_of else 0})
+    return np.array([[r[f] for f in STEP_FIELDS] for r in rows])
+
+
+def _steps(start, n, wait, compute, barrier=0.0, first_wait=None, samples=10, ck_at=None, ck=0.0):
+    out, t = [], start
+    for i in range(n):
+        w = first_wait if (i == 0 and first_wait is not None) else wait
+        c = ck if i == ck_at else 0.0
+        out.append((t, w, compute, barrier, c, samples))
+        t += w + compute + barrier + c
+    return out
+
+
+def test_figures_by_dlio_definitions_from_known_steps():
+    """Rank 0: one epoch of 4 steps, first waits 2.0 s, others 0.5 s, compute 0.5 s, barrier 0.1 s:
+    block 2.6 + 3 x 1.1 = 5.9 s; proc[0] = 2.5; AU = 3 x 0.5 / (5.9 - 2.5) = 44.12 %,
+    throughput = 3 x 10 / 3.4 = 8.824 samples/s. Rank 1: 4 steps of 0.1 wait, 0.5 compute, no
+    barrier: AU 1.5 / (2.4 - 0.6) = 83.33 %, 30 / 1.8 = 16.667. Epoch: AU the mean over ranks
+    (63.73 %), throughput the sum (25.49); MiB/s = 25.49 x 65,536 / 2^20."""
+    r0 = _rank(_steps(0.0, 4, 0.5, 0.5, 0.1, first_wait=2.0))
+    r1 = _rank(_steps(0.0, 4, 0.1, 0.5))
+    m = dlio_output.train_metric([r0, r1], 65_536, 0.6)
+    au0, au1 = 1.5 / 3.4 * 100, 1.5 / 1.8 * 100
+    rate = 30 / 3.4 + 30 / 1.8
+    assert m["train_au_percentage"] == pytest.approx([(au0 + au1) / 2])
+    assert m["train_throughput_samples_per_second"] == pytest.approx([rate])
+    assert m["train_io_mean_MB_per_second"] == pytest.approx(rate * 65_536 / MiB)
+    assert m["train_au_meet_expectation"] == "success" and m["train_au_stdev_percentage"] == 0.0
+
+
+def test_a_checkpoint_ends_a_block_and_epochs_weight_blocks_by_steps():
+    """One rank, one epoch of 6 steps (1 s each: 0.2 wait, 0.8 compute) with a 5 s checkpoint in
+    step 2: block 1 = steps 1-2 (2 s, its checkpoint outside), block 2 = steps 3-6 (4 s). Each
+    leaves out its own first step: AU 0.8 / (2 - 1) = 80 % and 2.4 / (4 - 1) = 80 %, throughput
+    10 / 1 and 30 / 3 = 10 samples/s; the epoch weighs them 2:4. Second epoch: one step only,
+    which DLIO counts as 0 and 0 (its metric window is empty)."""
+    steps = _steps(0.0, 6, 0.2, 0.8, ck_at=1, ck=5.0) + _steps(11.0, 1, 0.2, 0.8)
+    r = _rank(steps, epoch_of=lambda i: 0 if i < 6 else 1)
+    ep = dlio_output.rank_epochs(r)
+    assert [len(b["proc"]) for b in ep[0]["blocks"]] == [2, 4]
+    assert [b["au"] for b in ep[0]["blocks"]] == pytest.approx([80.0, 80.0])
+    assert ep[0]["au"] == pytest.approx(80.0) and ep[0]["throughput"] == pytest.approx(10.0)
+    assert (ep[1]["au"], ep[1]["throughput"]) == (0.0, 0.0)
+    m = dlio_output.train_metric([r], 1000, 0.9)
+    assert m["train_au_percentage"] == pytest.approx([80.0, 0.0]) and m["train_au_mean_percentage"] == pytest.approx(40)
+    assert m["train_au_stdev_percentage"] == pytest.approx(40.0)           # population stdev, as np.std
+    ck = dlio_output.checkpoint_metric(r, 2 << 30)
+    assert ck["checkpoint_size_GB"] == 2.0 and ck["save_checkpoint_duration_mean_seconds"] == 5.0
+    assert ck["save_checkpoint_io_mean_GB_per_second"] == pytest.approx(0.4)
+
+
+def _recompute(output: dict, stats: dict, batch: int) -> dict:
+    """DLIO's per-block figures again, from what the files themselves hold: the step lists of
+    <rank>_output.json and the block times of <rank>_per_epoch_stats.json."""
+    def t(s):
+        return datetime.strptime(s, dlio_output.TS_FORMAT).timestamp()
+
+    out = {}
+    for epoch, e in stats.items():
+        for block, b in e.items():
+            if not block.startswith("block"):
+                continue
+            proc, compute = output[epoch]["proc"][block], output[epoch]["compute"][block]
+            total = t(b["end"]) - t(b["start"]) - proc[0]
+            out[(epoch, block)] = (sum(compute[1:]) / total * 100, (len(proc) - 1) * batch / total)
+    return out
+
+
+def test_read_writes_dlio_files_in_mlpstorages_layout_derived_from_the_same_run(tmp_path):
+    """Two runs named unet3d_b200 on the null engine (one 20 ms emulated request per 1 MiB sample,
+    20 ms compute), 2 epochs of 5 steps of 2 samples: every run directory holds what mlpstorage's report generator reads
+    (summary.json, dlio_config/{config,overrides,hydra}.yaml: model, workflow, the workload= override
+    it takes the accelerator from) and DLIO's per-rank files; summary.json's figures derive from the
+    run's own steps as DLIO derives them, and agree with iodl's result where the definitions meet."""
+    res = tmp_path / "results"
+    out = tmp_path / "runs.json"
+    spec = tmp_path / "unet3d_b200.toml"      # unet3d_b200's name and model, samples of one request
+    spec.write_text(UNET3D_SMALL)
+    proc = iodl("read", "--workload", str(spec), "--engine", "null", "--delay-us", "20000", "--iodepth", "1",
+                "--prefetch", "0", "--runs", "2", "--dlio-dir", str(res), "--out", str(out), "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    runs = sorted(glob.glob(str(res / "training" / "unet3d" / "run" / "*")))
+    assert len(runs) == 2 and all(len(os.path.basename(r)) == len("20260101_120000") for r in runs)
+    doc = load_json(out)
+    assert doc["schema"] == "iodl.runs/1" and len(doc["runs"]) == 2
+    for run_dir, result in zip(runs, doc["runs"]):
+        s = load_json(os.path.join(run_dir, "summary.json"))
+        cfg = yaml.safe_load(open(os.path.join(run_dir, "dlio_config", "config.yaml")))["workload"]
+        overrides = yaml.safe_load(open(os.path.join(run_dir, "dlio_config", "overrides.yaml")))
+        assert os.path.exists(os.path.join(run_dir, "dlio_config", "hydra.yaml"))
+        # what mlpstorage's DLIOResultParser takes from them (mlpstorage_py/rules/models.py)
+        assert cfg["model"]["name"] == "unet3d" and cfg["workflow"]["train"] is True
+        assert [o for o in overrides if o.startswith("workload=")][0].split("_")[1] == "b200"
+        assert load_json(os.path.join(run_dir, "iodl_result.json"))["total"] == result["total"]
+        # the same run
+        assert s["num_accelerators"] == result["ranks"] == 1 and s["num_hosts"] == len(result["hosts"])
+        assert s["epochs"] == 2 and s["num_files_train"] == 10 and s["num_samples_per_file"] == 1
+        m = s["metric"]
+        assert m["train_io_mean_MB_per_second"] == pytest.approx(
+            m["train_throughput_mean_samples_per_second"] * MiB / MiB, rel=1e-12)   # record 1 MiB; "MB" is MiB
+        output = load_json(os.path.join(run_dir, "0_output.json"))
+        stats = load_json(os.path.join(run_dir, "0_per_epoch_stats.json"))
+        assert [len(output[e]["proc"]["block1"]) for e in ("1", "2")] == [5, 5]
+        for (epoch, block), (au, rate) in _recompute(output, stats, 2).items():
+            assert output[epoch]["au"][block] == pytest.approx(au, abs=0.01)        # timestamps: microseconds
+            assert output[epoch]["throughput"][block] == pytest.approx(rate, rel=1e-4)
+        assert m["train_au_percentage"] == pytest.approx([output[e]["au"]["block1"] for e in ("1", "2")])
+        # iodl's AU is the mean of compute / step time over the same steps: the same here (equal steps)
+        assert m["train_au_mean_percentage"] / 100 == pytest.approx(result["train"]["au"], abs=0.03)
+        # each step is 2 x 20 ms of requests + 20 ms of compute: AU 1/3 and 2 / 0.06 s = 33 samples/s
+        assert m["train_au_mean_percentage"] == pytest.approx(100 / 3, rel=0.15)
+        assert m["train_throughput_mean_samples_per_second"] == pytest.approx(2 / 0.06, rel=0.15)
+    agg = doc["mlperf"]
+    assert [r["warmup"] for r in agg["runs"]] == [True, False] and agg["measured_runs"] == 1
+    second = load_json(os.path.join(runs[1], "summary.json"))["metric"]
+    assert agg["read_bw_GiBps"] == pytest.approx(second["train_io_mean_MB_per_second"] / 1024)
+    assert agg["mean_of_au_percentage"] == pytest.approx(np.mean(second["train_au_percentage"]))
+    assert agg["complete"] is False and "6 complete runs" in agg["summary"]
+
+
+@pytest.mark.parametrize("args,mention", [
+    (["--pattern", "infer-async", "--dlio-dir", "D"], "--dlio-dir"),
+    (["--runs", "0"], "--runs"),
+    (["--runs", "2", "--csv", "x.csv"], "--csv"),
+])
+def test_bad_runs_and_dlio_dir_are_one_line(tmp_path, args, mention):
+    args = [a if a != "D" else str(tmp_path / "d") for a in args]
+    proc = iodl("read", "--engine", "null", "--workload", "tiny", *args)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and mention in proc.stderr, proc.stderr
+
+
+def test_the_dlio_config_names_the_workloads_model_and_numbers():
+    wl = load_workload("retinanet_mi355")
+    cfg = dlio_output.dlio_config(wl, 1000, 32, 0.0634, 8, False)["workload"]
+    assert cfg["model"]["name"] == "retinanet" and cfg["dataset"]["record_length_bytes"] == 322_957
+    assert cfg["reader"]["batch_size"] == 32 and cfg["metric"]["au"] == 0.85
+    assert yaml.safe_load(dlio_output._yaml({"workload": cfg})) == {"workload": cfg}
+    assert json.loads(json.dumps(cfg)) == cfg
