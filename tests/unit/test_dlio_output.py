@@ -14,7 +14,7 @@ import yaml
 from iodl import dlio_output
 from iodl.training import STEP_FIELDS
 from iodl.workload import load_workload
-from tests.helpers import iodl, load_json
+from tests.helpers import iodl, load_json, mpiexec
 
 MiB = 1 << 20
 UNET3D_SMALL = """\
@@ -184,3 +184,27 @@ def test_the_dlio_config_names_the_workloads_model_and_numbers():
     assert cfg["reader"]["batch_size"] == 32 and cfg["metric"]["au"] == 0.85
     assert yaml.safe_load(dlio_output._yaml({"workload": cfg})) == {"workload": cfg}
     assert json.loads(json.dumps(cfg)) == cfg
+
+
+def test_two_ranks_summary_is_the_mean_au_and_summed_samples_of_their_output_files(tmp_path):
+    """Under mpiexec -n 2 each rank has its <rank>_output.json; summary.json's per-epoch AU is the
+    mean of the ranks' and its samples/s their sum (statscounter.end_run's allreduce), and the
+    summary names 2 accelerators on 1 host."""
+    assert mpiexec(), "mpiexec not found (pip install mpich)"
+    spec = tmp_path / "unet3d_b200.toml"
+    spec.write_text(UNET3D_SMALL)
+    res = tmp_path / "results"
+    proc = iodl("read", "--workload", str(spec), "--engine", "null", "--delay-us", "5000", "--prefetch", "0",
+                "--dlio-dir", str(res), "--progress", "off", ranks=2)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = glob.glob(str(res / "training" / "unet3d" / "run" / "*"))
+    s = load_json(os.path.join(run, "summary.json"))
+    outs = [load_json(os.path.join(run, f"{r}_output.json")) for r in (0, 1)]
+    assert s["num_accelerators"] == 2 and s["num_hosts"] == 1 and len(s["host_memory_GB"]) == 1
+    epochs = sorted(k for k in outs[0] if k.isdigit())
+    m = s["metric"]
+    assert m["train_au_percentage"] == pytest.approx([np.mean([o[e]["au"]["block1"] for o in outs]) for e in epochs])
+    assert m["train_throughput_samples_per_second"] == pytest.approx(
+        [sum(o[e]["throughput"]["block1"] for o in outs) for e in epochs])
+    # 10 files over 2 ranks: 5 samples each per epoch, in steps of 2 (the last step of 1 sample is not taken)
+    assert all(len(o[e]["proc"]["block1"]) >= 2 for o in outs for e in epochs)
