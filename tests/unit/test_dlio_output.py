@@ -208,3 +208,55 @@ def test_two_ranks_summary_is_the_mean_au_and_summed_samples_of_their_output_fil
         [sum(o[e]["throughput"]["block1"] for o in outs) for e in epochs])
     # 10 files over 2 ranks: 5 samples each per epoch, in steps of 2 (the last step of 1 sample is not taken)
     assert all(len(o[e]["proc"]["block1"]) >= 2 for o in outs for e in epochs)
+
+
+MLPSTORAGE_CHECK = """\
+import json, sys
+from mlpstorage.mlps_logging import setup_logging
+from mlpstorage.rules import BenchmarkResult, BenchmarkRun, BenchmarkRunVerifier
+log = setup_logging(name="iodl-test")
+run = BenchmarkRun(benchmark_result=BenchmarkResult(sys.argv[1], log), logger=log)
+verdict = BenchmarkRunVerifier(run, log).verify()
+print(json.dumps({"run": run.as_dict(), "num_processes": run.num_processes, "run_datetime": run.run_datetime,
+                  "verdict": verdict.value}, default=str))
+"""
+
+
+def test_mlpstorages_own_code_reads_an_iodl_run_directory(tmp_path):
+    """mlpstorage's reader (mlpstorage/rules.py BenchmarkResult and BenchmarkRun, mlcommons/storage
+    v2.0, the snapshot at caa90c9c7d6a543de815222fff834a846823f922) loaded at test time from a copy
+    of that repository named by IODL_MLPSTORAGE (its git directory or a checkout; nothing of it is
+    in iodl): it finds a training run of unet3d with iodl's rank count, start time, host memory and
+    metrics, and its rules checker judges it (INVALID here: unet3d's rules ask for checkpoints,
+    which this run did not write)."""
+    import subprocess
+    import sys
+
+    source = os.environ.get("IODL_MLPSTORAGE")
+    if not source:
+        pytest.skip("IODL_MLPSTORAGE is not set (a git directory or checkout of mlcommons/storage)")
+    pytest.importorskip("psutil")   # mlpstorage/utils.py imports it
+    code = tmp_path / "mlps"
+    code.mkdir()
+    if os.path.isdir(os.path.join(source, "mlpstorage")):
+        code = source
+    else:
+        archive = subprocess.run(["git", f"--git-dir={source}", "archive", "HEAD", "mlpstorage"], capture_output=True)
+        assert archive.returncode == 0, archive.stderr
+        subprocess.run(["tar", "-x", "-C", str(code)], input=archive.stdout, check=True)
+    spec = tmp_path / "unet3d_b200.toml"
+    spec.write_text(UNET3D_SMALL)
+    res = tmp_path / "results"
+    proc = iodl("read", "--workload", str(spec), "--engine", "null", "--dlio-dir", str(res), "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = glob.glob(str(res / "training" / "unet3d" / "run" / "*"))
+    check = subprocess.run([sys.executable, "-c", MLPSTORAGE_CHECK, run_dir], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(code)}, timeout=60)
+    assert check.returncode == 0, check.stderr
+    got = json.loads(check.stdout.strip().splitlines()[-1])
+    s = load_json(os.path.join(run_dir, "summary.json"))
+    assert got["run"]["benchmark_type"] == "training" and got["run"]["model"] == "unet3d"
+    assert got["num_processes"] == s["num_accelerators"] == 1 and got["run_datetime"] == s["start"]
+    assert got["run"]["metrics"] == s["metric"]
+    assert got["run"]["system_info"]["total_memory_bytes"] == pytest.approx(s["host_memory_GB"][0] * (1 << 30))
+    assert got["verdict"] == "invalid" and "workflow.checkpoint" in check.stdout + check.stderr
