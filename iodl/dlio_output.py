@@ -1,6 +1,6 @@
 """What DLIO writes for a run, written from an iodl train-sync run: summary.json, each rank's
 <rank>_output.json and <rank>_per_epoch_stats.json, and dlio_config/, in the run directory
-mlpstorage's report generator reads (docs/dlio.md, "DLIO's output files").
+mlpstorage's report generator reads (docs/mlperf.md, "DLIO's output files").
 
 The figures follow DLIO's own code, the fork MLPerf Storage v3.0 runs
 (mlcommons/DLIO_local_changes@f6796ed281e39ccc83a450e2b1f21b9c909d8fd0,
@@ -218,7 +218,7 @@ def _scalar(v) -> str:
     return json.dumps(str(v))     # a JSON string is a YAML string
 
 
-def dlio_config(wl, files: int, batch: int, compute_s: float, epochs: int, checkpoint: bool) -> dict:
+def dlio_config(wl, files: int, batch: int, compute_s: float, epochs: int, checkpoint: bool, steps: int = 0) -> dict:
     """dlio_config/config.yaml's `workload:` as DLIO resolves it: the keys mlpstorage reads
     (model.name, workflow, dataset, reader, train, metric)."""
     d = wl.dataset
@@ -231,7 +231,8 @@ def dlio_config(wl, files: int, batch: int, compute_s: float, epochs: int, check
                     "num_samples_per_file": d.samples_per_file, "record_length_bytes": d.sample_size,
                     "record_length_bytes_stdev": d.sample_size_stdev},
         "reader": {"data_loader": "pytorch", "batch_size": batch, "read_threads": wl.read.read_threads},
-        "train": {"epochs": epochs, "computation_time": compute_s, "seed": wl.train.seed},
+        "train": {"epochs": epochs, "computation_time": compute_s, "seed": wl.train.seed,
+                  **({"total_training_steps": steps} if steps else {})},
         "metric": {"au": wl.metric.au_threshold}}}
 
 

@@ -55,7 +55,7 @@ def add_arguments(p) -> None:
     p.add_argument("--csv", metavar="FILE", help="write the per-second time series here (one row per second per mount)")
     p.add_argument("--runs", type=cli_int, default=1, metavar="N",
                    help="run N times back to back, as MLPerf Storage's submitters do (6: the first a warm-up, "
-                        "the other 5 averaged; docs/dlio.md); each run is reported, then the aggregate")
+                        "the other 5 averaged; docs/mlperf.md); each run is reported, then the aggregate")
     p.add_argument("--dlio-dir", metavar="DIR",
                    help="train-sync: also write what DLIO writes for each run (summary.json, <rank>_output.json, "
                         "dlio_config/) in mlpstorage's layout, DIR/training/<model>/run/<YYYYMMDD_HHmmss>/")
@@ -449,6 +449,7 @@ def _run_once(args, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
         after_step = TrainingCheckpoints(checkpoints, wl.checkpoint)
     startup_s = process_age_s()
     records = None
+    wall_run = time.time()   # the steps' times count from the start barrier, which follows this at once
     try:
         stop.arm()
         records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=dataset.int_rows(sizes),
@@ -572,8 +573,8 @@ def _run_once(args, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
         _datasize_warning(wl, reduced, len(sizes), roots[mount], console)
     summary = None
     if args.dlio_dir and scfg is not None:
-        summary = _write_dlio(args, wl, scfg, result, [r for _m, r in all_records], facts, len(sizes), wall_start,
-                              ck_reduced, console)
+        summary = _write_dlio(args, wl, scfg, result, [r for _m, r in all_records], facts, len(sizes),
+                              (wall_start, wall_run), ck_reduced, console)
     if args.out and args.runs == 1:
         write_result(result, args.out)
     if args.csv:
@@ -587,9 +588,10 @@ def _run_once(args, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
     return (130 if partial else 0), result, summary  # 130: the shell's code for "ended by SIGINT"
 
 
-def _write_dlio(args, wl, scfg, result: dict, steps: list, facts: list[dict], files: int, wall_start: float,
-                ck_reduced, console) -> dict:
-    """DLIO's files of this run in mlpstorage's run directory (iodl/dlio_output.py); its summary."""
+def _write_dlio(args, wl, scfg, result: dict, steps: list, facts: list[dict], files: int,
+                walls: tuple[float, float], ck_reduced, console) -> dict:
+    """DLIO's files of this run in mlpstorage's run directory (iodl/dlio_output.py); its summary.
+    walls: wall clock at the run's start (after set-up's checks) and just before its start barrier."""
     from .. import dlio_output as out
 
     hosts = [p["host"] for p in sorted(result["per_rank"], key=lambda p: p["rank"])]
@@ -597,18 +599,17 @@ def _write_dlio(args, wl, scfg, result: dict, steps: list, facts: list[dict], fi
     if ck_reduced is not None and result["checkpoint"]["write"]:
         w = result["checkpoint"]["write"]
         ck_bytes = w["bytes"] // max(w["rounds"], 1)
-    # step times are seconds since the start barrier, which follows wall_start by set-up's time
-    wall0 = wall_start
+    wall_start, wall0 = walls
     summary = out.summary(steps, facts, hosts, wl, files, wall_start, time.time(), ck_bytes)
     outputs = [out.rank_output(rows, fact, summary["data_size_per_host_GB"], wall0) for rows, fact in zip(steps, facts)]
-    config = out.dlio_config(wl, files, scfg.batch_size, scfg.compute_time_s, scfg.epochs, ck_bytes > 0)
+    config = out.dlio_config(wl, files, scfg.batch_size, scfg.compute_time_s, scfg.epochs, ck_bytes > 0, scfg.steps)
     overrides = [f"workload={wl.name}", f"++workload.dataset.num_files_train={files}"]
     model = config["workload"]["model"]["name"]
     path = out.write_run(out.run_directory(args.dlio_dir, model, wall_start), summary, outputs, config, overrides,
                          result)
     m = summary["metric"]
     if m:
-        console.print(f"DLIO's figures (docs/dlio.md): AU {m['train_au_mean_percentage']:.2f} % "
+        console.print(f"DLIO's figures (docs/mlperf.md): AU {m['train_au_mean_percentage']:.2f} % "
                       f"({m['train_au_meet_expectation']}), {m['train_throughput_mean_samples_per_second']:,.1f} "
                       f"samples/s, {m['train_io_mean_MB_per_second']:,.1f} MiB/s; written to {path}",
                       highlight=False, markup=False)

@@ -51,7 +51,7 @@ def run(args) -> int:
                     [("name", "left"), ("TP x PP x DP", "left"), ("ZeRO", "right"), ("ranks", "right"),
                      ("GiB per checkpoint", "right"), ("MLPerf", "left")], crows)
     console.print("MLPerf: CLOSED training is unet3d and retinanet on b200 and mi355; the other MLPerf "
-                  "workloads are whatif only (docs/dlio.md)", highlight=False, markup=False)
+                  "workloads are whatif only (docs/mlperf.md)", highlight=False, markup=False)
     for w in wls:
         if w.origin:
             console.print(f"{w.name}: {w.origin}", overflow="fold")
