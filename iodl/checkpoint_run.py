@@ -512,6 +512,7 @@ def reduce_ops(comm, counters: dict, plan: Plan, partial: bool) -> dict | None:
                                     **block(group, hists[0, m], hists[1, m])})
         total["per_rank"] = [{"rank": p["rank"], "host": p["host"], "mount": p["mount"],
                               "bytes": int(sum(p["round_bytes"])), "duration_s": float(sum(p["round_s"])),
+                              "round_s": [float(x) for x in p["round_s"]],   # DLIO times rank 0's rounds
                               "bandwidth_MBps": (sum(p["round_bytes"]) / sum(p["round_s"]) / MB
                                                  if sum(p["round_s"]) else 0.0),
                               **({"fsync_s": p["fsync_s"]} if fsync is not None else {})} for p in parts]

@@ -34,6 +34,17 @@ RUN_DIR_FORMAT = "%Y%m%d_%H%M%S"        # mlpstorage's DATETIME_STR
 _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 
+def check_directory(path: str) -> None:
+    """--dlio-dir: a directory iodl may create files in (never through a link); before any run."""
+    from .errors import UsageError
+
+    if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
+        raise UsageError(f"--dlio-dir {path}: not a directory (iodl never writes through links)")
+    parent = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise UsageError(f"--dlio-dir {path}: cannot create files there")
+
+
 def _ts(wall: float) -> str:
     return datetime.fromtimestamp(wall).strftime(TS_FORMAT)
 
@@ -124,6 +135,30 @@ def checkpoint_metric(rank0: np.ndarray, checkpoint_bytes: int) -> dict:
             "checkpoint_size_GB": size}
 
 
+def checkpoint_run_metric(result: dict) -> dict:
+    """summary.json's figures of a checkpoint run (`iodl checkpoint`): per direction, rank 0's time
+    in each round (DLIO's start_/end_save_ckpt and _load_ckpt time rank 0, without rank_sync) and
+    the checkpoint's size in GiB / that time, mean and population stdev; checkpoint_size_GB: one
+    checkpoint's bytes over every rank / 2^30 (DLIO's allreduce of the ranks' GiB)."""
+    out = {}
+    size = None
+    for op, name in (("write", "save"), ("read", "load")):
+        b = result["checkpoint"].get(op)
+        if not b:
+            continue
+        if size is None:
+            size = b["bytes"] / b["rounds"] / GiB
+        seconds = np.array(next(p for p in b["per_rank"] if p["rank"] == 0)["round_s"])
+        rate = size / seconds
+        out.update({f"{name}_checkpoint_io_mean_GB_per_second": float(np.mean(rate)),
+                    f"{name}_checkpoint_io_stdev_GB_per_second": float(np.std(rate)),
+                    f"{name}_checkpoint_duration_mean_seconds": float(np.mean(seconds)),
+                    f"{name}_checkpoint_duration_stdev_seconds": float(np.std(seconds))})
+    if size is not None:
+        out["checkpoint_size_GB"] = size
+    return out
+
+
 def host_facts() -> dict:
     """What DLIO records of a rank's host: memory (psutil's total is MemTotal) and CPUs."""
     from .cache import meminfo
@@ -145,31 +180,49 @@ def _meminfo_text() -> dict:
     return out
 
 
+def _hosts(facts: list[dict], hosts_of_ranks: list[str]) -> tuple[list[str], dict]:
+    nodes = sorted(set(hosts_of_ranks), key=hosts_of_ranks.index)
+    return nodes, {h: next(f for f, r in zip(facts, hosts_of_ranks) if r == h) for h in nodes}
+
+
 def summary(per_rank: list[np.ndarray], facts: list[dict], hosts_of_ranks: list[str], wl, files: int,
             start: float, end: float, checkpoint_bytes: int = 0) -> dict:
-    """summary.json: DLIO's keys, rank 0's view (statscounter.__init__, end_run, finalize).
-    facts: host_facts() of every rank; hosts_of_ranks: the node each rank ran on."""
+    """summary.json of a training run: DLIO's keys, rank 0's view (statscounter.__init__, end_run,
+    finalize). facts: host_facts() of every rank; hosts_of_ranks: the node each rank ran on."""
     d = wl.dataset
-    nodes = sorted(set(hosts_of_ranks), key=hosts_of_ranks.index)
-    per_node = {h: next(f for f, r in zip(facts, hosts_of_ranks) if r == h) for h in nodes}
     size = len(per_rank)
     npernode = hosts_of_ranks.count(hosts_of_ranks[0]) if hosts_of_ranks else 1
     per_host_gib = npernode * d.samples_per_file * files // max(size, 1) * d.sample_size / GiB
-    memory = [per_node[h]["host_memory_GB"] for h in nodes]
     metric = train_metric(per_rank, d.sample_size, wl.metric.au_threshold)
     if checkpoint_bytes and per_rank:
         metric.update(checkpoint_metric(per_rank[0], checkpoint_bytes))
-    return {"start": _ts(start), "num_accelerators": size, "num_hosts": len(nodes),
+    return _summary(facts, hosts_of_ranks, start, end, metric, per_host_gib,
+                    num_files_train=files, num_samples_per_file=d.samples_per_file,
+                    epochs=len(metric.get("train_au_percentage", [])))
+
+
+def checkpoint_summary(result: dict, facts: list[dict], start: float, end: float) -> dict:
+    """summary.json of a checkpoint run (`iodl checkpoint`): no training, the checkpoint figures."""
+    hosts = [p["host"] for p in sorted(next(b for b in (result["checkpoint"].get("write"),
+                                                         result["checkpoint"].get("read")) if b)["per_rank"],
+                                       key=lambda p: p["rank"])]
+    return _summary(facts, hosts, start, end, checkpoint_run_metric(result), 0.0,
+                    num_files_train=0, num_samples_per_file=1, epochs=0)
+
+
+def _summary(facts, hosts_of_ranks, start, end, metric, per_host_gib, **counts) -> dict:
+    nodes, per_node = _hosts(facts, hosts_of_ranks)
+    memory = [per_node[h]["host_memory_GB"] for h in nodes]
+    return {"start": _ts(start), "num_accelerators": len(hosts_of_ranks), "num_hosts": len(nodes),
             "hostname": hosts_of_ranks[0] if hosts_of_ranks else socket.gethostname(),
-            "metric": metric, "num_files_train": files, "num_files_eval": 0,
-            "num_samples_per_file": d.samples_per_file,
+            "metric": metric, "num_files_train": counts["num_files_train"], "num_files_eval": 0,
+            "num_samples_per_file": counts["num_samples_per_file"],
             "host_cpu_count": [int(per_node[h]["host_cpu_count"]) for h in nodes],
             "host_processor_name": os.uname().machine,
             # DLIO's list: 1 where the host's memory exceeds the data it reads (it may cache it)
             "potential_caching": [0 if m <= per_host_gib else 1 for m in memory],
             "host_meminfo": _meminfo_text(), "host_memory_GB": memory,
-            "data_size_per_host_GB": per_host_gib, "epochs": len(metric.get("train_au_percentage", [])),
-            "end": _ts(end)}
+            "data_size_per_host_GB": per_host_gib, "epochs": counts["epochs"], "end": _ts(end)}
 
 
 def rank_output(rows: np.ndarray, fact: dict, per_host_gib: float, wall0: float) -> tuple[dict, dict]:
@@ -236,6 +289,19 @@ def dlio_config(wl, files: int, batch: int, compute_s: float, epochs: int, check
         "metric": {"au": wl.metric.au_threshold}}}
 
 
+def checkpoint_config(result: dict, wl, writes: int, reads: int, root: str) -> dict:
+    """dlio_config/config.yaml of a checkpoint run: what mlpstorage reads (model.name as MLPerf's
+    files spell it, llama3_8b; workflow; checkpoint counts and mode)."""
+    par = wl.parallelism
+    return {"workload": {
+        "model": {"name": result["model"].replace("-", "_")},
+        "framework": "pytorch",
+        "workflow": {"generate_data": False, "train": False, "checkpoint": True},
+        "checkpoint": {"checkpoint_folder": root, "num_checkpoints_write": writes, "num_checkpoints_read": reads,
+                       "mode": "subset" if result["subset"] else "default", "fsync": result["fsync"]},
+        "parallelism": {"tensor": par.tensor, "pipeline": par.pipeline, "zero_stage": par.zero_stage}}}
+
+
 def write_run(directory: str, summary_: dict, outputs: list[tuple[dict, dict]], config: dict, overrides: list[str],
               iodl_result: dict) -> str:
     """One run directory: summary.json, <rank>_output.json, <rank>_per_epoch_stats.json,
@@ -261,12 +327,14 @@ def write_run(directory: str, summary_: dict, outputs: list[tuple[dict, dict]], 
     return directory
 
 
-def run_directory(base: str, model: str, wall: float | None = None) -> str:
-    """mlpstorage's run directory: <results>/training/<model>/run/<YYYYMMDD_HHmmss>
-    (rules/utils.py generate_output_location); a second later when that one exists."""
+def run_directory(base: str, model: str, wall: float | None = None, kind: str = "training") -> str:
+    """mlpstorage's run directory (rules/utils.py generate_output_location): training runs
+    <results>/training/<model>/run/<YYYYMMDD_HHmmss>, checkpoint runs
+    <results>/checkpointing/<model>/<YYYYMMDD_HHmmss>; a second later when that one exists."""
     wall = time.time() if wall is None else wall
+    parts = [kind, model] + (["run"] if kind == "training" else [])
     while True:
-        path = os.path.join(base, "training", model, "run", datetime.fromtimestamp(wall).strftime(RUN_DIR_FORMAT))
+        path = os.path.join(base, *parts, datetime.fromtimestamp(wall).strftime(RUN_DIR_FORMAT))
         if not os.path.exists(path):
             return path
         wall += 1.0

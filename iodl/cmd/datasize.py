@@ -40,14 +40,13 @@ def run(args) -> int:
                          indent=2))
         return 0
     d = wl.dataset
-    print(f"{wl.name}: {args.accelerators} accelerator(s) on {args.hosts} host(s) of {memory / GiB:,.1f} GiB"
-          + {"CLOSED": " (MLPerf Storage CLOSED)", "whatif": " (MLPerf Storage: whatif only, not CLOSED)"}.get(
-              category, ""))
+    print(f"{wl.name}" + (f" (MLPerf: {category})" if category else "")
+          + f": {args.accelerators} accelerator(s) on {args.hosts} host(s) of {memory / GiB:,.1f} GiB")
     print(f"  500 steps x batch {wl.train.batch_size} x {args.accelerators} accelerators = "
           f"{500 * wl.train.batch_size * args.accelerators:,} samples: {size.files_by_steps:,} files")
     print(f"  5 x {args.hosts} x {memory / GiB:,.1f} GiB of client memory: {size.files_by_memory:,} whole files "
           f"of {d.samples_per_file} x {d.sample_size:,} B")
-    print(f"  {size.files:,} files, {size.bytes:,} B = {size.bytes / 1e9:,.1f} GB (set by the {size.dictated_by} rule; "
-          f"rounded down as mlpstorage rounds, whose checker wants this exact count)")
+    print(f"  {size.files:,} files = {size.bytes / 1e9:,.1f} GB (set by the {size.dictated_by} rule)")
+    print("  (both in whole files rounded down, as mlpstorage's checker counts them)")
     print(f"  {command}")
     return 0

@@ -163,14 +163,12 @@ def _check_dlio_dir(path: str, pattern: str) -> None:
     """--dlio-dir: DLIO's figures are a training run's; the directory must be one iodl may create files in."""
     from ..errors import UsageError
 
+    from ..dlio_output import check_directory
+
     if pattern != "train-sync":
         raise UsageError(f"--dlio-dir: DLIO's summary.json describes training steps; {pattern} has none "
                          "(use --pattern train-sync)")
-    if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
-        raise UsageError(f"--dlio-dir {path}: not a directory (iodl never writes through links)")
-    parent = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise UsageError(f"--dlio-dir {path}: cannot create files there")
+    check_directory(path)
 
 
 STOP_GRACE_S = 3.0   # after a stop request, how long collectives wait for a rank before giving up on it

@@ -260,3 +260,35 @@ def test_mlpstorages_own_code_reads_an_iodl_run_directory(tmp_path):
     assert got["run"]["metrics"] == s["metric"]
     assert got["run"]["system_info"]["total_memory_bytes"] == pytest.approx(s["host_memory_GB"][0] * (1 << 30))
     assert got["verdict"] == "invalid" and "workflow.checkpoint" in check.stdout + check.stderr
+
+
+def test_in_training_checkpoints_split_blocks_and_give_dlios_checkpoint_figures(tmp_path):
+    """unet3d-style in-training checkpoints (a flat 4 MiB model, every 3 steps) under --checkpoint-root:
+    each checkpoint ends a block, so an epoch of 5 steps has blocks of 3 and 2; summary.json's
+    checkpoint_size_GB is one checkpoint's bytes from iodl's result / 2^30 and its
+    save_checkpoint_duration_mean_seconds rank 0's (here the only rank's) time in them, which is
+    iodl's per-round duration plus the checkpoint's barriers and bookkeeping."""
+    spec = tmp_path / "unet3d_b200.toml"
+    spec.write_text(UNET3D_SMALL + '\n[model]\ntype = "cnn"\nmodel_size = "4MiB"\n\n[checkpoint]\nevery_steps = 3\n')
+    res, out = tmp_path / "results", tmp_path / "r.json"
+    proc = iodl("read", "--workload", str(spec), "--engine", "null", "--delay-us", "2000", "--prefetch", "0",
+                "--checkpoint-root", str(tmp_path / "ck"), "--dlio-dir", str(res), "--out", str(out),
+                "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    (run,) = glob.glob(str(res / "training" / "unet3d" / "run" / "*"))
+    s, result = load_json(os.path.join(run, "summary.json")), load_json(out)
+    output = load_json(os.path.join(run, "0_output.json"))
+    write = result["checkpoint"]["write"]
+    assert write["rounds"] == 3                                      # after steps 3, 6 and 9 of 10
+    assert [len(output["1"]["proc"][b]) for b in sorted(output["1"]["proc"])] == [3, 2]
+    assert [len(output["2"]["proc"][b]) for b in sorted(output["2"]["proc"])] == [1, 3, 1]
+    m = s["metric"]
+    assert m["checkpoint_size_GB"] == write["bytes"] / write["rounds"] / (1 << 30)
+    rounds = np.mean([r["duration_s"] for r in write["per_round"]])
+    assert rounds <= m["save_checkpoint_duration_mean_seconds"] <= rounds + 0.25
+    # GiB/s is the mean of size / each duration: at least size / the mean duration (they are equal
+    # only when the durations are)
+    assert m["save_checkpoint_io_mean_GB_per_second"] >= (
+        m["checkpoint_size_GB"] / m["save_checkpoint_duration_mean_seconds"] * (1 - 1e-12))
+    cfg = yaml.safe_load(open(os.path.join(run, "dlio_config", "config.yaml")))["workload"]
+    assert cfg["workflow"]["checkpoint"] is True
