@@ -41,6 +41,16 @@ def training_category(wl) -> str | None:
     return "whatif" if ("mlcommons/storage" in wl.origin or "MLPerf Storage" in wl.origin) else None
 
 
+def run_category(wl, args) -> str | None:
+    """A training run's category: its workload's (training_category), but INVALID when the batch or
+    the compute time was changed: neither is among the parameters CLOSED or OPEN may change
+    (Rules.md §3.6.2, §3.6.3), so mlpstorage's checker fails such a run."""
+    category = training_category(wl)
+    if category and (args.batch_size is not None or args.compute_time is not None):
+        return "INVALID"
+    return category
+
+
 def checkpoint_category(model: str, ranks: int, full_ranks: int, writes: int, reads: int, fsync: bool,
                         ranks_per_host: list[int]) -> dict:
     """What MLPerf Storage's rules make of a checkpoint run: {"category": "CLOSED" | "OPEN" |

@@ -522,9 +522,11 @@ def _run_once(args, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
         train["epochs_checked"] = sum(p["epochs_checked"] for p in reduced["per_rank"])
         train["epochs_wrong"] = sum(p["epochs_wrong"] for p in reduced["per_rank"])
         train["shuffle"] = scfg.shuffle if scfg.sampling == "epoch" else "random shards"
-        from ..mlperf import summary
+        from ..mlperf import run_category, summary
 
         train["mlperf"] = summary(steps, wl.metric.au_threshold)
+        if train["mlperf"] is not None:
+            train["mlperf"]["category"] = run_category(wl, args)
     result = {"schema": SCHEMA, "pattern": cfg.pattern, "engine": cfg.engine, "direct": cfg.direct,
               "iodepth": cfg.iodepth, "block_size": cfg.block_size, "ranks": reduced["ranks"],
               "hosts": reduced["hosts"], "workload": wl.to_dict(), "seed": cfg.seed,

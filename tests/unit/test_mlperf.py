@@ -167,3 +167,19 @@ def test_a_read_only_checkpoint_run_more_than_30_s_after_the_writes_is_not_close
     assert checkpoint_view(result, 0, 10, 29.0)["category"] == "CLOSED"
     late = checkpoint_view(result, 0, 10, 31.0)
     assert late["category"] == "INVALID" and late["read_gap_s"] == 31.0 and "4.7.1" in late["reasons"][0]
+
+
+def test_a_run_that_changes_batch_or_compute_is_not_closed():
+    """batch_size and computation_time are in neither the CLOSED nor the OPEN table of tunables
+    (Rules.md 3.6.2, 3.6.3): a run of a CLOSED workload that changes either is INVALID."""
+    from types import SimpleNamespace
+
+    from iodl.mlperf import run_category
+
+    wl = load_workload("retinanet_mi355")
+    as_is = SimpleNamespace(batch_size=None, compute_time=None)
+    assert run_category(wl, as_is) == "CLOSED"
+    assert run_category(wl, SimpleNamespace(batch_size=8, compute_time=None)) == "INVALID"
+    assert run_category(wl, SimpleNamespace(batch_size=None, compute_time=0.01)) == "INVALID"
+    assert run_category(load_workload("unet3d_h100"), as_is) == "whatif"
+    assert run_category(load_workload("tiny"), SimpleNamespace(batch_size=8, compute_time=0.01)) is None
