@@ -572,7 +572,10 @@ def _run_once(args, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
     if pattern.steps and not synthetic:
         _datasize_warning(wl, reduced, len(sizes), roots[mount], console)
     summary = None
-    if args.dlio_dir and scfg is not None:
+    if args.dlio_dir and scfg is not None and missing:
+        console.print("DLIO's files are not written: some ranks did not answer, and DLIO's figures are of "
+                      "every rank", highlight=False, markup=False)
+    elif args.dlio_dir and scfg is not None:
         summary = _write_dlio(args, wl, scfg, result, [r for _m, r in all_records], facts, len(sizes),
                               (wall_start, wall_run), ck_reduced, console)
     if args.out and args.runs == 1:

@@ -292,3 +292,15 @@ def test_in_training_checkpoints_split_blocks_and_give_dlios_checkpoint_figures(
         m["checkpoint_size_GB"] / m["save_checkpoint_duration_mean_seconds"] * (1 - 1e-12))
     cfg = yaml.safe_load(open(os.path.join(run, "dlio_config", "config.yaml")))["workload"]
     assert cfg["workflow"]["checkpoint"] is True
+
+
+def test_checkpoint_dlio_dir_that_is_a_file_is_one_line(tmp_path):
+    afile = tmp_path / "f"
+    afile.write_text("a user's file")
+    spec = tmp_path / "m.toml"
+    from tests.helpers import transformer_toml
+
+    spec.write_text(transformer_toml("m", layers=1, hidden=64, ffn=128, heads=4, vocab=256, data=1))
+    proc = iodl("checkpoint", "--workload", str(spec), "--root", str(tmp_path / "ck"), "--dlio-dir", str(afile))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--dlio-dir" in proc.stderr, proc.stderr
+    assert afile.read_text() == "a user's file" and not (tmp_path / "ck").exists()
