@@ -281,14 +281,15 @@ def run(args) -> int:
     from ..mlperf import RUNS
 
     results, dlio = [], []
-    code = 0
-    for index in range(args.runs):
-        code, result, summary = _run_once(args, index)
+    worst = 0
+    for _ in range(args.runs):
+        code, result, summary = _run_once(args)
+        worst = max(worst, code)
         if result is not None:
             results.append(result)
             dlio.append(summary)
-        if code:
-            break    # a stopped or failed run ends the series: the next would not follow it back to back
+        if (result["partial"] if result is not None else code == 130):
+            break    # stopped (every rank agreed on it): the series ends here, on every rank
     if results:
         from ..mlperf import aggregate_runs
         from ..report import make_console, write_result
@@ -298,7 +299,7 @@ def run(args) -> int:
         if args.out:
             write_result({"schema": "iodl.runs/1", "runs": results, "mlperf": agg, "planned_runs": args.runs,
                           "procedure_runs": RUNS}, args.out)
-    return code
+    return worst
 
 
 def _print_runs(agg: dict, console) -> None:
@@ -316,7 +317,7 @@ def _print_runs(agg: dict, console) -> None:
     console.print(agg["summary"], highlight=False, markup=False)
 
 
-def _run_once(args, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
+def _run_once(args) -> tuple[int, dict | None, dict | None]:
     """One run: (exit code, the result on rank 0 else None, DLIO's summary.json of it or None)."""
     import math
 
@@ -509,7 +510,7 @@ def _run_once(args, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
         partial = True
         reduced["ranks"] = comm.size   # the run's size; per_rank holds the ranks that answered
     if comm.rank != 0:
-        return 0, None, None
+        return (130 if partial else 0), None, None   # partial: agreed by every rank (put_together)
     if scfg is not None:
         from ..metrics import set_window, steps_run_window
         from ..training import steps_window, summarize_steps

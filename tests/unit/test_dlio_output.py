@@ -304,3 +304,34 @@ def test_checkpoint_dlio_dir_that_is_a_file_is_one_line(tmp_path):
     proc = iodl("checkpoint", "--workload", str(spec), "--root", str(tmp_path / "ck"), "--dlio-dir", str(afile))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--dlio-dir" in proc.stderr, proc.stderr
     assert afile.read_text() == "a user's file" and not (tmp_path / "ck").exists()
+
+
+def test_a_stop_during_a_series_of_runs_ends_every_rank_with_the_runs_so_far(tmp_path):
+    """--runs 3 under mpiexec -n 2, SIGINT in the second run: every rank leaves the series (none
+    starts a third run and waits for the others in it), exit 130 within the stop's bound, and --out
+    keeps run 1 whole and run 2 partial, with the aggregate of what ran."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    assert mpiexec(), "mpiexec not found (pip install mpich)"
+    out = tmp_path / "runs.json"
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "iodl", "read", "--engine", "null", "--workload", "tiny",
+           "--steps", "30", "--compute-time", "0.1", "--runs", "3", "--out", str(out), "--progress", "off"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    seen = ""
+    while "MLPerf Storage's view" not in seen and time.monotonic() < deadline:
+        seen += proc.stdout.readline()          # run 1's report, printed when it ends
+    time.sleep(1.5)                              # into run 2 (run 1: 30 steps of 0.1 s)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - sent
+    assert proc.returncode == 130, err
+    assert elapsed < 6.0, elapsed
+    doc = load_json(out)
+    assert [r["partial"] for r in doc["runs"]] == [False, True]
+    assert doc["mlperf"]["complete"] is False and doc["mlperf"]["measured_runs"] == 1
