@@ -167,17 +167,23 @@ def host_facts() -> dict:
             "host_cpu_count": os.cpu_count() or 0}
 
 
-def _meminfo_text() -> dict:
-    """/proc/meminfo as DLIO's lines_to_dict keeps it (strings, "123 kB")."""
+def _proc_text(path: str) -> dict:
+    """A /proc file of "key: value" lines as DLIO's lines_to_dict keeps it: strings ("123 kB"),
+    the last value of a repeated key (cpuinfo: the last CPU's), no "processor"."""
     out = {}
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                k, _, v = line.partition(":")
-                out[k.strip()] = v.strip()
+                k, sep, v = line.partition(":")
+                if sep and k.strip() != "processor":
+                    out[k.strip()] = v.strip()
     except OSError:
         pass
     return out
+
+
+def _meminfo_text() -> dict:
+    return _proc_text("/proc/meminfo")
 
 
 def _hosts(facts: list[dict], hosts_of_ranks: list[str]) -> tuple[list[str], dict]:
@@ -218,7 +224,7 @@ def _summary(facts, hosts_of_ranks, start, end, metric, per_host_gib, **counts) 
             "metric": metric, "num_files_train": counts["num_files_train"], "num_files_eval": 0,
             "num_samples_per_file": counts["num_samples_per_file"],
             "host_cpu_count": [int(per_node[h]["host_cpu_count"]) for h in nodes],
-            "host_processor_name": os.uname().machine,
+            "host_processor_name": os.uname().machine, "host_cpuinfo": _proc_text("/proc/cpuinfo"),
             # DLIO's list: 1 where the host's memory exceeds the data it reads (it may cache it)
             "potential_caching": [0 if m <= per_host_gib else 1 for m in memory],
             "host_meminfo": _meminfo_text(), "host_memory_GB": memory,
@@ -230,7 +236,7 @@ def rank_output(rows: np.ndarray, fact: dict, per_host_gib: float, wall0: float)
     DLIO's are. The stats' times are wall clock (wall0 + seconds since the run's start); the step
     lists are seconds."""
     out = {"host_memory_GB": fact["host_memory_GB"], "host_cpu_count": fact["host_cpu_count"],
-           "host_processor_name": os.uname().machine,
+           "host_processor_name": os.uname().machine, "host_cpuinfo": _proc_text("/proc/cpuinfo"),
            "potential_caching": int(per_host_gib <= fact["host_memory_GB"])}
     stats = {}
     for epoch, e in rank_epochs(rows).items():

@@ -39,6 +39,17 @@ block_size = "1MiB"
 """
 
 
+# the keys the fork's statscounter.py writes into summary.json (__init__, end_run, finalize) for a
+# training run without evaluation
+SUMMARY_KEYS = {"start", "num_accelerators", "num_hosts", "hostname", "metric", "num_files_train", "num_files_eval",
+                "num_samples_per_file", "host_cpu_count", "host_processor_name", "potential_caching", "host_cpuinfo",
+                "host_meminfo", "host_memory_GB", "data_size_per_host_GB", "epochs", "end"}
+TRAIN_METRIC_KEYS = {"train_au_percentage", "train_au_mean_percentage", "train_au_meet_expectation",
+                     "train_au_stdev_percentage", "train_throughput_samples_per_second",
+                     "train_throughput_mean_samples_per_second", "train_throughput_stdev_samples_per_second",
+                     "train_io_mean_MB_per_second", "train_io_stdev_MB_per_second"}
+
+
 def _rank(steps, epoch_of=None):
     """Step records from (t_start, data_wait, compute, barrier, checkpoint, samples) tuples."""
     rows = []
@@ -142,6 +153,7 @@ def test_read_writes_dlio_files_in_mlpstorages_layout_derived_from_the_same_run(
         assert load_json(os.path.join(run_dir, "iodl_result.json"))["total"] == result["total"]
         # the same run
         assert s["num_accelerators"] == result["ranks"] == 1 and s["num_hosts"] == len(result["hosts"])
+        assert set(s) == SUMMARY_KEYS and set(s["metric"]) == TRAIN_METRIC_KEYS
         assert s["epochs"] == 2 and s["num_files_train"] == 10 and s["num_samples_per_file"] == 1
         m = s["metric"]
         assert m["train_io_mean_MB_per_second"] == pytest.approx(
