@@ -27,6 +27,7 @@ CLOSED_CHECKPOINT_RANKS = {"llama3-8b": 8, "llama3-70b": 64, "llama3-405b": 512,
 SUBSET_MODEL, SUBSET_RANKS = "llama3-8b", 8
 CHECKPOINTS = 10         # writes, then reads (Rules.md §4.6 Table 3: only 10, or 0 in a two-invocation run)
 MIN_RANKS_PER_HOST = 4   # Rules.md §4.6.2 / Table 3 "--ppn ... minimal 4"
+CACHE_MULTIPLE = 3       # a node's checkpoint share under 3x its memory: clear the cache before reading (§4.3.1)
 READ_GAP_S = 30.0        # a read-only invocation starts within this of the writes' end (Rules.md §4.7.1)
 
 
@@ -189,14 +190,27 @@ def aggregate_runs(results: list[dict], dlio: list[dict | None]) -> dict:
     return out
 
 
-def checkpoint_view(result: dict, writes: int, reads: int, read_gap_s: float | None) -> dict:
-    """The mlperf block of an `iodl checkpoint` result: its category (checkpoint_category) and, for
-    a read-only invocation, the gap from the last checkpoint written to this invocation's start,
-    which must stay within READ_GAP_S (§4.7.1)."""
+def checkpoint_view(result: dict, writes: int, reads: int, read_gap_s: float | None,
+                    host_memory_bytes: int = 0) -> dict:
+    """The mlperf block of an `iodl checkpoint` result: its category (checkpoint_category); for a
+    run that writes and then reads back buffered, whether the page cache had to be cleared between
+    (a node's checkpoint share under CACHE_MULTIPLE x its memory, §4.3.1) and was; for a read-only
+    invocation, the gap from the last checkpoint written to its start (at most READ_GAP_S, §4.7.1).
+    host_memory_bytes: a node's memory (rank 0's, taken as every node's)."""
     blocks = [b for b in (result["checkpoint"].get("write"), result["checkpoint"].get("read")) if b]
     hosts = [p["host"] for p in blocks[0]["per_rank"]] if blocks else []
     view = checkpoint_category(result["model"], result["ranks"], result["full_ranks"], writes, reads,
                                result["fsync"], [hosts.count(h) for h in sorted(set(hosts))])
+    write = result["checkpoint"].get("write")
+    if (view["category"] in ("CLOSED", "OPEN") and write and result["checkpoint"].get("read")
+            and not result["direct"] and not result["drop_caches"] and host_memory_bytes):
+        per_node = max(sum(p["bytes"] for p in write["per_rank"] if p["host"] == h) for h in set(hosts))
+        per_node //= max(write["rounds"], 1)
+        if per_node < CACHE_MULTIPLE * host_memory_bytes:
+            view["category"] = "INVALID"
+            view["reasons"].append(f"a node writes {per_node / GiB:,.1f} GiB a checkpoint, under {CACHE_MULTIPLE} x its "
+                                   f"{host_memory_bytes / GiB:,.1f} GiB of memory, and the page cache was not "
+                                   "cleared before the reads (--drop-caches; Rules.md 4.3.1)")
     view["read_gap_s"] = read_gap_s           # null unless this run only read
     if read_gap_s is not None:
         if read_gap_s > READ_GAP_S:

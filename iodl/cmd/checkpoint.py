@@ -143,7 +143,9 @@ def checkpoint_run(args) -> int:
               "checkpoint": reduced["checkpoint"]}
     from ..mlperf import checkpoint_view
 
-    result["mlperf"] = checkpoint_view(result, run_plan.writes, run_plan.reads, gap)
+    from ..cache import meminfo
+
+    result["mlperf"] = checkpoint_view(result, run_plan.writes, run_plan.reads, gap, meminfo().get("MemTotal", 0))
     _print_result(result, make_console())
     if args.out:
         write_result(result, args.out)

@@ -183,3 +183,21 @@ def test_a_run_that_changes_batch_or_compute_is_not_closed():
     assert run_category(wl, SimpleNamespace(batch_size=None, compute_time=0.01)) == "INVALID"
     assert run_category(load_workload("unet3d_h100"), as_is) == "whatif"
     assert run_category(load_workload("tiny"), SimpleNamespace(batch_size=8, compute_time=0.01)) is None
+
+
+@pytest.mark.parametrize("direct,drop,per_rank_gib,want", [
+    (False, False, 1, "INVALID"),      # 8 GiB a node, 64 GiB of memory, buffered, not cleared
+    (False, True, 1, "CLOSED"),        # cleared (--drop-caches)
+    (True, False, 1, "CLOSED"),        # O_DIRECT: nothing cached to clear
+    (False, False, 25, "CLOSED"),      # 200 GiB a node: over 3 x 64 GiB
+])
+def test_a_small_buffered_checkpoint_read_back_uncleared_is_not_closed(direct, drop, per_rank_gib, want):
+    """Rules.md 4.3.1: a node's checkpoint data under 3x its memory needs the cache cleared between
+    the writes and the reads."""
+    from iodl.mlperf import checkpoint_view
+
+    per_rank = [{"host": "h0", "rank": r, "bytes": 10 * per_rank_gib * GiB} for r in range(8)]
+    result = {"model": "llama3-8b", "ranks": 8, "full_ranks": 8, "fsync": True, "direct": direct, "drop_caches": drop,
+              "checkpoint": {"write": {"per_rank": per_rank, "rounds": 10}, "read": {"per_rank": per_rank}}}
+    view = checkpoint_view(result, 10, 10, None, 64 * GiB)
+    assert view["category"] == want, view
