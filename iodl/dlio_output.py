@@ -1,6 +1,7 @@
-"""What DLIO writes for a run, written from an iodl train-sync run: summary.json, each rank's
-<rank>_output.json and <rank>_per_epoch_stats.json, and dlio_config/, in the run directory
-mlpstorage's report generator reads (docs/mlperf.md, "DLIO's output files").
+"""What DLIO writes for a run, written from an iodl train-sync run (summary.json, each rank's
+<rank>_output.json and <rank>_per_epoch_stats.json, dlio_config/) or checkpoint run (summary.json,
+dlio_config/), in the run directory mlpstorage's report generator reads (docs/mlperf.md, "DLIO's
+output files").
 
 The figures follow DLIO's own code, the fork MLPerf Storage v3.0 runs
 (mlcommons/DLIO_local_changes@f6796ed281e39ccc83a450e2b1f21b9c909d8fd0,
@@ -308,12 +309,12 @@ def checkpoint_config(result: dict, wl, writes: int, reads: int, root: str) -> d
         "parallelism": {"tensor": par.tensor, "pipeline": par.pipeline, "zero_stage": par.zero_stage}}}
 
 
-def write_run(directory: str, summary_: dict, outputs: list[tuple[dict, dict]], config: dict, overrides: list[str],
-              iodl_result: dict) -> str:
+def write_run(base: str, directory: str, summary_: dict, outputs: list[tuple[dict, dict]], config: dict,
+              overrides: list[str], iodl_result: dict) -> str:
     """One run directory: summary.json, <rank>_output.json, <rank>_per_epoch_stats.json,
     dlio_config/{config,hydra,overrides}.yaml and iodl's own result beside them. Files are created
     exclusively: an existing run directory is never written into."""
-    os.makedirs(directory, exist_ok=True)
+    _make_dirs(base, directory)
     os.mkdir(os.path.join(directory, "dlio_config"))
 
     def put(name: str, text: str) -> None:
@@ -331,6 +332,28 @@ def write_run(directory: str, summary_: dict, outputs: list[tuple[dict, dict]], 
                                                    "runtime": {"output_dir": os.path.abspath(directory)}}}) + "\n")
     put("iodl_result.json", json.dumps(iodl_result, indent=1))
     return directory
+
+
+def _make_dirs(base: str, directory: str) -> None:
+    """directory and the ones between base (--dlio-dir, checked) and it, never through a symlink:
+    an existing component must be a real directory (lstat), a missing one is created."""
+    import stat
+
+    from .errors import UsageError
+
+    parts = os.path.relpath(directory, base).split(os.sep)
+    path = base
+    for i, part in enumerate([""] + parts):
+        path = os.path.join(path, part) if part else base
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            os.mkdir(path)
+            continue
+        if i == len(parts):
+            raise UsageError(f"--dlio-dir: {path} exists; a run directory is always a new one")
+        if not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"--dlio-dir: {path} is not a directory (iodl never writes through links)")
 
 
 def run_directory(base: str, model: str, wall: float | None = None, kind: str = "training") -> str:

@@ -164,8 +164,8 @@ def _write_dlio(base: str, result: dict, wl, plan, facts: list[dict], wall_start
                  f"++workload.checkpoint.checkpoint_folder={plan.roots[0]}",
                  f"++workload.checkpoint.num_checkpoints_write={plan.writes}",
                  f"++workload.checkpoint.num_checkpoints_read={plan.reads}"]
-    path = out.write_run(out.run_directory(base, result["model"], wall_start, kind="checkpointing"), summary, [],
-                         config, overrides, result)
+    path = out.write_run(base, out.run_directory(base, result["model"], wall_start, kind="checkpointing"), summary,
+                         [], config, overrides, result)
     print(f"DLIO's figures (docs/mlperf.md) written to {path}")
 
 

@@ -609,8 +609,8 @@ def _write_dlio(args, wl, scfg, result: dict, steps: list, facts: list[dict], fi
     config = out.dlio_config(wl, files, scfg.batch_size, scfg.compute_time_s, scfg.epochs, ck_bytes > 0, scfg.steps)
     overrides = [f"workload={wl.name}", f"++workload.dataset.num_files_train={files}"]
     model = config["workload"]["model"]["name"]
-    path = out.write_run(out.run_directory(args.dlio_dir, model, wall_start), summary, outputs, config, overrides,
-                         result)
+    path = out.write_run(args.dlio_dir, out.run_directory(args.dlio_dir, model, wall_start), summary, outputs,
+                         config, overrides, result)
     m = summary["metric"]
     if m:
         console.print(f"DLIO's figures (docs/mlperf.md): AU {m['train_au_mean_percentage']:.2f} % "

@@ -347,3 +347,25 @@ def test_a_stop_during_a_series_of_runs_ends_every_rank_with_the_runs_so_far(tmp
     doc = load_json(out)
     assert [r["partial"] for r in doc["runs"]] == [False, True]
     assert doc["mlperf"]["complete"] is False and doc["mlperf"]["measured_runs"] == 1
+
+
+def test_the_run_directory_is_made_new_and_never_through_a_link(tmp_path):
+    """write_run creates the missing directories under --dlio-dir, refuses a component that is a
+    symlink (iodl never writes through links) and an existing run directory (never written into)."""
+    from iodl.errors import UsageError
+
+    base = tmp_path / "new-results"                       # missing: created
+    run = dlio_output.run_directory(str(base), "unet3d", 0.0)
+    dlio_output.write_run(str(base), run, {"metric": {}}, [], {"workload": {}}, [], {})
+    assert os.path.isfile(os.path.join(run, "summary.json")) and os.path.isdir(os.path.join(run, "dlio_config"))
+    with pytest.raises(UsageError, match="always a new one"):
+        dlio_output.write_run(str(base), run, {"metric": {}}, [], {"workload": {}}, [], {})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    os.symlink(elsewhere, linked / "training")
+    with pytest.raises(UsageError, match="not a directory"):
+        dlio_output.write_run(str(linked), dlio_output.run_directory(str(linked), "unet3d", 0.0), {"metric": {}}, [],
+                              {"workload": {}}, [], {})
+    assert os.listdir(elsewhere) == []
