@@ -298,15 +298,16 @@ def dlio_config(wl, files: int, batch: int, compute_s: float, epochs: int, check
 
 def checkpoint_config(result: dict, wl, writes: int, reads: int, root: str) -> dict:
     """dlio_config/config.yaml of a checkpoint run: what mlpstorage reads (model.name as MLPerf's
-    files spell it, llama3_8b; workflow; checkpoint counts and mode)."""
+    llama3_8b.yaml spells it, llama_8b, which mlpstorage reads back as llama3-8b; its parallelism;
+    workflow; checkpoint counts and mode)."""
     par = wl.parallelism
     return {"workload": {
-        "model": {"name": result["model"].replace("-", "_")},
+        "model": {"name": result["model"].replace("llama3-", "llama_").replace("-", "_"),
+                  "parallelism": {"tensor": par.tensor, "pipeline": par.pipeline, "zero_stage": par.zero_stage}},
         "framework": "pytorch",
         "workflow": {"generate_data": False, "train": False, "checkpoint": True},
         "checkpoint": {"checkpoint_folder": root, "num_checkpoints_write": writes, "num_checkpoints_read": reads,
-                       "mode": "subset" if result["subset"] else "default", "fsync": result["fsync"]},
-        "parallelism": {"tensor": par.tensor, "pipeline": par.pipeline, "zero_stage": par.zero_stage}}}
+                       "mode": "subset" if result["subset"] else "default", "fsync": result["fsync"]}}}
 
 
 def write_run(base: str, directory: str, summary_: dict, outputs: list[tuple[dict, dict]], config: dict,

@@ -160,7 +160,7 @@ def _write_dlio(base: str, result: dict, wl, plan, facts: list[dict], wall_start
 
     summary = out.checkpoint_summary(result, facts, wall_start, time.time())
     config = out.checkpoint_config(result, wl, plan.writes, plan.reads, plan.roots[0])
-    overrides = [f"workload={config['workload']['model']['name']}",
+    overrides = [f"workload={result['model'].replace('-', '_')}",     # MLPerf's file: llama3_8b.yaml
                  f"++workload.checkpoint.checkpoint_folder={plan.roots[0]}",
                  f"++workload.checkpoint.num_checkpoints_write={plan.writes}",
                  f"++workload.checkpoint.num_checkpoints_read={plan.reads}"]

@@ -369,3 +369,18 @@ def test_the_run_directory_is_made_new_and_never_through_a_link(tmp_path):
         dlio_output.write_run(str(linked), dlio_output.run_directory(str(linked), "unet3d", 0.0), {"metric": {}}, [],
                               {"workload": {}}, [], {})
     assert os.listdir(elsewhere) == []
+
+
+def test_a_checkpoint_runs_config_names_the_model_as_mlperfs_files_do():
+    """MLPerf's llama3_8b.yaml (mlcommons/storage@caa90c9c7d6a543de815222fff834a846823f922) names its
+    model llama_8b with the parallelism under model:; mlpstorage's DLIOResultParser turns that back
+    into llama3-8b (replace llama_ -> llama3-, _ -> -)."""
+    wl = load_workload("llama3-70b", need_dataset=False)
+    result = {"model": "llama3-70b", "subset": False, "fsync": True}
+    cfg = dlio_output.checkpoint_config(result, wl, 10, 10, "/ck")["workload"]
+    assert cfg["model"]["name"] == "llama_70b"
+    assert cfg["model"]["name"].replace("llama_", "llama3-").replace("_", "-") == "llama3-70b"
+    assert cfg["model"]["parallelism"] == {"tensor": 8, "pipeline": 1, "zero_stage": 3}
+    assert cfg["workflow"] == {"generate_data": False, "train": False, "checkpoint": True}
+    assert cfg["checkpoint"]["num_checkpoints_write"] == cfg["checkpoint"]["num_checkpoints_read"] == 10
+    assert cfg["checkpoint"]["mode"] == "default"
