@@ -55,7 +55,8 @@ def add_arguments(p) -> None:
     p.add_argument("--csv", metavar="FILE", help="write the per-second time series here (one row per second per mount)")
     p.add_argument("--runs", type=cli_int, default=1, metavar="N",
                    help="run N times back to back, as MLPerf Storage's submitters do (6: the first a warm-up, "
-                        "the other 5 averaged; docs/mlperf.md); each run is reported, then the aggregate")
+                        "the other 5 averaged; the seed + 1 each run; docs/mlperf.md); each run is reported, then "
+                        "the aggregate")
     p.add_argument("--dlio-dir", metavar="DIR",
                    help="train-sync: also write what DLIO writes for each run (summary.json, <rank>_output.json, "
                         "dlio_config/) in mlpstorage's layout, DIR/training/<model>/run/<YYYYMMDD_HHmmss>/")
@@ -123,7 +124,10 @@ def _setup(comm, args):
         iodepth = 1   # one pread at a time: the result says the depth that ran, not the one asked for
     cfg = ReadConfig(pattern=pattern, engine=engine, direct=args.direct,
                      iodepth=iodepth, block_size=block_size, duration_s=duration, ramp_s=args.ramp,
-                     seed=args.seed if args.seed is not None else wl.train.seed, delay_ns=int(args.delay_us * 1000))
+                     # --runs: the seed changes from run to run (MLPerf's rules: "the random seed must change
+                     # for each run"), the first run's being the one asked for
+                     seed=(args.seed if args.seed is not None else wl.train.seed) + getattr(args, "run_index", 0),
+                     delay_ns=int(args.delay_us * 1000))
     return wl, cfg, _checkpoint_setup(comm, args, wl, cfg)
 
 
@@ -282,7 +286,8 @@ def run(args) -> int:
 
     results, dlio = [], []
     worst = 0
-    for _ in range(args.runs):
+    for index in range(args.runs):
+        args.run_index = index
         code, result, summary = _run_once(args)
         worst = max(worst, code)
         if result is not None:

@@ -142,6 +142,7 @@ def test_read_writes_dlio_files_in_mlpstorages_layout_derived_from_the_same_run(
     assert len(runs) == 2 and all(len(os.path.basename(r)) == len("20260101_120000") for r in runs)
     doc = load_json(out)
     assert doc["schema"] == "iodl.runs/1" and len(doc["runs"]) == 2
+    assert [r["seed"] for r in doc["runs"]] == [1, 2]      # the workload's seed, then + 1 ("must change")
     for run_dir, result in zip(runs, doc["runs"]):
         s = load_json(os.path.join(run_dir, "summary.json"))
         cfg = yaml.safe_load(open(os.path.join(run_dir, "dlio_config", "config.yaml")))["workload"]
