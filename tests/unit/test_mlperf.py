@@ -40,6 +40,14 @@ def test_datasize_command_prints_the_figures_and_the_generate_command():
     want = data_size(wl, 72, 9, 256 * GiB)
     assert out["files"] == want.files and out["dictated_by"] == want.dictated_by
     assert out["generate"] == f"iodl generate --workload resnet50 --files {want.files} --root /data/r50"
+    assert out["mlperf_category"] is None                          # iodl's own resnet50
+    # retinanet_mi355 (CLOSED), 16 accelerators on 2 hosts of 512 GiB: 500 x 32 x 16 = 256,000 files
+    # by steps; 5 x 2 x 512 GiB = 5,497,558,138,880 B // 322,957 B = 17,022,569 files by memory
+    proc = iodl("datasize", "--workload", "retinanet_mi355", "--accelerators", "16", "--hosts", "2",
+                "--host-memory-gb", "512", "--json")
+    out = json.loads(proc.stdout)
+    assert out["mlperf_category"] == "CLOSED" and out["files_by_steps"] == 256_000
+    assert out["files"] == out["files_by_memory"] == 17_022_569 and out["bytes"] == 17_022_569 * 322_957
 
 
 @pytest.mark.parametrize("args", [["--accelerators", "0"], ["--accelerators", "2", "--hosts", "-1"],
