@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -409,7 +410,8 @@ class Checkpoints:
                     self.plan.direct)
         self.comm.barrier()
         if self.leader:
-            self.store["checkpoints"][-1]["state"] = "complete"
+            # when it was complete: a later read-only run says how long after it it began (MLPerf's 30 s)
+            self.store["checkpoints"][-1].update(state="complete", completed_at=time.time())
             save_store(self.root, self.store)
 
     def read(self, rounds: int) -> None:
@@ -510,6 +512,7 @@ def reduce_ops(comm, counters: dict, plan: Plan, partial: bool) -> dict | None:
                                     **block(group, hists[0, m], hists[1, m])})
         total["per_rank"] = [{"rank": p["rank"], "host": p["host"], "mount": p["mount"],
                               "bytes": int(sum(p["round_bytes"])), "duration_s": float(sum(p["round_s"])),
+                              "round_s": [float(x) for x in p["round_s"]],   # DLIO times rank 0's rounds
                               "bandwidth_MBps": (sum(p["round_bytes"]) / sum(p["round_s"]) / MB
                                                  if sum(p["round_s"]) else 0.0),
                               **({"fsync_s": p["fsync_s"]} if fsync is not None else {})} for p in parts]

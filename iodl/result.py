@@ -61,7 +61,7 @@ class Total(Block, total=False):
 
 
 MLPerfView = TypedDict("MLPerfView", {"au": float, "samples_per_s": float, "au_threshold": float, "pass": bool,
-                                      "epochs": int})
+                                      "epochs": int, "category": "str | None"})   # iodl/mlperf.py run_category
 
 
 class _Train(TypedDict):

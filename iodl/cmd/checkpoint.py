@@ -7,6 +7,8 @@ back (iodl/checkpoint_run.py); the figures are docs/numbers.md's "Checkpoints".
 """
 from __future__ import annotations
 
+import time
+
 HELP = "write and read back an MLPerf-Storage-style checkpoint under --root (--plan: its files, no I/O)"
 
 GiB = 1 << 30
@@ -38,6 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--iodepth", type=cli_int, default=IODEPTH, help=f"requests in flight per rank (default {IODEPTH})")
     p.add_argument("--block-size", metavar="SIZE", default=str(BLOCK_SIZE), help="request size (default 1MiB)")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
+    p.add_argument("--dlio-dir", metavar="DIR",
+                   help="also write what DLIO writes for the run (summary.json, dlio_config/) in mlpstorage's "
+                        "layout, DIR/checkpointing/<model>/<YYYYMMDD_HHmmss>/ (docs/mlperf.md)")
 
 
 def run(args) -> int:
@@ -93,6 +98,10 @@ def _setup(comm, args):
         cache.check_can_drop()
     if args.out:
         check_output_path("--out", args.out)
+    if args.dlio_dir:
+        from ..dlio_output import check_directory
+
+        check_directory(args.dlio_dir)
     roots = [os.path.abspath(r) for r in args.root]
     fsync = wl.checkpoint.fsync and not args.no_fsync
     run_plan = Plan(roots=roots, writes=writes, reads=reads, fsync=fsync, direct=args.direct, engine=engine,
@@ -113,6 +122,12 @@ def checkpoint_run(args) -> int:
     stop = _Interrupt()
     comm = comm_mod.world()
     wl, cm, lay, run_plan, share, names, need = collective(comm, lambda: _setup(comm, args))
+    gap = _read_gap(run_plan) if comm.rank == 0 and not run_plan.writes else None
+    wall_start = time.time()
+    if args.dlio_dir:
+        from ..dlio_output import host_facts
+
+        facts = comm.gather(host_facts())
     stop.arm()
     try:
         reduced = execute(comm, run_plan, share, names, need, stop)
@@ -126,10 +141,46 @@ def checkpoint_run(args) -> int:
               "subset": lay.subset, "full_ranks": lay.full_ranks(cm.parallelism), "fsync": run_plan.fsync,
               "drop_caches": run_plan.drop_caches, "roots": run_plan.roots, "partial": reduced["partial"],
               "checkpoint": reduced["checkpoint"]}
+    from ..mlperf import checkpoint_view
+
+    from ..cache import meminfo
+
+    result["mlperf"] = checkpoint_view(result, run_plan.writes, run_plan.reads, gap, meminfo().get("MemTotal", 0))
     _print_result(result, make_console())
     if args.out:
         write_result(result, args.out)
+    if args.dlio_dir:
+        _write_dlio(args.dlio_dir, result, wl, run_plan, facts, wall_start)
     return 130 if result["partial"] else 0
+
+
+def _write_dlio(base: str, result: dict, wl, plan, facts: list[dict], wall_start: float) -> None:
+    """DLIO's files of this checkpoint run in mlpstorage's layout (iodl/dlio_output.py)."""
+    from .. import dlio_output as out
+
+    summary = out.checkpoint_summary(result, facts, wall_start, time.time())
+    config = out.checkpoint_config(result, wl, plan.writes, plan.reads, plan.roots[0])
+    overrides = [f"workload={result['model'].replace('-', '_')}",     # MLPerf's file: llama3_8b.yaml
+                 f"++workload.checkpoint.checkpoint_folder={plan.roots[0]}",
+                 f"++workload.checkpoint.num_checkpoints_write={plan.writes}",
+                 f"++workload.checkpoint.num_checkpoints_read={plan.reads}"]
+    path = out.write_run(base, out.run_directory(base, result["model"], wall_start, kind="checkpointing"), summary,
+                         [], config, overrides, result)
+    print(f"DLIO's figures (docs/mlperf.md) written to {path}")
+
+
+def _read_gap(plan) -> float | None:
+    """A read-only run: seconds from the end of the last checkpoint written in its first root to
+    this process's start (None when the store does not say when that was)."""
+    import time
+
+    from ..checkpoint_run import _read_store
+    from ..metrics import process_age_s
+
+    done = [e for e in ((_read_store(plan.roots[0]) or {}).get("checkpoints") or []) if e.get("state") == "complete"]
+    if not done or not isinstance(done[-1].get("completed_at"), (int, float)):
+        return None
+    return time.time() - process_age_s() - done[-1]["completed_at"]
 
 
 def _print_result(result: dict, console) -> None:
@@ -163,6 +214,10 @@ def _print_result(result: dict, console) -> None:
                       highlight=False, markup=False)
     if result["partial"]:
         console.print("stopped: the figures cover what ran before the stop", highlight=False, markup=False)
+    m = result.get("mlperf")
+    if m and m["category"]:
+        console.print(f"MLPerf Storage: {m['category']}" + (": " + "; ".join(m["reasons"]) if m["reasons"] else ""),
+                      highlight=False, markup=False)
 
 
 def plan_dict(p) -> dict:

@@ -22,7 +22,7 @@ def run(args) -> int:
     import shlex
 
     from .. import cache, limits
-    from ..mlperf import GiB, data_size
+    from ..mlperf import GiB, data_size, training_category
     from ..workload import load_workload
 
     limits.check_range("--accelerators", args.accelerators, 1, limits.MAX_RANKS, integer=True)
@@ -34,15 +34,19 @@ def run(args) -> int:
     size = data_size(wl, args.accelerators, args.hosts, memory)
     command = (f"iodl generate --workload {shlex.quote(args.workload)} --files {size.files} "
                f"--root {shlex.quote(args.root)}")
+    category = training_category(wl)
     if args.json:
-        print(json.dumps({"workload": wl.name, **size.to_dict(), "generate": command}, indent=2))
+        print(json.dumps({"workload": wl.name, "mlperf_category": category, **size.to_dict(), "generate": command},
+                         indent=2))
         return 0
     d = wl.dataset
-    print(f"{wl.name}: {args.accelerators} accelerator(s) on {args.hosts} host(s) of {memory / GiB:,.1f} GiB")
+    print(f"{wl.name}" + (f" (MLPerf: {category})" if category else "")
+          + f": {args.accelerators} accelerator(s) on {args.hosts} host(s) of {memory / GiB:,.1f} GiB")
     print(f"  500 steps x batch {wl.train.batch_size} x {args.accelerators} accelerators = "
           f"{500 * wl.train.batch_size * args.accelerators:,} samples: {size.files_by_steps:,} files")
-    print(f"  5 x {args.hosts} x {memory / GiB:,.1f} GiB of client memory: {size.files_by_memory:,} files "
+    print(f"  5 x {args.hosts} x {memory / GiB:,.1f} GiB of client memory: {size.files_by_memory:,} whole files "
           f"of {d.samples_per_file} x {d.sample_size:,} B")
-    print(f"  at least {size.files:,} files, {size.bytes / 1e9:,.1f} GB (set by the {size.dictated_by} rule)")
+    print(f"  {size.files:,} files = {size.bytes / 1e9:,.1f} GB (set by the {size.dictated_by} rule)")
+    print("  (both in whole files rounded down, as mlpstorage's checker counts them)")
     print(f"  {command}")
     return 0

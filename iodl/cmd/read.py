@@ -51,8 +51,15 @@ def add_arguments(p) -> None:
     p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
                    help="train-sync: write the workload's in-training checkpoints ([checkpoint] every_steps, or "
                         "after_epoch and every_epochs) here; the steps wait for them (docs/checkpoint.md)")
-    p.add_argument("--out", metavar="FILE", help="write the result JSON here")
+    p.add_argument("--out", metavar="FILE", help="write the result JSON here (with --runs: every run's and the aggregate)")
     p.add_argument("--csv", metavar="FILE", help="write the per-second time series here (one row per second per mount)")
+    p.add_argument("--runs", type=cli_int, default=1, metavar="N",
+                   help="run N times back to back, as MLPerf Storage's submitters do (6: the first a warm-up, "
+                        "the other 5 averaged; the seed + 1 each run; docs/mlperf.md); each run is reported, then "
+                        "the aggregate")
+    p.add_argument("--dlio-dir", metavar="DIR",
+                   help="train-sync: also write what DLIO writes for each run (summary.json, <rank>_output.json, "
+                        "dlio_config/) in mlpstorage's layout, DIR/training/<model>/run/<YYYYMMDD_HHmmss>/")
 
 
 def _setup(comm, args):
@@ -113,6 +120,10 @@ def _setup(comm, args):
         if path:
             check_output_path(flag, path)   # found before the run, not after it has been lost
     pattern = args.pattern or wl.pattern
+    if args.runs > 1 and args.csv:
+        raise UsageError("--csv holds one run's time series: leave it out with --runs (--out keeps every run)")
+    if args.dlio_dir:
+        _check_dlio_dir(args.dlio_dir, pattern)
     if pattern == "infer-async" and args.steps:
         raise UsageError("--steps: infer-async runs for --duration (its ranks are not in step: the window "
                          "they are measured over together is fixed in advance)")
@@ -122,7 +133,10 @@ def _setup(comm, args):
         iodepth = 1   # one pread at a time: the result says the depth that ran, not the one asked for
     cfg = ReadConfig(pattern=pattern, engine=engine, direct=args.direct,
                      iodepth=iodepth, block_size=block_size, duration_s=duration, ramp_s=args.ramp,
-                     seed=args.seed if args.seed is not None else wl.train.seed, delay_ns=int(args.delay_us * 1000))
+                     # --runs: the seed changes from run to run (MLPerf's rules: "the random seed must change
+                     # for each run"), the first run's being the one asked for
+                     seed=(args.seed if args.seed is not None else wl.train.seed) + getattr(args, "run_index", 0),
+                     delay_ns=int(args.delay_us * 1000))
     return wl, cfg, _checkpoint_setup(comm, args, wl, cfg)
 
 
@@ -153,6 +167,21 @@ def _checkpoint_setup(comm, args, wl, cfg):
                 iodepth=1 if engine == "psync" else IODEPTH, block_size=BLOCK_SIZE, drop_caches=False,
                 signature=signature(cm, lay, cfg.direct))
     return (plan, *layout_for(comm, cm, roots, cfg.direct)[:3])
+
+
+MAX_RUNS = 100       # --runs: MLPerf's procedure is 6; a long series of consecutive runs may be cut later
+
+
+def _check_dlio_dir(path: str, pattern: str) -> None:
+    """--dlio-dir: DLIO's figures are a training run's; the directory must be one iodl may create files in."""
+    from ..errors import UsageError
+
+    from ..dlio_output import check_directory
+
+    if pattern != "train-sync":
+        raise UsageError(f"--dlio-dir: DLIO's summary.json describes training steps; {pattern} has none "
+                         "(use --pattern train-sync)")
+    check_directory(path)
 
 
 STOP_GRACE_S = 3.0   # after a stop request, how long collectives wait for a rank before giving up on it
@@ -256,6 +285,54 @@ def _datasize_warning(wl, reduced: dict, shards: int, root: str, console) -> Non
 
 
 def run(args) -> int:
+    """One run, or --runs N back to back: each reported as it ends, then MLPerf's aggregate."""
+    from ..limits import check_range
+
+    check_range("--runs", args.runs, 1, MAX_RUNS, integer=True)   # the same on every rank: no I/O yet
+    if args.runs == 1:
+        return _run_once(args)[0]
+    from ..mlperf import RUNS
+
+    results, dlio = [], []
+    worst = 0
+    for index in range(args.runs):
+        args.run_index = index
+        code, result, summary = _run_once(args)
+        worst = max(worst, code)
+        if result is not None:
+            results.append(result)
+            dlio.append(summary)
+        if (result["partial"] if result is not None else code == 130):
+            break    # stopped (every rank agreed on it): the series ends here, on every rank
+    if results:
+        from ..mlperf import aggregate_runs
+        from ..report import make_console, write_result
+
+        agg = aggregate_runs(results, dlio)
+        _print_runs(agg, make_console())
+        if args.out:
+            write_result({"schema": "iodl.runs/1", "runs": results, "mlperf": agg, "planned_runs": args.runs,
+                          "procedure_runs": RUNS}, args.out)
+    return worst
+
+
+def _print_runs(agg: dict, console) -> None:
+    from ..report import print_table
+
+    rows = [[str(r["run"]) + (" (warm-up)" if r["warmup"] else ""), f"{r['bandwidth_MBps']:,.1f}",
+             f"{r['au']:.1%}" if r["au"] is not None else "-",
+             f"{r['dlio_au_percentage']:.2f}" if r["dlio_au_percentage"] is not None else "-",
+             f"{r['dlio_samples_per_s']:,.1f}" if r["dlio_samples_per_s"] is not None else "-",
+             f"{r['dlio_io_MiBps']:,.1f}" if r["dlio_io_MiBps"] is not None else "-",
+             r["dlio_au_meet_expectation"] or "-"] for r in agg["runs"]]
+    print_table(console, f"{len(agg['runs'])} run(s) back to back", [
+        ("run", "left"), ("MB/s", "right"), ("AU", "right"), ("DLIO AU %", "right"), ("DLIO samples/s", "right"),
+        ("DLIO MiB/s", "right"), ("AU met", "left")], rows)
+    console.print(agg["summary"], highlight=False, markup=False)
+
+
+def _run_once(args) -> tuple[int, dict | None, dict | None]:
+    """One run: (exit code, the result on rank 0 else None, DLIO's summary.json of it or None)."""
     import math
 
     import numpy as np
@@ -274,6 +351,11 @@ def run(args) -> int:
     stop = _Interrupt()
     comm = comm_mod.world()
     wl, cfg, ck_setup = collective(comm, lambda: _setup(comm, args))
+    wall_start = time.time()
+    if args.dlio_dir:
+        from ..dlio_output import host_facts
+
+        facts = comm.gather(host_facts())    # every rank's host, before any rank can stop answering
     roots = [os.path.abspath(r) for r in args.root]
     pattern = registry()[cfg.pattern]
     synthetic = cfg.engine == "null" and not roots and pattern.steps
@@ -402,6 +484,7 @@ def run(args) -> int:
         after_step = TrainingCheckpoints(checkpoints, wl.checkpoint)
     startup_s = process_age_s()
     records = None
+    wall_run = time.time()   # the steps' times count from the start barrier, which follows this at once
     try:
         stop.arm()
         records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=dataset.int_rows(sizes),
@@ -463,7 +546,7 @@ def run(args) -> int:
         partial = True
         reduced["ranks"] = comm.size   # the run's size; per_rank holds the ranks that answered
     if comm.rank != 0:
-        return 0
+        return (130 if partial else 0), None, None   # partial: agreed by every rank (put_together)
     if scfg is not None:
         from ..metrics import set_window, steps_run_window
         from ..training import steps_window, summarize_steps
@@ -476,9 +559,11 @@ def run(args) -> int:
         train["epochs_checked"] = sum(p["epochs_checked"] for p in reduced["per_rank"])
         train["epochs_wrong"] = sum(p["epochs_wrong"] for p in reduced["per_rank"])
         train["shuffle"] = scfg.shuffle if scfg.sampling == "epoch" else "random shards"
-        from ..mlperf import summary
+        from ..mlperf import run_category, summary
 
         train["mlperf"] = summary(steps, wl.metric.au_threshold)
+        if train["mlperf"] is not None:
+            train["mlperf"]["category"] = run_category(wl, args)
     result = {"schema": SCHEMA, "pattern": cfg.pattern, "engine": cfg.engine, "direct": cfg.direct,
               "iodepth": cfg.iodepth, "block_size": cfg.block_size, "ranks": reduced["ranks"],
               "hosts": reduced["hosts"], "workload": wl.to_dict(), "seed": cfg.seed,
@@ -523,7 +608,14 @@ def run(args) -> int:
                          if w else ""), highlight=False, markup=False)
     if pattern.steps and not synthetic:
         _datasize_warning(wl, reduced, len(sizes), roots[mount], console)
-    if args.out:
+    summary = None
+    if args.dlio_dir and scfg is not None and missing:
+        console.print("DLIO's files are not written: some ranks did not answer, and DLIO's figures are of "
+                      "every rank", highlight=False, markup=False)
+    elif args.dlio_dir and scfg is not None:
+        summary = _write_dlio(args, wl, scfg, result, [r for _m, r in all_records], facts, len(sizes),
+                              (wall_start, wall_run), ck_reduced, console)
+    if args.out and args.runs == 1:
         write_result(result, args.out)
     if args.csv:
         from ..series import write_csv
@@ -532,5 +624,33 @@ def run(args) -> int:
     if missing:
         raise RanksNotAnswering(STOP_GRACE_S, missing)   # one line, and the launcher ends the job
     if result["total"]["errors"]:
-        return 1
-    return 130 if partial else 0  # the shell's code for "ended by SIGINT": the result is incomplete
+        return 1, result, summary
+    return (130 if partial else 0), result, summary  # 130: the shell's code for "ended by SIGINT"
+
+
+def _write_dlio(args, wl, scfg, result: dict, steps: list, facts: list[dict], files: int,
+                walls: tuple[float, float], ck_reduced, console) -> dict:
+    """DLIO's files of this run in mlpstorage's run directory (iodl/dlio_output.py); its summary.
+    walls: wall clock at the run's start (after set-up's checks) and just before its start barrier."""
+    from .. import dlio_output as out
+
+    hosts = [p["host"] for p in sorted(result["per_rank"], key=lambda p: p["rank"])]
+    ck_bytes = 0
+    if ck_reduced is not None and result["checkpoint"]["write"]:
+        w = result["checkpoint"]["write"]
+        ck_bytes = w["bytes"] // max(w["rounds"], 1)
+    wall_start, wall0 = walls
+    summary = out.summary(steps, facts, hosts, wl, files, wall_start, time.time(), ck_bytes)
+    outputs = [out.rank_output(rows, fact, summary["data_size_per_host_GB"], wall0) for rows, fact in zip(steps, facts)]
+    config = out.dlio_config(wl, files, scfg.batch_size, scfg.compute_time_s, scfg.epochs, ck_bytes > 0, scfg.steps)
+    overrides = [f"workload={wl.name}", f"++workload.dataset.num_files_train={files}"]
+    model = config["workload"]["model"]["name"]
+    path = out.write_run(args.dlio_dir, out.run_directory(args.dlio_dir, model, wall_start), summary, outputs,
+                         config, overrides, result)
+    m = summary["metric"]
+    if m:
+        console.print(f"DLIO's figures (docs/mlperf.md): AU {m['train_au_mean_percentage']:.2f} % "
+                      f"({m['train_au_meet_expectation']}), {m['train_throughput_mean_samples_per_second']:,.1f} "
+                      f"samples/s, {m['train_io_mean_MB_per_second']:,.1f} MiB/s; written to {path}",
+                      highlight=False, markup=False)
+    return summary
