@@ -386,6 +386,36 @@ def compare_histograms(d: dict, i: dict, share: float = 0.01, tol: float = 0.10)
     return {"rows": rows, "agree": ok, "tolerance": tol, "judged_share": share}
 
 
+# summary.json keys whose value follows from the run's set-up alone (DLIO's definitions, which
+# iodl's --dlio-dir writes: docs/mlperf.md): they must be equal. The measured ones (AU, samples/s,
+# MB/s, times) are set side by side.
+SUMMARY_FIXED = ("num_accelerators", "num_hosts", "hostname", "host_memory_GB", "host_cpu_count", "num_files_train",
+                 "num_files_eval", "num_samples_per_file", "data_size_per_host_GB", "potential_caching", "epochs")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def compare_summaries(dlio: dict, iodl: dict) -> dict:
+    """Every key both summary.json files hold: equal or not (the fixed ones must be), or side by
+    side (measured); the keys only one of them holds."""
+    d, i = _flat(dlio), _flat(iodl)
+    rows = []
+    for k in sorted(set(d) & set(i)):
+        if k in ("host_cpuinfo", "host_meminfo", "start", "end"):
+            continue   # /proc snapshots and clock times: never alike
+        rows.append({"key": k, "dlio": d[k], "iodl": i[k], "fixed": k in SUMMARY_FIXED, "equal": d[k] == i[k]})
+    return {"rows": rows, "fixed_agree": all(r["equal"] for r in rows if r["fixed"]),
+            "only_dlio": sorted(set(d) - set(i)), "only_iodl": sorted(set(i) - set(d))}
+
+
 def opens_of(trace: str, data_dir: str) -> tuple[dict[str, int], int]:
     """({data file: opens}, opens by iodl's page-cache probe) that strace -f -y saw. The probe
     (iodl/cache.py: cachestat of each file before the run, no read) opens with O_NOFOLLOW, which
@@ -410,6 +440,8 @@ def opens_of(trace: str, data_dir: str) -> tuple[dict[str, int], int]:
 
 
 def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None, tries: int = 4) -> dict:
+    # tries=1 where drops do not matter: O_DIRECT reads bypass the page cache, and the DLIO fork
+    # drops it itself before each epoch (main.py: sudo -n ... drop_caches)
     """One run from a cold cache: the device's bytes and requests, the data files' opens. A run
     during which someone else dropped the page cache (machine-wide: readahead's pages evicted
     before they were read, and read again) is run again, up to `tries` times."""
@@ -424,7 +456,7 @@ def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None,
                                     stdout=out, stderr=subprocess.STDOUT, env=env).returncode
             wall = time.time() - t0
         after = mount.device_stat()
-        if rc or groundtruth.page_cache_drops() == drops:
+        if rc or groundtruth.page_cache_drops() == drops or attempt + 1 == tries:
             break
         print(f"  (someone else dropped the page cache during the run: again, {attempt + 1} of {tries})", flush=True)
     if rc:
@@ -451,6 +483,7 @@ def io_main(argv: list[str]) -> int:
     ap.add_argument("--tfr-samples", type=int, default=256)
     ap.add_argument("--transfer-size", type=int, default=4 << 20)
     ap.add_argument("--cases", default=",".join(IO_CASES))
+    ap.add_argument("--rounds", type=int, default=2, help="DLIO runs of each case (its own spread)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     a = ap.parse_args(argv)
     cases = a.cases.split(",")
@@ -477,6 +510,7 @@ def io_main(argv: list[str]) -> int:
             generated: dict = {}
             for case in cases:
                 dlio_venv, gen_venv, fmt, _keys = IO_CASES[case]
+                tries = 1 if "odirect" in case else 4
                 name = f"{NAME}_{case.replace('-', '_')}"
                 yamls[case] = io_yaml(a, case)
                 wl_path = os.path.join(cfg_dir, "workload", f"{name}.yaml")
@@ -497,19 +531,29 @@ def io_main(argv: list[str]) -> int:
                           f"{generated[fmt]['bytes']:,} bytes", flush=True)
                 train = os.path.join(data, "train")
                 dv = getattr(a, dlio_venv)
-                out = os.path.join(work, f"dlio-{case}")
-                r_d = io_run(mnt, dlio_cmd(argparse.Namespace(**{**vars(a), "dlio_venv": dv}), cfg_dir, name, data,
-                                           out), out + ".log", out + ".strace", train)
+                dlio_rounds = []
+                for rnd in range(a.rounds):   # DLIO again: how much its own requests vary from run to run
+                    out = os.path.join(work, f"dlio-{case}-{rnd}")
+                    dlio_rounds.append(io_run(mnt, dlio_cmd(argparse.Namespace(**{**vars(a), "dlio_venv": dv}), cfg_dir,
+                                                            name, data, out), out + ".log", out + ".strace", train,
+                                              tries=tries))
+                    with open(os.path.join(out, "summary.json")) as f:
+                        dlio_rounds[-1]["summary"] = json.load(f)
+                r_d = dlio_rounds[0]
                 # odirect: also iodl's psync engine, whose requests are made of the pages of one
                 # buffer as a readv's are (uring's registered buffers are cut at the device's
                 # segment limit, 128 pages here: docs/dlio.md)
                 iodl_runs = {}
                 for engine in (("auto", "psync") if "odirect" in case else ("auto",)):
                     iodl_out = os.path.join(work, f"iodl-{case}-{engine}.json")
+                    dlio_dir = os.path.join(work, f"iodl-{case}-{engine}-dlio")
                     cmd = [shutil.which("mpiexec", path=os.path.dirname(sys.executable)), "-n", str(a.ranks),
                            sys.executable, "-m", "iodl", "read", "--workload", wl_path, "--root", train,
-                           "--engine", engine, "--progress", "off", "--out", iodl_out]
-                    r_i = io_run(mnt, cmd, iodl_out + ".log", iodl_out + ".strace", train)
+                           "--engine", engine, "--progress", "off", "--out", iodl_out, "--dlio-dir", dlio_dir]
+                    r_i = io_run(mnt, cmd, iodl_out + ".log", iodl_out + ".strace", train, tries=tries)
+                    found = [os.path.join(d, "summary.json") for d, _s, names in os.walk(dlio_dir) if "summary.json" in names]
+                    with open(found[0]) as f:
+                        r_i["summary"] = json.load(f)
                     with open(iodl_out) as f:
                         res = json.load(f)
                     r_i.update(direct=res["direct"], engine=res["engine"], iodl_bytes=res["total"]["bytes"],
@@ -523,7 +567,11 @@ def io_main(argv: list[str]) -> int:
                                                for n in r_d["files_opened_twice"])
                 cmp = compare_histograms(r_d["histogram"], r_i["histogram"])
                 results[case] = {"dlio": {**r_d, "venv": dv}, "iodl": r_i, "histogram_agreement": cmp,
-                                 "dataset": generated[fmt]}
+                                 "dataset": generated[fmt], "summary": compare_summaries(r_d["summary"], r_i["summary"])}
+                if len(dlio_rounds) > 1:
+                    results[case]["dlio_rounds"] = dlio_rounds[1:]
+                    results[case]["histogram_dlio_vs_dlio"] = compare_histograms(r_d["histogram"],
+                                                                                dlio_rounds[1]["histogram"])
                 if "psync" in iodl_runs:
                     results[case]["iodl_psync"] = iodl_runs["psync"]
                     results[case]["histogram_agreement_psync"] = compare_histograms(r_d["histogram"],
@@ -544,8 +592,31 @@ def io_main(argv: list[str]) -> int:
     return 0
 
 
-def write_io_results(a, results: dict, yamls: dict, vers: dict) -> None:
-    when = time.strftime("%Y-%m-%dT%H:%M:%S")
+IO_NOTES = """How to read it:
+
+- Buffered npz (DLIO 2.0.0, np.load): iodl reads as np.load does (its first small reads, then the
+  file in order, one request at a time), and the device sees DLIO's requests, bucket by bucket.
+- npz with odirect (the DLIO fork; PyPI's 2.0.0 has no odirect): the fork's loader reads a few
+  batches before the epoch (its worker pre-warm) and reads them again in it: the files it opened
+  twice. Less those, the device served the same bytes. The sizes of a direct read's requests are
+  the block layer's: it joins the reader buffer's physically adjacent pages, up to the device's
+  max_sectors_kb, so they follow the reader's memory rather than the storage. DLIO's fresh
+  bytearray gives one mix; iodl's io_uring engine (registered buffers: one page a segment, 128 at
+  most) requests of 512 KiB at most, its psync engine another mix: not within 10% (DLIO against
+  itself is, here).
+- resnet50 tfrecord with transfer_size: the same bytes, requests and opens; the bucket holding
+  nine tenths of the bytes agrees; the small ones move by as much from one DLIO run to the next
+  (the readahead's timing).
+- summary.json: every key fixed by the run's set-up is equal; AU and samples/s are each tool's
+  own speed on 2 shared cores (DLIO's loader workers and Python decode against iodl's C reads).
+"""
+
+
+def write_io_results(a, results: dict, yamls: dict, vers: dict, when: str | None = None) -> None:
+    """bench/results/dlio-io-vs-iodl.{json,md}; when: the run's time (again from the JSON:
+    python -c 'import bench_dlio as b, json, argparse; d = json.load(open(J)); b.write_io_results(
+    argparse.Namespace(ranks=d["ranks"], out=OUT), d["cases"], d["workload_yaml"], d["versions"], d["when"])')."""
+    when = when or time.strftime("%Y-%m-%dT%H:%M:%S")
     doc = {"schema": "iodl.bench.dlio-io/1", "when": when, "versions": vers, "ranks": a.ranks,
            "mount": "ext4 on loop (direct_io=on), page cache dropped before each run",
            "ground_truth": {"bytes": "/sys/block/loopN/stat sectors read", "request_sizes": "ftrace "
@@ -560,7 +631,7 @@ def write_io_results(a, results: dict, yamls: dict, vers: dict) -> None:
              "device served (/sys/block/loopN/stat), the size of every read request it completed (ftrace "
              "block_rq_complete on that device), the opens of the data files (strace -f -y over the whole "
              "mpiexec: ranks, DLIO's loader workers, iodl's open threads). A size bucket is judged when it holds "
-             "at least 1% of either tool's bytes: its request counts within 10% of each other.", ""]
+             "at least 1% of either tool's bytes: its request counts within 10% of each other.", "", IO_NOTES, ""]
     for case, r in results.items():
         d, i, cmp = r["dlio"], r["iodl"], r["histogram_agreement"]
         lines += [f"## {case}", "", f"DLIO: `{d['venv']}`; data: {r['dataset']['files']} files, "
@@ -580,6 +651,22 @@ def write_io_results(a, results: dict, yamls: dict, vers: dict) -> None:
                   f"| wall time of the launch, under strace (s) | {d['wall_s']:.1f} | {i['wall_s']:.1f} |", "",
                   f"Request sizes at the device ({'agree' if cmp['agree'] else 'DIFFER'} within 10% in every "
                   "judged bucket):", "", *_size_table(cmp)]
+        if "histogram_dlio_vs_dlio" in r:
+            dd = r["histogram_dlio_vs_dlio"]
+            lines += [f"DLIO against itself, a second run ({'agree' if dd['agree'] else 'DIFFER'} within 10%; "
+                      "its second run in the iodl column):", "", *_size_table(dd)]
+        sm = r["summary"]
+        lines += [f"summary.json (DLIO's, and iodl's `--dlio-dir`): the keys fixed by the set-up "
+                  f"{'all agree' if sm['fixed_agree'] else 'DIFFER'}; measured ones side by side:", "",
+                  "| key | DLIO | iodl | |", "|---|---|---|---|"]
+        # the /proc/cpuinfo and /proc/meminfo snapshots (host_cpuinfo.*, host_meminfo.*) are in the JSON
+        snap = [row for row in sm["rows"] if row["key"].startswith(("host_cpuinfo.", "host_meminfo."))]
+        lines += [f"| `{row['key']}` | {row['dlio']} | {row['iodl']} | "
+                  f"{('equal' if row['equal'] else 'DIFFERS') if row['fixed'] else 'measured'} |"
+                  for row in sm["rows"] if row not in snap]
+        lines += ["", f"Also in both: {len(snap)} fields of the /proc/cpuinfo and /proc/meminfo snapshots "
+                  f"(host_cpuinfo, host_meminfo; {sum(r['equal'] for r in snap)} alike: in the JSON). Only in DLIO's: "
+                  f"{', '.join(sm['only_dlio']) or 'none'}. Only in iodl's: {', '.join(sm['only_iodl']) or 'none'}.", ""]
         if "iodl_psync" in r:
             p, cmp = r["iodl_psync"], r["histogram_agreement_psync"]
             lines += [f"iodl with `--engine psync` (its device bytes {p['device_read_bytes']:,}, "
