@@ -125,9 +125,12 @@ def test_object_storage_is_refused_and_local_fs_read(tmp_path):
     with pytest.raises(UsageError) as err:
         load_workload(str(path))
     assert str(err.value).startswith(f"w.yaml:{_line_of(str(path), 'storage_type')}: [storage] storage_type: ")
-    assert "'s3' storage is not emulated" in str(err.value)
-    path.write_text(text.format("local_fs"))
-    assert load_workload(str(path)).dataset == load_workload(UNET).dataset
+    assert "s3 is object storage, which iodl does not emulate yet" in str(err.value)
+    assert "\n" not in str(err.value)
+    for posix, direct in (("local_fs", False), ("parallel_fs", False), ("direct_fs", True)):
+        path.write_text(text.format(posix))
+        w = load_workload(str(path))
+        assert w.dataset == load_workload(UNET).dataset and w.read.direct is direct
 
 
 def test_a_file_without_a_dataset_trains_on_dlios_default_dataset(tmp_path):
