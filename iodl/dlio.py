@@ -654,9 +654,9 @@ def _checkpoint_sections(d: dict, flow: dict, label: str, version: str = "3.0") 
     ck_line, checkpoint = flow.get("checkpoint", (None, False))
     if not train and version in LEGACY:
         # DLIO 2.0.0 and before: train False is generate_only, whatever checkpoint says
-        raise UsageError(f"{label}:{train_line}: [workflow] train: False: a data-generation file: the DLIO of "
-                         f"MLPerf Storage v{version} only generated data with it (no training, no checkpoint); "
-                         "lay the dataset out with `iodl generate --workload` and the run's training file")
+        raise UsageError(f"{label}:{train_line}: [workflow] train: False: a data-generation file: DLIO 2.0.0 and "
+                         "before (MLPerf Storage v0.5, v1.0) only generated data with it (no training, no "
+                         "checkpoint); lay the dataset out with `iodl generate --workload` and the run's training file")
     if not train and not checkpoint:
         raise UsageError(f"{label}:{train_line}: [workflow] train: False: iodl read emulates training (train: true); "
                          "this file neither trains nor checkpoints (a data-generation workload)")

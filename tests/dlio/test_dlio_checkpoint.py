@@ -169,8 +169,8 @@ def test_a_v1_0_datagen_file_is_refused_as_data_generation_only(tmp_path):
     with pytest.raises(UsageError) as err:
         load_workload(str(path), need_dataset=False)
     msg = str(err.value)
-    assert msg.startswith("config.yaml:6: [workflow] train: False: a data-generation file: the DLIO of MLPerf "
-                          "Storage v1.0 only generated data") and "\n" not in msg, msg
+    assert msg.startswith("config.yaml:6: [workflow] train: False: a data-generation file: DLIO 2.0.0 and before "
+                          "(MLPerf Storage v0.5, v1.0) only generated data") and "\n" not in msg, msg
 
 
 @pytest.mark.parametrize("edit,says", [

@@ -128,27 +128,9 @@ V3_LLAMA3_8B = """workload:
 """
 
 # ... closed/SAMSUNG/results/MEMORY_AE/training/unet3d/datagen/20260720_152253/dlio_config/config.yaml
-V3_UNET3D_DATAGEN = """workload:
-  model:
-    name: unet3d
-    type: cnn
-    model_size: 499153191
-  framework: pytorch
-  workflow:
-    generate_data: true
-    train: false
-    checkpoint: false
-  dataset:
-    data_folder: /mnt/nvme/training/unet3d
-    format: npz
-    num_files_train: 2800
-    num_samples_per_file: 1
-    record_length_bytes: 146600628
-    record_length_bytes_stdev: 68341808
-    num_subfolders_train: 2
-    skip_listing: true
-    listing_validation_interval: 10
-"""
+# (the same run's dataset section, generate_data true, train false, and no reader or train sections)
+V3_UNET3D_DATAGEN = V3_UNET3D_ODIRECT.replace("generate_data: false\n    train: true", "generate_data: true\n    train: false") \
+    .split("  reader:")[0]
 
 # mlcommons/storage_results_v1.0@64c2ce4 Closed/DDN/results/AI400X2T_24x14TiB_nvme_8xNDR200_16clients/
 # cosmoflow-h100/runs/run1/c002/configs/config.yaml: DLIO 2.0.0's key names, prefetch_size 0,
