@@ -249,7 +249,8 @@ KEYS: dict[str, dict[str, Rule]] = {
         "num_files_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_subfolders_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_samples_per_file_eval": Rule(REFUSE, NOREAD),
-        "file_prefix": Rule(INFO, "iodl names its own files"),
+        "file_prefix": Rule(HONOUR, "the files' prefix with skip_listing (iodl's own datasets name their files)",
+                            ("read", "file_prefix"), str),
         "keep_files": Rule(INFO, _IO),
         "record_dims": Rule(INFO, "the sample's array shape: no I/O"),
         "record_element_type": Rule(INFO, "the sample's element type: no I/O"),
@@ -277,7 +278,8 @@ KEYS: dict[str, dict[str, Rule]] = {
                                     "the names of the files it reads only"),
         "total_disk_bytes": Rule(INFO, "mlpstorage's figure of the dataset's bytes on disk (MLPerf's tooling "
                                  "writes it; no DLIO version reads it): iodl sizes the dataset from its files"),
-        "skip_listing": Rule(HONOUR, "no directory listing: the file names are derived", ("read", "skip_listing"),
+        "skip_listing": Rule(HONOUR, "no directory listing: a plain directory's names are derived as DLIO derives "
+                             "them (PREFIX_I_of_N.FORMAT, folder I % num_subfolders_train)", ("read", "skip_listing"),
                              _dlio_bool),
         "listing_validation_interval": Rule(HONOUR, "with skip_listing: the first, last and every N-th derived "
                                             "name are checked to exist (0: none)",
@@ -291,15 +293,19 @@ KEYS: dict[str, dict[str, Rule]] = {
         "sample_shuffle": Rule(HONOUR, "shuffle samples in a buffer of shuffle_size (indexed_binary: each "
                                "rank's whole share, as DLIO's sampler)", ("train", "shuffle"), _shuffle_flag),
         "shuffle_size": Rule(HONOUR, "the sample-shuffle buffer", ("train", "shuffle_size"), _number),
-        "prefetch_size": Rule(HONOUR, "batches read ahead of compute", ("train", "prefetch"), _number),
-        "data_loader": Rule(INFO, _ORDER),
-        "computation_threads": Rule(HONOUR, "threads that decode what the readers read (tf.data map)",
+        "prefetch_size": Rule(HONOUR, "batches read ahead of compute (pytorch: read_threads x "
+                              "ceil(prefetch_size / read_threads), DLIO's prefetch_factor per worker; none without "
+                              "workers)", None, _count),
+        "data_loader": Rule(INFO, _ORDER + "; with pytorch, prefetch_size is DLIO's per-worker rule"),
+        "computation_threads": Rule(HONOUR, "threads that decode what the readers read (tf.data map; no I/O of its own)",
                                     ("read", "computation_threads"), _positive),
-        "transfer_size": Rule(HONOUR, "the readers' request size, as each DLIO reader uses it (0 is a value)",
-                              ("read", "transfer_size"), _whole),
+        "transfer_size": Rule(HONOUR, "tfrecord: TensorFlow's read buffer, iodl's request size (0: no buffer, "
+                              "each record's 12-byte header, then its data with its CRC; absent: TensorFlow's "
+                              "256 KiB); DLIO's other readers do not use it", ("read", "transfer_size"), _whole),
         "batch_size_eval": Rule(INFO, "evaluation reads are not emulated"),
         "dont_use_mmap": Rule(INFO, "iodl reads with read calls, never mmap"),
-        "odirect": Rule(HONOUR, "O_DIRECT reads (DLIO: npz and npy only)", ("read", "direct"), _flag),
+        "odirect": Rule(HONOUR, "O_DIRECT reads, for npz and npy (DLIO's readers of those formats open the file "
+                        "O_DIRECT; DLIO refuses it for any other format, and so does iodl)", ("read", "direct"), _flag),
         "read_type": Rule(INFO, _IO),
         "pin_memory": Rule(INFO, _IO),
         "multiprocessing_context": Rule(INFO, _IO),
@@ -321,8 +327,8 @@ KEYS: dict[str, dict[str, Rule]] = {
         "epochs": Rule(HONOUR, "epochs", ("train", "epochs"), _number),
         "seed": Rule(HONOUR, "seed of sizes, content and order", ("train", "seed"), _number),
         "seed_change_epoch": Rule(INFO, "iodl's order changes every epoch"),
-        "total_training_steps": Rule(HONOUR, "the run stops after this many steps in all (-1: no bound)",
-                                     ("train", "total_steps"), _count),
+        "total_training_steps": Rule(HONOUR, "most steps of each epoch (DLIO's step counter starts again each epoch; "
+                                     "-1: all)", ("train", "total_steps"), _count),
     },
     "evaluation": {k: Rule(INFO, "evaluation is not emulated") for k in (
         "eval_time", "eval_time_stdev", "epochs_between_evals", "eval_after_epoch")},
@@ -429,8 +435,9 @@ _LEGACY_KEYS = frozenset({
 
 def dlio_version_of(top: dict) -> str:
     """The DLIO version a workload mapping was written for, by its keys: 1.0 for a file with a
-    key only DLIO 2.0.0 and before read (MLPerf Storage v0.5's files read the same keys as v1.0's,
-    so --dlio-version 0.5 says which), else 3.0 (2.0 reads what 3.0 reads, for what iodl plans)."""
+    key only DLIO 2.0.0 and before read (record_length*, checkpoint.model_size, workflow.debug, ...;
+    MLPerf Storage v0.5's files read the same keys as v1.0's, so --dlio-version 0.5 says which),
+    else 3.0 (2.0 reads what 3.0 reads, for what iodl plans)."""
     import yaml
 
     def keys(node, prefix):
@@ -439,9 +446,9 @@ def dlio_version_of(top: dict) -> str:
                 yield prefix + k.value
                 yield from keys(v, f"{prefix}{k.value}.")
 
+    # `model: NAME` given alone is no tell: later DLIO reads it too ('name' in 'unet3d' is False,
+    # so the name is left at its default) and DLIO's own later files still write it so
     for section, (_line, node) in top.items():
-        if section == "model" and isinstance(node, yaml.ScalarNode):
-            return "1.0"
         if any(k in _LEGACY_KEYS for k in keys(node, f"{section}.")):
             return "1.0"
     return "3.0"
@@ -539,6 +546,7 @@ def _translate(top: dict, label: str, version: str = "3.0") -> tuple[dict, dict]
     lines: dict = {}
     shuffle = {"file_shuffle": False, "sample_shuffle": False}
     flow: dict = {}                   # workflow.train / checkpoint, checkpoint.mode: (line, value)
+    reader: dict = {}                 # reader keys whose effect depends on others: key -> (line, value)
     for section, (sline, node) in top.items():
         if section in _SCALARS:
             continue
@@ -564,12 +572,16 @@ def _translate(top: dict, label: str, version: str = "3.0") -> tuple[dict, dict]
                 d["workload"]["model"] = str(_value(vnode))
             if section == "checkpoint" and key == "type":
                 flow["type"] = (line, _value(vnode))
+            if section in ("reader", "data_reader") and key == "data_loader":
+                reader[key] = (line, _value(vnode))
             if rule.how == INFO or not _read_by(version, section, key):
                 continue
             try:
                 value = rule.conv(_value(vnode))
             except ValueError as exc:
                 raise UsageError(f"{where}: {exc}") from None
+            if section in ("reader", "data_reader") and key in _READER_LATER:
+                reader[key] = (line, value)
             if key in shuffle:
                 shuffle[key] = value
                 lines[("train", "shuffle")] = (line, f"[{section}] {key}")
@@ -584,8 +596,6 @@ def _translate(top: dict, label: str, version: str = "3.0") -> tuple[dict, dict]
                 if value and not d["read"].get("direct"):
                     d["read"]["direct"] = True
                     lines[("read", "direct")] = (line, f"[{section}] {key}")
-                    if key == "odirect":
-                        flow["odirect"] = (line, f"[{section}] {key}")
                 continue
             target_section, target_key = rule.to
             d[target_section][target_key] = value
@@ -596,12 +606,7 @@ def _translate(top: dict, label: str, version: str = "3.0") -> tuple[dict, dict]
     for (section, key), value in _DLIO_DEFAULTS.items():
         d[section].setdefault(key, value)
     _parquet_row(d)
-    if "odirect" in flow and d["dataset"]["format"] not in ("npz", "npy"):
-        # DLIO's reader factory raises for every other format
-        line, key = flow["odirect"]
-        raise UsageError(f"{label}:{line}: {key}: DLIO reads only npz and npy with O_DIRECT; for "
-                         f"{d['dataset']['format']} it stops ('O_DIRECT for {d['dataset']['format']} format is "
-                         "not yet supported'): leave it out, or use storage_type direct_fs")
+    _reader_section(d, reader, label, lines)
     _checkpoint_sections(d, flow, label, version)
     return d, lines
 
@@ -621,6 +626,39 @@ def _read_by(version: str, section: str, key: str) -> bool:
         return True
     return not (section == "checkpoint" and key == "model_size") and key != "computatation_threads"
 
+
+# reader keys set after the loop: what they do depends on the format and the data loader
+_READER_LATER = ("transfer_size", "prefetch_size", "read_threads", "odirect")
+TF_BUFFER = 256 << 10     # TensorFlow's TFRecordDataset buffer when buffer_size is None (readers.py)
+# formats whose DLIO readers open O_DIRECT with odirect (reader/reader_factory.py: NPZReaderODIRECT,
+# NPYReaderODirect); every other format's branch raises "O_DIRECT for <format> format is not yet supported"
+ODIRECT_FORMATS = ("npz", "npy")
+
+
+def _reader_section(d: dict, reader: dict, label: str, lines: dict) -> None:
+    """odirect, transfer_size, prefetch_size and read_threads as DLIO's readers and loaders use them
+    (dlio_benchmark reader/*.py, data_loader/*.py: the fork MLPerf Storage v3.0 runs,
+    mlcommons/DLIO_local_changes@f6796ed, and argonne-lcf/dlio_benchmark v2.0.0 alike)."""
+    fmt = d["dataset"].get("format")
+    line, direct = reader.get("odirect", (None, False))
+    if direct and fmt not in ODIRECT_FORMATS:
+        raise UsageError(f"{label}:{line}: [reader] odirect: DLIO reads {fmt} without O_DIRECT (its reader "
+                         f"raises 'O_DIRECT for {fmt} format is not yet supported'); O_DIRECT is for "
+                         f"{' and '.join(ODIRECT_FORMATS)}")
+    if fmt == "tfrecord" and "transfer_size" not in reader:
+        # DLIO's TFReader gives TFRecordDataset buffer_size=None: TensorFlow's own buffer (the read
+        # path turns a given transfer_size into tfrecord's requests: training.request_plan)
+        d["read"]["block_size"] = f"{TF_BUFFER}B"
+    # read_threads 0: no loader workers (pytorch) or DLIO's 1 (tensorflow); iodl opens with at least one
+    _line, threads = reader.get("read_threads", (None, 1))
+    if not threads:
+        d["read"]["read_threads"] = 1
+    _line, prefetch = reader.get("prefetch_size", (None, 2))      # DLIO's default prefetch_size
+    if reader.get("data_loader", (None, "tensorflow"))[1] == "pytorch":
+        # torch DataLoader: read_threads workers, each prefetch_factor = ceil(prefetch_size /
+        # read_threads) batches ahead (2 when that is 0); no workers: no prefetch
+        prefetch = threads * (-(-prefetch // threads) or 2) if threads else 0
+    d["train"]["prefetch"] = prefetch
 
 
 def _parquet_row(d: dict) -> None:

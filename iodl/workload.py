@@ -62,7 +62,7 @@ class TrainSpec:
     seed: int
     prefetch: int             # steps read ahead of compute (tf.data prefetch)
     shuffle_size: int = 1024  # samples in the sample-shuffle buffer (DLIO's reader.shuffle_size default)
-    total_steps: int = 0      # the run stops after this many steps in all (DLIO train.total_training_steps); 0: no bound
+    total_steps: int = 0      # most steps each epoch runs (DLIO train.total_training_steps, which DLIO counts per epoch); 0: no bound
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class ReadSpec:
     computation_threads: int = 1            # DLIO reader.computation_threads
     skip_listing: bool = False              # derive the file names, list no directory (DLIO dataset.skip_listing)
     listing_validation_interval: int = 1000  # with skip_listing: check the first, last and every N-th name exists; 0: none
+    file_prefix: str = "img"                # with skip_listing: the files' prefix (DLIO dataset.file_prefix)
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,7 @@ SCHEMA = {
         "computation_threads": (_upto(_positive_int, limits.MAX_THREADS), 1),
         "skip_listing": (_bool, False),
         "listing_validation_interval": (_upto(_nonneg_int, limits.MAX_FILES), 1000),
+        "file_prefix": (_name, "img"),
     },
     "metric": {
         "au_threshold": (_fraction, 0.90),

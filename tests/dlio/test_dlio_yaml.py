@@ -153,7 +153,8 @@ def test_the_reader_keys_that_change_the_io_land_in_the_spec(tmp_path):
     path = tmp_path / "w.yaml"
     path.write_text(text)
     w = load_workload(str(path))
-    assert (w.read.direct, w.read.transfer_size, w.read.computation_threads, w.train.prefetch) == (True, 262144, 3, 5)
+    # prefetch: the pytorch loader's 4 workers, each ceil(5 / 4) = 2 batches ahead (DLIO's prefetch_factor)
+    assert (w.read.direct, w.read.transfer_size, w.read.computation_threads, w.train.prefetch) == (True, 262144, 3, 8)
     assert (w.train.total_steps, w.read.skip_listing, w.read.listing_validation_interval) == (7, True, 50)
     d = w.to_dict()
     assert d["read"]["direct"] is True and d["read"]["transfer_size"] == 262144 and d["train"]["total_steps"] == 7
