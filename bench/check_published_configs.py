@@ -45,11 +45,16 @@ ROUND_VERSION = {"v0.5": "0.5", "v1.0": "1.0"}
 
 
 def configs(root: str):
-    """(path of a resolved config.yaml) of every run under root, submitters' code/ trees left out."""
+    """(path of a resolved config.yaml) of every run under root: a config folder's config.yaml
+    whose top level is `workload:` (submitters' copies of DLIO's own code and its hydra defaults
+    files are left out)."""
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "code" and not d.startswith("code-") and d != ".git")
+        dirnames[:] = sorted(d for d in dirnames if "code" not in d and d != ".git")
         if os.path.basename(dirpath) in CONFIG_DIRS and "config.yaml" in filenames:
-            yield os.path.join(dirpath, "config.yaml")
+            path = os.path.join(dirpath, "config.yaml")
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if any(line.startswith("workload:") for line in f):
+                    yield path
 
 
 def _get(d: dict, dotted: str, default=None):
@@ -98,7 +103,7 @@ def expected(wl: dict, version: str | None = None) -> dict:
                                                                                (int, float)) else None,
         ("train", "epochs"): tr.get("epochs"),
         ("read", "read_threads"): rd.get("read_threads"),
-        ("train", "prefetch"): rd.get("prefetch_size"),
+        ("train", "prefetch"): _prefetch(rd),
         # DLIO 2.0.0 and before do not read odirect (they read buffered)
         ("read", "direct"): (False if legacy else direct),
         ("read", "transfer_size"): rd.get("transfer_size"),
@@ -109,6 +114,17 @@ def expected(wl: dict, version: str | None = None) -> dict:
         ("read", "skip_listing"): (None if legacy or "skip_listing" not in ds else
                                    str(ds["skip_listing"]).strip().lower() in ("true", "1", "yes", "on")),
     }
+
+
+def _prefetch(rd: dict):
+    """Batches DLIO reads ahead: tf.data's prefetch(prefetch_size); with the pytorch loader,
+    read_threads workers of prefetch_factor = ceil(prefetch_size / read_threads) each (2 when
+    that is 0), none without workers (data_loader/torch_data_loader.py)."""
+    size = rd.get("prefetch_size")
+    if rd.get("data_loader") != "pytorch":
+        return size
+    threads, size = rd.get("read_threads", 1), 2 if size is None else size
+    return threads * (-(-size // threads) or 2) if threads else 0
 
 
 def _iodl(*args, timeout=600):
