@@ -3,6 +3,8 @@ read them. Each YAML here is written for these tests after a published run's res
 comment names the submission it is modelled on); bench/check_published_configs.py walks them all
 (bench/results/published-configs.md)."""
 import json
+import os
+import re
 
 import pytest
 
@@ -259,3 +261,37 @@ def test_v1_and_v0_5_files_are_read_as_their_dlio_read_them(tmp_path):
     # DLIO 0.5 wrote the model as one .bin of model_size bytes from rank 0, every 250 steps
     assert w.checkpoint.every_steps == 250
     assert C.plan(w.checkpoint_model(), 4).files == [[("model.bin", 4_034_713_312)], [], [], []]
+
+
+def _tree(root, files):
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_published_configs_check_counts_and_fails_on_a_mismatch(tmp_path):
+    """bench/check_published_configs.py over a tree in the results repositories' layout: the
+    checkpoint file plans its summary's size, the s3 and data-generation files are refused; a
+    summary whose size iodl does not plan is a mismatch (exit 1)."""
+    import subprocess
+    import sys
+
+    run = "closed/X/results/sys/checkpointing/llama3-8b/1/"
+    _tree(tmp_path, {
+        run + "dlio_config/config.yaml": V3_LLAMA3_8B,
+        run + "summary.json": json.dumps({"num_accelerators": 8, "metric": {"checkpoint_size_GB": 104.70452117919922}}),
+        "closed/X/results/sys/training/retinanet/run/2/dlio_config/config.yaml": V3_RETINANET_S3,
+        "closed/X/results/sys/training/unet3d/datagen/3/dlio_config/config.yaml": V3_UNET3D_DATAGEN,
+        "closed/X/code/dlio_benchmark/configs/config.yaml": "defaults:\n  - workload: default\n",
+    })
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+    script = [sys.executable, os.path.join(bench, "check_published_configs.py"), str(tmp_path), "--round", "v3.0"]
+    proc = subprocess.run(script, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = dict(re.findall(r"^\| ([a-z-]+) \| (\d+) \|$", proc.stdout, re.M))
+    assert counts == {"run": "0", "planned": "1", "refused-datagen": "1", "refused-object": "1", "mismatch": "0"}
+    (tmp_path / run / "summary.json").write_text(json.dumps({"num_accelerators": 8,
+                                                             "metric": {"checkpoint_size_GB": 104.71}}))
+    proc = subprocess.run(script, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "checkpoint_size_GB 104.71 at 8 ranks" in proc.stdout, proc.stdout
