@@ -204,3 +204,15 @@ def test_reading_a_checkpoint_file_is_one_line(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("iodl: error: llama_8b.yaml:23: [workflow] train: False")
     assert "iodl checkpoint" in lines[0]
+
+
+def test_the_plan_json_says_writes_reads_and_fsync_of_a_training_file(tmp_path):
+    # a v1.0 unet3d training file: 5 epochs, a checkpoint after epoch 5 then every 2: one write, no
+    # read back, no fsync (DLIO's default: the file gives none)
+    path = tmp_path / "config.yaml"
+    path.write_text(LEGACY_UNET3D)
+    proc = iodl("checkpoint", "--workload", str(path), "--plan", "--json", "--ranks", "8", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert (d["total_bytes"], d["per_rank_bytes"][1:], d["writes"], d["reads"], d["fsync"]) == \
+        (499_153_191 + 24_757_599, [0] * 7, 1, 0, False)

@@ -161,3 +161,24 @@ def test_the_reader_keys_that_change_the_io_land_in_the_spec(tmp_path):
     # a file that gives none: DLIO's defaults (buffered, transfer_size not given, no step bound)
     w = load_workload(UNET)
     assert (w.read.direct, w.read.transfer_size, w.train.total_steps, w.read.skip_listing) == (False, None, 0, False)
+
+
+@pytest.mark.parametrize("section,add", [
+    # mlpstorage's overrides in v3.0 resolved configs, and DLIO 2.0.0's workflow.debug (v0.5 files)
+    ("dataset:\n", "dataset:\n  skip_listing: True\n  listing_validation_interval: 1\n  total_disk_bytes: 5000000\n"),
+    ("workflow:\n", "workflow:\n  debug: False\n"),
+    ("reader:\n", "reader:\n  write_threads: 4\n  file_access: multi\n  transformed_record_dims: [3, 4]\n"),
+    ("metric:", "output:\n  metric:\n    exclude_start_steps: 1\n    exclude_end_steps: 0\nstorage:\n"
+                "  storage_type: parallel_fs\n  post_generation_settle_seconds: 5\nmetric:"),
+])
+def test_keys_dlio_or_mlpstorage_write_are_accepted(tmp_path, section, add):
+    path = _variant(tmp_path, section, add)
+    w = load_workload(path)
+    assert w.dataset == load_workload(UNET).dataset
+
+
+def test_dlios_older_data_reader_section_is_its_reader(tmp_path):
+    # DLIO reads `data_reader:` where a file has no `reader:` (utils/config.py LoadConfig, every version)
+    path = _variant(tmp_path, "reader:", "data_reader:")
+    w, ref = load_workload(path), load_workload(UNET)
+    assert (w.train, w.read) == (ref.train, ref.read)
