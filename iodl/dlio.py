@@ -2,11 +2,13 @@
 
 Both forms DLIO uses: a workload file (top level: model, framework, workflow, dataset, reader,
 train, checkpoint, metric, ...) and the resolved config a run saves (the same under `workload:`).
-Every key DLIO knows is either honoured (it becomes an iodl workload setting), shown as
-informational (it shapes nothing iodl emulates: iodl says so), or refused with the reason; a key
-DLIO does not know is refused with its file and line. DLIO itself falls back to a default for a
-misspelt key (a `record_length_byte` silently reads 64 KiB records): iodl never does. The table
-of every key is docs/dlio.md; KEYS below is its source.
+Every key any DLIO version reads (tests/dlio/data: each version's LoadConfig keys, from its own
+code) is either honoured (it becomes an iodl workload setting), shown as informational (it shapes
+nothing iodl emulates: iodl says so), or refused with the reason; a key no DLIO version reads is
+refused with its file and line. DLIO itself falls back to a default for a misspelt key (a
+`record_length_byte` silently reads 64 KiB records): iodl never does. A file is read as the DLIO
+of its MLPerf Storage round read it (dlio_version_of). The table of every key is docs/dlio.md;
+KEYS below is its source.
 
 Where a key is absent, DLIO's own default applies (not iodl's): e.g. no shuffling, batch 1,
 seed 123.
@@ -564,7 +566,7 @@ def _translate(top: dict, label: str, version: str = "3.0") -> tuple[dict, dict]
             where = f"{label}:{line}: [{section}] {key}"
             if rule is None:
                 hint = difflib.get_close_matches(key, rules, n=1)
-                raise UsageError(f"{where}: not a DLIO key iodl knows" + (f" (did you mean {hint[0]}?)" if hint else "")
+                raise UsageError(f"{where}: not a key any DLIO version reads" + (f" (did you mean {hint[0]}?)" if hint else "")
                                  + "; DLIO would silently use its default here, iodl refuses")
             if rule.how == REFUSE:
                 raise UsageError(f"{where}: not honoured: {rule.why}")

@@ -177,7 +177,7 @@ def test_a_v1_0_datagen_file_is_refused_as_data_generation_only(tmp_path):
     (lambda t: t.replace("  num_layers: 32\n", "  num_layers: 32\n  hidden_size: 4096\n"),
      ":6: [model] hidden_size: not honoured: no DLIO version reads it here, only under model.transformer"),
     (lambda t: t.replace("    num_kv_heads: 8", "    num_kv_head: 8"),
-     ":17: [model] transformer.num_kv_head: not a DLIO key iodl knows (did you mean transformer.num_kv_heads?)"),
+     ":17: [model] transformer.num_kv_head: not a key any DLIO version reads (did you mean transformer.num_kv_heads?)"),
     (lambda t: t.replace("    tensor: 1", "    tensor: 0"), ":9: [model] parallelism.tensor: must be a positive"),
     (lambda t: t.replace("zero_stage: 3", "zero_stage: 5"), ":11: [model] parallelism.zero_stage: must be one of"),
     (lambda t: t.replace("name: llama_8b", "name: custom") + "  mode: subset\n",

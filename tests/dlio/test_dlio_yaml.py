@@ -47,7 +47,7 @@ def _line_of(path: str, needle: str) -> int:
 
 @pytest.mark.parametrize("old,new,needle,says", [
     ("record_length_bytes: 65536", "record_length_byte: 65536", "record_length_byte:",
-     "[dataset] record_length_byte: not a DLIO key iodl knows (did you mean record_length_bytes?)"),
+     "[dataset] record_length_byte: not a key any DLIO version reads (did you mean record_length_bytes?)"),
     ("batch_size: 3", "batch_size: three", "batch_size: three", "[reader] batch_size: must be a number"),
     ("format: npz", "format: csv", "format: csv", "[dataset] format: iodl lays out"),
     ("computation_time: 0.05", "computation_time: {mean: 0.05, stdev: 0.01}", "computation_time",
