@@ -197,6 +197,7 @@ class Dataset:
         self._extents = extents        # (files, samples_per_file, 2) or None
         self._files = len(sizes) // copies if manifest else 0
         self.samples_per_shard = int(sample_sizes.shape[1]) if sample_sizes is not None else 1
+        self.foreign_samples = 1       # a plain directory's samples per file (open_dataset's samples_per_file)
         # (largest, total) of the sizes, given when known: a size table is then not read whole by
         # every rank for them
         self.largest, self.total_bytes = stats or (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64)))
@@ -214,7 +215,11 @@ class Dataset:
         """(n, 2) uint64 [offset, length] of each sample's record in shard i (see iodl.formats)."""
         size = int(self.sizes[i])  # IndexError for a bad i
         if self.manifest is None:
-            return np.array([[0, size]], dtype=np.uint64)
+            # the workload's samples per file, taken as equal slices of the file (DLIO's generators
+            # write a file's records all of one size); one sample: the whole file
+            n = max(1, min(self.foreign_samples, size))
+            starts = np.arange(n, dtype=np.uint64) * np.uint64(size) // np.uint64(n)
+            return np.stack([starts, np.diff(np.append(starts, np.uint64(size)))], axis=1).astype(np.uint64)
         base = i % self._files   # copies repeat the files in the same order and layout
         if self._extents is not None:
             return np.array(self._extents[base], dtype=np.uint64)
@@ -227,9 +232,9 @@ class Dataset:
         return e[:, 0] + e[:, 1]
 
     def sample_sizes(self, i: int) -> np.ndarray:
-        """Payload bytes of each sample in shard i (a foreign shard is one sample: the whole file)."""
+        """Payload bytes of each sample in shard i (a foreign shard: the slices of sample_extents)."""
         if self.manifest is None:
-            return np.array([int(self.sizes[i])], dtype=np.int64)
+            return self.sample_extents(i)[:, 1].astype(np.int64)
         return np.array(self._sizes[i % self._files], dtype=np.int64)
 
 
@@ -311,7 +316,7 @@ def workload_for_roots(roots: list[str], given: str | None):
     return wl
 
 
-def open_dataset(root: str, group=None, derive: tuple | None = None) -> Dataset:
+def open_dataset(root: str, group=None, derive: tuple | None = None, samples_per_file: int = 1) -> Dataset:
     """Open an iodl dataset root, or any directory of files as a foreign dataset (read-only).
 
     group: the ranks of this node that open this root (a communicator; None: this process alone).
@@ -328,7 +333,10 @@ def open_dataset(root: str, group=None, derive: tuple | None = None) -> Dataset:
         raise UsageError(f"dataset root {root}: not a directory")
     manifest = _read_manifest(root)
     if manifest is None:
-        return _open_derived(root, group, *derive) if derive else _open_foreign(root, group)
+        ds = _open_derived(root, group, *derive) if derive else _open_foreign(root, group)
+        # a plain directory holds the workload's samples per file (a DLIO tfrecord file: many)
+        ds.foreign_samples = ds.samples_per_shard = samples_per_file
+        return ds
     try:
         if manifest["schema"] == SCHEMA_V1:
             return _open_v1(root, manifest)

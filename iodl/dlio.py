@@ -647,12 +647,20 @@ def _reader_section(d: dict, reader: dict, label: str, lines: dict) -> None:
         raise UsageError(f"{label}:{line}: [reader] odirect: DLIO reads {fmt} without O_DIRECT (its reader "
                          f"raises 'O_DIRECT for {fmt} format is not yet supported'); O_DIRECT is for "
                          f"{' and '.join(ODIRECT_FORMATS)}")
+    _line, threads = reader.get("read_threads", (None, 1))
+    if direct:
+        # DLIO's odirect readers: one readv of the whole file per loader worker (npz_reader_odirect.py)
+        d["read"]["access"], d["read"]["iodepth"] = "whole", max(1, threads)
+    if fmt == "npz" and not direct:
+        # DLIO's npz reader: np.load, one file at a time per loader worker, each read through the
+        # page cache in order (its first small reads set the kernel's readahead): iodl's reads of
+        # a shard begin as np.load's do and go one at a time (plan.npz_load_plan)
+        d["read"]["access"], d["read"]["iodepth"] = "np.load", 1
     if fmt == "tfrecord" and "transfer_size" not in reader:
         # DLIO's TFReader gives TFRecordDataset buffer_size=None: TensorFlow's own buffer (the read
-        # path turns a given transfer_size into tfrecord's requests: training.request_plan)
+        # path turns a given transfer_size into tfrecord's requests: training.request_shape)
         d["read"]["block_size"] = f"{TF_BUFFER}B"
     # read_threads 0: no loader workers (pytorch) or DLIO's 1 (tensorflow); iodl opens with at least one
-    _line, threads = reader.get("read_threads", (None, 1))
     if not threads:
         d["read"]["read_threads"] = 1
     _line, prefetch = reader.get("prefetch_size", (None, 2))      # DLIO's default prefetch_size

@@ -57,9 +57,11 @@ class SampleStream:
     CACHED_SHARDS = 64   # layouts kept per rank: an epoch revisits shards, 72 ranks share the RAM
 
     def __init__(self, next_shard, sample_ends, sizes: np.ndarray, block_size: int, buffer: int = 0,
-                 rng: np.random.Generator | None = None, check: bool = True, records: bool = False):
+                 rng: np.random.Generator | None = None, check: bool = True, records: bool = False,
+                 npz_load: bool = False):
         self._next_shard, self._sample_ends, self._sizes, self._bs = next_shard, sample_ends, sizes, block_size
         self._records = records                           # tfrecord record by record (plan.record_plan)
+        self._npz_load = npz_load                         # np.load's reads (plan.npz_load_plan)
         self._shard, self._ends, self._rows, self._sample, self._row = None, None, None, 0, 0
         self._layouts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._buffer_cap, self._rng, self._check = buffer, rng or np.random.default_rng(0), check
@@ -82,6 +84,9 @@ class SampleStream:
             ends = np.asarray(self._sample_ends(shard))
             if self._records:
                 layout = (ends, *plan.record_plan(ends, self._bs))
+            elif self._npz_load:   # np.load reads the whole file for its first sample
+                rows = plan.npz_load_plan(int(self._sizes[shard]), self._bs)
+                layout = (ends, rows, np.full(len(ends), len(rows), dtype=np.int64))
             else:
                 layout = (ends, plan.shard_plan([self._sizes[shard]], self._bs), -(-ends.astype(np.int64) // self._bs))
             self._layouts[shard] = layout
@@ -523,7 +528,10 @@ class _Reader(threading.Thread):
                 part["file"] = i
                 parts.append(part)
             rows = np.concatenate(parts) if parts else plan.new_plan(0)
-        upcoming = self.lookahead.ahead(self.files.ahead_cap) if self.lookahead and self.files.ahead_cap else []
+        ahead = self.files.ahead_cap
+        if self.batches:   # no file past the run's last batch (a shard holds at least one sample)
+            ahead = min(ahead, (self.batches - self.fetched - 1) * self.cfg.batch_size)
+        upcoming = self.lookahead.ahead(ahead) if self.lookahead and ahead > 0 else []
         self.cursor.run(self.files.open(shards, then=upcoming), rows, self.files.names(shards))
         for shard, _rows, done in segments:
             if done:
@@ -629,7 +637,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
         next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer))
         stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
                               rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch",
-                              records=cfg.records)
+                              records=cfg.records, npz_load=cfg.npz_load)
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
     whole = planned_steps(dataclasses.replace(cfg, total_steps=0), total_samples, ranks_in_mount)[1]
     cut_epochs = steps_per_epoch if steps_per_epoch < whole and cfg.sampling == "epoch" else 0

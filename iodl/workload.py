@@ -28,6 +28,7 @@ FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png", "indexed_bina
 ONE_SAMPLE_FORMATS = ("jpeg", "png")   # one sample per file (as DLIO documents them)
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
 SHUFFLES = ("none", "file", "sample", "file+sample")
+ACCESS = ("blocks", "np.load", "whole")   # how a shard is read ([read] access)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ class ReadSpec:
     skip_listing: bool = False              # derive the file names, list no directory (DLIO dataset.skip_listing)
     listing_validation_interval: int = 1000  # with skip_listing: check the first, last and every N-th name exists; 0: none
     file_prefix: str = "img"                # with skip_listing: the files' prefix (DLIO dataset.file_prefix)
+    # blocks: block_size requests; np.load: npz read as np.load reads it (DLIO's npz reader); whole: each
+    # file in one request, as DLIO's odirect readers read (block_size: the largest file)
+    access: str = "blocks"
 
 
 @dataclass(frozen=True)
@@ -346,6 +350,7 @@ SCHEMA = {
         "skip_listing": (_bool, False),
         "listing_validation_interval": (_upto(_nonneg_int, limits.MAX_FILES), 1000),
         "file_prefix": (_name, "img"),
+        "access": (_enum(ACCESS), "blocks"),
     },
     "metric": {
         "au_threshold": (_fraction, 0.90),

@@ -294,7 +294,13 @@ def run(args) -> int:
         group = comm.node_group(mount)
         rd, spec = wl.read, wl.dataset    # skip_listing: a plain directory's names derived as DLIO derives them
         derive = (rd.file_prefix, spec.format, spec.files, spec.subfolders) if rd.skip_listing else None
-        ds = collective(comm, lambda: dataset.open_dataset(roots[mount], group=group, derive=derive))
+        # a DLIO workload file describes the plain directory DLIO generated: its samples per file hold
+        # there (a tfrecord file: many); iodl's own workloads read a plain directory file by file
+        from ..dlio import looks_like_yaml
+
+        per_file = spec.samples_per_file if looks_like_yaml(wl.source) else 1
+        ds = collective(comm, lambda: dataset.open_dataset(roots[mount], group=group, derive=derive,
+                                                           samples_per_file=per_file))
         paths, sizes, copies = ds.paths, ds.sizes, ds.copies
         sample_ends = ds.sample_ends
         total_samples = ds.total_samples
@@ -303,6 +309,14 @@ def run(args) -> int:
     def check_not_empty():
         if not len(sizes) or not stats[1]:
             raise UsageError(f"{roots[mount]}: the dataset holds no bytes to read")
+        if wl.read.access == "whole" and not args.block_size and not synthetic:
+            # DLIO's odirect readers read each file in one request (a readv of its size rounded up
+            # to 4 KiB), one per loader worker: the request is the largest file, iodepth of them
+            cfg.block_size = -(-stats[0] // limits.DIRECT_ALIGN) * limits.DIRECT_ALIGN
+            limits.check_range("a whole-file request (the largest file)", cfg.block_size, 1, limits.MAX_BLOCK_SIZE,
+                               integer=True)
+            limits.check_memory(f"{cfg.iodepth} whole-file requests of {cfg.block_size:,} bytes",
+                                limits.buffers_bytes(cfg.iodepth, cfg.block_size))
         if args.records and not synthetic and ds.manifest is None:
             raise UsageError(f"{roots[mount]}: transfer_size 0 reads tfrecord record by record, which needs the "
                              "records' places: an iodl-generated dataset has them, a plain directory does not "
@@ -365,7 +379,8 @@ def run(args) -> int:
                           steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access,
                           read_threads=read_threads(args, wl),
                           row_groups=_row_groups(wl.dataset), total_steps=wl.train.total_steps,
-                          records=args.records)
+                          records=args.records, npz_load=wl.read.access == "np.load" and wl.dataset.format == "npz"
+                          and not cfg.direct and not args.block_size)
         total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from iodl.errors import UsageError
+from iodl.plan import npz_load_plan
 from iodl.training import request_shape
 from iodl.workload import load_workload
 from tests.conftest import require_or_skip
@@ -288,9 +289,31 @@ def test_skip_listing_opens_the_names_dlio_derives(tmp_path):
     out = tmp_path / "r.json"
     r = iodl("read", "--workload", wl, "--root", str(root), "--engine", "psync", "--progress", "off", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert load_json(out)["total"]["bytes"] == sum(5000 + 100 * i for i in range(12))   # the stray unread
+    # each file read once, as np.load reads it (its start and zip records first: plan.npz_load_plan); the stray unread
+    want = sum(int(npz_load_plan(5000 + 100 * i, 1 << 20)["length"].sum()) for i in range(12))
+    assert load_json(out)["total"]["bytes"] == want
     (root / names[7]).unlink()
     r = iodl("read", "--workload", wl, "--root", str(root), "--engine", "psync", "--progress", "off")
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "1/img_07_of_12.npz" in lines[0] and "skip_listing" in lines[0], r.stderr
+
+
+def test_a_dlio_directory_holds_the_files_samples(tmp_path):
+    """A plain directory read with a DLIO workload file holds that file's samples per file (DLIO
+    generated it so: a resnet50 tfrecord file holds 1,251 records), taken as equal slices of each
+    file: 2 files x 16 samples at batch 4 are 8 steps, and each file is read once, whole (without
+    this a file was one sample, and a batch of 4 re-read the 2 files twice each)."""
+    root = tmp_path / "train"
+    root.mkdir()
+    for i in range(2):
+        (root / f"img_{i}_of_2.tfrecord").write_bytes(os.urandom(16 * 3016))
+    wl = _yaml(tmp_path, "w.yaml", TFR.format(samples=16, record=3000, batch=4, extra=", transfer_size: 4096",
+                                              epochs=1, train=""))
+    out = tmp_path / "r.json"
+    r = iodl("read", "--workload", wl, "--root", str(root), "--engine", "psync", "--progress", "off", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    result = load_json(out)
+    assert result["train"]["steps"] == 8 and result["train"]["samples"] == 32
+    assert result["total"]["bytes"] == 2 * 16 * 3016
+    assert result["total"]["ios"] == 2 * -(-16 * 3016 // 4096)
