@@ -216,3 +216,13 @@ def test_the_plan_json_says_writes_reads_and_fsync_of_a_training_file(tmp_path):
     d = json.loads(proc.stdout)
     assert (d["total_bytes"], d["per_rank_bytes"][1:], d["writes"], d["reads"], d["fsync"]) == \
         (499_153_191 + 24_757_599, [0] * 7, 1, 0, False)
+
+
+def test_dlio_1_0s_every_rank_checkpoint_is_refused_with_its_line(tmp_path):
+    # DLIO 2.0.0's checkpoint.type all_ranks had every rank write the model (base_checkpointing.py);
+    # iodl plans rank_zero, DLIO's default, which every published file uses
+    path = tmp_path / "config.yaml"
+    path.write_text(LEGACY_UNET3D.replace("    model_size: 499153191\n", "    model_size: 499153191\n    type: all_ranks\n"))
+    with pytest.raises(UsageError) as err:
+        load_workload(str(path), need_dataset=False)
+    assert str(err.value).startswith("config.yaml:30: [checkpoint] type: all_ranks: DLIO 1.0's every-rank"), err.value

@@ -131,6 +131,9 @@ def test_object_storage_is_refused_and_local_fs_read(tmp_path):
         path.write_text(text.format(posix))
         w = load_workload(str(path))
         assert w.dataset == load_workload(UNET).dataset and w.read.direct is direct
+    # mlpstorage --o-direct's other form: the fork's local readers go O_DIRECT on uri_scheme direct
+    path.write_text(text.format("local_fs") + "  storage_options: {storage_library: s3dlio, uri_scheme: direct}\n")
+    assert load_workload(str(path)).read.direct is True
 
 
 def test_a_file_without_a_dataset_trains_on_dlios_default_dataset(tmp_path):
