@@ -92,7 +92,8 @@ def expected(wl: dict, version: str | None = None) -> dict:
         direct = True
     elif "odirect" in rd:
         direct = bool(rd["odirect"])
-    legacy = "record_length" in ds or not isinstance(wl.get("model"), dict)
+    # a file for DLIO 2.0.0 and before (v0.5, v1.0): its keys say so (docs/dlio.md)
+    legacy = version in ("0.5", "1.0") or "record_length" in ds or "model_size" in (wl.get("checkpoint") or {})
     steps = tr.get("total_training_steps")
     return {
         ("dataset", "files"): ds.get("num_files_train"),
@@ -153,7 +154,7 @@ def check_one(path: str, version: str | None, cache: dict, run_all: bool) -> tup
     flow = wl.get("workflow", {}) or {}
     st = wl.get("storage", {}) or {}
     legacy = version in ("0.5", "1.0") or "record_length" in (wl.get("dataset") or {}) \
-        or not isinstance(wl.get("model"), dict)
+        or "model_size" in (wl.get("checkpoint") or {})
     train = flow.get("train", True)
     checkpoint = flow.get("checkpoint", False)
     datagen = not train and (legacy or not checkpoint)
