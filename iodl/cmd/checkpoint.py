@@ -243,7 +243,7 @@ def _print_plan(wl, p) -> None:
         shape = (f"{m.num_layers} layers, hidden {m.hidden_size:,}, vocab {m.vocab_size:,}, "
                  f"{m.model_datatype}/{m.optimizer_datatype}")
     else:
-        shape = f"{m.type}, {m.model_size:,} B flat"
+        shape = f"{m.type}, {m.model_size:,} B flat" + (f", {m.layout}'s files" if m.layout != "dlio" else "")
     lo, hi = min(per_rank), max(per_rank)
     spread = (f"{_gib(lo)} each" if lo == hi else
               f"{_gib(lo)} (rank {per_rank.index(lo)}) to {_gib(hi)} (rank {per_rank.index(hi)})")
