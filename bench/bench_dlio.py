@@ -19,6 +19,13 @@ processes, polled every 0.1 s); bytes the device served.
 DLIO must be installed in its own venv (docs/dlio.md, "Running DLIO beside iodl"); without it
 this prints one line `not run: <reason>` and exits 0.
 
+`python bench/bench_dlio.py io` compares the I/O instead (bench/results/dlio-io-vs-iodl.{md,json}):
+unet3d-shaped npz with reader.odirect off (PyPI's DLIO 2.0.0) and on (the DLIO fork MLPerf Storage
+v3.0 runs: PyPI's DLIO has no odirect), resnet50-shaped tfrecord with a reader.transfer_size: the
+bytes the device served, the size of each request it completed (ftrace), the opens (strace).
+Options: --dlio-venv, --dlio-fork-venv, --ranks, --npz-files, --npz-mib, --tfr-files,
+--tfr-samples, --transfer-size, --cases, --out.
+
 Usage (root, cgroup v1 blkio): python bench/bench_dlio.py [--dlio-venv /var/tmp/dlio-venv]
     [--reps 3] [--ranks 2] [--files 128] [--record-mib 2] [--batch 2] [--compute 0.05,0.2]
     [--epochs 1] [--read-threads 1] [--out bench/results]
@@ -273,8 +280,342 @@ CAVEATS = """## Caveats
 """
 
 
+# ---------------------------------------------------------------- the I/O side by side --------
+#
+# `bench_dlio.py io`: the keys that change the I/O (reader.odirect, reader.transfer_size), DLIO and
+# iodl on the same files of one loop mount, judged by the kernel: the bytes the device served
+# (/sys/block/loopN/stat), the size of every request it completed (ftrace block_rq_complete, in a
+# tracing instance of this bench's own, filtered on the loop device), and the opens of the data
+# files (strace -f -y over the whole mpiexec: ranks, DLIO's loader workers, iodl's open threads).
+
+IO_CASES = {
+    # name: (DLIO venv option, generator venv option, format, the workload's reader keys)
+    "unet3d-npz-buffered": ("dlio_venv", "dlio_venv", "npz", "odirect: False"),
+    "unet3d-npz-odirect": ("dlio_fork_venv", "dlio_venv", "npz", "odirect: True"),
+    "resnet50-tfrecord-transfer": ("dlio_venv", "dlio_fork_venv", "tfrecord", "transfer_size: {transfer}"),
+}
+
+
+def io_yaml(a, case: str) -> str:
+    """unet3d's shape (npz, one sample a file, sizes spread) or resnet50's (tfrecord, many records a
+    file, tensorflow loader), scaled down; the record sizes under both DLIO 2.0.0's names (record_length)
+    and the fork's (record_length_bytes): each DLIO reads its own and ignores the other's."""
+    _dv, _gv, fmt, keys = IO_CASES[case]
+    keys = keys.format(transfer=a.transfer_size)
+    if fmt == "npz":
+        return f"""# written by bench/bench_dlio.py io: unet3d's shape, scaled down
+model: unet3d
+framework: pytorch
+workflow: {{generate_data: False, train: True, checkpoint: False}}
+dataset:
+  data_folder: data/{NAME}/
+  format: npz
+  num_files_train: {a.npz_files}
+  num_samples_per_file: 1
+  record_length: {a.npz_mib << 20}
+  record_length_bytes: {a.npz_mib << 20}
+  record_length_stdev: {a.npz_mib << 18}
+  record_length_bytes_stdev: {a.npz_mib << 18}
+reader:
+  data_loader: pytorch
+  batch_size: 2
+  read_threads: 2
+  file_shuffle: seed
+  sample_shuffle: seed
+  {keys}
+train:
+  epochs: 1
+  computation_time: 0.01
+"""
+    return f"""# written by bench/bench_dlio.py io: resnet50's shape, scaled down
+model: resnet50
+framework: tensorflow
+workflow: {{generate_data: False, train: True, checkpoint: False}}
+dataset:
+  data_folder: data/{NAME}/
+  format: tfrecord
+  num_files_train: {a.tfr_files}
+  num_samples_per_file: {a.tfr_samples}
+  record_length: 114660
+  record_length_bytes: 114660
+reader:
+  data_loader: tensorflow
+  batch_size: 16
+  read_threads: 2
+  computation_threads: 2
+  {keys}
+train:
+  epochs: 1
+  computation_time: 0.01
+"""
+
+
+class RequestSizes:
+    """The size of every request a block device completes while inside: ftrace's
+    block_rq_complete in a tracing instance of its own (the global tracer is left alone), filtered
+    on the device's number."""
+
+    TRACING = "/sys/kernel/debug/tracing"
+
+    def __init__(self, majmin: str):
+        major, minor = (int(x) for x in majmin.split(":"))
+        self.dev = (major << 20) | minor
+        self.path = os.path.join(self.TRACING, "instances", f"iodl-bench-{os.getpid()}")
+        self.sizes: list[int] = []
+
+    def _write(self, name: str, value: str) -> None:
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(value)
+
+    def __enter__(self) -> "RequestSizes":
+        os.mkdir(self.path)
+        self._write("buffer_size_kb", "16384")
+        self._write("events/block/block_rq_complete/filter", f"dev == {self.dev}")
+        self._write("events/block/block_rq_complete/enable", "1")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._write("events/block/block_rq_complete/enable", "0")
+        with open(os.path.join(self.path, "trace")) as f:
+            for line in f:
+                # "... block_rq_complete: 7,0 R () 1234 + 2048 be,0,4 [0]": reads only
+                parts = line.split("block_rq_complete:", 1)
+                if len(parts) == 2:
+                    fields = parts[1].split()
+                    if "R" in fields[1] and "+" in fields:
+                        self.sizes.append(int(fields[fields.index("+") + 1]) * 512)
+        os.rmdir(self.path)
+
+    @staticmethod
+    def can() -> str | None:
+        """None when ftrace's block events can be used here, else why not."""
+        if not os.path.isdir(os.path.join(RequestSizes.TRACING, "events", "block")):
+            return f"no ftrace block events at {RequestSizes.TRACING} (mount -t debugfs none /sys/kernel/debug)"
+        return None
+
+
+def histogram(sizes: list[int]) -> dict[str, dict[str, int]]:
+    """Requests and bytes per power-of-two size bucket ('<= 4 KiB', ..., '<= 2 MiB')."""
+    out: dict[str, dict[str, int]] = {}
+    for n in sizes:
+        top = 4096
+        while top < n:
+            top *= 2
+        key = f"<= {top >> 10} KiB"
+        b = out.setdefault(key, {"requests": 0, "bytes": 0, "top": top})
+        b["requests"] += 1
+        b["bytes"] += n
+    return dict(sorted(out.items(), key=lambda kv: kv[1]["top"]))
+
+
+def compare_histograms(d: dict, i: dict, share: float = 0.01, tol: float = 0.10) -> dict:
+    """Per bucket holding at least `share` of either tool's bytes: requests within `tol` of each
+    other (relative to the larger). Buckets below it (ext4 metadata, a file's tail) are listed,
+    not judged."""
+    total_d = sum(b["bytes"] for b in d.values()) or 1
+    total_i = sum(b["bytes"] for b in i.values()) or 1
+    rows, ok = [], True
+    for key in sorted(set(d) | set(i), key=lambda k: (d.get(k) or i.get(k))["top"]):
+        rd, ri = (d.get(key) or {}).get("requests", 0), (i.get(key) or {}).get("requests", 0)
+        bd, bi = (d.get(key) or {}).get("bytes", 0), (i.get(key) or {}).get("bytes", 0)
+        judged = bd / total_d >= share or bi / total_i >= share
+        diff = abs(rd - ri) / max(rd, ri, 1)
+        agree = diff <= tol if judged else None
+        ok = ok and agree is not False
+        rows.append({"bucket": key, "dlio_requests": rd, "iodl_requests": ri, "dlio_bytes": bd, "iodl_bytes": bi,
+                     "judged": judged, "difference": diff, "agree": agree})
+    return {"rows": rows, "agree": ok, "tolerance": tol, "judged_share": share}
+
+
+def opens_of(trace: str, data_dir: str) -> tuple[dict[str, int], int]:
+    """({data file: opens}, opens by iodl's page-cache probe) that strace -f -y saw. The probe
+    (iodl/cache.py: cachestat of each file before the run, no read) opens with O_NOFOLLOW and
+    without O_CLOEXEC, which neither iodl's reader nor DLIO does: counted apart."""
+    import re
+
+    pat = re.compile(r'open(?:at)?\([^"]*"(' + re.escape(data_dir.rstrip("/")) + r'/[^"]+)", ([A-Z_|]+)')
+    out: dict[str, int] = {}
+    probe = 0
+    with open(trace) as f:
+        for line in f:
+            m = pat.search(line)
+            if not m or m.group(1).endswith((".idx", "/")) or "O_DIRECTORY" in m.group(2):
+                continue
+            if "O_NOFOLLOW" in m.group(2) and "O_CLOEXEC" not in m.group(2):
+                probe += 1
+                continue
+            name = os.path.relpath(m.group(1), data_dir)
+            out[name] = out.get(name, 0) + 1
+    return out, probe
+
+
+def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None) -> dict:
+    """One run from a cold cache: the device's bytes and requests, the data files' opens."""
+    groundtruth.drop_caches()
+    before = mount.device_stat()
+    with RequestSizes(mount.majmin) as rq:
+        t0 = time.time()
+        with open(log, "w") as out:
+            rc = subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=open,openat", "-o", trace, *cmd],
+                                stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+        wall = time.time() - t0
+    after = mount.device_stat()
+    if rc:
+        with open(log) as f:
+            raise RuntimeError(f"{cmd[:4]}... exited {rc}; log {log}:\n{f.read()[-3000:]}")
+    opens, probe = opens_of(trace, data_dir)
+    return {"wall_s": wall, "device_read_bytes": (after[2] - before[2]) * 512,
+            "device_reads": after[0] - before[0], "requests_traced": len(rq.sizes),
+            "histogram": histogram(rq.sizes), "opens": sum(opens.values()), "files_opened": len(opens),
+            "opens_per_file": opens, "probe_opens": probe,
+            "files_opened_twice": sorted(n for n, k in opens.items() if k > 1)}
+
+
+def io_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description="DLIO and iodl side by side on the I/O: device bytes, request "
+                                 "sizes, opens (reader.odirect, reader.transfer_size)")
+    ap.add_argument("--dlio-venv", default="/var/tmp/dlio-venv", help="PyPI's dlio-benchmark (2.0.0)")
+    ap.add_argument("--dlio-fork-venv", default="/var/tmp/dlio-fork-venv",
+                    help="the DLIO fork MLPerf Storage v3.0 runs (mlcommons/DLIO_local_changes): odirect")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--npz-files", type=int, default=32)
+    ap.add_argument("--npz-mib", type=int, default=8)
+    ap.add_argument("--tfr-files", type=int, default=4)
+    ap.add_argument("--tfr-samples", type=int, default=256)
+    ap.add_argument("--transfer-size", type=int, default=4 << 20)
+    ap.add_argument("--cases", default=",".join(IO_CASES))
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    a = ap.parse_args(argv)
+    cases = a.cases.split(",")
+    for case in cases:
+        for venv in {getattr(a, IO_CASES[case][0]), getattr(a, IO_CASES[case][1])}:
+            reason = why_not(venv)
+            if reason:
+                print(f"not run: {case}: {reason}")
+                return 0
+    for reason in (RequestSizes.can(), None if shutil.which("strace") else "no strace"):
+        if reason:
+            print(f"not run: {reason}")
+            return 0
+    work = tempfile.mkdtemp(prefix="iodl-dlio-io-", dir="/var/tmp")
+    results: dict = {}
+    yamls: dict = {}
+    try:
+        cfg_dir = os.path.join(work, "cfg")
+        os.makedirs(os.path.join(cfg_dir, "workload"))
+        size = 2 * (a.npz_files * (a.npz_mib << 20) + a.tfr_files * a.tfr_samples * 120_000) + (256 << 20)
+        with groundtruth.LoopMount(size=size, direct_io=True) as mnt:
+            global MAJMIN
+            MAJMIN = mnt.majmin          # launch() counts the generator's bytes on it
+            generated: dict = {}
+            for case in cases:
+                dlio_venv, gen_venv, fmt, _keys = IO_CASES[case]
+                name = f"{NAME}_{case.replace('-', '_')}"
+                yamls[case] = io_yaml(a, case)
+                wl_path = os.path.join(cfg_dir, "workload", f"{name}.yaml")
+                with open(wl_path, "w") as f:
+                    f.write(yamls[case])
+                data = os.path.join(mnt.path, f"data-{fmt}")
+                gv = getattr(a, gen_venv)
+                if fmt not in generated:
+                    t = time.time()
+                    gen_a = argparse.Namespace(**{**vars(a), "dlio_venv": gv})
+                    launch(dlio_cmd(gen_a, cfg_dir, name, data, os.path.join(work, f"gen-{fmt}"),
+                                    "++workload.workflow.generate_data=True", "++workload.workflow.train=False"),
+                           os.path.join(work, f"gen-{fmt}.log"))
+                    files = sorted(os.listdir(os.path.join(data, "train")))
+                    generated[fmt] = {"generator": gv, "files": len(files), "generate_s": time.time() - t,
+                                      "bytes": sum(os.path.getsize(os.path.join(data, "train", n)) for n in files)}
+                    print(f"{fmt}: DLIO ({gv}) generated {generated[fmt]['files']} files, "
+                          f"{generated[fmt]['bytes']:,} bytes", flush=True)
+                train = os.path.join(data, "train")
+                dv = getattr(a, dlio_venv)
+                out = os.path.join(work, f"dlio-{case}")
+                r_d = io_run(mnt, dlio_cmd(argparse.Namespace(**{**vars(a), "dlio_venv": dv}), cfg_dir, name, data,
+                                           out), out + ".log", out + ".strace", train)
+                iodl_out = os.path.join(work, f"iodl-{case}.json")
+                cmd = [shutil.which("mpiexec", path=os.path.dirname(sys.executable)), "-n", str(a.ranks),
+                       sys.executable, "-m", "iodl", "read", "--workload", wl_path, "--root", train,
+                       "--progress", "off", "--out", iodl_out]
+                r_i = io_run(mnt, cmd, iodl_out + ".log", iodl_out + ".strace", train)
+                with open(iodl_out) as f:
+                    res = json.load(f)
+                r_i.update(direct=res["direct"], engine=res["engine"], iodl_bytes=res["total"]["bytes"],
+                           iodl_requests=res["total"]["ios"], access=res["workload"]["read"].get("access"),
+                           iodepth=res["workload"]["read"]["iodepth"])
+                # bytes of the files DLIO opened more than once: the fork's loader "pre-warm" (main.py:
+                # next(iter(loader)) before each epoch) reads batches it then reads again in the epoch
+                r_d["reread_file_bytes"] = sum(os.path.getsize(os.path.join(train, n)) * (r_d["opens_per_file"][n] - 1)
+                                               for n in r_d["files_opened_twice"])
+                cmp = compare_histograms(r_d["histogram"], r_i["histogram"])
+                results[case] = {"dlio": {**r_d, "venv": dv}, "iodl": r_i, "histogram_agreement": cmp,
+                                 "dataset": generated[fmt]}
+                print(f"{case}: device bytes DLIO {r_d['device_read_bytes']:,} iodl {r_i['device_read_bytes']:,}; "
+                      f"requests {r_d['requests_traced']} / {r_i['requests_traced']}; histogram "
+                      f"{'agrees' if cmp['agree'] else 'DIFFERS'}; opens {r_d['opens']} / {r_i['opens']} "
+                      f"({r_d['files_opened']} / {r_i['files_opened']} files)", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    vers = {"dlio_pypi": versions(a.dlio_venv)["dlio_venv"], "iodl": _version("iodl"),
+            "kernel": os.uname().release, "python": sys.version.split()[0]}
+    try:
+        vers["dlio_fork"] = versions(a.dlio_fork_venv)["dlio_venv"]
+    except (subprocess.CalledProcessError, OSError):
+        pass
+    write_io_results(a, results, yamls, vers)
+    return 0
+
+
+def write_io_results(a, results: dict, yamls: dict, vers: dict) -> None:
+    when = time.strftime("%Y-%m-%dT%H:%M:%S")
+    doc = {"schema": "iodl.bench.dlio-io/1", "when": when, "versions": vers, "ranks": a.ranks,
+           "mount": "ext4 on loop (direct_io=on), page cache dropped before each run",
+           "ground_truth": {"bytes": "/sys/block/loopN/stat sectors read", "request_sizes": "ftrace "
+                            "block_rq_complete on the loop device", "opens": "strace -f -y open/openat of the data files"},
+           "workload_yaml": yamls, "cases": results}
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "dlio-io-vs-iodl.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    lines = [f"# DLIO vs iodl: the I/O of reader.odirect and reader.transfer_size ({when}, kernel {vers['kernel']})",
+             "", f"{a.ranks} ranks each, one ext4 loop mount (losetup --direct-io=on), the page cache dropped before "
+             "each run, the data generated once by DLIO's own generator and read by both. Ground truth: bytes the "
+             "device served (/sys/block/loopN/stat), the size of every read request it completed (ftrace "
+             "block_rq_complete on that device), the opens of the data files (strace -f -y over the whole "
+             "mpiexec: ranks, DLIO's loader workers, iodl's open threads). A size bucket is judged when it holds "
+             "at least 1% of either tool's bytes: its request counts within 10% of each other.", ""]
+    for case, r in results.items():
+        d, i, cmp = r["dlio"], r["iodl"], r["histogram_agreement"]
+        lines += [f"## {case}", "", f"DLIO: `{d['venv']}`; data: {r['dataset']['files']} files, "
+                  f"{r['dataset']['bytes']:,} bytes. iodl: engine {i['engine']}, direct {i['direct']}, access "
+                  f"{i['access']}, iodepth {i['iodepth']}: {i['iodl_requests']:,} requests of "
+                  f"{i['iodl_bytes'] / max(i['iodl_requests'], 1):,.0f} bytes on average ({i['iodl_bytes']:,} bytes).", "",
+                  "```yaml", yamls[case].rstrip(), "```", "",
+                  "| | DLIO | iodl |", "|---|---:|---:|",
+                  f"| bytes the device served | {d['device_read_bytes']:,} | {i['device_read_bytes']:,} |",
+                  f"| read requests the device completed | {d['requests_traced']:,} | {i['requests_traced']:,} |",
+                  f"| bytes of files read again (DLIO: opened twice) | {d['reread_file_bytes']:,} | - |",
+                  f"| opens of data files (files) | {d['opens']} ({d['files_opened']}) | {i['opens']} "
+                  f"({i['files_opened']}) |",
+                  f"| iodl's page-cache probe: opens (cachestat, no read) | - | {i['probe_opens']} |",
+                  f"| wall time of the launch, under strace (s) | {d['wall_s']:.1f} | {i['wall_s']:.1f} |", "",
+                  f"Request sizes at the device ({'agree' if cmp['agree'] else 'DIFFER'} within 10% in every "
+                  "judged bucket):", "",
+                  "| size | DLIO requests | iodl requests | DLIO MB | iodl MB | judged | difference |",
+                  "|---|---:|---:|---:|---:|---|---:|"]
+        for row in cmp["rows"]:
+            lines.append(f"| {row['bucket']} | {row['dlio_requests']} | {row['iodl_requests']} | "
+                         f"{row['dlio_bytes'] / 1e6:.1f} | {row['iodl_bytes'] / 1e6:.1f} | "
+                         f"{'yes' if row['judged'] else 'no'} | {row['difference']:.1%} |")
+        lines.append("")
+    with open(os.path.join(a.out, "dlio-io-vs-iodl.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> int:
     global MAJMIN
+    if sys.argv[1:2] == ["io"]:
+        return io_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dlio-venv", default="/var/tmp/dlio-venv")
     ap.add_argument("--reps", type=int, default=3)

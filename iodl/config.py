@@ -31,6 +31,9 @@ class StepConfig(ReadConfig):
     steps: int = 0               # total steps; 0: as many as the epochs need
     sample_access: bool = False  # samples read one by one at their offsets (indexed_binary: training.SampleAccessStream)
     read_threads: int = 0        # threads opening shards ahead of the reader (0: the reader opens them)
+    total_steps: int = 0         # most steps each epoch runs (0: as many as its data makes; DLIO's total_training_steps)
+    records: bool = False        # tfrecord read record by record: header, data, footer (TFRecordDataset without a buffer)
+    npz_load: bool = False       # npz shards read as np.load reads them (plan.npz_load_plan)
     # parquet: (rows per row group, [(n, 2) [offset, length] reads of each row group]) (training.RowGroupStream)
     row_groups: tuple | None = None
 

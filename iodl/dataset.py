@@ -142,6 +142,24 @@ class ListedPaths(_Paths):
         return os.path.join(self._root, os.fsdecode(self._blob[int(self._off[i]):int(self._off[i + 1])].tobytes()))
 
 
+class DerivedPaths(_Paths):
+    """A plain directory's files named as DLIO names them with dataset.skip_listing, never listed
+    (dlio_benchmark main.py, the fork MLPerf Storage v3.0 runs, mlcommons/DLIO_local_changes@f6796ed):
+    PREFIX_I_of_N.FORMAT with I zero-padded to N's digits, in folder I % S zero-padded to the
+    digits of S - 1 when there are S > 0 subfolders."""
+
+    def __init__(self, root: str, prefix: str, fmt: str, files: int, subfolders: int):
+        self._root, self._prefix, self._fmt, self._n, self._sub = root, prefix, fmt, files, subfolders
+        self._nd, self._nd_sub = len(str(files)), len(str(max(subfolders - 1, 0)))
+        self.inside = os.path.realpath(root)   # a file that is a link is read only if it resolves inside
+
+    def _path(self, i: int) -> str:
+        name = f"{self._prefix}_{str(i).zfill(self._nd)}_of_{self._n}.{self._fmt}"
+        if self._sub > 0:
+            return os.path.join(self._root, str(i % self._sub).zfill(self._nd_sub), name)
+        return os.path.join(self._root, name)
+
+
 class _Shards(Sequence):
     """ds.shards: Shard objects made on demand from the dataset's paths and sizes."""
 
@@ -179,6 +197,7 @@ class Dataset:
         self._extents = extents        # (files, samples_per_file, 2) or None
         self._files = len(sizes) // copies if manifest else 0
         self.samples_per_shard = int(sample_sizes.shape[1]) if sample_sizes is not None else 1
+        self.foreign_samples = 1       # a plain directory's samples per file (open_dataset's samples_per_file)
         # (largest, total) of the sizes, given when known: a size table is then not read whole by
         # every rank for them
         self.largest, self.total_bytes = stats or (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64)))
@@ -196,7 +215,11 @@ class Dataset:
         """(n, 2) uint64 [offset, length] of each sample's record in shard i (see iodl.formats)."""
         size = int(self.sizes[i])  # IndexError for a bad i
         if self.manifest is None:
-            return np.array([[0, size]], dtype=np.uint64)
+            # the workload's samples per file, taken as equal slices of the file (DLIO's generators
+            # write a file's records all of one size); one sample: the whole file
+            n = max(1, min(self.foreign_samples, size))
+            starts = np.arange(n, dtype=np.uint64) * np.uint64(size) // np.uint64(n)
+            return np.stack([starts, np.diff(np.append(starts, np.uint64(size)))], axis=1).astype(np.uint64)
         base = i % self._files   # copies repeat the files in the same order and layout
         if self._extents is not None:
             return np.array(self._extents[base], dtype=np.uint64)
@@ -209,9 +232,9 @@ class Dataset:
         return e[:, 0] + e[:, 1]
 
     def sample_sizes(self, i: int) -> np.ndarray:
-        """Payload bytes of each sample in shard i (a foreign shard is one sample: the whole file)."""
+        """Payload bytes of each sample in shard i (a foreign shard: the slices of sample_extents)."""
         if self.manifest is None:
-            return np.array([int(self.sizes[i])], dtype=np.int64)
+            return self.sample_extents(i)[:, 1].astype(np.int64)
         return np.array(self._sizes[i % self._files], dtype=np.int64)
 
 
@@ -293,7 +316,7 @@ def workload_for_roots(roots: list[str], given: str | None):
     return wl
 
 
-def open_dataset(root: str, group=None) -> Dataset:
+def open_dataset(root: str, group=None, derive: tuple | None = None, samples_per_file: int = 1) -> Dataset:
     """Open an iodl dataset root, or any directory of files as a foreign dataset (read-only).
 
     group: the ranks of this node that open this root (a communicator; None: this process alone).
@@ -310,7 +333,10 @@ def open_dataset(root: str, group=None) -> Dataset:
         raise UsageError(f"dataset root {root}: not a directory")
     manifest = _read_manifest(root)
     if manifest is None:
-        return _open_foreign(root, group)
+        ds = _open_derived(root, group, *derive) if derive else _open_foreign(root, group)
+        # a plain directory holds the workload's samples per file (a DLIO tfrecord file: many)
+        ds.foreign_samples = ds.samples_per_shard = samples_per_file
+        return ds
     try:
         if manifest["schema"] == SCHEMA_V1:
             return _open_v1(root, manifest)
@@ -713,6 +739,35 @@ def _list_foreign(root: str) -> dict[str, np.ndarray]:
     sizes = np.concatenate([p[2] for p in parts])
     return {"blob": np.frombuffer(b"".join(p[0] for p in parts), dtype=np.uint8), "offsets": offsets,
             "sizes": sizes, "stats": np.array([sizes.max(), sizes.sum()], dtype=np.int64)}
+
+
+def _open_derived(root: str, group, prefix: str, fmt: str, files: int, subfolders: int) -> Dataset:
+    """A plain directory read as DLIO reads it with skip_listing: the files' names derived, not
+    listed (DerivedPaths); each is looked at once (stat) for its size, by the group's first rank.
+    A missing one is a one-line error naming it, as DLIO's check of the derived names is."""
+    import stat
+
+    from .comm import node_shared_arrays
+
+    paths = DerivedPaths(root, prefix, fmt, files, subfolders)
+
+    def sizes():
+        out = np.empty(files, dtype=np.int64)
+        for i in range(files):
+            path = paths[i]
+            try:
+                st = os.stat(path)
+            except OSError as exc:
+                raise UsageError(f"{root}: skip_listing: {path} ({prefix} file {i} of {files}, named as DLIO names it): "
+                                 f"{exc.strerror}; was the data generated by DLIO with these file_prefix, "
+                                 "num_files_train and num_subfolders_train?") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise UsageError(f"{root}: skip_listing: {path} is not a regular file; iodl reads regular files only")
+            out[i] = st.st_size
+        return {"sizes": out, "stats": np.array([out.max(initial=0), out.sum()], dtype=np.int64)}
+
+    arrays = node_shared_arrays(group, sizes)
+    return Dataset(root, None, paths, arrays["sizes"], stats=(int(arrays["stats"][0]), int(arrays["stats"][1])))
 
 
 def _open_foreign(root: str, group) -> Dataset:

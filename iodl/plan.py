@@ -42,6 +42,46 @@ def shard_plan(sizes: list[int] | np.ndarray, block_size: int) -> np.ndarray:
     return plan
 
 
+def npz_load_plan(size: int, block_size: int) -> np.ndarray:
+    """Rows that read an npz file as numpy's np.load does (DLIO's npz reader, buffered): 4 KiB at
+    its start (zipfile's magic check), its last 22 bytes (the end-of-central-directory record) and
+    the 4 KiB holding the zip64 locator and the central directory before them, 4 KiB at its start
+    again (the member's local header), then the whole file sequentially, here in block_size
+    requests (strace of np.load, numpy 2.4: 4 KiB + 252 KiB reads). The small reads first are what
+    shapes the kernel's readahead, and so the requests the device sees."""
+    tail = [(max(size - 22, 0), min(22, size)), (max(size - 42, 0), min(42, size)), (max(size - 124, 0), min(124, size))]
+    head = new_plan(2 + len(tail))
+    head["offset"] = [0, *[o for o, _n in tail], 0]
+    head["length"] = [min(4096, size), *[n for _o, n in tail], min(4096, size)]
+    return np.concatenate([head, shard_plan([size], block_size)])
+
+
+TFRECORD_HEADER = 12   # a tfrecord record's length (8 bytes) and the length's masked CRC32C (4)
+
+
+def record_plan(ends: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, rows that complete each record): a tfrecord shard read record by record as
+    TensorFlow's RecordReader reads with no buffer (TFRecordDataset buffer_size 0): the 12-byte
+    header, then the data with its 4-byte CRC, each one read; data longer than block_size (the
+    engine's largest request) in block_size pieces. ends: each record's end offset (records tile
+    the shard)."""
+    ends = np.asarray(ends, dtype=np.int64)
+    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    data = ends - starts - TFRECORD_HEADER
+    per = 1 + np.maximum(-(-data // block_size), 1)          # rows of each record
+    done = np.cumsum(per)
+    first = done - per                                       # each record's header row
+    rows = new_plan(int(done[-1]) if len(done) else 0)
+    rows["offset"][first], rows["length"][first] = starts, TFRECORD_HEADER
+    k = np.arange(len(rows), dtype=np.int64) - np.repeat(first + 1, per)   # piece index within the data
+    body = k >= 0
+    rec = np.repeat(np.arange(len(ends)), per)[body]
+    off = starts[rec] + TFRECORD_HEADER + k[body] * block_size
+    rows["offset"][body] = off
+    rows["length"][body] = np.minimum(block_size, ends[rec] - off)
+    return rows, done
+
+
 def random_order(n_shards: int, seed: int, rank: int, epoch: int) -> np.ndarray:
     """This rank's shard order for one pass: a seeded permutation, different per rank and epoch."""
     return np.random.default_rng([seed, rank, epoch]).permutation(n_shards)

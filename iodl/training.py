@@ -6,6 +6,7 @@ steps really overlap the emulated compute (a sleep, never a spin). Python runs o
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import queue
 import threading
@@ -56,8 +57,11 @@ class SampleStream:
     CACHED_SHARDS = 64   # layouts kept per rank: an epoch revisits shards, 72 ranks share the RAM
 
     def __init__(self, next_shard, sample_ends, sizes: np.ndarray, block_size: int, buffer: int = 0,
-                 rng: np.random.Generator | None = None, check: bool = True):
+                 rng: np.random.Generator | None = None, check: bool = True, records: bool = False,
+                 npz_load: bool = False):
         self._next_shard, self._sample_ends, self._sizes, self._bs = next_shard, sample_ends, sizes, block_size
+        self._records = records                           # tfrecord record by record (plan.record_plan)
+        self._npz_load = npz_load                         # np.load's reads (plan.npz_load_plan)
         self._shard, self._ends, self._rows, self._sample, self._row = None, None, None, 0, 0
         self._layouts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._buffer_cap, self._rng, self._check = buffer, rng or np.random.default_rng(0), check
@@ -70,13 +74,21 @@ class SampleStream:
         self.epochs_wrong = 0                             # shares finished otherwise (a defect if ever > 0)
         self.trace: list | None = None                    # a list: take() appends (shards, samples) taken
 
-    def _layout(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
-        """(sample end offsets, read plan) of a shard, computed once while it stays in use."""
+    def _layout(self, shard: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sample end offsets, read plan, rows that complete each sample) of a shard, computed
+        once while it stays in use."""
         layout = self._layouts.get(shard)
         if layout is None:
             if len(self._layouts) >= self.CACHED_SHARDS:
                 self._layouts.pop(next(iter(self._layouts)))
-            layout = (np.asarray(self._sample_ends(shard)), plan.shard_plan([self._sizes[shard]], self._bs))
+            ends = np.asarray(self._sample_ends(shard))
+            if self._records:
+                layout = (ends, *plan.record_plan(ends, self._bs))
+            elif self._npz_load:   # np.load reads the whole file for its first sample
+                rows = plan.npz_load_plan(int(self._sizes[shard]), self._bs)
+                layout = (ends, rows, np.full(len(ends), len(rows), dtype=np.int64))
+            else:
+                layout = (ends, plan.shard_plan([self._sizes[shard]], self._bs), -(-ends.astype(np.int64) // self._bs))
             self._layouts[shard] = layout
         return layout
 
@@ -92,7 +104,7 @@ class SampleStream:
             self._check_epoch()
         self._epoch, self._held = epoch, None
         self._shard = shard
-        self._ends, self._rows = self._layout(shard)
+        self._ends, self._rows, self._row_ends = self._layout(shard)
         self._sample = self._row = 0
         if self._check and shard not in self._taken:
             self._taken[shard] = np.zeros(len(self._ends), dtype=np.int32)
@@ -131,12 +143,29 @@ class SampleStream:
         k = min(n, len(self._ends) - first)
         self._sample += k
         done = self._sample == len(self._ends)
-        upto = len(self._rows) if done else -(-int(self._ends[self._sample - 1]) // self._bs)
+        upto = len(self._rows) if done else int(self._row_ends[self._sample - 1])
         out.append((shard, self._rows[self._row:upto], done))
         self._row = upto
         if done:
             self._shard = None
         return shard, first, k
+
+    def end_epoch(self) -> list[int]:
+        """Leave the rest of this epoch's share unread (an epoch of fewer steps than its data makes:
+        DLIO's total_training_steps): the next take() begins the next epoch. Returns the shard left
+        part-read, for its file to be closed. A share cut short is not checked."""
+        left = [self._shard] if self._shard is not None else []
+        self._shard = None
+        self._buf_shard = self._buf_sample = self._buf_bytes = np.empty(0, dtype=np.int64)
+        if self._epoch is not None:
+            while True:                        # the share's other shards are passed over
+                if self._held is None:
+                    self._held = self._next_shard()
+                if self._held[1] != self._epoch:
+                    break
+                self._held = None
+        self._taken = {}
+        return left
 
     def _taken_now(self, shard: int, samples: np.ndarray) -> None:
         """Count these samples of shard as taken (the order's own check), and trace them."""
@@ -273,6 +302,15 @@ class SampleAccessStream:
         """The run took its last batch: check the epoch's part if that batch ended it."""
         if self._pos == len(self._shards):
             self._check_epoch()
+
+    def end_epoch(self) -> list[int]:
+        """Leave the rest of this epoch's part untaken (SampleStream.end_epoch); no file stays open."""
+        if self._random is None and self._epoch >= 0:
+            self._pos, self._taken, self._unchecked = self._part_len(), {}, False
+        return []
+
+    def _part_len(self) -> int:
+        return len(self._shards)
 
     def _sample_ends_of(self, shard: int) -> np.ndarray:
         ends = self._ends.get(shard)
@@ -414,6 +452,9 @@ class RowGroupStream(SampleAccessStream):
     def _n_groups(self) -> int:
         return len(self._reads)
 
+    def _part_len(self) -> int:
+        return self._hi - self._lo
+
 
 def shard_source(cfg: StepConfig, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int,
                  buffer: int = 0):
@@ -460,10 +501,13 @@ class _Reader(threading.Thread):
     batch (lookahead), so that the reader finds their fds ready, as a data loader's workers do."""
 
     def __init__(self, stream: SampleStream, files: ShardFiles, cfg: StepConfig, cursor: Cursor, batches: int = 0,
-                 lookahead: ShardLookahead | None = None):
+                 lookahead: ShardLookahead | None = None, cut_epochs: int = 0):
         super().__init__(daemon=True, name="iodl-reader")
         self.stream, self.files, self.cfg, self.cursor = stream, files, cfg, cursor
         self.lookahead = lookahead
+        # > 0: an epoch ends after this many batches, before its data does (cfg.total_steps): the
+        # rest of its share is not read, as DLIO's loader of that epoch is dropped
+        self.cut_epochs, self.fetched = cut_epochs, 0
         # a run of a known number of steps reads that many batches and no more (as a data loader
         # whose epochs have an end does): reading ahead past the last step is I/O no step uses
         self.batches = batches
@@ -484,10 +528,17 @@ class _Reader(threading.Thread):
                 part["file"] = i
                 parts.append(part)
             rows = np.concatenate(parts) if parts else plan.new_plan(0)
-        upcoming = self.lookahead.ahead(self.files.ahead_cap) if self.lookahead and self.files.ahead_cap else []
+        ahead = self.files.ahead_cap
+        if self.batches:   # no file past the run's last batch (a shard holds at least one sample)
+            ahead = min(ahead, (self.batches - self.fetched - 1) * self.cfg.batch_size)
+        upcoming = self.lookahead.ahead(ahead) if self.lookahead and ahead > 0 else []
         self.cursor.run(self.files.open(shards, then=upcoming), rows, self.files.names(shards))
         for shard, _rows, done in segments:
             if done:
+                self.files.close(shard)
+        self.fetched += 1
+        if self.cut_epochs and self.fetched % self.cut_epochs == 0:
+            for shard in self.stream.end_epoch():
                 self.files.close(shard)
         return consumed
 
@@ -533,9 +584,25 @@ class _Reader(threading.Thread):
             self.files.close_all()
 
 
+def request_shape(wl) -> tuple[int, bool]:
+    """(bytes per request, read record by record) of a workload: [read] transfer_size as DLIO's
+    readers use it. Only DLIO's tfrecord reader does (TFRecordDataset(buffer_size=transfer_size),
+    dlio_benchmark reader/tf_reader.py): its reads are transfer_size bytes each, and 0 is no buffer:
+    each record's 12-byte header, then its data and CRC (plan.record_plan). DLIO's other readers
+    never look at it (np.load, h5py, PIL, one readv with odirect): [read] block_size stands."""
+    transfer = wl.read.transfer_size
+    if wl.dataset is None or wl.dataset.format != "tfrecord" or transfer is None:
+        return wl.read.block_size, False
+    return (wl.read.block_size, True) if transfer == 0 else (transfer, False)
+
+
 def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple[int, int]:
-    """(steps to run, 0 when only a duration bounds them; steps per epoch) for one rank."""
+    """(steps to run, 0 when only a duration bounds them; steps per epoch) for one rank. An epoch
+    runs at most cfg.total_steps steps (DLIO's total_training_steps, which DLIO counts per epoch:
+    its step counter starts again each epoch, main.py _train), and every epoch runs."""
     steps_per_epoch = max(1, -(-n_samples // (ranks_in_mount * cfg.batch_size)))
+    if cfg.total_steps:
+        steps_per_epoch = min(steps_per_epoch, cfg.total_steps)
     return cfg.steps or (0 if cfg.duration_s else steps_per_epoch * cfg.epochs), steps_per_epoch
 
 
@@ -569,8 +636,11 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
         buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
         next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer))
         stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
-                              rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch")
+                              rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch",
+                              records=cfg.records, npz_load=cfg.npz_load)
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
+    whole = planned_steps(dataclasses.replace(cfg, total_steps=0), total_samples, ranks_in_mount)[1]
+    cut_epochs = steps_per_epoch if steps_per_epoch < whole and cfg.sampling == "epoch" else 0
 
     result = result or RankResult(rank=comm.rank, host=host, mount=mount)
     records = StepRecords()
@@ -586,7 +656,8 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
         # reads count by their completion time inside the window, as storage-only's do
         result.window_ns = (t0 + int(cfg.ramp_s * 1e9), t0 + int(run_until * 1e9))
     files = ShardFiles(paths, sizes, cfg.direct, result, threads=cfg.read_threads)
-    reader = _Reader(stream, files, cfg, Cursor(engine, result, t0), batches=steps, lookahead=next_shard)
+    reader = _Reader(stream, files, cfg, Cursor(engine, result, t0), batches=steps, lookahead=next_shard,
+                     cut_epochs=cut_epochs)
     prefetching = cfg.prefetch > 0
     if prefetching:
         reader.start()

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import limits
-from .checkpoint import DATATYPES, ZERO_STAGES, CheckpointModel, CheckpointSpec, ModelSpec, ParallelismSpec, check_model
+from .checkpoint import (DATATYPES, LAYOUTS, ZERO_STAGES, CheckpointModel, CheckpointSpec, ModelSpec, ParallelismSpec,
+                         check_model)
 from .errors import UsageError
 from .units import parse_size
 
@@ -27,6 +28,7 @@ FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png", "indexed_bina
 ONE_SAMPLE_FORMATS = ("jpeg", "png")   # one sample per file (as DLIO documents them)
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
 SHUFFLES = ("none", "file", "sample", "file+sample")
+ACCESS = ("blocks", "np.load", "whole")   # how a shard is read ([read] access)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class TrainSpec:
     seed: int
     prefetch: int             # steps read ahead of compute (tf.data prefetch)
     shuffle_size: int = 1024  # samples in the sample-shuffle buffer (DLIO's reader.shuffle_size default)
+    total_steps: int = 0      # most steps each epoch runs (DLIO train.total_training_steps, which DLIO counts per epoch); 0: no bound
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,16 @@ class ReadSpec:
     block_size: int           # bytes per request
     iodepth: int
     read_threads: int
+    # what a DLIO file says of its reader (docs/dlio.md); iodl's own specs may give them too
+    direct: bool = False                    # O_DIRECT reads (DLIO reader.odirect)
+    transfer_size: int | None = None        # DLIO reader.transfer_size in bytes (0 is a value); None: not given
+    computation_threads: int = 1            # DLIO reader.computation_threads
+    skip_listing: bool = False              # derive the file names, list no directory (DLIO dataset.skip_listing)
+    listing_validation_interval: int = 1000  # with skip_listing: check the first, last and every N-th name exists; 0: none
+    file_prefix: str = "img"                # with skip_listing: the files' prefix (DLIO dataset.file_prefix)
+    # blocks: block_size requests; np.load: npz read as np.load reads it (DLIO's npz reader); whole: each
+    # file in one request, as DLIO's odirect readers read (block_size: the largest file)
+    access: str = "blocks"
 
 
 @dataclass(frozen=True)
@@ -107,7 +120,8 @@ class Workload:
         }
         if self.model is not None:
             # keys left unset (0) are left out, so that the dict reads back as the same workload
-            d.update(model={k: v for k, v in dataclasses.asdict(self.model).items() if v != 0},
+            d.update(model={k: v for k, v in dataclasses.asdict(self.model).items()
+                            if v != 0 and (k, v) != ("layout", "dlio")},
                      parallelism={k: v for k, v in dataclasses.asdict(self.parallelism).items()
                                   if v != 0 or k != "data"},
                      checkpoint=dataclasses.asdict(self.checkpoint))
@@ -255,6 +269,11 @@ def _size(positive: bool, hi: int):
     return check
 
 
+def _optional(checker):
+    """checker, or None: the value is not given (TOML has no null; a workload's to_dict() does)."""
+    return lambda v: None if v is None else checker(v)
+
+
 def _bool(v):
     if not isinstance(v, bool):
         raise ValueError(f"must be true or false, got {v!r}")
@@ -319,11 +338,19 @@ SCHEMA = {
         "seed": (_nonneg_int, 1),
         "prefetch": (_upto(_nonneg_int, limits.MAX_PREFETCH), 2),
         "shuffle_size": (_upto(_positive_int, limits.MAX_SHUFFLE_SIZE), 1024),
+        "total_steps": (_upto(_nonneg_int, limits.MAX_STEPS), 0),
     },
     "read": {
         "block_size": (_size(True, limits.MAX_BLOCK_SIZE), "1MiB"),
         "iodepth": (_upto(_positive_int, limits.MAX_DEPTH), 8),
         "read_threads": (_upto(_positive_int, limits.MAX_THREADS), 4),
+        "direct": (_bool, False),
+        "transfer_size": (_optional(_size(False, limits.MAX_BLOCK_SIZE)), None),
+        "computation_threads": (_upto(_positive_int, limits.MAX_THREADS), 1),
+        "skip_listing": (_bool, False),
+        "listing_validation_interval": (_upto(_nonneg_int, limits.MAX_FILES), 1000),
+        "file_prefix": (_name, "img"),
+        "access": (_enum(ACCESS), "blocks"),
     },
     "metric": {
         "au_threshold": (_fraction, 0.90),
@@ -340,6 +367,7 @@ SCHEMA = {
         "model_datatype": (_enum(tuple(DATATYPES)), "fp16"),
         "optimizer_datatype": (_enum(tuple(DATATYPES)), "fp32"),
         "model_size": (_size(True, MAX_MODEL_SIZE), _UNSET),
+        "layout": (_enum(LAYOUTS), "dlio"),
     },
     "parallelism": {
         "tensor": (_upto(_positive_int, limits.MAX_RANKS), 1),
@@ -525,19 +553,22 @@ def builtin_names() -> list[str]:
     return sorted(n[:-5] for n in os.listdir(BUILTIN_DIR) if n.endswith(".toml"))
 
 
-def load_workload(name_or_path: str, need_dataset: bool = True) -> Workload:
+def load_workload(name_or_path: str, need_dataset: bool = True, dlio_version: str | None = None) -> Workload:
     """A built-in workload by name ("resnet50"), a TOML file by path, or a DLIO / MLPerf Storage
-    YAML file (iodl/dlio.py). A checkpoint-only workload (no dataset) is a one-line UsageError
-    unless need_dataset is False (iodl checkpoint, iodl workloads)."""
-    wl = _load_workload(name_or_path)
+    YAML file (iodl/dlio.py; dlio_version: the DLIO that read it, by default the one its keys
+    say). A checkpoint-only workload (no dataset) is a one-line UsageError unless need_dataset is
+    False (iodl checkpoint, iodl workloads)."""
+    wl = _load_workload(name_or_path, dlio_version)
     return wl.need_dataset() if need_dataset else wl
 
 
-def _load_workload(name_or_path: str) -> Workload:
+def _load_workload(name_or_path: str, dlio_version: str | None = None) -> Workload:
     from . import dlio
 
     if dlio.looks_like_yaml(name_or_path):
-        return dlio.load(name_or_path)
+        return dlio.load(name_or_path, dlio_version)
+    if dlio_version is not None:
+        raise UsageError(f"--dlio-version: {name_or_path} is not a DLIO YAML file")
     looks_like_path = os.sep in name_or_path or name_or_path.endswith(".toml") or os.path.exists(name_or_path)
     if not looks_like_path:
         resource = os.path.join(BUILTIN_DIR, name_or_path + ".toml")

@@ -74,7 +74,16 @@ def _setup(comm, args):
     # every number bounded here, on every rank, before any I/O (bounds: iodl/limits.py)
     given_block = limits.check_read_options(args)
     wl = workload_for_roots(args.root, args.workload)
-    block_size = given_block or limits.check_block_size("[read] block_size", wl.read.block_size, args.direct)
+    args.direct = args.direct or wl.read.direct   # the workload's O_DIRECT (DLIO's reader.odirect) as --direct
+    from ..training import request_shape
+
+    wl_block, args.records = request_shape(wl)    # [read] transfer_size as DLIO's readers use it
+    args.records = args.records and not given_block
+    if args.direct and args.records:
+        raise UsageError("--direct: transfer_size 0 reads a tfrecord's 12-byte record headers, which O_DIRECT "
+                         "cannot (its requests are 4096-byte aligned): give --block-size")
+    block_size = given_block or limits.check_block_size(
+        "[read] " + ("transfer_size" if wl_block != wl.read.block_size else "block_size"), wl_block, args.direct)
     # the asyncio engine's concurrency is its reader tasks: the workload's read_threads
     default_depth = wl.read.read_threads if args.engine == "asyncio" else wl.read.iodepth
     iodepth = args.iodepth if args.iodepth is not None else default_depth
@@ -365,7 +374,15 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
         # the ranks of this node reading this mount open it together: a plain directory is listed
         # once per node, a generated dataset's tables are mapped (shared pages), names derived
         group = comm.node_group(mount)
-        ds = collective(comm, lambda: dataset.open_dataset(roots[mount], group=group))
+        rd, spec = wl.read, wl.dataset    # skip_listing: a plain directory's names derived as DLIO derives them
+        derive = (rd.file_prefix, spec.format, spec.files, spec.subfolders) if rd.skip_listing else None
+        # a DLIO workload file describes the plain directory DLIO generated: its samples per file hold
+        # there (a tfrecord file: many); iodl's own workloads read a plain directory file by file
+        from ..dlio import looks_like_yaml
+
+        per_file = spec.samples_per_file if looks_like_yaml(wl.source) else 1
+        ds = collective(comm, lambda: dataset.open_dataset(roots[mount], group=group, derive=derive,
+                                                           samples_per_file=per_file))
         paths, sizes, copies = ds.paths, ds.sizes, ds.copies
         sample_ends = ds.sample_ends
         total_samples = ds.total_samples
@@ -374,6 +391,18 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
     def check_not_empty():
         if not len(sizes) or not stats[1]:
             raise UsageError(f"{roots[mount]}: the dataset holds no bytes to read")
+        if wl.read.access == "whole" and not args.block_size and not synthetic:
+            # DLIO's odirect readers read each file in one request (a readv of its size rounded up
+            # to 4 KiB), one per loader worker: the request is the largest file, iodepth of them
+            cfg.block_size = -(-stats[0] // limits.DIRECT_ALIGN) * limits.DIRECT_ALIGN
+            limits.check_range("a whole-file request (the largest file)", cfg.block_size, 1, limits.MAX_BLOCK_SIZE,
+                               integer=True)
+            limits.check_memory(f"{cfg.iodepth} whole-file requests of {cfg.block_size:,} bytes",
+                                limits.buffers_bytes(cfg.iodepth, cfg.block_size))
+        if args.records and not synthetic and ds.manifest is None:
+            raise UsageError(f"{roots[mount]}: transfer_size 0 reads tfrecord record by record, which needs the "
+                             "records' places: an iodl-generated dataset has them, a plain directory does not "
+                             "(give a transfer_size or --block-size)")
         # what the plans will need, from the real shard sizes, before any is built (iodl/limits.py)
         limits.check_plans(cfg.pattern, sizes, len(sample_ends(0)), cfg.block_size, args.batch_size or wl.train.batch_size,
                            "--block-size" if args.block_size else "[read] block_size", stats)
@@ -431,7 +460,9 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
                           shuffle_size=wl.train.shuffle_size, epochs=args.epochs or wl.train.epochs,
                           steps=args.steps or 0, sample_access=FORMATS[wl.dataset.format].sample_access,
                           read_threads=read_threads(args, wl),
-                          row_groups=_row_groups(wl.dataset))
+                          row_groups=_row_groups(wl.dataset), total_steps=wl.train.total_steps,
+                          records=args.records, npz_load=wl.read.access == "np.load" and wl.dataset.format == "npz"
+                          and not cfg.direct and not args.block_size)
         total_steps, _spe = planned_steps(scfg, total_samples, len(members))
     # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
     # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
