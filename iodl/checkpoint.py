@@ -23,6 +23,14 @@ from .errors import UsageError
 # bytes per element of DLIO's datatypes
 DATATYPES = {"int8": 1, "uint8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
 ZERO_STAGES = (0, 1, 2, 3)
+# The files of a flat model, by the DLIO that wrote them. "dlio": DLIO since 2025 (upstream and the
+# MLCommons fork). "dlio-1.0": DLIO 2.0.0 and before (MLPerf Storage v1.0's submodule 2fcdbfa4):
+# rank 0 torch.saves the model, model_size int8 elements, and with DLIO's default num_layers 1 and
+# layer_parameters [17371, 24740228] one layer file too. "dlio-0.5" (v0.5's submodule 60782fe7):
+# rank 0 writes model_size bytes of "x" to one .bin file. Bytes are the tensors' (torch.save's few
+# hundred bytes of zip framing are not counted), as for every layout.
+LAYOUTS = ("dlio", "dlio-1.0", "dlio-0.5")
+DLIO_1_0_LAYER_BYTES = 17371 + 24740228
 EXT = "pt"            # DLIO's PyTorch checkpointing names its files NAME.pt
 
 
@@ -39,6 +47,7 @@ class ModelSpec:
     model_datatype: str = "fp16"
     optimizer_datatype: str = "fp32"
     model_size: int = 0           # bytes of a flat (non-transformer) model
+    layout: str = "dlio"          # whose files: DLIO since 2025, or dlio-1.0 / dlio-0.5 (LAYOUTS)
 
     @property
     def is_transformer(self) -> bool:
@@ -81,6 +90,8 @@ class CheckpointModel:
 
 def check_model(model: ModelSpec, par: ParallelismSpec) -> str | None:
     """The reason a model and its parallelism cannot be laid out (None if they can)."""
+    if model.layout != "dlio" and model.is_transformer:
+        return f"layout {model.layout} is a flat model's (DLIO 2.0.0 and before): give model_size, not num_layers"
     if model.num_layers and model.model_size:
         return "give either num_layers (a transformer) or model_size (a flat model), not both"
     if not model.num_layers and not model.model_size:
@@ -211,6 +222,11 @@ def _rank_files(model: ModelSpec, par: ParallelismSpec, rank: int, data: int) ->
         return []                    # without ZeRO, only the first model-parallel group writes
     pp_rank, dp_rank, mp_rank = (rank // par.tensor) % par.pipeline, rank // mp, rank % mp
     files: list[tuple[str, int]] = []
+    if model.layout == "dlio-0.5":
+        return [("model.bin", model.model_size)] if rank == 0 else []
+    if model.layout == "dlio-1.0":
+        return [(f"model-{rank}.{EXT}", model.model_size), (f"layer-0-{rank}.{EXT}", DLIO_1_0_LAYER_BYTES)] \
+            if rank == 0 else []
     if not model.is_transformer:
         if model.model_size > 0:
             files.append((f"model_states-{rank}.{EXT}", model.model_size))

@@ -2,11 +2,13 @@
 
 Both forms DLIO uses: a workload file (top level: model, framework, workflow, dataset, reader,
 train, checkpoint, metric, ...) and the resolved config a run saves (the same under `workload:`).
-Every key DLIO knows is either honoured (it becomes an iodl workload setting), shown as
-informational (it shapes nothing iodl emulates: iodl says so), or refused with the reason; a key
-DLIO does not know is refused with its file and line. DLIO itself falls back to a default for a
-misspelt key (a `record_length_byte` silently reads 64 KiB records): iodl never does. The table
-of every key is docs/dlio.md; KEYS below is its source.
+Every key any DLIO version reads (tests/dlio/data: each version's LoadConfig keys, from its own
+code) is either honoured (it becomes an iodl workload setting), shown as informational (it shapes
+nothing iodl emulates: iodl says so), or refused with the reason; a key no DLIO version reads is
+refused with its file and line. DLIO itself falls back to a default for a misspelt key (a
+`record_length_byte` silently reads 64 KiB records): iodl never does. A file is read as the DLIO
+of its MLPerf Storage round read it (dlio_version_of). The table of every key is docs/dlio.md;
+KEYS below is its source.
 
 Where a key is absent, DLIO's own default applies (not iodl's): e.g. no shuffling, batch 1,
 seed 123.
@@ -79,11 +81,46 @@ def _pq_columns(v):
     return v
 
 
+_POSIX = ("local_fs", "parallel_fs")
+
+
 def _storage_type(v):
-    # DLIO's local_fs is a POSIX path, which is what iodl reads; object stores are not emulated
-    if v != "local_fs":
-        raise ValueError(f"iodl reads POSIX filesystems (local_fs); {v!r} storage is not emulated")
+    """-> O_DIRECT or not. DLIO's local_fs and parallel_fs are POSIX paths, read as iodl reads
+    them; the fork's direct_fs is a POSIX path read with O_DIRECT (mlpstorage --o-direct)."""
+    if v in _POSIX:
+        return False
+    if v == "direct_fs":
+        return True
+    if v in ("s3", "aistore"):
+        raise ValueError(f"{v} is object storage, which iodl does not emulate yet: iodl reads POSIX paths "
+                         "(local_fs, parallel_fs, direct_fs)")
+    raise ValueError(f"must be local_fs, parallel_fs or direct_fs (or an object store iodl does not emulate), "
+                     f"got {v!r}")
+
+
+def _storage_library(v):
+    """-> O_DIRECT or not: the fork's local readers read with O_DIRECT when the library is
+    `direct` (its older single-knob form); any other library reads buffered."""
+    return v == "direct"
+
+
+def _storage_options(v):
+    """-> O_DIRECT or not: uri_scheme `direct` (what mlpstorage --o-direct sets) or the older
+    storage_library `direct` in the options; the rest configures an object-store client."""
+    if not isinstance(v, dict):
+        raise ValueError(f"must be a mapping of options, got {v!r}")
+    return v.get("uri_scheme") == "direct" or v.get("storage_library") == "direct"
+
+
+def _file_access(v):
+    if v != "multi":
+        raise ValueError("iodl reads each file on its own (DLIO's file_access multi); "
+                         f"{v!r} (one shared file through MPI-IO) is not emulated")
     return v
+
+
+def _legacy_model_size(v):
+    return _model_bytes(v)
 
 
 def _flag(v):
@@ -154,6 +191,7 @@ def _shuffle_flag(v):
 
 
 _IO = "shapes nothing iodl emulates"
+NOREAD = "no DLIO version reads it: DLIO would silently use its default here"
 _ORDER = ("tensorflow or pytorch: iodl's reads follow the format either way (whole shards sequentially; "
           "indexed_binary sample by sample at the index's offsets)")
 
@@ -165,8 +203,9 @@ KEYS: dict[str, dict[str, Rule]] = {
     "model": {
         "name": Rule(INFO, "names the workload"),
         "type": Rule(HONOUR, "transformer, or the kind of a flat model (cnn)", ("model", "type"), str),
-        "model_size": Rule(HONOUR, "a flat model's bytes (MLPerf's name; DLIO itself reads only model_size_bytes)",
-                           ("model", "model_size"), _model_bytes),
+        "model_size": Rule(INFO, "no DLIO version reads it (a flat model's size is model.model_size_bytes, and "
+                                 "checkpoint.model_size before 2025): DLIO writes its default 10,240-byte model, and "
+                                 "so does iodl; DLIO's and MLPerf's unet3d files carry it"),
         "model_size_bytes": Rule(HONOUR, "a flat model's bytes", ("model", "model_size"), _model_bytes),
         "num_layers": Rule(HONOUR, "transformer layers", ("model", "num_layers"), _count),
         "model_datatype": Rule(HONOUR, "element type of the model", ("model", "model_datatype"), _datatype),
@@ -176,8 +215,8 @@ KEYS: dict[str, dict[str, Rule]] = {
            for k in ("tensor", "pipeline", "data", "zero_stage")},
         **{f"transformer.{k}": Rule(HONOUR, "the transformer's shape", ("model", k), _count)
            for k in ("vocab_size", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads")},
-        **{k: Rule(REFUSE, f"DLIO reads it under model.transformer only (here DLIO would ignore it): "
-                           f"write transformer.{k}") for k in (
+        **{k: Rule(REFUSE, f"no DLIO version reads it here, only under model.transformer (DLIO would ignore "
+                           f"it): write transformer.{k}") for k in (
             "vocab_size", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads")},
         "layer_parameters": Rule(REFUSE, "DLIO's older predefined layer sizes: give the transformer's shape"),
         "optimization_groups": Rule(REFUSE, "DLIO's older predefined optimizer groups: give the transformer's shape"),
@@ -191,6 +230,7 @@ KEYS: dict[str, dict[str, Rule]] = {
                            _flag),
         "evaluation": Rule(INFO, "evaluation reads are not emulated"),
         "profiling": Rule(INFO, "DLIO's profiler: iodl measures on its own"),
+        "debug": Rule(INFO, "DLIO's debug logging (DLIO 2.0.0 and before): no I/O"),
     },
     "dataset": {
         "format": Rule(HONOUR, "the shard format", ("dataset", "format"), _fmt),
@@ -210,7 +250,7 @@ KEYS: dict[str, dict[str, Rule]] = {
                                      "honours any layout", ("dataset", "subfolders"), _number),
         "num_files_eval": Rule(INFO, "evaluation reads are not emulated"),
         "num_subfolders_eval": Rule(INFO, "evaluation reads are not emulated"),
-        "num_samples_per_file_eval": Rule(INFO, "evaluation reads are not emulated"),
+        "num_samples_per_file_eval": Rule(REFUSE, NOREAD),
         "file_prefix": Rule(HONOUR, "the files' prefix with skip_listing (iodl's own datasets name their files)",
                             ("read", "file_prefix"), str),
         "keep_files": Rule(INFO, _IO),
@@ -222,12 +262,24 @@ KEYS: dict[str, dict[str, Rule]] = {
         "parquet.columns": Rule(HONOUR, "parquet columns: name, dtype, size (values per row), read (false: the "
                                 "reader skips the column's chunks)", ("dataset", "columns"), _pq_columns),
         "parquet.row_group_size": Rule(HONOUR, "parquet rows per row group", ("dataset", "row_group_size"), _number),
-        "parquet.read_mode": Rule(INFO, "DLIO's config does not read it; its parquet readers, as iodl's, read by "
-                                  "row group"),
+        "parquet.read_mode": Rule(INFO, "no DLIO version reads it; DLIO's parquet readers, as iodl's, read by "
+                                  "row group (MLPerf's dlrm_b200 file carries it)"),
         "parquet.generation_batch_size": Rule(INFO, "rows per write while DLIO generates: no read I/O"),
         "parquet.use_s3dlio_gen": Rule(INFO, "object-store generation: iodl writes POSIX files"),
         "parquet.partition_by": Rule(REFUSE, "hive-partitioned directories: iodl lays out one file per shard"),
         "compression_level": Rule(REFUSE, "iodl writes incompressible data uncompressed"),
+        "generation_buffer_size": Rule(INFO, "the buffer DLIO's generator writes through: no read I/O"),
+        "data_gen_method": Rule(INFO, "how DLIO's generator makes the bytes (dgen or numpy): no read I/O"),
+        "record_element_bytes": Rule(INFO, "the sample's element size: no I/O"),
+        **{f"hdf5.{k}": Rule(REFUSE, "iodl lays out one contiguous dataset per hdf5 file; DLIO's chunked and "
+                                     "multi-dataset hdf5 layouts are not emulated")
+           for k in ("chunk_dims", "num_dset_per_record", "max_shape")},
+        **{f"arrow.{k}": Rule(REFUSE, "iodl lays out no Arrow IPC datasets yet") for k in (
+            "columns", "generation_batch_size")},
+        "num_files_generated": Rule(REFUSE, "with skip_listing, the names of a larger generated set: iodl derives "
+                                    "the names of the files it reads only"),
+        "total_disk_bytes": Rule(INFO, "mlpstorage's figure of the dataset's bytes on disk (MLPerf's tooling "
+                                 "writes it; no DLIO version reads it): iodl sizes the dataset from its files"),
         "skip_listing": Rule(HONOUR, "no directory listing: a plain directory's names are derived as DLIO derives "
                              "them (PREFIX_I_of_N.FORMAT, folder I % num_subfolders_train)", ("read", "skip_listing"),
                              _dlio_bool),
@@ -261,6 +313,12 @@ KEYS: dict[str, dict[str, Rule]] = {
         "multiprocessing_context": Rule(INFO, _IO),
         "data_loader_classname": Rule(REFUSE, "custom data loaders are DLIO code"),
         "data_loader_sampler": Rule(INFO, _IO),
+        "write_threads": Rule(INFO, "threads of DLIO's generator: no read I/O"),
+        "file_access": Rule(HONOUR, "multi only: each file read on its own", None, _file_access),
+        "transformed_record_dims": Rule(INFO, "the decoded tensor's shape in memory: no I/O"),
+        "transformed_record_element_type": Rule(INFO, "the decoded tensor's element type: no I/O"),
+        "computatation_threads": Rule(HONOUR, "DLIO 0.5's spelling of computation_threads (DLIO 0.5 read this one)",
+                                      ("read", "computation_threads"), _positive),
         "reader_classname": Rule(REFUSE, "custom readers are DLIO code"),
         "preprocess_time": Rule(REFUSE, "a per-sample preprocessing time is not emulated"),
         "preprocess_time_stdev": Rule(REFUSE, "a per-sample preprocessing time is not emulated"),
@@ -294,27 +352,45 @@ KEYS: dict[str, dict[str, Rule]] = {
                                          ("checkpoint", "time_between_s"), _seconds),
         "mode": Rule(HONOUR, "default or subset: iodl's subset is --ranks fewer than TP x PP x DP "
                              "(subset needs model.parallelism.data)", None, _mode),
-        "model_size": Rule(INFO, "DLIO before 2025 read the model size here; DLIO now ignores it (model.model_size)"),
-        "type": Rule(INFO, "rank_zero or all_ranks: DLIO's layout decides who writes, not this"),
-        "checkpoint_type": Rule(INFO, "rank_zero or all_ranks: DLIO's layout decides who writes, not this"),
+        "model_size": Rule(HONOUR, "a flat model's bytes as DLIO 2.0.0 and before read them (MLPerf Storage "
+                                   "v0.5, v1.0); DLIO since reads model.model_size_bytes and not this",
+                           ("model", "model_size"), _legacy_model_size),
+        "type": Rule(INFO, "rank_zero or all_ranks: in DLIO since 2025 the model's layout decides who writes; "
+                           "DLIO 2.0.0's all_ranks is refused where it applies"),
+        "checkpoint_type": Rule(REFUSE, NOREAD + " (DLIO's key is checkpoint.type)"),
+        "checkpoint_mechanism": Rule(REFUSE, NOREAD + " (DLIO picks its writer from the framework)"),
+        **{k: Rule(REFUSE, "DLIO 2.0.0's own layer and optimizer tensors: iodl plans that DLIO's default "
+                           "(one layer file of 24,757,599 B beside the model), not other sizes") for k in (
+            "layer_parameters", "num_layers", "optimization_groups", "tensor_parallelism", "pipeline_parallelism")},
+        **{f"ksm.{k}": Rule(INFO, "memory de-duplication of DLIO's tensors: no I/O") for k in (
+            "madv_mergeable_id", "high_ram_trigger", "low_ram_exit", "await_time")},
         "recovery_rank_shift": Rule(INFO, "which rank reads which rank's files: same bytes"),
         "rank_sync": Rule(INFO, "a barrier after each checkpoint: no bytes"),
         "randomize_tensor": Rule(INFO, "the tensors' content: no bytes"),
         "ksm": Rule(INFO, "memory de-duplication of DLIO's tensors: no I/O"),
-        "checkpoint_mechanism": Rule(INFO, "DLIO's framework writer: iodl plans DLIO's layout"),
         "checkpoint_mechanism_classname": Rule(INFO, "a custom DLIO writer: iodl plans DLIO's own layout"),
     },
     "metric": {
         "au": Rule(HONOUR, "the AU a rank count must reach", ("metric", "au_threshold"), _number),
     },
-    "output": {k: Rule(INFO, "iodl writes its own output (--out)") for k in ("folder", "log_file", "metric")},
+    "output": {**{k: Rule(INFO, "iodl writes its own output (--out)") for k in ("folder", "log_file")},
+               **{f"metric.{k}": Rule(INFO, "DLIO's metric window: no I/O (iodl's window is its own, "
+                                       "docs/numbers.md)") for k in ("exclude_start_steps", "exclude_end_steps")}},
     "storage": {
-        "storage_type": Rule(HONOUR, "local_fs only: the dataset is a POSIX path (--root)", None, _storage_type),
+        "storage_type": Rule(HONOUR, "local_fs and parallel_fs: a POSIX path (--root); direct_fs: the same read "
+                                     "with O_DIRECT; object stores (s3, aistore) are refused", ("read", "direct"),
+                             _storage_type),
         "storage_root": Rule(INFO, "where the data is: give it as --root"),
-        "storage_options": Rule(INFO, "options of an object store client: no local I/O"),
+        "storage_options": Rule(HONOUR, "uri_scheme or storage_library direct: O_DIRECT reads (the fork's "
+                                        "local readers); the other options configure an object-store client",
+                                ("read", "direct"), _storage_options),
+        "storage_library": Rule(HONOUR, "direct: O_DIRECT reads (the fork's older form); another library reads "
+                                        "buffered", ("read", "direct"), _storage_library),
+        "post_generation_settle_seconds": Rule(INFO, "a pause after DLIO generates data: no read I/O"),
+        "s3_force_path_style": Rule(INFO, "an S3 client setting (mlpstorage writes it; no DLIO version reads it)"),
     },
-    "profiling": {k: Rule(INFO, "DLIO's profiler: iodl measures on its own") for k in (
-        "profiler", "iostat_devices", "tensorboard")},
+    "profiling": {**{k: Rule(INFO, "DLIO's profiler: iodl measures on its own") for k in ("profiler", "iostat_devices")},
+                  "tensorboard": Rule(REFUSE, NOREAD)},
 }
 # sections whose value is one scalar
 _SCALARS = {"framework": Rule(INFO, _ORDER)}
@@ -343,12 +419,50 @@ _DLIO_MODEL_SIZE = 10240          # bytes of a flat model that gives none
 _MLPERF_CLOSED = {"llama_8b": (1, 1, 8), "llama_70b": (8, 1, 8), "llama_405b": (8, 32, 2), "llama_1t": (8, 64, 2)}
 
 
+# The DLIO versions MLPerf Storage's rounds ran (docs/dlio.md): 0.5 and 1.0 are DLIO 2.0.0 and
+# before (argonne-lcf/dlio_benchmark at mlcommons/storage's v0.5 and v1.0 submodules), 2.0 the
+# mlperf_storage_v2.0 branch, 3.0 the MLCommons fork. They read different keys and wrote different
+# checkpoints; a file says which by its keys (_LEGACY_KEYS) unless --dlio-version does.
+DLIO_VERSIONS = ("0.5", "1.0", "2.0", "3.0")
+LEGACY = ("0.5", "1.0")
+# keys only DLIO 2.0.0 and before read (tests/dlio/test_dlio_keys.py holds this set to the
+# committed key lists): a file that gives one was written for MLPerf Storage v0.5 or v1.0.
+# `model` is the model's name given alone (model: unet3d), which later DLIO reads as a mapping.
+_LEGACY_KEYS = frozenset({
+    "model", "workflow.debug", "dataset.record_length", "dataset.record_length_stdev", "dataset.record_length_resize",
+    "checkpoint.model_size", "checkpoint.layer_parameters", "checkpoint.num_layers", "checkpoint.optimization_groups",
+    "checkpoint.tensor_parallelism", "checkpoint.pipeline_parallelism", "reader.computatation_threads",
+    "data_reader.computatation_threads"})
+
+
+def dlio_version_of(top: dict) -> str:
+    """The DLIO version a workload mapping was written for, by its keys: 1.0 for a file with a
+    key only DLIO 2.0.0 and before read (record_length*, checkpoint.model_size, workflow.debug, ...;
+    MLPerf Storage v0.5's files read the same keys as v1.0's, so --dlio-version 0.5 says which),
+    else 3.0 (2.0 reads what 3.0 reads, for what iodl plans)."""
+    import yaml
+
+    def keys(node, prefix):
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                yield prefix + k.value
+                yield from keys(v, f"{prefix}{k.value}.")
+
+    # `model: NAME` given alone is no tell: later DLIO reads it too ('name' in 'unet3d' is False,
+    # so the name is left at its default) and DLIO's own later files still write it so
+    for section, (_line, node) in top.items():
+        if any(k in _LEGACY_KEYS for k in keys(node, f"{section}.")):
+            return "1.0"
+    return "3.0"
+
+
 def looks_like_yaml(path: str) -> bool:
     return path.lower().endswith((".yaml", ".yml"))
 
 
-def load(path: str):
-    """The iodl Workload a DLIO YAML file describes (UsageError with file:line otherwise)."""
+def load(path: str, dlio_version: str | None = None):
+    """The iodl Workload a DLIO YAML file describes, as the DLIO of `dlio_version` (default: the
+    one the file's keys say, dlio_version_of) read it (UsageError with file:line otherwise)."""
     import yaml
 
     from .workload import workload_from_dict
@@ -374,7 +488,10 @@ def load(path: str):
                 raise UsageError(f"{label}:{line}: {key}: unknown top-level key (a resolved DLIO config holds "
                                  "`workload:` and hydra's keys)")
         top = _mapping(top["workload"][1], label, "workload")
-    d, lines = _translate(top, label)
+    if dlio_version is not None and dlio_version not in DLIO_VERSIONS:
+        raise UsageError(f"--dlio-version: one of {', '.join(DLIO_VERSIONS)}, got {dlio_version!r}")
+    version = dlio_version or dlio_version_of(top)
+    d, lines = _translate(top, label, version)
     no_dataset_line = d["workload"].pop("_no_dataset_line", None)
     d["workload"].setdefault("name", os.path.splitext(label)[0])
     d["workload"]["origin"] = f"{os.path.abspath(path)} (a DLIO workload file)"
@@ -419,8 +536,9 @@ def _value(node):
     return yaml.constructor.SafeConstructor().construct_document(node) if node is not None else None
 
 
-def _translate(top: dict, label: str) -> tuple[dict, dict]:
-    """The iodl workload dict of a DLIO mapping, and (iodl section, key) -> (line, DLIO key)."""
+def _translate(top: dict, label: str, version: str = "3.0") -> tuple[dict, dict]:
+    """The iodl workload dict of a DLIO mapping as DLIO `version` reads it, and (iodl section,
+    key) -> (line, DLIO key)."""
     import difflib
 
     import yaml
@@ -438,31 +556,33 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
             # DLIO 2.0.0 (PyPI) and its bundled configs: `model: unet3d`, the name alone
             d["workload"]["model"] = str(_value(node))
             continue
-        if section not in KEYS:
+        if section not in KEYS and section != "data_reader":
             hint = difflib.get_close_matches(section, list(KEYS) + list(_SCALARS), n=1)
             raise UsageError(f"{label}:{sline}: {section}: unknown section"
                              + (f" (did you mean {hint[0]}?)" if hint else ""))
-        rules = KEYS[section]
+        rules = KEYS["reader" if section == "data_reader" else section]    # DLIO's older name of reader
         for key, (line, vnode) in _entries(_mapping(node, label, section), rules, label, section):
             rule = rules.get(key)
             where = f"{label}:{line}: [{section}] {key}"
             if rule is None:
                 hint = difflib.get_close_matches(key, rules, n=1)
-                raise UsageError(f"{where}: not a DLIO key iodl knows" + (f" (did you mean {hint[0]}?)" if hint else "")
+                raise UsageError(f"{where}: not a key any DLIO version reads" + (f" (did you mean {hint[0]}?)" if hint else "")
                                  + "; DLIO would silently use its default here, iodl refuses")
             if rule.how == REFUSE:
                 raise UsageError(f"{where}: not honoured: {rule.why}")
             if section == "model" and key == "name":
                 d["workload"]["model"] = str(_value(vnode))
-            if section == "reader" and key == "data_loader":
+            if section == "checkpoint" and key == "type":
+                flow["type"] = (line, _value(vnode))
+            if section in ("reader", "data_reader") and key == "data_loader":
                 reader[key] = (line, _value(vnode))
-            if rule.how == INFO:
+            if rule.how == INFO or not _read_by(version, section, key):
                 continue
             try:
                 value = rule.conv(_value(vnode))
             except ValueError as exc:
                 raise UsageError(f"{where}: {exc}") from None
-            if section == "reader" and key in _READER_LATER:
+            if section in ("reader", "data_reader") and key in _READER_LATER:
                 reader[key] = (line, value)
             if key in shuffle:
                 shuffle[key] = value
@@ -471,7 +591,13 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
             if (section, key) in (("workflow", "train"), ("workflow", "checkpoint"), ("checkpoint", "mode")):
                 flow[key] = (line, value)
                 continue
-            if rule.to is None:       # checked, sets nothing (storage.storage_type)
+            if rule.to is None:       # checked, sets nothing (dataset.compression)
+                continue
+            if rule.to == ("read", "direct"):
+                # O_DIRECT from any of reader.odirect and the storage keys
+                if value and not d["read"].get("direct"):
+                    d["read"]["direct"] = True
+                    lines[("read", "direct")] = (line, f"[{section}] {key}")
                 continue
             target_section, target_key = rule.to
             d[target_section][target_key] = value
@@ -483,8 +609,24 @@ def _translate(top: dict, label: str) -> tuple[dict, dict]:
         d[section].setdefault(key, value)
     _parquet_row(d)
     _reader_section(d, reader, label, lines)
-    _checkpoint_sections(d, flow, label)
+    _checkpoint_sections(d, flow, label, version)
     return d, lines
+
+
+def _read_by(version: str, section: str, key: str) -> bool:
+    """Whether DLIO `version` reads a key iodl honours (the key lists: tests/dlio/data). Only
+    the keys whose versions differ in what iodl does are told apart here."""
+    if version in LEGACY:
+        if (section, key) in (("reader", "odirect"), ("data_reader", "odirect"), ("dataset", "skip_listing"),
+                              ("dataset", "listing_validation_interval"), ("storage", "storage_options"),
+                              ("storage", "storage_library")):
+            return False      # DLIO 2.0.0 and before read buffered and listed the folder
+        if version == "0.5" and key == "computation_threads":
+            return False      # DLIO 0.5 read computatation_threads, its misspelling, instead
+        if section == "model" and key == "model_size_bytes":
+            return False      # DLIO 2.0.0 and before read the size at checkpoint.model_size
+        return True
+    return not (section == "checkpoint" and key == "model_size") and key != "computatation_threads"
 
 
 # reader keys set after the loop: what they do depends on the format and the data loader
@@ -556,11 +698,16 @@ def _entries(table: dict, rules: dict, label: str, section: str):
             yield key, (line, vnode)
 
 
-def _checkpoint_sections(d: dict, flow: dict, label: str) -> None:
+def _checkpoint_sections(d: dict, flow: dict, label: str, version: str = "3.0") -> None:
     """workflow.train / checkpoint decide what the file is: training (with checkpoints or not),
     or checkpoint-only; DLIO's defaults fill a checkpoint's unset keys."""
     train_line, train = flow.get("train", (None, True))
     ck_line, checkpoint = flow.get("checkpoint", (None, False))
+    if not train and version in LEGACY:
+        # DLIO 2.0.0 and before: train False is generate_only, whatever checkpoint says
+        raise UsageError(f"{label}:{train_line}: [workflow] train: False: a data-generation file: DLIO 2.0.0 and "
+                         "before (MLPerf Storage v0.5, v1.0) only generated data with it (no training, no "
+                         "checkpoint); lay the dataset out with `iodl generate --workload` and the run's training file")
     if not train and not checkpoint:
         raise UsageError(f"{label}:{train_line}: [workflow] train: False: iodl read emulates training (train: true); "
                          "this file neither trains nor checkpoints (a data-generation workload)")
@@ -570,6 +717,14 @@ def _checkpoint_sections(d: dict, flow: dict, label: str) -> None:
             d.pop(section)           # DLIO does not checkpoint: its model keys change nothing
         return
     model, par = d["model"], d["parallelism"]
+    if version in LEGACY:
+        # DLIO 2.0.0 and before wrote a flat model from rank 0 only (checkpoint.type rank_zero)
+        type_line, where = flow.get("type", (None, "rank_zero"))
+        if where != "rank_zero":
+            raise UsageError(f"{label}:{type_line}: [checkpoint] type: {where}: DLIO {version}'s every-rank "
+                             "checkpoint is not planned by iodl (rank_zero, DLIO's default, is)")
+        model.pop("num_layers", None)
+        model["layout"] = f"dlio-{version}"
     if model.get("num_layers"):
         model.setdefault("type", "transformer")
         for key, value in _DLIO_TRANSFORMER.items():
@@ -601,3 +756,22 @@ def key_table() -> list[tuple[str, str, str, str]]:
             for k, r in keys.items()]
     rows += [(s, "", r.how, r.why) for s, r in _SCALARS.items()]
     return rows
+
+
+def stance(dotted: str) -> Rule | None:
+    """iodl's rule for a DLIO key given dotted (`reader.odirect`, `model.parallelism.tensor`,
+    `data_reader.batch_size`, `framework`), or None: a key iodl does not know. A key inside a
+    mapping DLIO takes whole (`storage.storage_options.uri_scheme`) has that mapping's rule."""
+    section, _, rest = dotted.partition(".")
+    if not rest:
+        if section in _SCALARS:
+            return _SCALARS[section]
+        # DLIO 2.0.0 and before: `model: NAME`, the model's name alone
+        return Rule(INFO, "names the workload (DLIO 2.0.0 and before: model: NAME)") if section == "model" else None
+    rules = KEYS.get("reader" if section == "data_reader" else section, {})
+    parts = rest.split(".")
+    for n in range(len(parts), 0, -1):
+        rule = rules.get(".".join(parts[:n]))
+        if rule is not None:
+            return rule
+    return None

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import limits
-from .checkpoint import DATATYPES, ZERO_STAGES, CheckpointModel, CheckpointSpec, ModelSpec, ParallelismSpec, check_model
+from .checkpoint import (DATATYPES, LAYOUTS, ZERO_STAGES, CheckpointModel, CheckpointSpec, ModelSpec, ParallelismSpec,
+                         check_model)
 from .errors import UsageError
 from .units import parse_size
 
@@ -119,7 +120,8 @@ class Workload:
         }
         if self.model is not None:
             # keys left unset (0) are left out, so that the dict reads back as the same workload
-            d.update(model={k: v for k, v in dataclasses.asdict(self.model).items() if v != 0},
+            d.update(model={k: v for k, v in dataclasses.asdict(self.model).items()
+                            if v != 0 and (k, v) != ("layout", "dlio")},
                      parallelism={k: v for k, v in dataclasses.asdict(self.parallelism).items()
                                   if v != 0 or k != "data"},
                      checkpoint=dataclasses.asdict(self.checkpoint))
@@ -365,6 +367,7 @@ SCHEMA = {
         "model_datatype": (_enum(tuple(DATATYPES)), "fp16"),
         "optimizer_datatype": (_enum(tuple(DATATYPES)), "fp32"),
         "model_size": (_size(True, MAX_MODEL_SIZE), _UNSET),
+        "layout": (_enum(LAYOUTS), "dlio"),
     },
     "parallelism": {
         "tensor": (_upto(_positive_int, limits.MAX_RANKS), 1),
@@ -550,19 +553,22 @@ def builtin_names() -> list[str]:
     return sorted(n[:-5] for n in os.listdir(BUILTIN_DIR) if n.endswith(".toml"))
 
 
-def load_workload(name_or_path: str, need_dataset: bool = True) -> Workload:
+def load_workload(name_or_path: str, need_dataset: bool = True, dlio_version: str | None = None) -> Workload:
     """A built-in workload by name ("resnet50"), a TOML file by path, or a DLIO / MLPerf Storage
-    YAML file (iodl/dlio.py). A checkpoint-only workload (no dataset) is a one-line UsageError
-    unless need_dataset is False (iodl checkpoint, iodl workloads)."""
-    wl = _load_workload(name_or_path)
+    YAML file (iodl/dlio.py; dlio_version: the DLIO that read it, by default the one its keys
+    say). A checkpoint-only workload (no dataset) is a one-line UsageError unless need_dataset is
+    False (iodl checkpoint, iodl workloads)."""
+    wl = _load_workload(name_or_path, dlio_version)
     return wl.need_dataset() if need_dataset else wl
 
 
-def _load_workload(name_or_path: str) -> Workload:
+def _load_workload(name_or_path: str, dlio_version: str | None = None) -> Workload:
     from . import dlio
 
     if dlio.looks_like_yaml(name_or_path):
-        return dlio.load(name_or_path)
+        return dlio.load(name_or_path, dlio_version)
+    if dlio_version is not None:
+        raise UsageError(f"--dlio-version: {name_or_path} is not a DLIO YAML file")
     looks_like_path = os.sep in name_or_path or name_or_path.endswith(".toml") or os.path.exists(name_or_path)
     if not looks_like_path:
         resource = os.path.join(BUILTIN_DIR, name_or_path + ".toml")

@@ -20,7 +20,8 @@ def test_plan_405b_json_is_fast_and_has_the_documented_keys():
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 2.0, elapsed
     d = json.loads(proc.stdout)
-    assert set(d) == {"model", "ranks", "total_bytes", "per_rank_bytes", "files"}
+    assert set(d) == {"model", "ranks", "total_bytes", "per_rank_bytes", "files", "writes", "reads", "fsync"}
+    assert (d["writes"], d["reads"], d["fsync"]) == (10, 10, True)     # MLPerf's 10 writes then 10 reads, fsync'd
     assert (d["model"], d["ranks"], d["total_bytes"]) == ("llama3-405b", 512, 5_682_508_791_808)
     assert len(d["per_rank_bytes"]) == len(d["files"]) == 512
     assert all(isinstance(b, int) for b in d["per_rank_bytes"]) and sum(d["per_rank_bytes"]) == d["total_bytes"]

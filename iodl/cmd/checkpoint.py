@@ -26,6 +26,9 @@ def add_arguments(p) -> None:
                    help="MPI ranks (default the workload's TP x PP x DP); fewer: MLPerf's subset mode, the first N "
                         "ranks' shares of the full checkpoint")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (docs/checkpoint.md)")
+    p.add_argument("--dlio-version", choices=("0.5", "1.0", "2.0", "3.0"), metavar="V",
+                   help="a DLIO YAML file: plan the checkpoint the DLIO of MLPerf Storage round V wrote (0.5, 1.0, "
+                        "2.0, 3.0; default: the round the file's keys say, docs/dlio.md)")
     p.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="where checkpoints go: a new or empty directory, or one iodl wrote checkpoints in "
                         "(repeatable: ranks map to roots round-robin)")
@@ -70,7 +73,7 @@ def _setup(comm, args):
     from ..units import parse_size
     from ..workload import load_workload
 
-    wl = load_workload(args.workload, need_dataset=False)
+    wl = load_workload(args.workload, need_dataset=False, dlio_version=args.dlio_version)
     cm = wl.checkpoint_model()
     if args.ranks is not None:
         raise UsageError("--ranks is for --plan: a run has as many ranks as mpirun starts")
@@ -220,15 +223,36 @@ def _print_result(result: dict, console) -> None:
                       highlight=False, markup=False)
 
 
-def plan_dict(p) -> dict:
-    """The JSON form of a plan: exactly model, ranks, total_bytes, per_rank_bytes, files."""
-    return {
+def plan_dict(p, wl=None) -> dict:
+    """The JSON form of a plan: model, ranks, total_bytes, per_rank_bytes, files and, given the
+    workload, what a run of it does with them: writes, reads, fsync (docs/checkpoint.md)."""
+    d = {
         "model": p.name,
         "ranks": p.layout.ranks,
         "total_bytes": p.total_bytes,
         "per_rank_bytes": p.per_rank_bytes,
         "files": [[{"name": n, "bytes": b} for n, b in fs] for fs in p.files],
     }
+    if wl is not None:
+        d.update(_schedule(wl))
+    return d
+
+
+def _schedule(wl) -> dict:
+    """writes, reads and fsync of a run. A checkpoint-only workload: its writes and reads. A
+    training workload checkpoints by epochs (the epochs after_epoch, after_epoch + every_epochs,
+    ... up to epochs) and reads none back; by steps, the writes depend on the steps per epoch,
+    which depend on the ranks: null."""
+    ck = wl.checkpoint
+    if wl.dataset is None:
+        writes, reads = ck.writes, ck.reads
+    elif ck.every_steps:
+        writes, reads = None, 0
+    else:
+        epochs = wl.train.epochs
+        writes = len(range(ck.after_epoch, epochs + 1, ck.every_epochs)) if ck.after_epoch <= epochs else 0
+        reads = 0
+    return {"writes": writes, "reads": reads, "fsync": ck.fsync}
 
 
 def plan(args) -> int:
@@ -239,11 +263,11 @@ def plan(args) -> int:
 
     if args.ranks is not None:
         limits.check_range("--ranks", args.ranks, 1, limits.MAX_RANKS, integer=True)
-    wl = load_workload(args.workload, need_dataset=False)
+    wl = load_workload(args.workload, need_dataset=False, dlio_version=args.dlio_version)
     cm = wl.checkpoint_model()
     p = checkpoint.plan(cm, args.ranks)
     if args.json:
-        print(json.dumps(plan_dict(p)))
+        print(json.dumps(plan_dict(p, wl)))
         return 0
     _print_plan(wl, p)
     return 0
@@ -274,7 +298,7 @@ def _print_plan(wl, p) -> None:
         shape = (f"{m.num_layers} layers, hidden {m.hidden_size:,}, vocab {m.vocab_size:,}, "
                  f"{m.model_datatype}/{m.optimizer_datatype}")
     else:
-        shape = f"{m.type}, {m.model_size:,} B flat"
+        shape = f"{m.type}, {m.model_size:,} B flat" + (f", {m.layout}'s files" if m.layout != "dlio" else "")
     lo, hi = min(per_rank), max(per_rank)
     spread = (f"{_gib(lo)} each" if lo == hi else
               f"{_gib(lo)} (rank {per_rank.index(lo)}) to {_gib(hi)} (rank {per_rank.index(hi)})")

@@ -47,7 +47,7 @@ def _line_of(path: str, needle: str) -> int:
 
 @pytest.mark.parametrize("old,new,needle,says", [
     ("record_length_bytes: 65536", "record_length_byte: 65536", "record_length_byte:",
-     "[dataset] record_length_byte: not a DLIO key iodl knows (did you mean record_length_bytes?)"),
+     "[dataset] record_length_byte: not a key any DLIO version reads (did you mean record_length_bytes?)"),
     ("batch_size: 3", "batch_size: three", "batch_size: three", "[reader] batch_size: must be a number"),
     ("format: npz", "format: csv", "format: csv", "[dataset] format: iodl lays out"),
     ("computation_time: 0.05", "computation_time: {mean: 0.05, stdev: 0.01}", "computation_time",
@@ -125,9 +125,15 @@ def test_object_storage_is_refused_and_local_fs_read(tmp_path):
     with pytest.raises(UsageError) as err:
         load_workload(str(path))
     assert str(err.value).startswith(f"w.yaml:{_line_of(str(path), 'storage_type')}: [storage] storage_type: ")
-    assert "'s3' storage is not emulated" in str(err.value)
-    path.write_text(text.format("local_fs"))
-    assert load_workload(str(path)).dataset == load_workload(UNET).dataset
+    assert "s3 is object storage, which iodl does not emulate yet" in str(err.value)
+    assert "\n" not in str(err.value)
+    for posix, direct in (("local_fs", False), ("parallel_fs", False), ("direct_fs", True)):
+        path.write_text(text.format(posix))
+        w = load_workload(str(path))
+        assert w.dataset == load_workload(UNET).dataset and w.read.direct is direct
+    # mlpstorage --o-direct's other form: the fork's local readers go O_DIRECT on uri_scheme direct
+    path.write_text(text.format("local_fs") + "  storage_options: {storage_library: s3dlio, uri_scheme: direct}\n")
+    assert load_workload(str(path)).read.direct is True
 
 
 def test_a_file_without_a_dataset_trains_on_dlios_default_dataset(tmp_path):
@@ -158,3 +164,24 @@ def test_the_reader_keys_that_change_the_io_land_in_the_spec(tmp_path):
     # a file that gives none: DLIO's defaults (buffered, transfer_size not given, no step bound)
     w = load_workload(UNET)
     assert (w.read.direct, w.read.transfer_size, w.train.total_steps, w.read.skip_listing) == (False, None, 0, False)
+
+
+@pytest.mark.parametrize("section,add", [
+    # mlpstorage's overrides in v3.0 resolved configs, and DLIO 2.0.0's workflow.debug (v0.5 files)
+    ("dataset:\n", "dataset:\n  skip_listing: True\n  listing_validation_interval: 1\n  total_disk_bytes: 5000000\n"),
+    ("workflow:\n", "workflow:\n  debug: False\n"),
+    ("reader:\n", "reader:\n  write_threads: 4\n  file_access: multi\n  transformed_record_dims: [3, 4]\n"),
+    ("metric:", "output:\n  metric:\n    exclude_start_steps: 1\n    exclude_end_steps: 0\nstorage:\n"
+                "  storage_type: parallel_fs\n  post_generation_settle_seconds: 5\nmetric:"),
+])
+def test_keys_dlio_or_mlpstorage_write_are_accepted(tmp_path, section, add):
+    path = _variant(tmp_path, section, add)
+    w = load_workload(path)
+    assert w.dataset == load_workload(UNET).dataset
+
+
+def test_dlios_older_data_reader_section_is_its_reader(tmp_path):
+    # DLIO reads `data_reader:` where a file has no `reader:` (utils/config.py LoadConfig, every version)
+    path = _variant(tmp_path, "reader:", "data_reader:")
+    w, ref = load_workload(path), load_workload(UNET)
+    assert (w.train, w.read) == (ref.train, ref.read)
