@@ -283,8 +283,9 @@ KEYS: dict[str, dict[str, Rule]] = {
         "skip_listing": Rule(HONOUR, "no directory listing: a plain directory's names are derived as DLIO derives "
                              "them (PREFIX_I_of_N.FORMAT, folder I % num_subfolders_train)", ("read", "skip_listing"),
                              _dlio_bool),
-        "listing_validation_interval": Rule(HONOUR, "with skip_listing: the first, last and every N-th derived "
-                                            "name are checked to exist (0: none)",
+        "listing_validation_interval": Rule(HONOUR, "with skip_listing: DLIO checks that the first, last and "
+                                            "every N-th derived name exist (0: none); iodl looks at every one "
+                                            "(it needs their sizes)",
                                             ("read", "listing_validation_interval"), _count),
     },
     "reader": {

@@ -76,7 +76,7 @@ class ReadSpec:
     transfer_size: int | None = None        # DLIO reader.transfer_size in bytes (0 is a value); None: not given
     computation_threads: int = 1            # DLIO reader.computation_threads
     skip_listing: bool = False              # derive the file names, list no directory (DLIO dataset.skip_listing)
-    listing_validation_interval: int = 1000  # with skip_listing: check the first, last and every N-th name exists; 0: none
+    listing_validation_interval: int = 1000  # DLIO's: which derived names it checks (iodl stats every one)
     file_prefix: str = "img"                # with skip_listing: the files' prefix (DLIO dataset.file_prefix)
     # blocks: block_size requests; np.load: npz read as np.load reads it (DLIO's npz reader); whole: each
     # file in one request, as DLIO's odirect readers read (block_size: the largest file)
