@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 
 from ..errors import IodlError, UsageError
-from .jobfile import Job, JobFileError, Percent, read_sections, resolve
+from .jobfile import Job, JobFileError, Percent, command_line_sections, read_sections, resolve
 
 SCHEMA = "iodl.fio-compare/1"
 PERCENTILES = {"p50": 50.0, "p99": 99.0, "p999": 99.9}
@@ -33,7 +33,8 @@ DEPTH_KEYS = ["1", "2", "4", "8", "16", "32", ">=64"]   # fio's iodepth_level = 
 # The job file both tools run
 
 def derive_jobfile(path: str, directory: str | None = None, scale: float | None = None,
-                   runtime_s: float | None = None, ramp_s: float | None = None, env=None) -> tuple[str, list[Job]]:
+                   runtime_s: float | None = None, ramp_s: float | None = None, env=None,
+                   cli_options: list | None = None, only: list | None = None) -> tuple[str, list[Job]]:
     """The job file with includes inlined, variables expanded and overrides appended to each job.
 
     Every job is checked against what iodl honours first, so errors name the user's file and line.
@@ -41,7 +42,8 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
     Overrides are written into every [job] section (below its [global]s, so they win) in units
     that need no kb_base: sizes in bytes, times in microseconds. Returns (text, jobs parsed from it).
     """
-    sections = read_sections(path, env=env)
+    # fio's command-line options (defaults ahead of the file) and --section (jobfile.py)
+    sections = command_line_sections(cli_options or []) + read_sections(path, env=env, only=only)
     jobs = resolve(sections)
     if not jobs:
         raise JobFileError(f"no jobs in {path}")
@@ -65,6 +67,13 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
                 lines.append(f"filesize={max(1, int(lo * scale))}-{max(1, int(hi * scale))}")
         if runtime_s is not None:
             lines.append(f"runtime={int(runtime_s * 1e6)}us")
+            if job.get("startdelay", 0) > runtime_s * 1e6:
+                # a short run does not wait minutes to start: the delay is capped at the runtime
+                lines.append(f"startdelay={int(runtime_s * 1e6)}us")
+        if job.get("unlink"):
+            # fio would remove the files after its round (even files iodl did not lay out);
+            # iodl removes its own after the last round (fio_compare.py)
+            lines.append("unlink=0")
         if ramp_s is not None:
             lines.append(f"ramp_time={int(ramp_s * 1e6)}us")
         extra[job.name + f"@{job.line}"] = lines
@@ -83,7 +92,10 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
         if not section.is_global:
             out.extend(extra.get(section.name + f"@{section.line}", []))
     text = "\n".join(out) + "\n"
-    return text, resolve(read_sections(path, text=text, env={}, keywords={}))
+    derived = resolve(read_sections(path, text=text, env={}, keywords={}))
+    for job, mine in zip(jobs, derived):
+        mine.values["@source"] = job   # as written: unlink=, and the lines errors name
+    return text, derived
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,6 +414,10 @@ def render(doc: dict, console) -> None:
     n = doc.get("repeat", 1)
     jobs = doc["jobs"]
     groups = doc["groups"] if len(jobs) > 1 else []
+    if any(not e["fio"] for e in jobs) and any(g["fio"] for g in doc["groups"]):
+        # group_reporting: fio reported each group as one entry, so its figures are the groups';
+        # iodl's side is summed by the same rule (iodl_sides), and the groups are the tables
+        jobs, groups = [], doc["groups"]
     for n_entry, entry in enumerate(jobs + groups):
         f, i = entry["fio"] or {}, entry["iodl"] or {}
         # titled with the job's [name] (escaped: [/dev/sdb] is not rich markup); a group's table says so
@@ -430,7 +446,12 @@ def render(doc: dict, console) -> None:
         row("IOPS", lambda s: s["iops"], r=q.get("iops"))
         # each kind against the same kind (fio's definitions, docs/fio-compare.md); a kind neither side
         # has (slat of a sync engine, lat of a fio result without lat_percentiles) is left out
+        off = set(f.get("not_measured") or []) | set(i.get("not_measured") or [])
         for kind, name in (("lat_us", "lat"), ("slat_us", "slat"), ("latency_us", "clat")):
+            if kind in off:
+                # gtod_reduce / disable_*lat: fio measured none; iodl's is not shown against nothing
+                t.add_row(f"{name} µs", "not measured", "not measured", "")
+                continue
             for key, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
                 def get(s, kind=kind, key=key):
                     return (s.get(kind) or {}).get(key)

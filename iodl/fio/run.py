@@ -105,12 +105,9 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     engine = ENGINES[ioengine]
     for key, option in job.where.items():
         value = job.values.get(key)
-        if key in opts.ONLY_OFF and value not in (0, "0"):
-            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {opts.ONLY_OFF[key]}",
-                               option.file, option.line)
-        if key not in opts.HONOURED and key not in opts.IGNORED and key not in opts.ONLY_OFF:
-            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {opts.why(key)}",
-                               option.file, option.line)
+        why = opts.refusal(key, value, job.values)   # honoured, ignored, at fio's default, or without effect here
+        if why:
+            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {why}", option.file, option.line)
         if isinstance(value, Zones):
             raise _reject(job, key, f"value '{option.key}={option.value}' (a number of zones; zoned devices are not emulated)")
     rw, _, suffix = job.get("rw", "read").partition(":")
@@ -123,13 +120,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (writes with holes are not emulated: fio wraps "
                                  "around the file until size= bytes are written)")
     ddir = 1 if write else 0   # fio's r,w,t values (bs=, rate=...): the write one for a write job
-    if not write:
-        for key in sorted(opts.WRITE_ONLY & set(job.where)):
-            if job.values.get(key):
-                option = job.where[key]
-                raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: fio syncs only in jobs "
-                                   f"that write (rw=write)", option.file, option.line)
-    else:
+    if write:   # a read job's fsync=/end_fsync=... do nothing, in fio too (should_fsync: writes only)
         sync = str(job.get("sync", "none")).strip()
         if sync not in ("", "0", "none"):
             raise _reject(job, "sync", f"value 'sync={sync}' (O_SYNC/O_DSYNC writes are not emulated)")
