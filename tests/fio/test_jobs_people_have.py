@@ -220,16 +220,20 @@ def test_startdelay_is_capped_by_a_short_runtime(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Runs: latency switched off, create_only, unlink
 
-@pytest.mark.fio
-def test_gtod_reduce_compares_bandwidth_and_says_latency_is_not_measured(tmp_path):
+def side_by_side(tmp_path, text: str):
+    """fio and iodl on `text` in a fresh directory: (the process, the first job's entry, the directory)."""
     d = tmp_path / "d"
     d.mkdir()
     job = tmp_path / "job.fio"
-    job.write_text("[a]\nrw=read\nbs=4k\nsize=256k\nioengine=psync\ngtod_reduce=1\n")
+    job.write_text(text)
     out = tmp_path / "out.json"
     r = fio_compare(job, "--directory", d, "--out", out)
     assert r.returncode == 0, r.stderr
-    entry = json.loads(out.read_text())["jobs"][0]
+    return r, json.loads(out.read_text())["jobs"][0], d
+
+@pytest.mark.fio
+def test_gtod_reduce_compares_bandwidth_and_says_latency_is_not_measured(tmp_path):
+    r, entry, _ = side_by_side(tmp_path, "[a]\nrw=read\nbs=4k\nsize=256k\nioengine=psync\ngtod_reduce=1\n")
     for side in (entry["fio"], entry["iodl"]):
         assert side["bytes"] == 256 * 1024 and side["not_measured"] == ["lat_us", "latency_us", "slat_us"]
         assert all(v is None for v in side["latency_us"].values())
@@ -239,14 +243,7 @@ def test_gtod_reduce_compares_bandwidth_and_says_latency_is_not_measured(tmp_pat
 
 @pytest.mark.fio
 def test_create_only_lays_out_and_does_no_io_on_both_sides(tmp_path):
-    d = tmp_path / "d"
-    d.mkdir()
-    job = tmp_path / "job.fio"
-    job.write_text("[a]\nrw=read\nbs=4k\nsize=128k\nnrfiles=2\ncreate_only=1\n")
-    out = tmp_path / "out.json"
-    r = fio_compare(job, "--directory", d, "--out", out)
-    assert r.returncode == 0, r.stderr
-    entry = json.loads(out.read_text())["jobs"][0]
+    _, entry, d = side_by_side(tmp_path, "[a]\nrw=read\nbs=4k\nsize=128k\nnrfiles=2\ncreate_only=1\n")
     assert entry["fio"]["bytes"] == entry["iodl"]["bytes"] == 0
     assert sorted(os.listdir(d)) == ["a.0.0", "a.0.1"] and all(layout.is_marked(d / f) for f in os.listdir(d))
 
