@@ -1,6 +1,6 @@
 """fio job files people have, through fio's parser and iodl's: which run, which are refused and why.
 
-    python bench/check_job_corpus.py DIR [--env-file FILE] [--no-run] [--md OUT.md] [--json OUT.json]
+    python bench/check_job_corpus.py DIR [--env-file FILE] [--cli=--size=1G ...] [--no-run] [--md OUT.md] [--json OUT.json]
 
 For every job file in DIR (include-only files, which have no [section], are skipped):
   1. fio's own parse: `fio --parse-only FILE` (exit status, its last line when it rejects);
@@ -8,8 +8,9 @@ For every job file in DIR (include-only files, which have no [section], are skip
      planned (the grammar, the options iodl honours, the files it would lay out or read);
   3. where 2 passed, a tiny run: `iodl fio-compare FILE --no-fio` in a scratch directory, at a
      --scale that keeps every clone's files to a few MiB, --runtime 1 --ramp-time 0.
-Each file is checked twice: as written, and with the variables of --env-file set (templates such as
-`bs=${BLOCK_SIZE}` expect their runner to set them). A file's verdict is "runs", "refused: REASON"
+Each file is checked twice: as written, and as its runner runs it: with the variables of --env-file
+set (templates such as `bs=${BLOCK_SIZE}` expect them) and fio's command-line options --cli (the
+runners' `fio --size=10G job.fio`: defaults for every job, the file's own values win). A file's verdict is "runs", "refused: REASON"
 (iodl exits 2 naming the option), "fio rejects" (fio's parser refuses it too) or "error" (any other
 exit: a defect). The list of files and their origin (DIR/sources.txt: `NAME repo@commit:path`) is
 printed with the tally; the files themselves are not copied anywhere.
@@ -54,8 +55,8 @@ def read_env(path: str | None) -> dict:
     return env
 
 
-def fio_parse(path: str, env: dict) -> tuple[bool, str]:
-    proc = subprocess.run(["fio", "--parse-only", path], capture_output=True, text=True, env=env,
+def fio_parse(path: str, env: dict, cli: list[str]) -> tuple[bool, str]:
+    proc = subprocess.run(["fio", "--parse-only", *cli, path], capture_output=True, text=True, env=env,
                           cwd=os.path.dirname(path))
     lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
     return proc.returncode == 0, (lines[-1] if lines else "")
@@ -67,7 +68,9 @@ _REASON = [
     (re.compile(r"unsupported option '([^']+)'"), "option {0}"),
     (re.compile(r"belongs to ioengine"), "option of another ioengine"),
     (re.compile(r"unknown option '([^']+)'"), "unknown option {0}"),
-    (re.compile(r"write job without size="), "write job without size="),
+    (re.compile(r"without size="), "no size= (the runner passes --size)"),
+    (re.compile(r"nothing to (read|write)"), "nothing to {0} at this scale"),
+    (re.compile(r"with direct=1: not a multiple"), "direct=1 reads not sector-aligned (fio fails too)"),
     (re.compile(r"bad value for '([^']+)'"), "bad value for {0}"),
     (re.compile(r"does not exist|No such file|not found"), "files that must already exist"),
     (re.compile(r"device"), "a device"),
@@ -83,7 +86,7 @@ def reason_of(message: str) -> str:
     return message[:80]
 
 
-def iodl_plan(path: str, env: dict, scratch: str) -> tuple[str, str, float | None]:
+def iodl_plan(path: str, env: dict, scratch: str, cli: list[str]) -> tuple[str, str, float | None]:
     """("ok", "", scale) or ("refused", message, None) from iodl's parse and plan (no I/O)."""
     from iodl.errors import IodlError
     from iodl.fio import compare
@@ -92,14 +95,20 @@ def iodl_plan(path: str, env: dict, scratch: str) -> tuple[str, str, float | Non
     old = os.getcwd()
     try:
         os.chdir(os.path.dirname(path))
-        _, jobs = compare.derive_jobfile(path, directory=scratch, env=env)
+        options = [(c[2:].partition("=")[0], c.partition("=")[2] or None) for c in cli]
+        extra = {"cli_options": options} if options else {}   # (an iodl without them: the "before" tally)
+        _, jobs = compare.derive_jobfile(path, directory=scratch, env=env, **extra)
         taken: set = set()
-        biggest = 1
+        scale = 1.0
         for job in jobs:
             plan = iodl_run.plan_job(job, taken=taken)
             for clone in plan.files:
-                biggest = max(biggest, sum(f.needed for f in clone))
-        return "ok", "", min(1.0, SCRATCH_BYTES / biggest)
+                total = sum(f.needed for f in clone)
+                if total:
+                    # a few MiB per clone, yet every file at least 16 blocks (and holes) long
+                    floor = 16 * (plan.max_bs + plan.seq_len) / max(1, min(f.io_size for f in clone))
+                    scale = min(scale, max(SCRATCH_BYTES / total, floor))
+        return "ok", "", min(1.0, scale)
     except IodlError as exc:
         return "refused", str(exc), None
     except Exception as exc:   # a defect: iodl must refuse in one line, never crash
@@ -108,9 +117,9 @@ def iodl_plan(path: str, env: dict, scratch: str) -> tuple[str, str, float | Non
         os.chdir(old)
 
 
-def iodl_run(path: str, env: dict, scratch: str, scale: float) -> tuple[str, str]:
+def iodl_run(path: str, env: dict, scratch: str, scale: float, cli: list[str]) -> tuple[str, str]:
     cmd = [sys.executable, "-m", "iodl", "fio-compare", path, "--no-fio", "--directory", scratch,
-           "--runtime", "1", "--ramp-time", "0"]
+           "--runtime", "1", "--ramp-time", "0", *cli]
     if scale < 1:
         cmd += ["--scale", f"{scale:.6g}"]
     try:
@@ -127,16 +136,16 @@ def iodl_run(path: str, env: dict, scratch: str, scale: float) -> tuple[str, str
     return "error", f"exit {proc.returncode}: {last}"
 
 
-def check(path: str, env_vars: dict, run: bool) -> dict:
+def check(path: str, env_vars: dict, cli: list[str], run: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if not re.fullmatch(r"[A-Z_0-9]+", k) or k in
            ("PATH", "HOME", "LANG", "VIRTUAL_ENV", "PYTHONPATH", "TMPDIR")}
     env.update(env_vars)
-    fio_ok, fio_msg = fio_parse(path, env)
+    fio_ok, fio_msg = fio_parse(path, env, cli)
     scratch = tempfile.mkdtemp(prefix="iodl-corpus-")
     try:
-        verdict, message, scale = iodl_plan(path, env, scratch)
+        verdict, message, scale = iodl_plan(path, env, scratch, cli)
         if verdict == "ok" and run:
-            verdict, message = iodl_run(path, env, scratch, scale)
+            verdict, message = iodl_run(path, env, scratch, scale, cli)
         elif verdict == "ok":
             verdict = "plans"
     finally:
@@ -190,18 +199,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("directory")
     ap.add_argument("--env-file", help="KEY=VALUE lines: the templates' variables")
+    ap.add_argument("--cli", action="append", default=[], metavar="--OPTION=VALUE",
+                    help="fio command-line option the runners pass (with --env-file's variables)")
     ap.add_argument("--no-run", action="store_true", help="parse and plan only (no tiny run)")
     ap.add_argument("--md", help="write the tally as markdown")
     ap.add_argument("--json", help="write every file's verdict as JSON")
     args = ap.parse_args()
     directory = os.path.abspath(args.directory)
     files = job_files(directory)
-    modes = {"as written": {}}
-    if args.env_file:
-        modes["with the templates' variables set"] = read_env(args.env_file)
+    modes = {"as written": ({}, [])}
+    if args.env_file or args.cli:
+        modes[f"as run: variables set, {' '.join(args.cli) or 'no options'}"] = (read_env(args.env_file), args.cli)
     results = {}
-    for mode, env_vars in modes.items():
-        results[mode] = [check(p, env_vars, run=not args.no_run) for p in files]
+    for mode, (env_vars, cli) in modes.items():
+        results[mode] = [check(p, env_vars, cli, run=not args.no_run) for p in files]
         t = tally(results[mode])
         print(f"{mode}: {json.dumps(t)}", flush=True)
     if args.md:
