@@ -97,7 +97,8 @@ class Engine:
             window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,
             series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live: object = None,
             clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None,
-            fsync_hist: np.ndarray | None = None) -> RunStats: ...
+            fsync_hist: np.ndarray | None = None, write_hist: np.ndarray | None = None,
+            write_clat_hist: np.ndarray | None = None, write_slat_hist: np.ndarray | None = None) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
         # a signal whose handler raises stops the run within 100 ms; the exception carries .stats
         # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
@@ -111,6 +112,9 @@ class Engine:
         #   psync (fio's sync engines): clat is the whole pread, as in fio, and slat_hist gets no samples (fio's
         #   slat_ns N is 0 for them). null: issued when its submit returns, so clat ~ delay_ns. Asking for either
         #   costs async engines one more clock read per submit call; without them nothing changes.
+        # write_hist, write_clat_hist, write_slat_hist: None, or int64 arrays of HIST_BUCKETS: the writes' samples of
+        #   that kind go there instead of into hist/clat_hist/slat_hist (fio reports reads and writes apart); each
+        #   None leaves the writes' samples of its kind with the reads'
         # plan: PLAN_DTYPE rows, or a C-contiguous (n, 4) or (n, 3: reads) uint64 array, or int64 without negative
         # values; an op other than OP_READ/OP_WRITE/OP_FSYNC/OP_FDATASYNC is a ValueError; anything
         # else (float64, another struct, a strided view) is a ValueError, as is a row's file >= len(fds) or

@@ -84,6 +84,12 @@ struct iodl_run_args {
 	 * the sync call alone (the wait for the requests in flight before it is not in it).
 	 */
 	int64_t *fsync_hist;
+	/*
+	 * NULL, or IODL_HIST_BUCKETS each: where the writes' samples go instead of hist, clat_hist and
+	 * slat_hist (fio reports reads and writes apart: a mixed job's read and write latencies are
+	 * not one histogram). Each NULL one leaves the writes' samples of that kind with the reads'.
+	 */
+	int64_t *write_hist, *write_clat_hist, *write_slat_hist;
 	uint64_t deadline_ns;		/* 0: none */
 	/*
 	 * The measured window (0: unbounded). Only completions inside it are counted, and the

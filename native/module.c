@@ -379,7 +379,7 @@ static PyObject *stats_dict(const struct iodl_stats *st)
  * call, then given back by outputs_release, also after an error part way through.
  */
 struct outputs {
-	Py_buffer hist, clat, slat, fsync, series, live;
+	Py_buffer hist, clat, slat, fsync, series, live, whist, wclat, wslat;
 };
 
 static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObject *slat, PyObject *fsync,
@@ -412,9 +412,26 @@ static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObje
 	return 0;
 }
 
+/* Engine.run's write_hist, write_clat_hist, write_slat_hist: the writes' own histograms, or None */
+static int outputs_get_writes(struct outputs *o, PyObject *whist, PyObject *wclat, PyObject *wslat,
+			      struct iodl_run_args *a)
+{
+	if (whist != Py_None && get_hist(whist, &o->whist, "write_hist") < 0)
+		return -1;
+	if (wclat != Py_None && get_hist(wclat, &o->wclat, "write_clat_hist") < 0)
+		return -1;
+	if (wslat != Py_None && get_hist(wslat, &o->wslat, "write_slat_hist") < 0)
+		return -1;
+	a->write_hist = o->whist.obj ? o->whist.buf : NULL;
+	a->write_clat_hist = o->wclat.obj ? o->wclat.buf : NULL;
+	a->write_slat_hist = o->wslat.obj ? o->wslat.buf : NULL;
+	return 0;
+}
+
 static void outputs_release(struct outputs *o)
 {
-	Py_buffer *all[] = { &o->hist, &o->clat, &o->slat, &o->fsync, &o->series, &o->live };
+	Py_buffer *all[] = { &o->hist, &o->clat, &o->slat, &o->fsync, &o->series, &o->live, &o->whist, &o->wclat,
+			     &o->wslat };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (all[i]->obj)
@@ -425,9 +442,10 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns",
 				  "series", "series_origin_ns", "series_bucket_ns", "live", "clat_hist", "slat_hist",
-				  "fsync_hist", NULL };
+				  "fsync_hist", "write_hist", "write_clat_hist", "write_slat_hist", NULL };
 	PyObject *fds_obj, *plan_obj, *hist_obj, *series_obj = Py_None, *live_obj = Py_None, *result = NULL;
 	PyObject *clat_obj = Py_None, *slat_obj = Py_None, *fsync_obj = Py_None;
+	PyObject *whist_obj = Py_None, *wclat_obj = Py_None, *wslat_obj = Py_None;
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
 	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
 	struct outputs o = { 0 };
@@ -438,9 +456,10 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	int *fds = NULL, rc;
 	size_t nfds = 0, nrows = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOO:run", kwlist, &fds_obj, &plan_obj,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOOOOO:run", kwlist, &fds_obj, &plan_obj,
 					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns, &series_obj,
-					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj, &fsync_obj))
+					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj, &fsync_obj,
+					 &whist_obj, &wclat_obj, &wslat_obj))
 		return NULL;
 	if (check_open(self) < 0)
 		return NULL;
@@ -455,7 +474,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	if (!plan)
 		goto out;
 	if (outputs_get(&o, hist_obj, clat_obj, slat_obj, fsync_obj, series_obj, live_obj, &a, series_origin_ns,
-			series_bucket_ns) < 0)
+			series_bucket_ns) < 0 || outputs_get_writes(&o, whist_obj, wclat_obj, wslat_obj, &a) < 0)
 		goto out;
 	a.plan = plan;
 	for (size_t i = 0; i < nrows; i++) {
@@ -614,7 +633,8 @@ static PyMethodDef Engine_methods[] = {
 	{ "run", (PyCFunction)(void (*)(void))Engine_run, METH_VARARGS | METH_KEYWORDS,
 	  "run(fds, plan, hist, *, deadline_ns=0, window_start_ns=0, window_end_ns=0, series=None, "
 	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None, clat_hist=None, slat_hist=None, "
-	  "fsync_hist=None) -> RunStats: the whole plan (reads, writes, fsyncs), GIL released" },
+	  "fsync_hist=None, write_hist=None, write_clat_hist=None, write_slat_hist=None) -> RunStats: the whole plan "
+	  "(reads, writes, fsyncs), GIL released" },
 	{ "cancel", (PyCFunction)Engine_cancel, METH_NOARGS,
 	  "cancel(): from any thread; the run in progress stops within ~100 ms, drains and returns its "
 	  "stats (interrupted=True); later runs return at once" },

@@ -271,8 +271,10 @@ def _mark_not_measured(doc: dict, jobs) -> None:
         for side in [entry.get("fio"), entry.get("iodl")] + [x for r in entry.get("rounds", []) for x in (r["fio"], r["iodl"])]:
             if side and kinds:
                 side["not_measured"] = sorted(kinds)
-                for kind in kinds:
-                    side[kind] = {k: None for k in side.get(kind) or {}}
+                # the side, and each direction of a job that read and wrote
+                for part in [side] + [side[d] for d in ("read", "write") if isinstance(side.get(d), dict)]:
+                    for kind in kinds:
+                        part[kind] = {k: None for k in part.get(kind) or {}}
 
     for entry, kinds in zip(doc["jobs"], off):
         mark(entry, kinds)

@@ -482,13 +482,13 @@ def _term_interrupts():
 # ---------------------------------------------------------------------------------------------
 # Write jobs: iodl's own files only
 
-def _open_own(spec: FileSpec, direct: bool = False) -> int:
+def _open_own(spec: FileSpec, direct: bool = False, read: bool = False) -> int:
     """Open iodl's own marked file of a write job for writing, without creating, truncating or
     following a symlink anywhere below the job's directory; the opened inode itself is checked
     (regular, carries the mark), so nothing swapped in after the checks is ever written."""
     dfd, name = _open_parent(spec, create=False)
     try:
-        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
+        flags = (os.O_RDWR if read else os.O_WRONLY) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
         try:
             fd = os.open(name, flags, dir_fd=dfd)
         except OSError as exc:
@@ -511,9 +511,10 @@ def _open_own(spec: FileSpec, direct: bool = False) -> int:
     return blocking_once(fd, check)
 
 
-def open_own_for_write(spec: FileSpec, direct: bool) -> int:
-    """A write job's file, opened for iodl's side: its own marked file, O_DIRECT when asked."""
-    return _open_own(spec, direct)
+def open_own_for_write(spec: FileSpec, direct: bool, read: bool = False) -> int:
+    """A write job's file, opened for iodl's side: its own marked file, O_DIRECT when asked; read and
+    write (`read`) for a job that mixes both."""
+    return _open_own(spec, direct, read)
 
 
 _FALLOC_FL_KEEP_SIZE = 1

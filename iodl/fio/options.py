@@ -128,6 +128,7 @@ HONOURED = set("""
     rate rate_iops rate_process create_serialize create_on_open create_only allow_file_create fallocate overwrite
     stonewall new_group group_reporting kb_base thread
     fsync fdatasync end_fsync fsync_on_close
+    rwmixread rwmixwrite percentage_random random_distribution
 """.split())
 
 # Honoured only in write jobs (fio does no sync in a job that does not write: should_fsync).
