@@ -99,16 +99,16 @@ def iodl_plan(path: str, env: dict, scratch: str, cli: list[str]) -> tuple[str, 
         extra = {"cli_options": options} if options else {}   # (an iodl without them: the "before" tally)
         _, jobs = compare.derive_jobfile(path, directory=scratch, env=env, **extra)
         taken: set = set()
-        scale = 1.0
+        scale, floor = 1.0, 0.0
         for job in jobs:
             plan = iodl_run.plan_job(job, taken=taken)
             for clone in plan.files:
                 total = sum(f.needed for f in clone)
                 if total:
-                    # a few MiB per clone, yet every file at least 16 blocks (and holes) long
-                    floor = 16 * (plan.max_bs + plan.seq_len) / max(1, min(f.io_size for f in clone))
-                    scale = min(scale, max(SCRATCH_BYTES / total, floor))
-        return "ok", "", min(1.0, scale)
+                    # a few MiB per clone, yet every file of every job at least 16 blocks (and holes) long
+                    scale = min(scale, SCRATCH_BYTES / total)
+                    floor = max(floor, 16 * (plan.max_bs + plan.seq_len) / max(1, min(f.io_size for f in clone)))
+        return "ok", "", min(1.0, max(scale, floor))
     except IodlError as exc:
         return "refused", str(exc), None
     except Exception as exc:   # a defect: iodl must refuse in one line, never crash
