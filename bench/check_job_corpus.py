@@ -29,6 +29,7 @@ import tempfile
 
 JOB_SUFFIXES = (".fio", ".ini", ".job")
 SCRATCH_BYTES = 8 << 20   # a tiny run's files per clone, at most (its --scale is chosen for it)
+BIG_BYTES = 1 << 30       # all files above this at the chosen --scale: planned only, not run
 RUN_TIMEOUT_S = 120
 
 
@@ -99,16 +100,21 @@ def iodl_plan(path: str, env: dict, scratch: str, cli: list[str]) -> tuple[str, 
         extra = {"cli_options": options} if options else {}   # (an iodl without them: the "before" tally)
         _, jobs = compare.derive_jobfile(path, directory=scratch, env=env, **extra)
         taken: set = set()
-        scale, floor = 1.0, 0.0
+        scale, floor, everything = 1.0, 0.0, 0
         for job in jobs:
             plan = iodl_run.plan_job(job, taken=taken)
             for clone in plan.files:
                 total = sum(f.needed for f in clone)
+                everything += total
                 if total:
                     # a few MiB per clone, yet every file of every job at least 16 blocks (and holes) long
                     scale = min(scale, SCRATCH_BYTES / total)
                     floor = max(floor, 16 * (plan.max_bs + plan.seq_len) / max(1, min(f.io_size for f in clone)))
-        return "ok", "", min(1.0, max(scale, floor))
+        scale = min(1.0, max(scale, floor))
+        if everything * scale > BIG_BYTES:
+            # no one --scale makes every job both small and 16 blocks long: planned, not run
+            return "plans", f"not run: {everything * scale / 2**30:.1f} GiB of files at --scale {scale:.3g}", None
+        return "ok", "", scale
     except IodlError as exc:
         return "refused", str(exc), None
     except Exception as exc:   # a defect: iodl must refuse in one line, never crash
@@ -179,7 +185,8 @@ def markdown(results: dict, origin: dict) -> str:
     for mode, rows in results.items():
         t = tally(rows)
         lines += [f"### {mode}", "",
-                  f"{t['files']} files; fio parses {t['fio_parses']}. iodl: **runs {t.get('runs', 0) + t.get('plans', 0)}**, "
+                  f"{t['files']} files; fio parses {t['fio_parses']}. iodl: **runs {t.get('runs', 0) + t.get('plans', 0)}** "
+                  f"({t.get('plans', 0)} planned only: too big for a tiny run), "
                   f"refused {t.get('refused', 0)}, fio rejects too {t.get('fio rejects', 0)}, error {t.get('error', 0)}.", ""]
         if t["refused_by_reason"]:
             lines += ["| refused because | files |", "|---|---|"]
