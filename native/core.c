@@ -102,6 +102,10 @@ static void write_content(struct iodl_ctx *c, struct iodl_req *r, uint64_t len)
 {
 	unsigned char *buf = c->pool + (size_t)r->slot * c->slot_size;
 
+	if (c->content) {
+		iodl_content_write(c, r, len);
+		return;
+	}
 	if (r->stale || (r->last_written != NEVER_WRITTEN && c->written - r->last_written < REPEAT_DISTANCE))
 		fill_random(c, buf, r->stale > len ? r->stale : len);
 	r->stale = 0;
@@ -171,12 +175,14 @@ void iodl_ctx_close(struct iodl_ctx *c)
 	if (c->abandoned) {
 		/* the kernel may still write into the pool, and tearing the engine down would wait
 		 * for the hung requests (io_destroy does): both are left to the process's exit */
+		iodl_content_free(c);
 		free(c->reqs);
 		free(c);
 		return;
 	}
 	if (c->ops)
 		c->ops->cleanup(c);
+	iodl_content_free(c);
 	free(c->pool);
 	free(c->reqs);
 	free(c);

@@ -154,6 +154,13 @@ struct iodl_stats {
 	uint64_t abandoned;		/* requests left in the kernel by a stop on hung storage */
 };
 
+/* content.c: write buffers as fio fills them (compressibility, dedupe, patterns), when a job asks */
+int iodl_content_set(struct iodl_ctx *c, unsigned compress_pct, uint64_t chunk, unsigned dedupe_pct,
+		     const void *pattern, size_t pattern_len, int zero, int refill, int scramble, uint64_t min_write,
+		     uint64_t seed);
+void iodl_content_write(struct iodl_ctx *c, struct iodl_req *r, uint64_t len);
+void iodl_content_free(struct iodl_ctx *c);
+
 /* barrier.c: lives in a page shared by the ranks of a node, zeroed by its creator */
 struct iodl_node_barrier {
 	uint32_t arrived;

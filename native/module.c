@@ -564,6 +564,34 @@ out:
 }
 
 /* From any thread, GIL or not in the run's thread: the run stops and returns its stats. */
+static PyObject *Engine_set_content(EngineObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "compress_pct", "chunk", "dedupe_pct", "pattern", "zero", "refill", "scramble",
+				  "min_write", "seed", NULL };
+	unsigned compress_pct = 0, dedupe_pct = 0;
+	unsigned long long chunk = 512, min_write = 4096, seed = 0;
+	int zero = 0, refill = 0, scramble = 1, rc;
+	Py_buffer pattern = { 0 };
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$IKIy*pppKK:set_content", kwlist, &compress_pct, &chunk,
+					 &dedupe_pct, &pattern, &zero, &refill, &scramble, &min_write, &seed))
+		return NULL;
+	if (check_open(self) < 0 || compress_pct > 100 || dedupe_pct > 100 || pattern.len > (1 << 20)) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_ValueError, "compress_pct and dedupe_pct are 0..100, a pattern at most 1 MiB");
+		if (pattern.obj)
+			PyBuffer_Release(&pattern);
+		return NULL;
+	}
+	rc = iodl_content_set(self->ctx, compress_pct, chunk, dedupe_pct, pattern.buf, pattern.obj ? (size_t)pattern.len : 0,
+			      zero, refill, scramble, min_write, seed);
+	if (pattern.obj)
+		PyBuffer_Release(&pattern);
+	if (rc < 0)
+		return PyErr_NoMemory();
+	Py_RETURN_NONE;
+}
+
 static PyObject *Engine_cancel(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
 	uint64_t unset = 0;
@@ -635,6 +663,9 @@ static PyMethodDef Engine_methods[] = {
 	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None, clat_hist=None, slat_hist=None, "
 	  "fsync_hist=None, write_hist=None, write_clat_hist=None, write_slat_hist=None) -> RunStats: the whole plan "
 	  "(reads, writes, fsyncs), GIL released" },
+	{ "set_content", (PyCFunction)(void (*)(void))Engine_set_content, METH_VARARGS | METH_KEYWORDS,
+	  "set_content(*, compress_pct=0, chunk=512, dedupe_pct=0, pattern=b'', zero=False, refill=False, "
+	  "scramble=True, min_write=4096, seed=0): later writes carry fio's buffer contents (content.c)" },
 	{ "cancel", (PyCFunction)Engine_cancel, METH_NOARGS,
 	  "cancel(): from any thread; the run in progress stops within ~100 ms, drains and returns its "
 	  "stats (interrupted=True); later runs return at once" },

@@ -129,6 +129,8 @@ HONOURED = set("""
     stonewall new_group group_reporting kb_base thread
     fsync fdatasync end_fsync fsync_on_close
     rwmixread rwmixwrite percentage_random random_distribution
+    buffer_compress_percentage buffer_compress_chunk dedupe_percentage dedupe_mode buffer_pattern zero_buffers
+    refill_buffers scramble_buffers
 """.split())
 
 # Honoured only in write jobs (fio does no sync in a job that does not write: should_fsync).

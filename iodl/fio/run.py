@@ -80,6 +80,7 @@ class JobPlan:
     rand_pct: tuple = (100, 100)   # percentage_random (read, write): of a random job's I/Os, those at a random offset
     dist: tuple = ("random", 0.0, -1.0)   # random_distribution: (kind, theta/h/sigma, center or -1)
     randommap: bool = True   # every block once per pass (fio's random map; off: norandommap, ba != bs, a distribution)
+    content: dict | None = None   # fio's write buffer contents (Engine.set_content), None: iodl's own (incompressible)
 
     @property
     def reads(self) -> bool:
@@ -216,6 +217,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         read_pct=read_pct, write_block_sizes=write_block_sizes, rand_pct=_rand_pct(job) if random else (0, 0),
         dist=dist, randommap=not job.get("norandommap", 0) and dist[0] == "random",
     )
+    plan.content = _content(job, min(s for s, _ in plan.sizes_of(1)), bool(read_pct)) if write else None
     if align and align != min(s for s, _ in block_sizes):
         plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
 
@@ -285,6 +287,65 @@ def _distribution(job: Job) -> tuple:
     if not ok or (center != -1 and not 0 <= center <= 1):
         raise _reject(job, "random_distribution", f"value 'random_distribution={text}' (fio refuses it)")
     return ("normal" if kind == "gauss" else kind, value, center)
+
+
+CONTENT_OPTIONS = ("buffer_compress_percentage", "buffer_compress_chunk", "dedupe_percentage", "buffer_pattern",
+                   "zero_buffers", "refill_buffers", "scramble_buffers")
+
+
+def _content(job: Job, min_write: int, reads: bool) -> dict | None:
+    """What a write job's buffers hold, as fio fills them (init.c fixup_options, io_u.c fill_io_buffer);
+    None when no option asks (iodl's own incompressible content, which is fio's default's kind)."""
+    if not any(k in job.values for k in CONTENT_OPTIONS):
+        return None
+    if str(job.get("dedupe_mode", "repeat")).strip() not in ("repeat", ""):
+        raise _reject(job, "dedupe_mode", "value (dedupe_mode=working_set is not emulated)")
+    compress = int(job.get("buffer_compress_percentage", 0))
+    dedupe = int(job.get("dedupe_percentage", 0))
+    if not (0 <= compress <= 100 and 0 <= dedupe <= 100):
+        raise _reject(job, "buffer_compress_percentage" if compress > 100 else "dedupe_percentage", "value (0 to 100)")
+    zero = bool(job.get("zero_buffers", 0))
+    refill = bool(job.get("refill_buffers", 0))
+    scramble = bool(job.get("scramble_buffers", 1))
+    pattern = _pattern(job)
+    # fio's option callbacks (options.c): buffer_pattern turns scrambling and zeroing off and refills only
+    # when the job reads or compresses; dedupe_percentage turns refill on; either compression option
+    # marks the job compressing (TD_F_COMPRESS), which never scrambles
+    compressing = "buffer_compress_percentage" in job.values or "dedupe_percentage" in job.values
+    if pattern:
+        scramble = zero = False
+        refill = bool(compress) or reads
+    if dedupe:
+        refill = True
+    if compress == 100:   # fio init.c: all zeros (or the pattern), as zero_buffers
+        zero, compress = True, 0
+    elif compress and "refill_buffers" not in job.values:
+        refill = True   # fio turns refill_buffers on for compression unless the job says otherwise
+    # fio scrambles (offset and time in every 512 bytes) unless zero_buffers is written in the job
+    # (scramble_buffers=1 written too: it scrambles anyway), or the job compresses
+    explicit = "scramble_buffers" in job.values and bool(job.get("scramble_buffers"))
+    scramble = scramble and (explicit or not (zero and "zero_buffers" in job.values)) and not compressing
+    return {"compress_pct": compress, "chunk": int(job.get("buffer_compress_chunk", 512)), "dedupe_pct": dedupe,
+            "pattern": pattern, "zero": zero, "refill": refill, "scramble": scramble, "min_write": min_write}
+
+
+def _pattern(job: Job) -> bytes:
+    """buffer_pattern as fio's parse_and_fill_pattern reads its common forms: 0xHEX (bytes as written),
+    "a string" (quoted), and their concatenation with '|'; other forms are refused by name."""
+    text = str(job.get("buffer_pattern", "") or "").strip()
+    out = b""
+    for part in [p.strip() for p in text.split("|") if p.strip()]:
+        if part.lower().startswith("0x") and len(part) > 2:
+            digits = part[2:]
+            try:
+                out += bytes.fromhex(("0" if len(digits) % 2 else "") + digits)
+            except ValueError:
+                raise _reject(job, "buffer_pattern", f"value 'buffer_pattern={text}'") from None
+        elif len(part) >= 2 and part[0] == part[-1] and part[0] in "'\"":
+            out += part[1:-1].encode()
+        else:
+            raise _reject(job, "buffer_pattern", f"value 'buffer_pattern={text}' (iodl reads 0xHEX and \"strings\")")
+    return out
 
 
 def _block_sizes(job: Job, ddir: int) -> list:
@@ -636,6 +697,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
         with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
                                     rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
                                     reap_batch=min(plan.reap_batch, plan.depth)) as engine:
+            if plan.content is not None and plan.engine != "null":
+                engine.set_content(**plan.content, seed=(plan.seed << 16) + jobnum)
             if start is not None:
                 start.wait()
             _drive(plan, engine, fds, rng, res)
