@@ -361,6 +361,7 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 	if (n > r->want)
 		n = r->want;
 	d.bytes = n;
+	d.offset = a->plan[r->row].offset;
 	/* what was cached is a read's question: a write never counts cached bytes */
 	if (r->op == IODL_OP_READ)
 		d.cached = cached_of(L, f, n, d.lat_ns, now, &d.unmeasured);
@@ -494,7 +495,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 	}
 	for (unsigned i = 0; i < c->depth; i++)
 		L.free_slots[L.nfree++] = c->depth - 1 - i;
-	c->stamp_issued = a->clat_hist || a->slat_hist;
+	c->stamp_issued = a->clat_hist || a->slat_hist || a->records;
 	/*
 	 * Sleeps (null delay, rate pacing) must end on time: the default 50 us timer slack would
 	 * bias every delayed completion and every paced gap. Per thread, restored below.

@@ -48,6 +48,7 @@ def run(args) -> int:
     text, jobs = compare.derive_jobfile(args.jobfile, directory, args.scale, args.runtime, args.ramp_time)
     taken: set = set()
     plans = {i: iodl_run.plan_job(job, taken=taken) for i, job in enumerate(jobs)}
+    iodl_run.number_threads(plans)   # fio's thread numbers: each clone's logs' ".N"
     # what iodl may read, create or must refuse (devices, files it did not lay out), on every rank
     disk = {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
     for p in disk.values():

@@ -131,6 +131,7 @@ HONOURED = set("""
     rwmixread rwmixwrite percentage_random random_distribution
     buffer_compress_percentage buffer_compress_chunk dedupe_percentage dedupe_mode buffer_pattern zero_buffers
     refill_buffers scramble_buffers
+    write_bw_log write_lat_log write_iops_log log_avg_msec log_offset per_job_logs
 """.split())
 
 # Honoured only in write jobs (fio does no sync in a job that does not write: should_fsync).
@@ -152,7 +153,7 @@ IGNORED = {
     "significant_figures": "statistics", "disable_lat": "statistics", "disable_clat": "statistics",
     "disable_slat": "statistics", "disable_bw_measurement": "statistics", "gtod_reduce": "statistics",
     "unified_rw_reporting": "reads only", "bwavgtime": "statistics", "iopsavgtime": "statistics",
-    "stats": "statistics", "disk_util": "statistics", "per_job_logs": "logs",
+    "stats": "statistics", "disk_util": "statistics",
     "create_fsync": "layout detail", "create_only": "layout detail", "mem": "buffer allocation",
     "userspace_reap": "iodl reaps libaio completions from the ring when they are there",
     "fixedbufs": "iodl's io_uring engine registers its buffers", "registerfiles": "engine tuning",

@@ -81,6 +81,8 @@ class JobPlan:
     dist: tuple = ("random", 0.0, -1.0)   # random_distribution: (kind, theta/h/sigma, center or -1)
     randommap: bool = True   # every block once per pass (fio's random map; off: norandommap, ba != bs, a distribution)
     content: dict | None = None   # fio's write buffer contents (Engine.set_content), None: iodl's own (incompressible)
+    logs: object = None   # logs.LogSpec: fio's write_bw_log/write_lat_log/write_iops_log, None when none asked
+    first_thread: int = 1   # fio's thread number of clone 0 (1-based over the job file): its logs' ".N"
 
     @property
     def reads(self) -> bool:
@@ -218,6 +220,8 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         dist=dist, randommap=not job.get("norandommap", 0) and dist[0] == "random",
     )
     plan.content = _content(job, min(s for s, _ in plan.sizes_of(1)), bool(read_pct)) if write else None
+    from .logs import log_spec
+    plan.logs = log_spec(job)
     if align and align != min(s for s, _ in block_sizes):
         plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
 
@@ -365,6 +369,14 @@ def _block_sizes(job: Job, ddir: int) -> list:
         raise _reject(job, "bs", "value: a block size of 0")
     total = sum(w for _, w in block_sizes) or 1
     return [(s, w / total) for s, w in block_sizes]
+
+
+def number_threads(plans: dict) -> None:
+    """fio numbers every clone of the job file from 1, in file order (its logs' ".N"): each plan's first."""
+    n = 1
+    for i in sorted(plans):
+        plans[i].first_thread = n
+        n += plans[i].numjobs
 
 
 def _reset_mode(job: Job, read_pct: int = 0) -> str:
@@ -636,6 +648,8 @@ class CloneResult:
     write_hist: np.ndarray | None = None
     write_clat_hist: np.ndarray | None = None
     write_slat_hist: np.ndarray | None = None
+    logs: object = None                    # logs.LogWriter of this clone, fed each run's records
+    records: np.ndarray | None = None      # the engine's per-I/O records of the run in progress (logs only)
 
     # iodl.cursor.Counters: the cursor counts a clone's runs as a rank's
     def engine_args(self, t0_ns: int) -> dict:
@@ -646,9 +660,13 @@ class CloneResult:
         if self.mixed:
             args.update(write_hist=self.write_hist, write_clat_hist=self.write_clat_hist,
                         write_slat_hist=self.write_slat_hist)
+        if self.records is not None and not self.ending:
+            args["records"] = self.records
         return args
 
     def add(self, st: dict, t0_ns: int) -> None:
+        if self.logs is not None and "records" in st:
+            self.logs.add(self.records, st["records"], st["records_lost"])
         syncs = st.get("fsyncs", 0)
         if not st["ios"] and not syncs:
             return
@@ -677,6 +695,10 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
                       depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.write,
                       sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
+    if plan.logs is not None:
+        from .logs import LogWriter
+
+        res.logs = LogWriter(plan.logs, plan.first_thread + jobnum, plan.engine in SYNC_ENGINES)
     if plan.mixed:
         res.mixed = True
         res.write_hist, res.write_clat_hist, res.write_slat_hist = (histogram.empty() for _ in range(3))
@@ -711,6 +733,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     finally:
         for fd in fds:
             os.close(fd)
+        if res.logs is not None:
+            res.logs.close(keep=not res.error)
     return res
 
 
@@ -754,6 +778,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     end = ramp_end + plan.runtime_ns if plan.runtime_ns else 0
     # one run spans the ramp's end: the queue stays full across the boundary, as in fio
     res.measure_ns = (ramp_end, end)
+    if res.logs is not None:
+        res.logs.origin_ns = ramp_end   # fio's log times count from the end of its ramp
     cursor = Cursor(engine, res, t0)
     names = [f.path for f in plan.files[res.jobnum]]
     cpu0 = _cpu()
@@ -802,6 +828,9 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             part = rows[:MAX_PLAN_ROWS]
             if budget_ios and now() >= ramp_end:
                 part = part[: max(0, budget_ios - res.ios)]
+            if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
+                from .logs import empty_records
+                res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
             st = cursor.run(fds, part, names, deadline_ns=end)
             if st["ios"]:
                 if budget_bytes and res.bytes >= budget_bytes and not plan.time_based:
