@@ -99,6 +99,21 @@ int iodl_account(const struct iodl_run_args *a, struct iodl_stats *st, const str
 		st->t_last_ns = d->t_ns;
 		if (a->series)
 			series_add(a, st, d, idx);
+		if (a->records) {
+			if (a->records->n < a->records->cap) {
+				struct iodl_io_record *rec = &a->records->buf[a->records->n++];
+
+				rec->t_ns = d->t_ns;
+				rec->lat_ns = d->lat_ns;
+				rec->clat_ns = d->clat_ns;
+				rec->slat_ns = d->has_slat ? d->slat_ns : 0;
+				rec->bytes = d->bytes;
+				rec->offset = d->offset;
+				rec->op = (uint64_t)d->op;
+			} else {
+				a->records->lost++;
+			}
+		}
 		if (clat)
 			clat[iodl_hist_index(d->clat_ns)]++;
 		/* sync engines have no submit call apart from the read: fio records no slat for them */

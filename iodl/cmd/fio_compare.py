@@ -99,6 +99,7 @@ def run(args) -> int:
         _check_direct_alignment(p)
     # create_only=1: fio lays the files out and runs nothing (its figures are zeros); iodl too
     create_only = {i for i, p in plans.items() if p.job.get("create_only")}
+    iodl_run.number_threads(plans)   # fio's thread numbers: each clone's logs' ".N"
     # what iodl may read, create or must refuse (devices, files it did not lay out), on every rank
     disk = {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
     for p in disk.values():

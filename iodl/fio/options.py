@@ -129,6 +129,9 @@ HONOURED = set("""
     stonewall new_group group_reporting kb_base thread
     fsync fdatasync end_fsync fsync_on_close
     rwmixread rwmixwrite percentage_random random_distribution
+    buffer_compress_percentage buffer_compress_chunk dedupe_percentage dedupe_mode buffer_pattern zero_buffers
+    refill_buffers scramble_buffers
+    write_bw_log write_lat_log write_iops_log log_avg_msec log_offset per_job_logs
 """.split())
 
 # Honoured only in write jobs (fio does no sync in a job that does not write: should_fsync).
@@ -201,7 +204,7 @@ IGNORED = {
     "ignore_error": "what happens on an I/O error; iodl's run ends at its first error (exit 1)",
     "unlink": "after the run, iodl removes the files it laid out itself (fio is run with unlink=0)",
     "unified_rw_reporting": "reads only", "bwavgtime": "statistics", "iopsavgtime": "statistics",
-    "stats": "statistics", "disk_util": "statistics", "per_job_logs": "logs",
+    "stats": "statistics", "disk_util": "statistics",
     "create_fsync": "layout detail", "mem": "buffer allocation",
     "userspace_reap": "iodl reaps libaio completions from the ring when they are there",
     "fixedbufs": "iodl's io_uring engine registers its buffers", "registerfiles": "engine tuning",

@@ -80,6 +80,9 @@ class JobPlan:
     rand_pct: tuple = (100, 100)   # percentage_random (read, write): of a random job's I/Os, those at a random offset
     dist: tuple = ("random", 0.0, -1.0)   # random_distribution: (kind, theta/h/sigma, center or -1)
     randommap: bool = True   # every block once per pass (fio's random map; off: norandommap, ba != bs, a distribution)
+    content: dict | None = None   # fio's write buffer contents (Engine.set_content), None: iodl's own (incompressible)
+    logs: object = None   # logs.LogSpec: fio's write_bw_log/write_lat_log/write_iops_log, None when none asked
+    first_thread: int = 1   # fio's thread number of clone 0 (1-based over the job file): its logs' ".N"
 
     @property
     def reads(self) -> bool:
@@ -207,6 +210,9 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         read_pct=read_pct, write_block_sizes=write_block_sizes, rand_pct=_rand_pct(job) if random else (0, 0),
         dist=dist, randommap=not job.get("norandommap", 0) and dist[0] == "random",
     )
+    plan.content = _content(job, min(s for s, _ in plan.sizes_of(1)), bool(read_pct)) if write else None
+    from .logs import log_spec
+    plan.logs = log_spec(job)
     if align and align != min(s for s, _ in block_sizes):
         plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
 
@@ -278,6 +284,65 @@ def _distribution(job: Job) -> tuple:
     return ("normal" if kind == "gauss" else kind, value, center)
 
 
+CONTENT_OPTIONS = ("buffer_compress_percentage", "buffer_compress_chunk", "dedupe_percentage", "buffer_pattern",
+                   "zero_buffers", "refill_buffers", "scramble_buffers")
+
+
+def _content(job: Job, min_write: int, reads: bool) -> dict | None:
+    """What a write job's buffers hold, as fio fills them (init.c fixup_options, io_u.c fill_io_buffer);
+    None when no option asks (iodl's own incompressible content, which is fio's default's kind)."""
+    if not any(k in job.values for k in CONTENT_OPTIONS):
+        return None
+    if str(job.get("dedupe_mode", "repeat")).strip() not in ("repeat", ""):
+        raise _reject(job, "dedupe_mode", "value (dedupe_mode=working_set is not emulated)")
+    compress = int(job.get("buffer_compress_percentage", 0))
+    dedupe = int(job.get("dedupe_percentage", 0))
+    if not (0 <= compress <= 100 and 0 <= dedupe <= 100):
+        raise _reject(job, "buffer_compress_percentage" if compress > 100 else "dedupe_percentage", "value (0 to 100)")
+    zero = bool(job.get("zero_buffers", 0))
+    refill = bool(job.get("refill_buffers", 0))
+    scramble = bool(job.get("scramble_buffers", 1))
+    pattern = _pattern(job)
+    # fio's option callbacks (options.c): buffer_pattern turns scrambling and zeroing off and refills only
+    # when the job reads or compresses; dedupe_percentage turns refill on; either compression option
+    # marks the job compressing (TD_F_COMPRESS), which never scrambles
+    compressing = "buffer_compress_percentage" in job.values or "dedupe_percentage" in job.values
+    if pattern:
+        scramble = zero = False
+        refill = bool(compress) or reads
+    if dedupe:
+        refill = True
+    if compress == 100:   # fio init.c: all zeros (or the pattern), as zero_buffers
+        zero, compress = True, 0
+    elif compress and "refill_buffers" not in job.values:
+        refill = True   # fio turns refill_buffers on for compression unless the job says otherwise
+    # fio scrambles (offset and time in every 512 bytes) unless zero_buffers is written in the job
+    # (scramble_buffers=1 written too: it scrambles anyway), or the job compresses
+    explicit = "scramble_buffers" in job.values and bool(job.get("scramble_buffers"))
+    scramble = scramble and (explicit or not (zero and "zero_buffers" in job.values)) and not compressing
+    return {"compress_pct": compress, "chunk": int(job.get("buffer_compress_chunk", 512)), "dedupe_pct": dedupe,
+            "pattern": pattern, "zero": zero, "refill": refill, "scramble": scramble, "min_write": min_write}
+
+
+def _pattern(job: Job) -> bytes:
+    """buffer_pattern as fio's parse_and_fill_pattern reads its common forms: 0xHEX (bytes as written),
+    "a string" (quoted), and their concatenation with '|'; other forms are refused by name."""
+    text = str(job.get("buffer_pattern", "") or "").strip()
+    out = b""
+    for part in [p.strip() for p in text.split("|") if p.strip()]:
+        if part.lower().startswith("0x") and len(part) > 2:
+            digits = part[2:]
+            try:
+                out += bytes.fromhex(("0" if len(digits) % 2 else "") + digits)
+            except ValueError:
+                raise _reject(job, "buffer_pattern", f"value 'buffer_pattern={text}'") from None
+        elif len(part) >= 2 and part[0] == part[-1] and part[0] in "'\"":
+            out += part[1:-1].encode()
+        else:
+            raise _reject(job, "buffer_pattern", f"value 'buffer_pattern={text}' (iodl reads 0xHEX and \"strings\")")
+    return out
+
+
 def _block_sizes(job: Job, ddir: int) -> list:
     """[(size, weight)] of one direction (fio's r,w values of bs, bsrange, bssplit), weights summing to 1."""
     if "bssplit" in job.values:
@@ -295,6 +360,14 @@ def _block_sizes(job: Job, ddir: int) -> list:
         raise _reject(job, "bs", "value: a block size of 0")
     total = sum(w for _, w in block_sizes) or 1
     return [(s, w / total) for s, w in block_sizes]
+
+
+def number_threads(plans: dict) -> None:
+    """fio numbers every clone of the job file from 1, in file order (its logs' ".N"): each plan's first."""
+    n = 1
+    for i in sorted(plans):
+        plans[i].first_thread = n
+        n += plans[i].numjobs
 
 
 def _reset_mode(job: Job, read_pct: int = 0) -> str:
@@ -566,6 +639,8 @@ class CloneResult:
     write_hist: np.ndarray | None = None
     write_clat_hist: np.ndarray | None = None
     write_slat_hist: np.ndarray | None = None
+    logs: object = None                    # logs.LogWriter of this clone, fed each run's records
+    records: np.ndarray | None = None      # the engine's per-I/O records of the run in progress (logs only)
 
     # iodl.cursor.Counters: the cursor counts a clone's runs as a rank's
     def engine_args(self, t0_ns: int) -> dict:
@@ -576,9 +651,13 @@ class CloneResult:
         if self.mixed:
             args.update(write_hist=self.write_hist, write_clat_hist=self.write_clat_hist,
                         write_slat_hist=self.write_slat_hist)
+        if self.records is not None and not self.ending:
+            args["records"] = self.records
         return args
 
     def add(self, st: dict, t0_ns: int) -> None:
+        if self.logs is not None and "records" in st:
+            self.logs.add(self.records, st["records"], st["records_lost"])
         syncs = st.get("fsyncs", 0)
         if not st["ios"] and not syncs:
             return
@@ -607,6 +686,10 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
                       depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.write,
                       sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
+    if plan.logs is not None:
+        from .logs import LogWriter
+
+        res.logs = LogWriter(plan.logs, plan.first_thread + jobnum, plan.engine in SYNC_ENGINES)
     if plan.mixed:
         res.mixed = True
         res.write_hist, res.write_clat_hist, res.write_slat_hist = (histogram.empty() for _ in range(3))
@@ -627,6 +710,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
         with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
                                     rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
                                     reap_batch=min(plan.reap_batch, plan.depth)) as engine:
+            if plan.content is not None and plan.engine != "null":
+                engine.set_content(**plan.content, seed=(plan.seed << 16) + jobnum)
             if start is not None:
                 start.wait()
             _drive(plan, engine, fds, rng, res)
@@ -639,6 +724,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     finally:
         for fd in fds:
             os.close(fd)
+        if res.logs is not None:
+            res.logs.close(keep=not res.error)
     return res
 
 
@@ -682,6 +769,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     end = ramp_end + plan.runtime_ns if plan.runtime_ns else 0
     # one run spans the ramp's end: the queue stays full across the boundary, as in fio
     res.measure_ns = (ramp_end, end)
+    if res.logs is not None:
+        res.logs.origin_ns = ramp_end   # fio's log times count from the end of its ramp
     cursor = Cursor(engine, res, t0)
     names = [f.path for f in plan.files[res.jobnum]]
     cpu0 = _cpu()
@@ -730,6 +819,9 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             part = rows[:MAX_PLAN_ROWS]
             if budget_ios and now() >= ramp_end:
                 part = part[: max(0, budget_ios - res.ios)]
+            if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
+                from .logs import empty_records
+                res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
             st = cursor.run(fds, part, names, deadline_ns=end)
             if st["ios"]:
                 if budget_bytes and res.bytes >= budget_bytes and not plan.time_based:
