@@ -69,6 +69,7 @@ _REASON = [
     (re.compile(r"unsupported option '([^']+)'"), "option {0}"),
     (re.compile(r"belongs to ioengine"), "option of another ioengine"),
     (re.compile(r"unknown option '([^']+)'"), "unknown option {0}"),
+    (re.compile(r"write job without size="), "write job without a size of its own (size= absent or N%)"),
     (re.compile(r"without size="), "no size= (the runner passes --size)"),
     (re.compile(r"nothing to (read|write)"), "nothing to {0} at this scale"),
     (re.compile(r"with direct=1: not a multiple"), "direct=1 reads not sector-aligned (fio fails too)"),
@@ -158,6 +159,8 @@ def check(path: str, env_vars: dict, cli: list[str], run: bool) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
     if verdict == "refused" and not fio_ok:
         verdict = "fio rejects"
+    # the messages name files by the corpus's and the scratch directory's paths: neither is the reader's
+    message = message.replace(os.path.dirname(path) + "/", "").replace(scratch, "DIR")
     return {"file": os.path.basename(path), "fio_parses": fio_ok, "fio_message": "" if fio_ok else fio_msg,
             "verdict": verdict, "message": message,
             "reason": reason_of(message) if verdict in ("refused", "fio rejects") else ""}
