@@ -827,15 +827,21 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
                 return finish()
             part = rows[:MAX_PLAN_ROWS]
             if budget_ios and now() >= ramp_end:
-                part = part[: max(0, budget_ios - res.ios)]
+                part = part[: max(0, budget_ios - res.ios - res.write_ios)]
+            if budget_bytes and not plan.time_based and now() >= ramp_end:
+                # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
+                left = budget_bytes - res.bytes - res.write_bytes
+                part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
+                if not len(part):
+                    return finish()
             if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
                 from .logs import empty_records
                 res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
             st = cursor.run(fds, part, names, deadline_ns=end)
             if st["ios"]:
-                if budget_bytes and res.bytes >= budget_bytes and not plan.time_based:
+                if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
                     return finish()
-                if budget_ios and res.ios >= budget_ios:
+                if budget_ios and res.ios + res.write_ios >= budget_ios:
                     return finish()
             rows = rows[st["done"]:]
         if plan.write and not plan.time_based:
