@@ -56,7 +56,10 @@ def run_case(name, job, extra, limit, runtime, ramp, repeat, tmp, backing):
     if r.returncode:
         return {"name": name, "error": r.stderr.strip()}
     (entry,) = json.load(open(out))["jobs"]
-    return {**entry, "name": name, "throttle_Bps": limit, "steal": round(steal.share, 4)}
+    # the machine's run queue over the case (1-minute load average at its end): other work on the CPUs,
+    # beyond the hypervisor's steal, shows here (above the core count the rounds' ratios are noise)
+    return {**entry, "name": name, "throttle_Bps": limit, "steal": round(steal.share, 4),
+            "load": round(os.getloadavg()[0], 1)}
 
 
 def main():
@@ -76,8 +79,8 @@ def main():
            "backing": a.backing, "kernel": os.uname().release, "cases": rows}
     with open(a.out + ".json", "w") as f:
         json.dump(doc, f, indent=1)
-    lines = ["| case | fio MB/s | iodl MB/s | bw ratio | fio IOPS | iodl IOPS | IOPS ratio | criterion | steal |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | fio MB/s | iodl MB/s | bw ratio | fio IOPS | iodl IOPS | IOPS ratio | criterion | steal | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['name']} | error: {r['error']} ||||||||")
@@ -88,7 +91,7 @@ def main():
             name = f"{r['name']} {d}s" if d else r["name"]
             lines.append(f"| {name} | {f['bandwidth_MBps']:.1f} | {i['bandwidth_MBps']:.1f} | {q['bandwidth']:.3f} | "
                          f"{f['iops']:.0f} | {i['iops']:.0f} | {q['iops']:.3f} | {r['criterion']} ({r['metric']}) | "
-                         f"{r['steal']:.1%} |")
+                         f"{r['steal']:.1%} | {r.get('load', '-')} |")
     with open(a.out + ".md", "w") as f:
         f.write(f"# fio-compare on loop mounts backed by {a.backing} ({doc['when']}, runtime {a.runtime}s, ramp {a.ramp}s, "
                 f"{a.repeat} interleaved runs per tool; medians, ratio = median of per-round ratios)\n\n")

@@ -162,10 +162,12 @@ void iodl_content_write(struct iodl_ctx *c, struct iodl_req *r, uint64_t len)
 	struct iodl_content *ct = c->content;
 	unsigned char *buf = c->pool + (size_t)r->slot * c->slot_size;
 
-	if (ct->refill || r->stale) {
-		/* refill_buffers, or a read overwrote this slot since it was filled (fio refills then too) */
+	r->stale = 0;
+	if (ct->refill || r->last_written == UINT64_MAX) {
+		/* refill_buffers, or the slot's first write: fio fills every buffer once at start. A read
+		 * into the slot since changes nothing: fio then writes what the read left (and scrambles it) */
 		fill_io_buffer(ct, buf, ct->refill ? len : c->slot_size);
-		r->stale = 0;
+		r->last_written = 0;
 	} else if (ct->scramble) {
 		scramble(buf, len, r->offset);
 	}
@@ -201,7 +203,7 @@ int iodl_content_set(struct iodl_ctx *c, unsigned compress_pct, uint64_t chunk, 
 	c->content = ct;
 	/* every slot is filled as fio fills its buffers at start, before its first write */
 	for (unsigned i = 0; i < c->depth; i++)
-		c->reqs[i].stale = c->slot_size;
+		c->reqs[i].last_written = UINT64_MAX;
 	return 0;
 }
 

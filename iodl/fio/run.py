@@ -80,7 +80,7 @@ class JobPlan:
     rand_pct: tuple = (100, 100)   # percentage_random (read, write): of a random job's I/Os, those at a random offset
     dist: tuple = ("random", 0.0, -1.0)   # random_distribution: (kind, theta/h/sigma, center or -1)
     randommap: bool = True   # every block once per pass (fio's random map; off: norandommap, ba != bs, a distribution)
-    content: dict | None = None   # fio's write buffer contents (Engine.set_content), None: iodl's own (incompressible)
+    content: dict | None = None   # a write job's buffer contents as fio's (Engine.set_content)
     logs: object = None   # logs.LogSpec: fio's write_bw_log/write_lat_log/write_iops_log, None when none asked
     first_thread: int = 1   # fio's thread number of clone 0 (1-based over the job file): its logs' ".N"
 
@@ -289,10 +289,10 @@ CONTENT_OPTIONS = ("buffer_compress_percentage", "buffer_compress_chunk", "dedup
 
 
 def _content(job: Job, min_write: int, reads: bool) -> dict | None:
-    """What a write job's buffers hold, as fio fills them (init.c fixup_options, io_u.c fill_io_buffer);
-    None when no option asks (iodl's own incompressible content, which is fio's default's kind)."""
-    if not any(k in job.values for k in CONTENT_OPTIONS):
-        return None
+    """What a write job's buffers hold, as fio fills them (init.c fixup_options, io_u.c fill_io_buffer).
+    With no option: fio's default, random bytes once per buffer, then the offset and time scrambled into
+    every 512 bytes of each write; no refill, also after a read into the buffer (a mixed job writes back
+    what it read, scrambled, as fio does)."""
     if str(job.get("dedupe_mode", "repeat")).strip() not in ("repeat", ""):
         raise _reject(job, "dedupe_mode", "value (dedupe_mode=working_set is not emulated)")
     compress = int(job.get("buffer_compress_percentage", 0))
@@ -818,15 +818,21 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
                 return finish()
             part = rows[:MAX_PLAN_ROWS]
             if budget_ios and now() >= ramp_end:
-                part = part[: max(0, budget_ios - res.ios)]
+                part = part[: max(0, budget_ios - res.ios - res.write_ios)]
+            if budget_bytes and not plan.time_based and now() >= ramp_end:
+                # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
+                left = budget_bytes - res.bytes - res.write_bytes
+                part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
+                if not len(part):
+                    return finish()
             if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
                 from .logs import empty_records
                 res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
             st = cursor.run(fds, part, names, deadline_ns=end)
             if st["ios"]:
-                if budget_bytes and res.bytes >= budget_bytes and not plan.time_based:
+                if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
                     return finish()
-                if budget_ios and res.ios >= budget_ios:
+                if budget_ios and res.ios + res.write_ios >= budget_ios:
                     return finish()
             rows = rows[st["done"]:]
         if plan.write and not plan.time_based:

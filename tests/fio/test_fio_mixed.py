@@ -194,3 +194,19 @@ def test_a_random_write_section_no_longer_hides_the_read_sections(tmp_path):
     m = jobs[2]["iodl"]
     assert m["read"]["ios"] / m["ios"] == pytest.approx(0.75, abs=0.05) and m["ios"] == 256
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".0.0")]   # null: nothing laid out
+
+
+@pytest.mark.fio
+def test_io_size_and_number_ios_count_both_directions_as_fio(tmp_path):
+    """A mixed job's io_size and number_ios bound its reads and writes together, as fio's (null engine):
+    io_size below size ends the pass part way (fio's io_bytes_exceeded), for reads alone too."""
+    text = ("[global]\nioengine=null\nsize=1m\nbs=4k\n[m]\nrw=randrw\nnumber_ios=100\n[n]\nrw=rw\nio_size=512k\n"
+            "[r]\nrw=read\nio_size=256k\n")
+    job = job_file(tmp_path, text)
+    out = tmp_path / "o.json"
+    r = subprocess.run([sys.executable, "-m", "iodl", "fio-compare", str(job), "--directory", str(tmp_path),
+                        "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for e in json.loads(out.read_text())["jobs"]:
+        assert e["iodl"]["ios"] == e["fio"]["ios"] and e["iodl"]["bytes"] == e["fio"]["bytes"], e["name"]
+    assert [e["iodl"]["ios"] for e in json.loads(out.read_text())["jobs"]] == [100, 128, 64]
