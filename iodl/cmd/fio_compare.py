@@ -241,6 +241,8 @@ def run(args) -> int:
     _mark_not_measured(doc, jobs)
     if len(per_host) > 1:
         compare.add_hosts(doc, jobs, meta["hosts"], [[sides([f], i) for f, i in h[2]] for h in per_host])
+        for host in doc["per_host"]:
+            _mark_not_measured(host, jobs)   # each host's entries have the document's shape
 
     from rich.console import Console
 
