@@ -254,7 +254,8 @@ ONLY_OFF = {
 _WHY = [
     (("numa_",), "NUMA placement is not emulated"),
     (("verify", "do_verify", "experimental_verify", "trim_"), "verification and trims are not emulated (iodl reads)"),
-    (("write_", "log_", "per_job_logs", "read_iolog", "replay_", "merge_blktrace"), "logs and I/O replay are not emulated"),
+    (("write_", "log_", "per_job_logs", "read_iolog", "replay_", "merge_blktrace"),
+     "iolog replay, histogram and compressed logs are not emulated (iodl writes fio's bw, lat and iops logs)"),
     (("zone", "max_open_zones", "job_max_open_zones", "read_beyond_wp", "ignore_zone_limits"), "zoned devices are not emulated"),
     (("thinktime",), "think time is not emulated"),
     (("exec_",), "iodl runs no commands"),
@@ -265,7 +266,7 @@ _WHY = [
     (("prio", "nice"), "process and I/O priorities are not emulated"),
     (("rwmix", "sync_file_range", "write_barrier", "fill_device", "file_append", "buffer_", "dedupe",
       "scramble", "zero_buffers", "refill_buffers", "unlink_each_loop", "trim", "pre_read"),
-     "iodl reads, and writes sequentially with fsync/fdatasync only (no mixes, trims, buffer contents "
+     "iodl reads and writes with fsync/fdatasync only (no trims, range syncs, barriers, dedupe working sets "
      "or file removal)"),
 ]
 
