@@ -70,6 +70,8 @@ class RunStats(TypedDict):
                          # normally. Then the engine is cancelled for good and its buffers are never freed (the
                          # kernel may still write into them)
 
+def format_rows(rows: np.ndarray) -> bytes: ...   # (n, k) C-contiguous int64 rows as "a, b, c\n" lines (fio's logs)
+
 class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
                  delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None,
@@ -97,7 +99,9 @@ class Engine:
             window_start_ns: int = 0, window_end_ns: int = 0, series: np.ndarray | None = None,
             series_origin_ns: int = 0, series_bucket_ns: int = 1_000_000_000, live: object = None,
             clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None,
-            fsync_hist: np.ndarray | None = None) -> RunStats: ...
+            fsync_hist: np.ndarray | None = None, write_hist: np.ndarray | None = None,
+            write_clat_hist: np.ndarray | None = None, write_slat_hist: np.ndarray | None = None,
+            records: np.ndarray | None = None) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
         # a signal whose handler raises stops the run within 100 ms; the exception carries .stats
         # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
@@ -111,6 +115,13 @@ class Engine:
         #   psync (fio's sync engines): clat is the whole pread, as in fio, and slat_hist gets no samples (fio's
         #   slat_ns N is 0 for them). null: issued when its submit returns, so clat ~ delay_ns. Asking for either
         #   costs async engines one more clock read per submit call; without them nothing changes.
+        # records: None, or a writable C-contiguous uint64 array of shape (n, 7): one row per counted data completion,
+        #   in completion order (t_ns reaped, lat_ns, clat_ns, slat_ns (0 for psync), bytes, the row's offset, op);
+        #   the stats then say how many rows were filled ("records") and how many completions found no room
+        #   ("records_lost"). fio-compare's logs (iodl/fio/logs.py) are made from them.
+        # write_hist, write_clat_hist, write_slat_hist: None, or int64 arrays of HIST_BUCKETS: the writes' samples of
+        #   that kind go there instead of into hist/clat_hist/slat_hist (fio reports reads and writes apart); each
+        #   None leaves the writes' samples of its kind with the reads'
         # plan: PLAN_DTYPE rows, or a C-contiguous (n, 4) or (n, 3: reads) uint64 array, or int64 without negative
         # values; an op other than OP_READ/OP_WRITE/OP_FSYNC/OP_FDATASYNC is a ValueError; anything
         # else (float64, another struct, a strided view) is a ValueError, as is a row's file >= len(fds) or
@@ -160,6 +171,12 @@ class Engine:
     fixed_buffers: bool  # uring: the pool is registered (READ_FIXED); False elsewhere or if refused
     closed: bool
     cancelled: bool      # cancel() was called, or a stop abandoned requests
+    def set_content(self, *, compress_pct: int = 0, chunk: int = 512, dedupe_pct: int = 0, pattern: bytes = b"",
+                    zero: bool = False, refill: bool = False, scramble: bool = True, min_write: int = 4096,
+                    seed: int = 0) -> None: ...
+        # later writes carry fio's buffer contents (native/content.c: fio 3.33's fill_io_buffer, its dedupe states
+        # and small_content_scramble) instead of iodl's own incompressible content; every slot is refilled before its
+        # next write. ValueError for a percentage over 100 or a pattern over 1 MiB
     def cancel(self) -> None: ...
         # From ANY thread, also while run() runs in another (its GIL released): sets an atomic flag that the
         # loop reads without the GIL. The run in progress stops submitting new rows within ~100 ms, drains what

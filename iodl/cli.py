@@ -99,6 +99,10 @@ def _main(argv: list[str]) -> int:
             from .cmd.sweep import own_options_first
 
             argv = own_options_first(argv)   # read options may follow without `--`
+        elif next((a for a in argv if not a.startswith("-")), None) == "fio-compare":
+            from .cmd.fio_compare import fio_options_as_flags
+
+            argv = fio_options_as_flags(argv)   # fio's own --OPTION=VALUE, as on fio's command line
         args = build_parser(argv).parse_args(argv)
         module = importlib.import_module(args._module)
         return int(module.run(args) or 0)

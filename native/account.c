@@ -77,8 +77,12 @@ int iodl_account(const struct iodl_run_args *a, struct iodl_stats *st, const str
 	counted = in_window(a, d->t_ns);
 	if (counted) {
 		unsigned idx = iodl_hist_index(d->lat_ns);
+		int w = d->op == IODL_OP_WRITE;
+		int64_t *hist = w && a->write_hist ? a->write_hist : a->hist;
+		int64_t *clat = w && a->write_clat_hist ? a->write_clat_hist : a->clat_hist;
+		int64_t *slat = w && a->write_slat_hist ? a->write_slat_hist : a->slat_hist;
 
-		a->hist[idx]++;
+		hist[idx]++;
 		if (d->lat_ns > st->max_ns)
 			st->max_ns = d->lat_ns;
 		st->ios++;
@@ -95,11 +99,26 @@ int iodl_account(const struct iodl_run_args *a, struct iodl_stats *st, const str
 		st->t_last_ns = d->t_ns;
 		if (a->series)
 			series_add(a, st, d, idx);
-		if (a->clat_hist)
-			a->clat_hist[iodl_hist_index(d->clat_ns)]++;
+		if (a->records) {
+			if (a->records->n < a->records->cap) {
+				struct iodl_io_record *rec = &a->records->buf[a->records->n++];
+
+				rec->t_ns = d->t_ns;
+				rec->lat_ns = d->lat_ns;
+				rec->clat_ns = d->clat_ns;
+				rec->slat_ns = d->has_slat ? d->slat_ns : 0;
+				rec->bytes = d->bytes;
+				rec->offset = d->offset;
+				rec->op = (uint64_t)d->op;
+			} else {
+				a->records->lost++;
+			}
+		}
+		if (clat)
+			clat[iodl_hist_index(d->clat_ns)]++;
 		/* sync engines have no submit call apart from the read: fio records no slat for them */
-		if (a->slat_hist && d->has_slat)
-			a->slat_hist[iodl_hist_index(d->slat_ns)]++;
+		if (slat && d->has_slat)
+			slat[iodl_hist_index(d->slat_ns)]++;
 	}
 	/* progress moves during a ramp too: every completion, counted or not */
 	if (a->live) {

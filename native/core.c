@@ -102,6 +102,10 @@ static void write_content(struct iodl_ctx *c, struct iodl_req *r, uint64_t len)
 {
 	unsigned char *buf = c->pool + (size_t)r->slot * c->slot_size;
 
+	if (c->content) {
+		iodl_content_write(c, r, len);
+		return;
+	}
 	if (r->stale || (r->last_written != NEVER_WRITTEN && c->written - r->last_written < REPEAT_DISTANCE))
 		fill_random(c, buf, r->stale > len ? r->stale : len);
 	r->stale = 0;
@@ -171,12 +175,14 @@ void iodl_ctx_close(struct iodl_ctx *c)
 	if (c->abandoned) {
 		/* the kernel may still write into the pool, and tearing the engine down would wait
 		 * for the hung requests (io_destroy does): both are left to the process's exit */
+		iodl_content_free(c);
 		free(c->reqs);
 		free(c);
 		return;
 	}
 	if (c->ops)
 		c->ops->cleanup(c);
+	iodl_content_free(c);
 	free(c->pool);
 	free(c->reqs);
 	free(c);
@@ -355,6 +361,7 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 	if (n > r->want)
 		n = r->want;
 	d.bytes = n;
+	d.offset = a->plan[r->row].offset;
 	/* what was cached is a read's question: a write never counts cached bytes */
 	if (r->op == IODL_OP_READ)
 		d.cached = cached_of(L, f, n, d.lat_ns, now, &d.unmeasured);
@@ -488,7 +495,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 	}
 	for (unsigned i = 0; i < c->depth; i++)
 		L.free_slots[L.nfree++] = c->depth - 1 - i;
-	c->stamp_issued = a->clat_hist || a->slat_hist;
+	c->stamp_issued = a->clat_hist || a->slat_hist || a->records;
 	/*
 	 * Sleeps (null delay, rate pacing) must end on time: the default 50 us timer slack would
 	 * bias every delayed completion and every paced gap. Per thread, restored below.

@@ -65,6 +65,15 @@ struct iodl_plan_row {		/* iodl.plan.PLAN_DTYPE; op is IODL_OP_* (engine.h) */
 	uint64_t file, offset, length, op;
 };
 
+struct iodl_io_record {		/* iodl.fio.logs.RECORD_DTYPE */
+	uint64_t t_ns, lat_ns, clat_ns, slat_ns, bytes, offset, op;
+};
+
+struct iodl_records {
+	struct iodl_io_record *buf;
+	size_t cap, n, lost;
+};
+
 struct iodl_run_args {
 	const int *fds;
 	size_t nfds;
@@ -84,6 +93,18 @@ struct iodl_run_args {
 	 * the sync call alone (the wait for the requests in flight before it is not in it).
 	 */
 	int64_t *fsync_hist;
+	/*
+	 * NULL, or IODL_HIST_BUCKETS each: where the writes' samples go instead of hist, clat_hist and
+	 * slat_hist (fio reports reads and writes apart: a mixed job's read and write latencies are
+	 * not one histogram). Each NULL one leaves the writes' samples of that kind with the reads'.
+	 */
+	int64_t *write_hist, *write_clat_hist, *write_slat_hist;
+	/*
+	 * NULL, or room for cap records: one per counted data completion, in completion order, for logs
+	 * of every I/O (fio's write_lat_log and friends). n says how many were filled; those past cap
+	 * are counted in lost, never written.
+	 */
+	struct iodl_records *records;
 	uint64_t deadline_ns;		/* 0: none */
 	/*
 	 * The measured window (0: unbounded). Only completions inside it are counted, and the
@@ -148,6 +169,13 @@ struct iodl_stats {
 	uint64_t abandoned;		/* requests left in the kernel by a stop on hung storage */
 };
 
+/* content.c: write buffers as fio fills them (compressibility, dedupe, patterns), when a job asks */
+int iodl_content_set(struct iodl_ctx *c, unsigned compress_pct, uint64_t chunk, unsigned dedupe_pct,
+		     const void *pattern, size_t pattern_len, int zero, int refill, int scramble, uint64_t min_write,
+		     uint64_t seed);
+void iodl_content_write(struct iodl_ctx *c, struct iodl_req *r, uint64_t len);
+void iodl_content_free(struct iodl_ctx *c);
+
 /* barrier.c: lives in a page shared by the ranks of a node, zeroed by its creator */
 struct iodl_node_barrier {
 	uint32_t arrived;
@@ -171,6 +199,7 @@ struct iodl_done {
 	uint64_t bytes, cached;		/* delivered, and of them not delivered by the storage */
 	uint64_t lat_ns;		/* handed over -> reaped: hist, max_ns (a sync: the call) */
 	uint64_t clat_ns, slat_ns;	/* issued -> reaped, handed over -> issued (see clat_hist) */
+	uint64_t offset;		/* of the plan row (records only) */
 	int has_slat;			/* 0: a sync read, which has no slat (fio) */
 	int unmeasured;			/* cache_check on, but this file's hits cannot be measured */
 };

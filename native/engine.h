@@ -99,6 +99,7 @@ struct iodl_ctx {
 	 * pool. Per engine, so no two engines share a sequence and nothing is global.
 	 */
 	uint64_t rand_state, stamp_seed, stamps, written;
+	struct iodl_content *content;	/* NULL, or fio's write content as a job asked for it (content.c) */
 };
 
 struct iodl_engine_ops {

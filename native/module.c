@@ -379,7 +379,7 @@ static PyObject *stats_dict(const struct iodl_stats *st)
  * call, then given back by outputs_release, also after an error part way through.
  */
 struct outputs {
-	Py_buffer hist, clat, slat, fsync, series, live;
+	Py_buffer hist, clat, slat, fsync, series, live, whist, wclat, wslat;
 };
 
 static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObject *slat, PyObject *fsync,
@@ -412,9 +412,26 @@ static int outputs_get(struct outputs *o, PyObject *hist, PyObject *clat, PyObje
 	return 0;
 }
 
+/* Engine.run's write_hist, write_clat_hist, write_slat_hist: the writes' own histograms, or None */
+static int outputs_get_writes(struct outputs *o, PyObject *whist, PyObject *wclat, PyObject *wslat,
+			      struct iodl_run_args *a)
+{
+	if (whist != Py_None && get_hist(whist, &o->whist, "write_hist") < 0)
+		return -1;
+	if (wclat != Py_None && get_hist(wclat, &o->wclat, "write_clat_hist") < 0)
+		return -1;
+	if (wslat != Py_None && get_hist(wslat, &o->wslat, "write_slat_hist") < 0)
+		return -1;
+	a->write_hist = o->whist.obj ? o->whist.buf : NULL;
+	a->write_clat_hist = o->wclat.obj ? o->wclat.buf : NULL;
+	a->write_slat_hist = o->wslat.obj ? o->wslat.buf : NULL;
+	return 0;
+}
+
 static void outputs_release(struct outputs *o)
 {
-	Py_buffer *all[] = { &o->hist, &o->clat, &o->slat, &o->fsync, &o->series, &o->live };
+	Py_buffer *all[] = { &o->hist, &o->clat, &o->slat, &o->fsync, &o->series, &o->live, &o->whist, &o->wclat,
+			     &o->wslat };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (all[i]->obj)
@@ -425,9 +442,12 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns",
 				  "series", "series_origin_ns", "series_bucket_ns", "live", "clat_hist", "slat_hist",
-				  "fsync_hist", NULL };
+				  "fsync_hist", "write_hist", "write_clat_hist", "write_slat_hist", "records", NULL };
 	PyObject *fds_obj, *plan_obj, *hist_obj, *series_obj = Py_None, *live_obj = Py_None, *result = NULL;
 	PyObject *clat_obj = Py_None, *slat_obj = Py_None, *fsync_obj = Py_None;
+	PyObject *whist_obj = Py_None, *wclat_obj = Py_None, *wslat_obj = Py_None, *rec_obj = Py_None;
+	Py_buffer rec_view = { 0 };
+	struct iodl_records records = { 0 };
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
 	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
 	struct outputs o = { 0 };
@@ -438,9 +458,10 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	int *fds = NULL, rc;
 	size_t nfds = 0, nrows = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOO:run", kwlist, &fds_obj, &plan_obj,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOOOOOO:run", kwlist, &fds_obj, &plan_obj,
 					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns, &series_obj,
-					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj, &fsync_obj))
+					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj, &fsync_obj,
+					 &whist_obj, &wclat_obj, &wslat_obj, &rec_obj))
 		return NULL;
 	if (check_open(self) < 0)
 		return NULL;
@@ -455,8 +476,20 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	if (!plan)
 		goto out;
 	if (outputs_get(&o, hist_obj, clat_obj, slat_obj, fsync_obj, series_obj, live_obj, &a, series_origin_ns,
-			series_bucket_ns) < 0)
+			series_bucket_ns) < 0 || outputs_get_writes(&o, whist_obj, wclat_obj, wslat_obj, &a) < 0)
 		goto out;
+	if (rec_obj != Py_None) {
+		/* a writable C-contiguous uint64 array of shape (n, 7): iodl.fio.logs.RECORD_FIELDS */
+		if (PyObject_GetBuffer(rec_obj, &rec_view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+			goto out;
+		if (rec_view.ndim != 2 || rec_view.shape[1] != 7 || rec_view.itemsize != 8) {
+			PyErr_SetString(PyExc_ValueError, "records must be a writable C-contiguous uint64 array of shape (n, 7)");
+			goto out;
+		}
+		records.buf = rec_view.buf;
+		records.cap = (size_t)rec_view.shape[0];
+		a.records = &records;
+	}
 	a.plan = plan;
 	for (size_t i = 0; i < nrows; i++) {
 		if (a.plan[i].file >= nfds) {
@@ -537,7 +570,18 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		goto out;
 	}
 	result = stats_dict(&st);
+	if (result && a.records) {
+		PyObject *n = PyLong_FromSize_t(records.n), *lost = PyLong_FromSize_t(records.lost);
+
+		if (!n || !lost || PyDict_SetItemString(result, "records", n) < 0 ||
+		    PyDict_SetItemString(result, "records_lost", lost) < 0)
+			Py_CLEAR(result);
+		Py_XDECREF(n);
+		Py_XDECREF(lost);
+	}
 out:
+	if (rec_view.obj)
+		PyBuffer_Release(&rec_view);
 	PyMem_Free(plan);
 	outputs_release(&o);
 	PyMem_Free(fds);
@@ -545,6 +589,34 @@ out:
 }
 
 /* From any thread, GIL or not in the run's thread: the run stops and returns its stats. */
+static PyObject *Engine_set_content(EngineObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "compress_pct", "chunk", "dedupe_pct", "pattern", "zero", "refill", "scramble",
+				  "min_write", "seed", NULL };
+	unsigned compress_pct = 0, dedupe_pct = 0;
+	unsigned long long chunk = 512, min_write = 4096, seed = 0;
+	int zero = 0, refill = 0, scramble = 1, rc;
+	Py_buffer pattern = { 0 };
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$IKIy*pppKK:set_content", kwlist, &compress_pct, &chunk,
+					 &dedupe_pct, &pattern, &zero, &refill, &scramble, &min_write, &seed))
+		return NULL;
+	if (check_open(self) < 0 || compress_pct > 100 || dedupe_pct > 100 || pattern.len > (1 << 20)) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_ValueError, "compress_pct and dedupe_pct are 0..100, a pattern at most 1 MiB");
+		if (pattern.obj)
+			PyBuffer_Release(&pattern);
+		return NULL;
+	}
+	rc = iodl_content_set(self->ctx, compress_pct, chunk, dedupe_pct, pattern.buf, pattern.obj ? (size_t)pattern.len : 0,
+			      zero, refill, scramble, min_write, seed);
+	if (pattern.obj)
+		PyBuffer_Release(&pattern);
+	if (rc < 0)
+		return PyErr_NoMemory();
+	Py_RETURN_NONE;
+}
+
 static PyObject *Engine_cancel(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
 	uint64_t unset = 0;
@@ -614,7 +686,12 @@ static PyMethodDef Engine_methods[] = {
 	{ "run", (PyCFunction)(void (*)(void))Engine_run, METH_VARARGS | METH_KEYWORDS,
 	  "run(fds, plan, hist, *, deadline_ns=0, window_start_ns=0, window_end_ns=0, series=None, "
 	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None, clat_hist=None, slat_hist=None, "
-	  "fsync_hist=None) -> RunStats: the whole plan (reads, writes, fsyncs), GIL released" },
+	  "fsync_hist=None, write_hist=None, write_clat_hist=None, write_slat_hist=None, records=None) -> RunStats: "
+	  "the whole plan "
+	  "(reads, writes, fsyncs), GIL released" },
+	{ "set_content", (PyCFunction)(void (*)(void))Engine_set_content, METH_VARARGS | METH_KEYWORDS,
+	  "set_content(*, compress_pct=0, chunk=512, dedupe_pct=0, pattern=b'', zero=False, refill=False, "
+	  "scramble=True, min_write=4096, seed=0): later writes carry fio's buffer contents (content.c)" },
 	{ "cancel", (PyCFunction)Engine_cancel, METH_NOARGS,
 	  "cancel(): from any thread; the run in progress stops within ~100 ms, drains and returns its "
 	  "stats (interrupted=True); later runs return at once" },
@@ -680,6 +757,44 @@ static PyObject *py_probe(PyObject *Py_UNUSED(m), PyObject *arg)
 	rc = ops->probe();
 	Py_END_ALLOW_THREADS
 	return PyLong_FromLong(-rc);
+}
+
+/*
+ * format_rows(rows) -> bytes: an (n, k) C-contiguous int64 array as text, one line per row, values
+ * joined by ", " (fio's log lines): logs of every I/O are written without a Python step per I/O.
+ */
+static PyObject *py_format_rows(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+	Py_buffer v;
+	PyObject *out = NULL;
+	char *text, *p;
+	size_t cap;
+
+	if (PyObject_GetBuffer(arg, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+		return NULL;
+	if (v.ndim != 2 || !is_int64(&v)) {
+		PyErr_SetString(PyExc_ValueError, "rows must be a C-contiguous int64 array of shape (n, k)");
+		goto done;
+	}
+	cap = (size_t)(v.shape[0] * v.shape[1]) * 22 + 1;	/* 20 digits, a sign and a separator each */
+	text = PyMem_Malloc(cap ? cap : 1);
+	if (!text) {
+		PyErr_NoMemory();
+		goto done;
+	}
+	p = text;
+	for (Py_ssize_t i = 0; i < v.shape[0]; i++) {
+		const int64_t *row = (const int64_t *)v.buf + i * v.shape[1];
+
+		for (Py_ssize_t j = 0; j < v.shape[1]; j++)
+			p += sprintf(p, j ? ", %lld" : "%lld", (long long)row[j]);
+		*p++ = '\n';
+	}
+	out = PyBytes_FromStringAndSize(text, p - text);
+	PyMem_Free(text);
+done:
+	PyBuffer_Release(&v);
+	return out;
 }
 
 static PyObject *py_hist_index(PyObject *Py_UNUSED(m), PyObject *arg)
@@ -921,6 +1036,7 @@ static PyMethodDef module_methods[] = {
 	  "clat_hist=None, slat_hist=None, unmeasured=None, submit_ns=None, inflight=None, t_start_ns=0, "
 	  "t_end_ns=0) -> the counted part of RunStats, for completions a Python engine recorded" },
 	{ "probe", py_probe, METH_O, "probe(engine) -> 0 if usable here, else an errno" },
+	{ "format_rows", py_format_rows, METH_O, "format_rows(rows) -> bytes: (n, k) int64 rows as 'a, b, c' lines" },
 	{ "hist_index", py_hist_index, METH_O, "latency histogram bucket of a value in ns" },
 	{ "resident_bytes", py_resident_bytes, METH_VARARGS,
 	  "resident_bytes(fd, offset, length) -> bytes of the range in the page cache, or None when the "

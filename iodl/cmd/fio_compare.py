@@ -1,6 +1,7 @@
 """`iodl fio-compare job.fio`: run a fio job file with fio and with iodl on the same files, side by side."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
@@ -12,8 +13,52 @@ HELP = "run a fio job file with fio and with iodl, side by side"
 SETTLE_S = 0.5   # after a write job's files are prepared, before each side (see prepare_writes)
 
 
+class _FioOption(argparse.Action):
+    """fio's job options from the command line, kept in order as (name, value) in args.fio_options."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        got = list(getattr(namespace, "fio_options", None) or [])
+        if option_string == "--fio-option":
+            name, eq, value = values.partition("=")
+            got.append((name, value if eq else None))
+        else:
+            got.append((option_string[2:], values))
+        namespace.fio_options = got
+
+
+def fio_options_as_flags(argv: list[str]) -> list[str]:
+    """`--OPTION=VALUE` / `--OPTION VALUE` / a bare `--switch` naming a fio option (and not one of
+    fio-compare's own flags) becomes `--fio-option OPTION=VALUE`, as fio takes job options on its
+    command line (fio parses them with getopt_long_only: a value is `=VALUE` or the next word)."""
+    from ..fio import options as opts
+
+    own = {"--directory", "--scale", "--runtime", "--ramp-time", "--fio-json", "--no-fio", "--fio", "--out",
+           "--repeat", "--keep-jobfile", "--size", "--filename", "--section", "--fio-option", "--help", "-h"}
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, eq, value = arg.partition("=")
+        name = flag[2:]
+        if flag.startswith("--") and flag not in own and name in opts.KNOWN:
+            if not eq and opts.TYPE.get(opts.canonical(name) or name) != "set" and i + 1 < len(argv):
+                value, eq, i = argv[i + 1], "=", i + 1
+            out += ["--fio-option", f"{name}={value}" if eq else name]
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("jobfile", help="fio job file (reads, sequential writes; see docs/fio-compare.md)")
+    fio_args = parser.add_argument_group(
+        "fio's command-line options", "as on fio's command line: defaults for every job, before the job file "
+        "(a value the job file sets wins); any fio job option may be given as --OPTION=VALUE")
+    fio_args.add_argument("--size", action=_FioOption, metavar="SIZE", help="fio's size= for every job")
+    fio_args.add_argument("--filename", action=_FioOption, metavar="F", help="fio's filename= for every job")
+    fio_args.add_argument("--fio-option", action=_FioOption, metavar="NAME=VALUE", help="any fio job option")
+    fio_args.add_argument("--section", action="append", metavar="NAME",
+                          help="run only this [section] of the job file (repeatable; fio's --section)")
     parser.add_argument("--directory", help="override every job's directory= (where the files are); {host} in it "
                                             "is each host's name (several hosts: a directory each)")
     parser.add_argument("--scale", type=float, help="multiply size=/io_size=/filesize= (e.g. 0.001 for a small machine)")
@@ -45,9 +90,16 @@ def run(args) -> int:
     # {host}: this host's own directory (several hosts on one shared filesystem, see docs/fio-compare.md)
     directory = None if args.directory is None else args.directory.replace("{host}", socket.gethostname())
     # Everything that can be wrong with the job file is found before any I/O, on every rank.
-    text, jobs = compare.derive_jobfile(args.jobfile, directory, args.scale, args.runtime, args.ramp_time)
+    text, jobs = compare.derive_jobfile(args.jobfile, directory, args.scale, args.runtime, args.ramp_time,
+                                        cli_options=getattr(args, "fio_options", None), only=args.section)
     taken: set = set()
     plans = {i: iodl_run.plan_job(job, taken=taken) for i, job in enumerate(jobs)}
+    for p in plans.values():
+        _check_something_to_do(p, args.scale)
+        _check_direct_alignment(p)
+    # create_only=1: fio lays the files out and runs nothing (its figures are zeros); iodl too
+    create_only = {i for i, p in plans.items() if p.job.get("create_only")}
+    iodl_run.number_threads(plans)   # fio's thread numbers: each clone's logs' ".N"
     # what iodl may read, create or must refuse (devices, files it did not lay out), on every rank
     disk = {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
     for p in disk.values():
@@ -143,7 +195,10 @@ def run(args) -> int:
         for g in sorted(set(groups)):
             prepare(reset=g == min(groups))   # the files as fio's lay-out leaves them, once a round
             results += collective(comm, lambda: iodl_run.run_clones(
-                {i: p for i, p in plans.items() if groups[i] == g}, hosts.node))
+                {i: p for i, p in plans.items() if groups[i] == g and i not in create_only}, hosts.node))
+            if comm.rank == 0:
+                results += [_idle_clone(i, n) for i in sorted(create_only) if groups[i] == g
+                            for n in range(plans[i].numjobs)]
         return results
 
     rounds = []   # [(fio_data, iodl results)]; ABBA order so that a drifting device favours neither
@@ -158,6 +213,8 @@ def run(args) -> int:
     finally:
         if fio_file is not None:
             fio_file.close()
+    # unlink=1: after the last round, the files iodl laid out and marked itself (fio ran with unlink=0)
+    collective(comm, lambda: _unlink_own(plans) if hosts.leader else None)
     # each host's rounds, from its leader (run_clones gathered the host's clones there)
     got = comm.gather((hosts.index, hosts.name, rounds) if hosts.leader else None)
     if comm.rank != 0:
@@ -181,8 +238,11 @@ def run(args) -> int:
             "overrides": {"directory": args.directory, "scale": args.scale, "runtime_s": args.runtime,
                           "ramp_time_s": args.ramp_time}}
     doc = compare.document_rounds(jobs, total, meta)
+    _mark_not_measured(doc, jobs)
     if len(per_host) > 1:
         compare.add_hosts(doc, jobs, meta["hosts"], [[sides([f], i) for f, i in h[2]] for h in per_host])
+        for host in doc["per_host"]:
+            _mark_not_measured(host, jobs)   # each host's entries have the document's shape
 
     from rich.console import Console
 
@@ -191,7 +251,121 @@ def run(args) -> int:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
+    _check_did_io(doc, jobs, create_only)
     return 0
+
+
+# fio's switches that turn latency measurement off -> the latency kinds (side keys) they turn off
+# (gtod_reduce sets disable_lat, disable_clat and disable_slat: fio 3.33 options.c str_gtod_reduce_cb)
+_LATENCY_OFF = {"gtod_reduce": ("lat_us", "latency_us", "slat_us"), "disable_lat": ("lat_us",),
+                "disable_clat": ("latency_us",), "disable_slat": ("slat_us",)}
+
+
+def _mark_not_measured(doc: dict, jobs) -> None:
+    """Latency kinds a job switched off are "not measured" on both sides (fio has none to compare
+    with); bandwidth and IOPS are compared as usual. A group's kind is off when every job's is."""
+    from ..fio.compare import groups_of
+
+    off = [{k for opt, kinds in _LATENCY_OFF.items() if job.get(opt) for k in kinds} for job in jobs]
+    groups = groups_of(jobs)
+    group_off = {g: set.intersection(*[off[i] for i in range(len(jobs)) if groups[i] == g]) for g in set(groups)}
+
+    def mark(entry, kinds):
+        for side in [entry.get("fio"), entry.get("iodl")] + [x for r in entry.get("rounds", []) for x in (r["fio"], r["iodl"])]:
+            if side and kinds:
+                side["not_measured"] = sorted(kinds)
+                # the side, and each direction of a job that read and wrote
+                for part in [side] + [side[d] for d in ("read", "write") if isinstance(side.get(d), dict)]:
+                    for kind in kinds:
+                        part[kind] = {k: None for k in part.get(kind) or {}}
+
+    for entry, kinds in zip(doc["jobs"], off):
+        mark(entry, kinds)
+    for entry in doc["groups"]:
+        mark(entry, group_off.get(int(entry["name"].split()[-1]), set()))
+
+
+def _check_something_to_do(plan, scale: float | None) -> None:
+    """A job whose every file is smaller than one block would do no I/O (fio reads and writes
+    whole blocks only): refused before anything runs, naming the direction and the sizes."""
+    from ..fio.jobfile import JobFileError
+
+    if plan.engine == "null" or plan.job.get("create_only"):
+        return
+    sizes = [f.io_size for clone in plan.files for f in clone]
+    # a random pass picks whole slots of max(ba, largest bs); a sequential one needs the smallest bs
+    block = max(plan.align, plan.max_bs) if plan.random else min(s for s, _ in plan.block_sizes)
+    if sizes and max(sizes) < block:
+        verb = "write" if plan.write else "read"
+        at = f" at --scale {scale:g}" if scale is not None else ""
+        file, line = plan.job.get("@source", plan.job).loc("size")
+        raise JobFileError(f"[{plan.job.name}] has nothing to {verb}{at}: its files hold {max(sizes)} bytes to "
+                           f"{verb}, less than one block ({block} bytes); raise --scale or size=", file, line)
+
+
+SECTOR = 512   # the smallest logical block size of a Linux block device
+
+
+def _check_direct_alignment(plan) -> None:
+    """direct=1 reads of a size or at an offset that is not a multiple of the device's logical
+    block size fail in the kernel (EINVAL), and fio's job fails with them; iodl's engine would
+    round such a read up to its alignment and succeed. Refused before any I/O instead (checked
+    against 512 bytes, the smallest logical block)."""
+    from ..fio.jobfile import JobFileError
+
+    if not plan.direct or plan.write or plan.engine == "null":
+        return
+    off = plan.job.get("offset", 0)
+    bad = [s for s, _ in plan.block_sizes if s % SECTOR] or ([off] if isinstance(off, int) and off % SECTOR else [])
+    if bad:
+        source = plan.job.get("@source", plan.job)
+        key = "offset" if isinstance(off, int) and off % SECTOR and not any(s % SECTOR for s, _ in plan.block_sizes) else "bs"
+        file, line = source.loc(key)
+        raise JobFileError(f"[{plan.job.name}] reads {bad[0]} bytes{' at offset' if key == 'offset' else ''} with direct=1: "
+                           f"not a multiple of the {SECTOR}-byte sector, so the kernel refuses it (EINVAL) and fio's "
+                           f"job fails; iodl refuses it before any I/O", file, line)
+
+
+def _idle_clone(index: int, jobnum: int):
+    """The result of a clone that does no I/O (create_only=1): zero bytes, empty histograms."""
+    import numpy as np
+
+    from .. import histogram
+    from ..fio.run import CloneResult
+
+    return CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(),
+                       slat_hist=histogram.empty(), depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64),
+                       sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
+
+
+def _unlink_own(plans: dict) -> None:
+    """fio's unlink=1, kept safe: only files carrying iodl's lay-out mark are removed, never through
+    a symlink; anything else the job used is left where it is."""
+    from ..fio import layout
+
+    for p in plans.values():
+        if not p.job.get("@source", p.job).get("unlink") or p.engine == "null":
+            continue
+        for clone in p.files:
+            for spec in clone:
+                if layout.is_marked(spec.path):
+                    try:
+                        os.unlink(spec.path)
+                    except FileNotFoundError:
+                        pass   # another clone's entry for a shared file
+
+
+def _check_did_io(doc: dict, jobs, create_only: set) -> None:
+    """A job that did no I/O on iodl's side never ends in exit 0 (fio fails such a job too)."""
+    from ..errors import IodlError
+
+    for n, entry in enumerate(doc["jobs"]):
+        mine = entry.get("iodl") or {}
+        if n in create_only or not mine:
+            continue
+        if not mine.get("ios") and not (mine.get("syncs") or {}).get("count"):
+            raise IodlError(f"[{jobs[n].name}] did no I/O in iodl (0 requests completed); the comparison above "
+                            "is not valid")
 
 
 def _refuse_shared(comm, hosts, dirs: list[str]) -> None:

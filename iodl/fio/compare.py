@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 
 from ..errors import IodlError, UsageError
-from .jobfile import Job, JobFileError, Percent, read_sections, resolve
+from .jobfile import Job, JobFileError, Percent, command_line_sections, read_sections, resolve
 
 SCHEMA = "iodl.fio-compare/1"
 PERCENTILES = {"p50": 50.0, "p99": 99.0, "p999": 99.9}
@@ -33,7 +33,8 @@ DEPTH_KEYS = ["1", "2", "4", "8", "16", "32", ">=64"]   # fio's iodepth_level = 
 # The job file both tools run
 
 def derive_jobfile(path: str, directory: str | None = None, scale: float | None = None,
-                   runtime_s: float | None = None, ramp_s: float | None = None, env=None) -> tuple[str, list[Job]]:
+                   runtime_s: float | None = None, ramp_s: float | None = None, env=None,
+                   cli_options: list | None = None, only: list | None = None) -> tuple[str, list[Job]]:
     """The job file with includes inlined, variables expanded and overrides appended to each job.
 
     Every job is checked against what iodl honours first, so errors name the user's file and line.
@@ -41,7 +42,8 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
     Overrides are written into every [job] section (below its [global]s, so they win) in units
     that need no kb_base: sizes in bytes, times in microseconds. Returns (text, jobs parsed from it).
     """
-    sections = read_sections(path, env=env)
+    # fio's command-line options (defaults ahead of the file) and --section (jobfile.py)
+    sections = command_line_sections(cli_options or []) + read_sections(path, env=env, only=only)
     jobs = resolve(sections)
     if not jobs:
         raise JobFileError(f"no jobs in {path}")
@@ -65,6 +67,13 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
                 lines.append(f"filesize={max(1, int(lo * scale))}-{max(1, int(hi * scale))}")
         if runtime_s is not None:
             lines.append(f"runtime={int(runtime_s * 1e6)}us")
+            if job.get("startdelay", 0) > runtime_s * 1e6:
+                # a short run does not wait minutes to start: the delay is capped at the runtime
+                lines.append(f"startdelay={int(runtime_s * 1e6)}us")
+        if job.get("unlink"):
+            # fio would remove the files after its round (even files iodl did not lay out);
+            # iodl removes its own after the last round (fio_compare.py)
+            lines.append("unlink=0")
         if ramp_s is not None:
             lines.append(f"ramp_time={int(ramp_s * 1e6)}us")
         extra[job.name + f"@{job.line}"] = lines
@@ -83,7 +92,10 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
         if not section.is_global:
             out.extend(extra.get(section.name + f"@{section.line}", []))
     text = "\n".join(out) + "\n"
-    return text, resolve(read_sections(path, text=text, env={}, keywords={}))
+    derived = resolve(read_sections(path, text=text, env={}, keywords={}))
+    for job, mine in zip(jobs, derived):
+        mine.values["@source"] = job   # as written: unlink=, and the lines errors name
+    return text, derived
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,10 +151,7 @@ def _fio_latency(reads: list[dict], key: str) -> dict:
     return lat
 
 
-def _ddir(e: dict) -> str:
-    """What a jobs[] entry did: iodl's jobs either read or write (rw=write), never both."""
-    w = (e.get("write") or {}).get("total_ios", 0)
-    return "write" if w and w > (e.get("read") or {}).get("total_ios", 0) else "read"
+DDIRS = ("read", "write")
 
 
 def _fio_syncs(entries: list[dict]) -> dict | None:
@@ -156,21 +165,32 @@ def _fio_syncs(entries: list[dict]) -> dict | None:
     return {"count": int(n), **lat, "end_count": None}
 
 
-def _fio_merge(entries: list[dict]) -> dict:
-    """One [job] (its clones) or one group from fio's jobs[] entries, by fio's group rule."""
-    ddirs = {_ddir(e) for e in entries}
-    reads = [e[_ddir(e)] for e in entries]
-    nbytes = sum(r["io_bytes"] for r in reads)
-    ios = sum(r["total_ios"] for r in reads)
-    runtime_s = max(r["runtime"] for r in reads) / 1000
-    lat = {name: _fio_latency(reads, key) for name, key in LATENCIES.items()}
-    weights = np.array([r["total_ios"] for r in reads], dtype=np.float64)
+def _fio_part(parts: list[dict], entries: list[dict], ddir: str, syncs) -> dict:
+    """One side from fio's per-direction objects (read, write or both), by fio's group rule."""
+    nbytes = sum(r.get("io_bytes", 0) for r in parts)
+    ios = sum(r.get("total_ios", 0) for r in parts)
+    runtime_s = max([r.get("runtime", 0) for r in parts] or [0]) / 1000
+    lat = {name: _fio_latency(parts, key) for name, key in LATENCIES.items()}
+    weights = np.array([sum((e.get(d) or {}).get("total_ios", 0) for d in DDIRS) for e in entries], dtype=np.float64)
     levels = np.array([[e.get("iodepth_level", {}).get(k, 0.0) for k in DEPTH_KEYS] for e in entries])
     depth = list(np.average(levels, axis=0, weights=weights if weights.sum() else None))
     cpu = float(np.mean([e.get("usr_cpu", 0) + e.get("sys_cpu", 0) for e in entries]))
-    ddir = ddirs.pop() if len(ddirs) == 1 else "mixed"
-    syncs = _fio_syncs(entries) if "write" in ddirs or ddir in ("write", "mixed") else None
     return side(nbytes, ios, runtime_s, lat, [round(d, 3) for d in depth], cpu, ddir, syncs)
+
+
+def _fio_merge(entries: list[dict]) -> dict:
+    """One [job] (its clones) or one group from fio's jobs[] entries, by fio's group rule. A job or group
+    that did reads and writes gets a side per direction ("read", "write", as fio's JSON) and, at the top,
+    both together (fio's unified_rw_reporting figures)."""
+    did = [d for d in DDIRS if any((e.get(d) or {}).get("total_ios", 0) for e in entries)]
+    syncs = _fio_syncs(entries) if "write" in did else None
+    if len(did) < 2:
+        ddir = did[0] if did else "read"
+        return _fio_part([e.get(ddir) or {} for e in entries], entries, ddir, syncs)
+    out = _fio_part([e.get(d) or {} for e in entries for d in DDIRS], entries, "mixed", syncs)
+    for d in DDIRS:
+        out[d] = _fio_part([e.get(d) or {} for e in entries], entries, d, None)
+    return out
 
 
 def _iodl_percentiles(hist: np.ndarray) -> dict:
@@ -182,25 +202,45 @@ def _iodl_percentiles(hist: np.ndarray) -> dict:
     return {k: got[p] for k, p in PERCENTILES.items()}
 
 
-def _iodl_merge(results) -> dict:
+def _iodl_parts(r, ddir: str) -> tuple:
+    """(bytes, ios, lat hist, clat hist, slat hist) of one clone's direction; None if it has none."""
+    if getattr(r, "mixed", False):
+        if ddir == "write":
+            return r.write_bytes, r.write_ios, r.write_hist, r.write_clat_hist, r.write_slat_hist
+        return r.bytes, r.ios, r.hist, r.clat_hist, r.slat_hist
+    if bool(getattr(r, "write", False)) != (ddir == "write"):
+        return None
+    return r.bytes, r.ios, r.hist, r.clat_hist, r.slat_hist
+
+
+def _iodl_part(results, parts: list, ddir: str, syncs) -> dict:
     depth = sum(r.depth for r in results)
     runtime_s = max(r.window_ns for r in results) / 1e9
     # the engine's hist is submit call -> completion (fio's lat); clat/slat split it at the call's return
-    lat = {name: {**_iodl_percentiles(sum(getattr(r, attr) for r in results)), "mean": None}
-           for name, attr in (("latency_us", "clat_hist"), ("slat_us", "slat_hist"), ("lat_us", "hist"))}
+    lat = {name: {**_iodl_percentiles(sum(p[k] for p in parts) if parts else np.zeros(1)), "mean": None}
+           for name, k in (("latency_us", 3), ("slat_us", 4), ("lat_us", 2))}
     pct = list(100 * depth / depth.sum()) if depth.sum() else [0.0] * len(DEPTH_KEYS)
     cpu = float(np.mean([100 * r.cpu_s / (r.window_ns / 1e9) if r.window_ns else 0 for r in results]))
-    writes = {bool(getattr(r, "write", False)) for r in results}
-    ddir = "mixed" if len(writes) > 1 else ("write" if writes == {True} else "read")
+    # fio's group rule, sum(bytes) / max(runtime); iodl's window ends at the clone's last completion
+    return side(sum(p[0] for p in parts), sum(p[1] for p in parts), runtime_s, lat,
+                [round(float(p), 3) for p in pct], cpu, ddir, syncs)
+
+
+def _iodl_merge(results) -> dict:
+    by_dir = {d: [p for p in (_iodl_parts(r, d) for r in results) if p is not None] for d in DDIRS}
+    did = [d for d in DDIRS if any(p[1] for p in by_dir[d])] or [d for d in DDIRS if by_dir[d]] or ["read"]
     syncs = None
-    if True in writes:
-        mine = [r for r in results if r.write]
+    mine = [r for r in results if getattr(r, "write", False)]
+    if mine:
         hist = sum(r.sync_hist for r in mine)
         syncs = {"count": int(sum(r.syncs for r in mine)), **_iodl_percentiles(hist), "mean": None,
                  "end_count": int(sum(r.end_syncs for r in mine))}
-    # fio's group rule, sum(bytes) / max(runtime); iodl's window ends at the clone's last completion
-    return side(sum(r.bytes for r in results), sum(r.ios for r in results), runtime_s, lat,
-                [round(float(p), 3) for p in pct], cpu, ddir, syncs)
+    if len(did) < 2:
+        return _iodl_part(results, by_dir[did[0]], did[0], syncs)
+    out = _iodl_part(results, by_dir["read"] + by_dir["write"], "mixed", syncs)
+    for d in DDIRS:
+        out[d] = _iodl_part(results, by_dir[d], d, None)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,10 +336,24 @@ def iodl_sides(results, jobs: list[Job]) -> tuple[dict, dict]:
 
 
 def ratio(fio_side: dict | None, iodl_side: dict | None) -> dict | None:
+    """iodl/fio of bandwidth and IOPS; for a side of reads and writes, per direction too ("read", "write")."""
     if not fio_side or not iodl_side:
         return None
-    return {k: (iodl_side[m] / fio_side[m] if fio_side[m] else None)
-            for k, m in (("bandwidth", "bandwidth_MBps"), ("iops", "iops"))}
+    out = {k: (iodl_side[m] / fio_side[m] if fio_side[m] else None)
+           for k, m in (("bandwidth", "bandwidth_MBps"), ("iops", "iops"))}
+    for d in DDIRS:
+        if fio_side.get(d) and iodl_side.get(d):
+            out[d] = ratio(fio_side[d], iodl_side[d])
+    return out
+
+
+def _median_ratio(rs: list) -> dict:
+    out = {k: _median([r.get(k) for r in rs]) for k in ("bandwidth", "iops")}
+    for d in DDIRS:
+        got = [r[d] for r in rs if r.get(d)]
+        if got:
+            out[d] = _median_ratio(got)
+    return out
 
 
 def document(jobs: list[Job], fio_job: dict, iodl_job: dict, fio_group: dict, iodl_group: dict, meta: dict) -> dict:
@@ -327,7 +381,9 @@ def median_side(runs: list) -> dict | None:
         return runs[0] if runs else None
     out = {}
     for key, value in runs[0].items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and key in DDIRS:
+            out[key] = median_side([r.get(key) for r in runs])   # a direction's own side
+        elif isinstance(value, dict):
             out[key] = {k: _median([r[key].get(k) for r in runs if r.get(key)]) for k in value}
         elif value is None or isinstance(value, (int, float)):
             out[key] = _median([r.get(key) for r in runs])
@@ -350,7 +406,7 @@ def document_rounds(jobs: list[Job], rounds: list, meta: dict) -> dict:
         rs = [ratio(f, i) for f, i in zip(fs, is_)]
         rs = [r for r in rs if r]
         return {"name": name, "fio": median_side(fs), "iodl": median_side(is_),
-                "ratio": {k: _median([r[k] for r in rs]) for k in ("bandwidth", "iops")} if rs else None,
+                "ratio": _median_ratio(rs) if rs else None,
                 "rounds": [{"fio": f, "iodl": i, "ratio": ratio(f, i)} for f, i in zip(fs, is_)]}
 
     groups = sorted({g for r in rounds for g in set(r[2]) | set(r[3])})
@@ -402,6 +458,10 @@ def render(doc: dict, console) -> None:
     n = doc.get("repeat", 1)
     jobs = doc["jobs"]
     groups = doc["groups"] if len(jobs) > 1 else []
+    if any(not e["fio"] for e in jobs) and any(g["fio"] for g in doc["groups"]):
+        # group_reporting: fio reported each group as one entry, so its figures are the groups';
+        # iodl's side is summed by the same rule (iodl_sides), and the groups are the tables
+        jobs, groups = [], doc["groups"]
     for n_entry, entry in enumerate(jobs + groups):
         f, i = entry["fio"] or {}, entry["iodl"] or {}
         # titled with the job's [name] (escaped: [/dev/sdb] is not rich markup); a group's table says so
@@ -426,16 +486,28 @@ def render(doc: dict, console) -> None:
             t.add_row(label, _fmt(a, digits), _fmt(b, digits), "-" if r is None else f"{r:.3f}")
 
         q = entry.get("ratio") or {}
-        row("bandwidth MB/s", lambda s: s["bandwidth_MBps"], r=q.get("bandwidth"))
-        row("IOPS", lambda s: s["iops"], r=q.get("iops"))
-        # each kind against the same kind (fio's definitions, docs/fio-compare.md); a kind neither side
-        # has (slat of a sync engine, lat of a fio result without lat_percentiles) is left out
-        for kind, name in (("lat_us", "lat"), ("slat_us", "slat"), ("latency_us", "clat")):
-            for key, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
-                def get(s, kind=kind, key=key):
-                    return (s.get(kind) or {}).get(key)
-                if (f and get(f) is not None) or (i and get(i) is not None):
-                    row(f"{name} {label} µs", get, digits=2 if name == "slat" else 1)
+        # a job that read and wrote: each direction's rows apart, as fio prints them
+        split = [d for d in DDIRS if f.get(d) or i.get(d)]
+        off = set(f.get("not_measured") or []) | set(i.get("not_measured") or [])
+        for d in split or [None]:
+            def part(s, d=d):
+                return (s.get(d) or {}) if d else s
+            qd = (q.get(d) or {}) if d else q
+            pre = f"{d} " if d else ""
+            row(f"{pre}bandwidth MB/s", lambda s, part=part: part(s).get("bandwidth_MBps"), r=qd.get("bandwidth"))
+            row(f"{pre}IOPS", lambda s, part=part: part(s).get("iops"), r=qd.get("iops"))
+            # each kind against the same kind (fio's definitions, docs/fio-compare.md); a kind neither side
+            # has (slat of a sync engine, lat of a fio result without lat_percentiles) is left out
+            for kind, name in (("lat_us", "lat"), ("slat_us", "slat"), ("latency_us", "clat")):
+                if kind in off:
+                    # gtod_reduce / disable_*lat: fio measured none; iodl's is not shown against nothing
+                    t.add_row(f"{pre}{name} µs", "not measured", "not measured", "")
+                    continue
+                for key, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+                    def get(s, kind=kind, key=key, part=part):
+                        return (part(s).get(kind) or {}).get(key)
+                    if (f and get(f) is not None) or (i and get(i) is not None):
+                        row(f"{pre}{name} {label} µs", get, digits=2 if name == "slat" else 1)
         if (f.get("syncs") or i.get("syncs")):
             # fsync=N / fdatasync=N: fio's JSON "sync" section against iodl's sync rows
             row("fsyncs (fsync=/fdatasync=)", lambda s: (s.get("syncs") or {}).get("count"), digits=0)

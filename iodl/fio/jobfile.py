@@ -217,13 +217,42 @@ def _read_text(path: str) -> str:
         raise JobFileError(f"cannot read job file {path}: {exc.strerror}") from None
 
 
-def read_sections(path: str, text: str | None = None, env=None, keywords=None) -> list[Section]:
-    """Sections of a job file, in order, with includes inlined and substitutions done."""
+def read_sections(path: str, text: str | None = None, env=None, keywords=None,
+                  only: list[str] | None = None) -> list[Section]:
+    """Sections of a job file, in order, with includes inlined and substitutions done.
+
+    `only`: fio's --section: the [job] sections of these names only ([global]s are all kept;
+    init.c skip_this_section)."""
     env = os.environ if env is None else env
     keywords = _system_keywords() if keywords is None else keywords
     sections: list[Section] = []
     _read_into(path, _read_text(path) if text is None else text, sections, env, keywords, depth=0)
+    if only:
+        sections = [s for s in sections if s.is_global or s.name in only]
     return sections
+
+
+COMMAND_LINE = "command line"
+
+
+def command_line_sections(options: list[tuple[str, str | None]]) -> list[Section]:
+    """fio's job options given on its command line before the job file (`fio --size=10G job.fio`):
+    init.c parse_cmd_line parses each into def_thread, the defaults every job of the (first) job
+    file starts from, one after another before the file is read. So they are [global] sections
+    ahead of the file's, one option each (each parsed alone, as fio_cmd_option_parse does: a
+    command-line kb_base governs only the options after it). The file's own values win."""
+    out = []
+    for n, (key, value) in enumerate(options, 1):
+        name = key
+        if name == "name":
+            raise JobFileError("--name starts a job on fio's command line; fio-compare runs the jobs of the job "
+                               "file (write the job there)", COMMAND_LINE, n)
+        if name not in opts.KNOWN:
+            raise JobFileError(f"unknown fio option '--{key}'{opts.did_you_mean(name)}", COMMAND_LINE, n)
+        section = Section("global", COMMAND_LINE, n)
+        section.options.append(Option(name, value, COMMAND_LINE, n))
+        out.append(section)
+    return out
 
 
 def _read_into(path, text, sections, env, keywords, depth):
@@ -468,7 +497,7 @@ _ZONE_VALUED = {"size", "io_size", "offset", "offset_increment", "zoneskip"}
 
 # options with separate read, write and trim values: parse_value returns [r, w, t] (missing ones
 # take the last given, as fio's !more branch does)
-_RWT = {"bs", "ba", "rate", "rate_min", "rate_iops", "rate_iops_min"}
+_RWT = {"bs", "ba", "rate", "rate_min", "rate_iops", "rate_iops_min", "percentage_random"}
 
 
 # ---------------------------------------------------------------------------------------------

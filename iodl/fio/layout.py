@@ -306,8 +306,37 @@ def _below_root(spec: FileSpec) -> tuple[str, list[str]]:
     return ".", [p for p in parts if p not in ("", ".")]
 
 
+# the kernel's own filesystems (/dev's devtmpfs, /proc, /sys, ...): a name there that does not exist
+# is a device or kernel file that is not there (filename=/dev/sdz), never a file to lay out (fio
+# would create a regular file in devtmpfs). A tmpfs such as /dev/shm is ordinary storage.
+KERNEL_FS = {"devtmpfs", "proc", "sysfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs",
+             "configfs", "pstore", "bpf", "mqueue", "efivarfs", "binfmt_misc", "fusectl", "autofs", "rpc_pipefs"}
+
+
+def mount_of(path: str) -> tuple[str, str]:
+    """(mount point, filesystem type) of an existing path, from /proc/self/mountinfo."""
+    real = os.path.realpath(path)
+    best = ("/", "")
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])   # octal escapes
+                fstype = fields[fields.index("-") + 1]
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best[0]):
+                    best = (point, fstype)
+    except (OSError, ValueError, IndexError):
+        pass
+    return best
+
+
 def _check_creatable(spec: FileSpec) -> None:
     start, parts = _below_root(spec)
+    point, fstype = mount_of(start)
+    if fstype in KERNEL_FS:
+        raise UsageError(f"{spec.path} does not exist and is under {point} (the kernel's {fstype}); iodl never "
+                         f"creates anything there (name a device that exists, or a file elsewhere)")
     if ".." in parts:
         raise UsageError(f"{spec.path} climbs out of its directory ('..'); iodl creates files only below it")
     if not parts:
@@ -453,13 +482,13 @@ def _term_interrupts():
 # ---------------------------------------------------------------------------------------------
 # Write jobs: iodl's own files only
 
-def _open_own(spec: FileSpec, direct: bool = False) -> int:
+def _open_own(spec: FileSpec, direct: bool = False, read: bool = False) -> int:
     """Open iodl's own marked file of a write job for writing, without creating, truncating or
     following a symlink anywhere below the job's directory; the opened inode itself is checked
     (regular, carries the mark), so nothing swapped in after the checks is ever written."""
     dfd, name = _open_parent(spec, create=False)
     try:
-        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
+        flags = (os.O_RDWR if read else os.O_WRONLY) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
         try:
             fd = os.open(name, flags, dir_fd=dfd)
         except OSError as exc:
@@ -482,9 +511,10 @@ def _open_own(spec: FileSpec, direct: bool = False) -> int:
     return blocking_once(fd, check)
 
 
-def open_own_for_write(spec: FileSpec, direct: bool) -> int:
-    """A write job's file, opened for iodl's side: its own marked file, O_DIRECT when asked."""
-    return _open_own(spec, direct)
+def open_own_for_write(spec: FileSpec, direct: bool, read: bool = False) -> int:
+    """A write job's file, opened for iodl's side: its own marked file, O_DIRECT when asked; read and
+    write (`read`) for a job that mixes both."""
+    return _open_own(spec, direct, read)
 
 
 _FALLOC_FL_KEEP_SIZE = 1

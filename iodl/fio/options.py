@@ -125,13 +125,61 @@ HONOURED = set("""
     loops numjobs rw rw_sequencer bs bsrange bssplit ba randrepeat randseed allrandrepeat norandommap
     file_service_type time_based runtime ramp_time startdelay ioengine iodepth iodepth_batch direct buffered invalidate
     iodepth_batch_complete_min iodepth_batch_complete_max
-    rate rate_iops rate_process create_serialize create_on_open allow_file_create fallocate overwrite
+    rate rate_iops rate_process create_serialize create_on_open create_only allow_file_create fallocate overwrite
     stonewall new_group group_reporting kb_base thread
     fsync fdatasync end_fsync fsync_on_close
+    rwmixread rwmixwrite percentage_random random_distribution
+    buffer_compress_percentage buffer_compress_chunk dedupe_percentage dedupe_mode buffer_pattern zero_buffers
+    refill_buffers scramble_buffers
+    write_bw_log write_lat_log write_iops_log log_avg_msec log_offset per_job_logs
 """.split())
 
 # Honoured only in write jobs (fio does no sync in a job that does not write: should_fsync).
 WRITE_ONLY = {"fsync", "fdatasync", "end_fsync", "fsync_on_close"}
+
+# fio 3.33's default of every option in its own table: `fio --cmdhelp=NAME`, its "default:" line
+# ("name=" where it says "no default": the option's field starts zeroed, so 0 for a number or a
+# switch, unset for a string). tests/fio/test_defaults.py holds this table to the installed fio
+# and runs every option at its default through iodl's checks.
+_DEFAULTS_TEXT = """
+    allow_file_create=1 allow_mounted_write=0 allrandrepeat=0 atomic=0 ba= block_error_percentiles=0 bs=4096
+    bs_is_seq_rand=0 bs_unaligned= bsrange= bssplit= buffer_compress_chunk=512 buffer_compress_percentage=
+    buffer_pattern= buffered=1 bwavgtime=500 cgroup= cgroup_nodelete=0 cgroup_weight= clat_percentiles=1
+    clocksource= continue_on_error=none cpumask= cpus_allowed= cpus_allowed_policy= create_fsync=1
+    create_on_open=0 create_only=0 create_serialize=1 dedupe_global=0 dedupe_mode=repeat dedupe_percentage=
+    dedupe_working_set_percentage=5 description= direct=0 directory= disable_bw_measurement=0 disable_clat=0
+    disable_lat=0 disable_slat=0 disk_util=1 do_verify=1 end_fsync=0 error_dump=0 exec_postrun= exec_prerun=
+    exit_what=group exitall= exitall_on_error= experimental_verify= fadvise_hint=1 fallocate=native fdatasync=0
+    file_append=0 file_service_type=roundrobin filename= filename_format=$jobname.$jobnum.$filenum filesize=
+    fill_device=0 flow=0 flow_id=0 flow_sleep=0 fsync=0 fsync_on_close=0 gid= group_reporting= gtod_cpu=
+    gtod_reduce=0 hugepage-size=2097152 ignore_error= ignore_zone_limits=0 invalidate=1 io_size=
+    io_submit_mode=inline iodepth=1 iodepth_batch=1 iodepth_batch_complete_max= iodepth_batch_complete_min=1
+    iodepth_low= ioengine=psync iomem_align=0 iopsavgtime=500 ioscheduler= job_max_open_zones=0 kb_base=1024
+    lat_percentiles=0 latency_percentile=100 latency_run=0 latency_target= latency_window= lockfile=none
+    lockmem=0 log_alternate_epoch= log_alternate_epoch_clock_id= log_avg_msec=0 log_compression=
+    log_compression_cpus= log_entries=1024 log_hist_coarseness=0 log_hist_msec=0 log_max_value=0 log_offset=0
+    log_prio=0 log_store_compressed= log_unix_epoch= loops=1 max_latency= max_open_zones=0 mem=malloc
+    merge_blktrace_file= merge_blktrace_iters= merge_blktrace_scalars= name= new_group= nice=0 norandommap=
+    nrfiles=1 numa_cpu_nodes= numa_mem_policy= number_ios=0 numjobs=1 offset=0 offset_align=0
+    offset_increment=0 opendir= openfiles= overwrite=0 per_job_logs=1 percentage_random=100,100,100
+    percentile_list=1:5:10:20:30:40:50:60:70:80:90:95:99:99.5:99.9:99.95:99.99 pre_read=0 prio= prioclass=
+    profile= ramp_time= random_distribution=random random_generator=tausworthe randrepeat=1 randseed=0x89 rate=
+    rate_cycle=1000 rate_ignore_thinktime= rate_iops= rate_iops_min= rate_min= rate_process=linear
+    read_beyond_wp=0 read_iolog= read_iolog_chunked=0 refill_buffers= replay_align= replay_no_stall=0
+    replay_redirect= replay_scale=1 replay_skip= replay_time_scale=100 runtime=0 rw=read
+    rw_sequencer=sequential rwmixread=50 rwmixwrite=50 scramble_buffers=1 serialize_overlap=0
+    significant_figures=4 size= slat_percentiles=0 softrandommap=0 startdelay=0 stats=1
+    steadystate=iops_slope:0.01% steadystate_duration=0 steadystate_ramp_time=0 stonewall= sync=none
+    sync_file_range= thinktime=0 thinktime_blocks=1 thinktime_blocks_type=complete thinktime_iotime=0
+    thinktime_spin=0 thread= time_based= trim_backlog= trim_backlog_batch= trim_percentage=0 trim_verify_zero=1
+    uid= unified_rw_reporting=none unique_filename=1 unit_base= unlink=0 unlink_each_loop=0 verify=0
+    verify_async=0 verify_async_cpus= verify_backlog= verify_backlog_batch= verify_dump=0 verify_fatal=0
+    verify_interval= verify_offset= verify_only= verify_pattern= verify_state_load= verify_state_save=1
+    wait_for= write_barrier=0 write_bw_log= write_hint= write_hist_log= write_iolog= write_iops_log=
+    write_lat_log= zero_buffers= zone_reset_frequency= zone_reset_threshold= zonecapacity=0 zonemode=none
+    zonerange=0 zonesize=0 zoneskip=0
+"""
+DEFAULTS = {name: value for name, _, value in (t.partition("=") for t in _DEFAULTS_TEXT.split())}
 
 # Accepted without effect on what iodl does, with the reason shown by `--verbose` and in the docs.
 IGNORED = {
@@ -146,11 +194,18 @@ IGNORED = {
     "gtod_cpu": "timing thread",
     "clat_percentiles": "fio-compare always reports lat, slat and clat percentiles", "lat_percentiles": "statistics",
     "slat_percentiles": "statistics", "percentile_list": "iodl reports p50/p99/p99.9",
-    "significant_figures": "statistics", "disable_lat": "statistics", "disable_clat": "statistics",
-    "disable_slat": "statistics", "disable_bw_measurement": "statistics", "gtod_reduce": "statistics",
+    "significant_figures": "statistics", "disable_bw_measurement": "statistics",
+    "disable_lat": "fio measures no lat: fio-compare shows lat as not measured on both sides",
+    "disable_clat": "fio measures no clat: fio-compare shows clat as not measured on both sides",
+    "disable_slat": "fio measures no slat: fio-compare shows slat as not measured on both sides",
+    "gtod_reduce": "fio measures no latency: fio-compare compares bandwidth and IOPS only",
+    "exitall_on_error": "what happens on an I/O error; iodl's run ends at its first error (exit 1)",
+    "continue_on_error": "what happens on an I/O error; iodl's run ends at its first error (exit 1)",
+    "ignore_error": "what happens on an I/O error; iodl's run ends at its first error (exit 1)",
+    "unlink": "after the run, iodl removes the files it laid out itself (fio is run with unlink=0)",
     "unified_rw_reporting": "reads only", "bwavgtime": "statistics", "iopsavgtime": "statistics",
-    "stats": "statistics", "disk_util": "statistics", "per_job_logs": "logs",
-    "create_fsync": "layout detail", "create_only": "layout detail", "mem": "buffer allocation",
+    "stats": "statistics", "disk_util": "statistics",
+    "create_fsync": "layout detail", "mem": "buffer allocation",
     "userspace_reap": "iodl reaps libaio completions from the ring when they are there",
     "fixedbufs": "iodl's io_uring engine registers its buffers", "registerfiles": "engine tuning",
     "sqthread_poll_cpu": "engine tuning", "nonvectored": "engine tuning", "lockmem": "memory locking",
@@ -191,9 +246,6 @@ def did_you_mean(key: str) -> str:
 # Accepted when off (0, or bare where 0 is the default is impossible), refused when on: each changes
 # what fio measures or reports, and iodl does not do it. Value -> why.
 ONLY_OFF = {
-    "gtod_reduce": "fio then reports no latencies (iodl would show some fio does not have)",
-    "disable_lat": "fio then reports no lat", "disable_clat": "fio then reports no clat",
-    "disable_slat": "fio then reports no slat",
     "hipri": "polled completions are not emulated", "sqthread_poll": "a kernel submission thread is not emulated",
     "nowait": "RWF_NOWAIT/IOCB_NOWAIT is not emulated", "uncached": "RWF_UNCACHED is not emulated",
     "force_async": "IOSQE_ASYNC is not emulated",
@@ -202,7 +254,8 @@ ONLY_OFF = {
 _WHY = [
     (("numa_",), "NUMA placement is not emulated"),
     (("verify", "do_verify", "experimental_verify", "trim_"), "verification and trims are not emulated (iodl reads)"),
-    (("write_", "log_", "per_job_logs", "read_iolog", "replay_", "merge_blktrace"), "logs and I/O replay are not emulated"),
+    (("write_", "log_", "per_job_logs", "read_iolog", "replay_", "merge_blktrace"),
+     "iolog replay, histogram and compressed logs are not emulated (iodl writes fio's bw, lat and iops logs)"),
     (("zone", "max_open_zones", "job_max_open_zones", "read_beyond_wp", "ignore_zone_limits"), "zoned devices are not emulated"),
     (("thinktime",), "think time is not emulated"),
     (("exec_",), "iodl runs no commands"),
@@ -212,8 +265,8 @@ _WHY = [
     (("cgroup",), "cgroups are not emulated"),
     (("prio", "nice"), "process and I/O priorities are not emulated"),
     (("rwmix", "sync_file_range", "write_barrier", "fill_device", "file_append", "buffer_", "dedupe",
-      "scramble", "zero_buffers", "refill_buffers", "unlink", "trim", "pre_read"),
-     "iodl reads, and writes sequentially with fsync/fdatasync only (no mixes, trims, buffer contents "
+      "scramble", "zero_buffers", "refill_buffers", "unlink_each_loop", "trim", "pre_read"),
+     "iodl reads and writes with fsync/fdatasync only (no trims, range syncs, barriers, dedupe working sets "
      "or file removal)"),
 ]
 
@@ -232,3 +285,84 @@ def why(name: str) -> str:
         if name.startswith(prefixes):
             return reason
     return "not emulated by iodl (see docs/fio-compare.md)"
+
+
+# Options that change nothing unless another option is on (fio 3.33): the verify family only
+# verifies with verify= set; the think-time family only acts with thinktime= set; the mix only
+# mixes in a mixed rw=; the random-offset options only steer random rw= modes (io_u.c
+# get_next_block asks them only when td_random); what is written (syncs, buffer contents) matters
+# only in a job that writes (should_fsync, fill_io_buffer on writes). Option -> (what must be on, test).
+_VERIFY_FAMILY = ("do_verify", "verify_", "experimental_verify", "verifysort")
+_THINK_FAMILY = ("thinktime_", "rate_ignore_thinktime")
+MIXED_RW = ("rw", "readwrite", "randrw")
+RANDOM_RW = ("randread", "randwrite", "randrw", "randtrim", "randtrimwrite")
+_RANDOM_ONLY = {"percentage_random", "percentage_sequential", "random_distribution", "norandommap",
+                "random_generator", "softrandommap"}
+_WRITE_ONLY_CONTENT = ("fsync", "fdatasync", "end_fsync", "fsync_on_close", "write_barrier", "sync_file_range",
+                       "refill_buffers", "scramble_buffers", "zero_buffers", "buffer_pattern", "buffer_compress_",
+                       "dedupe_", "create_fsync")
+
+
+def _default_value(name: str, kb_base: int):
+    """fio's default of `name`, parsed as a written value would be (None: no default to compare)."""
+    from .jobfile import parse_value
+
+    text = DEFAULTS.get(name)
+    kind = TYPE.get(name)
+    if text is None or kind is None:
+        return None
+    if text == "":
+        # "no default": a zeroed field; a string option has nothing to be equal to
+        return None if kind in ("str", "float", "range") else 0
+    try:
+        return parse_value(name, text, kb_base)
+    except (ValueError, OverflowError):
+        return None
+
+
+def at_default(name: str, value, kb_base: int = 1024) -> bool:
+    """Whether a written value is fio's default for the option (so writing it changes nothing)."""
+    want = _default_value(name, kb_base)
+    if want is None:
+        return False
+    if isinstance(value, str) and isinstance(want, str):
+        return value.strip().lower() == want.strip().lower()
+    if isinstance(value, list) and not isinstance(want, list):
+        return all(v == want for v in value)
+    if isinstance(want, list) and not isinstance(value, list):
+        return all(w == value for w in want)
+    return value == want
+
+
+def _is_off(values: dict, name: str) -> bool:
+    return name not in values or at_default(name, values[name], values.get("kb_base", 1024))
+
+
+def without_effect(name: str, values: dict) -> str | None:
+    """Why option `name` changes nothing in a job with these values (None when it may)."""
+    rw = str(values.get("rw", "read")).partition(":")[0].strip()
+    writes = rw not in ("read", "randread")
+    if name.startswith(_VERIFY_FAMILY) and _is_off(values, "verify"):
+        return "verify= is off"
+    if name.startswith(_THINK_FAMILY) and _is_off(values, "thinktime"):
+        return "thinktime= is off"
+    if name.startswith("rwmix") and rw not in MIXED_RW:
+        return f"rw={rw} does not mix reads and writes"
+    if name in _RANDOM_ONLY and rw not in RANDOM_RW:
+        return f"rw={rw} is sequential"
+    if name.startswith(_WRITE_ONLY_CONTENT) and not writes:
+        return f"rw={rw} writes nothing (fio syncs and fills buffers only for writes)"
+    return None
+
+
+def refusal(name: str, value, values: dict) -> str | None:
+    """Why iodl refuses option `name` written as `value` in a job with `values` (one phrase), or None
+    when it takes it: it honours it, it is accepted without effect (IGNORED), it is fio's default,
+    or it changes nothing in this job (without_effect)."""
+    if name in ONLY_OFF:
+        return None if value in (0, "0") else ONLY_OFF[name]
+    if name in HONOURED or name in IGNORED:
+        return None
+    if at_default(name, value, values.get("kb_base", 1024)) or without_effect(name, values):
+        return None
+    return why(name)

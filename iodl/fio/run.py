@@ -8,6 +8,7 @@ dealt over ranks and each rank runs its share as threads.
 """
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import stat
@@ -74,10 +75,29 @@ class JobPlan:
     fdatasync_n: int = 0  # fdatasync=N
     end_sync: bool = False  # end_fsync=1 or fsync_on_close=1: each file fsynced when the job's pass ends
     reset: str = ""       # how each side's file starts (layout.reset_for_write), write jobs only
+    read_pct: int = 100   # of the I/Os, the reads' percentage: 100 reads only, 0 writes only, else rwmixread
+    write_block_sizes: list = field(default_factory=list)   # the writes' [(size, weight)] (bs=r,w): block_sizes else
+    rand_pct: tuple = (100, 100)   # percentage_random (read, write): of a random job's I/Os, those at a random offset
+    dist: tuple = ("random", 0.0, -1.0)   # random_distribution: (kind, theta/h/sigma, center or -1)
+    randommap: bool = True   # every block once per pass (fio's random map; off: norandommap, ba != bs, a distribution)
+    content: dict | None = None   # a write job's buffer contents as fio's (Engine.set_content)
+    logs: object = None   # logs.LogSpec: fio's write_bw_log/write_lat_log/write_iops_log, None when none asked
+    first_thread: int = 1   # fio's thread number of clone 0 (1-based over the job file): its logs' ".N"
+
+    @property
+    def reads(self) -> bool:
+        return self.read_pct > 0
+
+    @property
+    def mixed(self) -> bool:
+        return 0 < self.read_pct < 100
+
+    def sizes_of(self, ddir: int) -> list:
+        return self.write_block_sizes if ddir and self.write_block_sizes else self.block_sizes
 
     @property
     def max_bs(self) -> int:
-        return max(s for s, _ in self.block_sizes)
+        return max(s for s, _ in self.block_sizes + self.write_block_sizes)
 
 
 def _reject(job: Job, key: str, what: str) -> JobFileError:
@@ -105,31 +125,21 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     engine = ENGINES[ioengine]
     for key, option in job.where.items():
         value = job.values.get(key)
-        if key in opts.ONLY_OFF and value not in (0, "0"):
-            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {opts.ONLY_OFF[key]}",
-                               option.file, option.line)
-        if key not in opts.HONOURED and key not in opts.IGNORED and key not in opts.ONLY_OFF:
-            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {opts.why(key)}",
-                               option.file, option.line)
+        why = opts.refusal(key, value, job.values)   # honoured, ignored, at fio's default, or without effect here
+        if why:
+            raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {why}", option.file, option.line)
         if isinstance(value, Zones):
             raise _reject(job, key, f"value '{option.key}={option.value}' (a number of zones; zoned devices are not emulated)")
     rw, _, suffix = job.get("rw", "read").partition(":")
-    if rw not in ("read", "randread", "write"):
-        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl runs reads and sequential "
-                                 "writes only: random, mixed and trim workloads are not emulated)")
-    write = rw == "write"
-    if write and suffix:
-        # fio keeps writing past the holes until io_size bytes are written (it wraps); iodl's plan stops at the end
-        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (writes with holes are not emulated: fio wraps "
-                                 "around the file until size= bytes are written)")
-    ddir = 1 if write else 0   # fio's r,w,t values (bs=, rate=...): the write one for a write job
-    if not write:
-        for key in sorted(opts.WRITE_ONLY & set(job.where)):
-            if job.values.get(key):
-                option = job.where[key]
-                raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: fio syncs only in jobs "
-                                   f"that write (rw=write)", option.file, option.line)
-    else:
+    rw = "rw" if rw == "readwrite" else rw
+    if rw not in RW_MODES:
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl runs reads, writes and their mixes: "
+                                 "trim workloads are not emulated)")
+    read_pct = _read_pct(job, rw)
+    write = read_pct < 100   # the job writes (its files must be iodl's own)
+    random = rw.startswith("rand")
+    ddir = 0 if read_pct else 1   # fio's r,w,t values (bs=, rate=...): the write one for a write job
+    if write:   # a read job's fsync=/end_fsync=... do nothing, in fio too (should_fsync: writes only)
         sync = str(job.get("sync", "none")).strip()
         if sync not in ("", "0", "none"):
             raise _reject(job, "sync", f"value 'sync={sync}' (O_SYNC/O_DSYNC writes are not emulated)")
@@ -143,6 +153,198 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         raise _reject(job, "file_service_type", f"value 'file_service_type={service}'")
     if job.get("rate_process", "linear") != "linear":
         raise _reject(job, "rate_process", f"value 'rate_process={job.values['rate_process']}'")
+    block_sizes = _block_sizes(job, ddir)
+    write_block_sizes = _block_sizes(job, 1) if 0 < read_pct < 100 else []
+    try:
+        seq_len = int(suffix or 0) if random else (_size(suffix, job) if suffix else 0)
+        service_n = int(service_n or 1)
+    except (ValueError, TypeError):
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}'") from None
+    dist = _distribution(job) if random else ("random", 0.0, -1.0)
+    if not isinstance(seq_len, int) or seq_len < 0 or seq_len >= 1 << 48:
+        # fio's ddir_seq_add < 0 reads backwards from the end; iodl's plans only step forwards
+        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (a negative or huge offset increment: "
+                                 "iodl reads forwards only)")
+    direct_ = bool(job.get("direct", 0))
+    if write and direct_ and engine != "null":
+        ALIGN = 4096   # the engine's (iodl._native.ALIGN); checked here without importing it
+        off = job.get("offset", 0)
+        if any(s % ALIGN for s, _ in block_sizes + write_block_sizes) or (isinstance(off, int) and off % ALIGN) \
+                or (not random and seq_len % ALIGN):
+            raise _reject(job, "bs", f"value: direct=1 writes need block sizes and offsets in multiples of {ALIGN} "
+                                     "bytes in iodl's engine")
+    if 0 < read_pct < 100:
+        for key in ("rate", "rate_iops"):
+            if any(job.get(key, [0, 0, 0])[:2]):
+                # fio paces each direction on its own schedule (io_u.c rate_ddir); the engine has one
+                raise _reject(job, key, f"option '{key}' in a job that mixes reads and writes (per-direction "
+                                        "rates are not emulated)")
+    rate = job.get("rate", [0, 0, 0])[ddir]
+    rate_iops = job.get("rate_iops", [0, 0, 0])[ddir]
+    # fio init.c: rate_iops becomes bytes/s of the direction's min bs
+    rate_bps = rate or rate_iops * min(s for s, _ in block_sizes)
+    direct = bool(job.get("direct", 0))   # buffered=N is stored as direct=1-N where fio parses it (last wins)
+    overrides = overrides or {}
+    runtime_us = overrides.get("runtime_us", job.get("runtime", 0))
+    ramp_us = overrides.get("ramp_us", job.get("ramp_time", 0))
+    time_based = bool(job.get("time_based", 0))
+    if time_based and not runtime_us:
+        time_based = False   # fio: "time_based requires a runtime/timeout setting" and ignores it
+    seed = job.get("randseed")
+    if not job.get("randrepeat", 1) and not seed:
+        seed = str(int.from_bytes(os.urandom(4), "little"))   # fio: a new sequence every run
+    align = job.get("ba", [0, 0, 0])
+    align = align[ddir] if isinstance(align, list) else align
+    plan = JobPlan(
+        job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
+        submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job),
+        direct=direct, random=random, seq_len=seq_len, block_sizes=block_sizes,
+        align=align or min(s for s, _ in block_sizes), rate_bps=rate_bps, time_based=time_based,
+        runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
+        loops=max(1, job.get("loops", 1)), io_limit=job.get("io_size", 0), number_ios=job.get("number_ios", 0),
+        service=service, service_n=max(1, service_n), invalidate=bool(job.get("invalidate", 1)),
+        numjobs=max(1, job.get("numjobs", 1)), seed=int(seed) if seed and str(seed).isdigit() else 0x1234,
+        write=write, fsync_n=job.get("fsync", 0) if write else 0, fdatasync_n=job.get("fdatasync", 0) if write else 0,
+        end_sync=write and bool(job.get("end_fsync", 0) or job.get("fsync_on_close", 0)),
+        reset=_reset_mode(job, read_pct) if write else "",
+        read_pct=read_pct, write_block_sizes=write_block_sizes, rand_pct=_rand_pct(job) if random else (0, 0),
+        dist=dist, randommap=not job.get("norandommap", 0) and dist[0] == "random",
+    )
+    plan.content = _content(job, min(s for s, _ in plan.sizes_of(1)), bool(read_pct)) if write else None
+    from .logs import log_spec
+    plan.logs = log_spec(job)
+    if align and align != min(s for s, _ in block_sizes):
+        plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
+
+    if plan.numjobs > MAX_CLONES:
+        raise _reject(job, "numjobs", f"value 'numjobs={plan.numjobs}' (fio allows {MAX_CLONES} jobs)")
+    if plan.numjobs * max(1, job.get("nrfiles", 1)) > MAX_FILES:
+        raise _reject(job, "nrfiles", f"value: numjobs x nrfiles over {MAX_FILES} files")
+    if not files:
+        return plan
+    _check_directory(job)
+    plan.files = [clone_files(job, n, taken, null=engine == "null", write=write) for n in range(plan.numjobs)]
+    return plan
+
+
+RW_MODES = ("read", "randread", "write", "randwrite", "rw", "randrw")
+DISTRIBUTIONS = {"random": None, "zipf": 1.1, "pareto": 0.2, "normal": 0.0, "gauss": 0.0}   # fio's defaults
+
+
+def _read_pct(job: Job, rw: str) -> int:
+    """Of the I/Os, the reads' percentage: rwmixread, or 100 - rwmixwrite, whichever fio parsed last
+    (options.c str_rwmix_read_cb/str_rwmix_write_cb each set both); fio's default is 50."""
+    if rw in ("read", "randread"):
+        return 100
+    if rw in ("write", "randwrite"):
+        return 0
+    given = [(job.loc(k), k) for k in ("rwmixread", "rwmixwrite") if k in job.values]
+    if not given:
+        return 50
+    (_, key) = max(given, key=lambda g: g[0][1])
+    value = int(job.values[key])
+    if not 0 <= value <= 100:
+        raise _reject(job, key, f"value '{key}={value}' (0 to 100)")
+    return value if key == "rwmixread" else 100 - value
+
+
+def _rand_pct(job: Job) -> tuple:
+    """percentage_random for reads and writes (fio's r,w,t split; one value for all)."""
+    v = job.get("percentage_random", 100)
+    r, w = (v[0], v[1 if len(v) > 1 else 0]) if isinstance(v, list) else (v, v)
+    if not (0 <= r <= 100 and 0 <= w <= 100):
+        raise _reject(job, "percentage_random", f"value 'percentage_random={job.where['percentage_random'].value}'")
+    return int(r), int(w)
+
+
+def _distribution(job: Job) -> tuple:
+    """random_distribution as fio 3.33 parses it (options.c str_random_distribution_cb):
+    KIND[:VALUE[:CENTER]], VALUE zipf's theta (default 1.1, not 1), pareto's h (0 < h < 1, default
+    0.2), normal's deviation in percent of the file (0 <= sigma < 100, default 0)."""
+    text = str(job.get("random_distribution", "random")).strip()
+    kind, _, rest = text.partition(":")
+    kind = kind.strip().lower()
+    if kind not in DISTRIBUTIONS:
+        raise _reject(job, "random_distribution", f"value 'random_distribution={text}' (iodl has random, zipf, "
+                                                  "pareto, normal: zoned distributions are not emulated)")
+    if kind == "random":
+        return ("random", 0.0, -1.0)
+    value, center = DISTRIBUTIONS[kind], -1.0
+    try:
+        parts = [float(x) for x in rest.split(":")] if rest else []
+    except ValueError:
+        raise _reject(job, "random_distribution", f"value 'random_distribution={text}'") from None
+    if parts:
+        value = parts[0]
+    if len(parts) > 1:
+        center = parts[1]
+    ok = {"zipf": value != 1.0, "pareto": 0 < value < 1}.get(kind, 0 <= value < 100)
+    if not ok or (center != -1 and not 0 <= center <= 1):
+        raise _reject(job, "random_distribution", f"value 'random_distribution={text}' (fio refuses it)")
+    return ("normal" if kind == "gauss" else kind, value, center)
+
+
+CONTENT_OPTIONS = ("buffer_compress_percentage", "buffer_compress_chunk", "dedupe_percentage", "buffer_pattern",
+                   "zero_buffers", "refill_buffers", "scramble_buffers")
+
+
+def _content(job: Job, min_write: int, reads: bool) -> dict | None:
+    """What a write job's buffers hold, as fio fills them (init.c fixup_options, io_u.c fill_io_buffer).
+    With no option: fio's default, random bytes once per buffer, then the offset and time scrambled into
+    every 512 bytes of each write; no refill, also after a read into the buffer (a mixed job writes back
+    what it read, scrambled, as fio does)."""
+    if str(job.get("dedupe_mode", "repeat")).strip() not in ("repeat", ""):
+        raise _reject(job, "dedupe_mode", "value (dedupe_mode=working_set is not emulated)")
+    compress = int(job.get("buffer_compress_percentage", 0))
+    dedupe = int(job.get("dedupe_percentage", 0))
+    if not (0 <= compress <= 100 and 0 <= dedupe <= 100):
+        raise _reject(job, "buffer_compress_percentage" if compress > 100 else "dedupe_percentage", "value (0 to 100)")
+    zero = bool(job.get("zero_buffers", 0))
+    refill = bool(job.get("refill_buffers", 0))
+    scramble = bool(job.get("scramble_buffers", 1))
+    pattern = _pattern(job)
+    # fio's option callbacks (options.c): buffer_pattern turns scrambling and zeroing off and refills only
+    # when the job reads or compresses; dedupe_percentage turns refill on; either compression option
+    # marks the job compressing (TD_F_COMPRESS), which never scrambles
+    compressing = "buffer_compress_percentage" in job.values or "dedupe_percentage" in job.values
+    if pattern:
+        scramble = zero = False
+        refill = bool(compress) or reads
+    if dedupe:
+        refill = True
+    if compress == 100:   # fio init.c: all zeros (or the pattern), as zero_buffers
+        zero, compress = True, 0
+    elif compress and "refill_buffers" not in job.values:
+        refill = True   # fio turns refill_buffers on for compression unless the job says otherwise
+    # fio scrambles (offset and time in every 512 bytes) unless zero_buffers is written in the job
+    # (scramble_buffers=1 written too: it scrambles anyway), or the job compresses
+    explicit = "scramble_buffers" in job.values and bool(job.get("scramble_buffers"))
+    scramble = scramble and (explicit or not (zero and "zero_buffers" in job.values)) and not compressing
+    return {"compress_pct": compress, "chunk": int(job.get("buffer_compress_chunk", 512)), "dedupe_pct": dedupe,
+            "pattern": pattern, "zero": zero, "refill": refill, "scramble": scramble, "min_write": min_write}
+
+
+def _pattern(job: Job) -> bytes:
+    """buffer_pattern as fio's parse_and_fill_pattern reads its common forms: 0xHEX (bytes as written),
+    "a string" (quoted), and their concatenation with '|'; other forms are refused by name."""
+    text = str(job.get("buffer_pattern", "") or "").strip()
+    out = b""
+    for part in [p.strip() for p in text.split("|") if p.strip()]:
+        if part.lower().startswith("0x") and len(part) > 2:
+            digits = part[2:]
+            try:
+                out += bytes.fromhex(("0" if len(digits) % 2 else "") + digits)
+            except ValueError:
+                raise _reject(job, "buffer_pattern", f"value 'buffer_pattern={text}'") from None
+        elif len(part) >= 2 and part[0] == part[-1] and part[0] in "'\"":
+            out += part[1:-1].encode()
+        else:
+            raise _reject(job, "buffer_pattern", f"value 'buffer_pattern={text}' (iodl reads 0xHEX and \"strings\")")
+    return out
+
+
+def _block_sizes(job: Job, ddir: int) -> list:
+    """[(size, weight)] of one direction (fio's r,w values of bs, bsrange, bssplit), weights summing to 1."""
     if "bssplit" in job.values:
         parts = job.values["bssplit"]
         block_sizes = [(s, p / 100) for s, p in parts[min(ddir, len(parts) - 1)]]
@@ -157,61 +359,22 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     if any(s <= 0 for s, _ in block_sizes):
         raise _reject(job, "bs", "value: a block size of 0")
     total = sum(w for _, w in block_sizes) or 1
-    block_sizes = [(s, w / total) for s, w in block_sizes]
-    try:
-        seq_len = int(suffix or 0) if rw == "randread" else (_size(suffix, job) if suffix else 0)
-        service_n = int(service_n or 1)
-    except (ValueError, TypeError):
-        raise _reject(job, "rw", f"value 'rw={job.values['rw']}'") from None
-    if not isinstance(seq_len, int) or seq_len < 0 or seq_len >= 1 << 48:
-        # fio's ddir_seq_add < 0 reads backwards from the end; iodl's plans only step forwards
-        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (a negative or huge offset increment: "
-                                 "iodl reads forwards only)")
-    direct_ = bool(job.get("direct", 0))
-    if write and direct_ and engine != "null":
-        ALIGN = 4096   # the engine's (iodl._native.ALIGN); checked here without importing it
-        off = job.get("offset", 0)
-        if any(s % ALIGN for s, _ in block_sizes) or (isinstance(off, int) and off % ALIGN) or seq_len % ALIGN:
-            raise _reject(job, "bs", f"value: direct=1 writes need block sizes and offsets in multiples of {ALIGN} "
-                                     "bytes in iodl's engine")
-    rate = job.get("rate", [0, 0, 0])[ddir]
-    rate_iops = job.get("rate_iops", [0, 0, 0])[ddir]
-    # fio init.c: rate_iops becomes bytes/s of the direction's min bs
-    rate_bps = rate or rate_iops * min(s for s, _ in block_sizes)
-    direct = bool(job.get("direct", 0))   # buffered=N is stored as direct=1-N where fio parses it (last wins)
-    overrides = overrides or {}
-    runtime_us = overrides.get("runtime_us", job.get("runtime", 0))
-    ramp_us = overrides.get("ramp_us", job.get("ramp_time", 0))
-    time_based = bool(job.get("time_based", 0))
-    if time_based and not runtime_us:
-        time_based = False   # fio: "time_based requires a runtime/timeout setting" and ignores it
-    seed = job.get("randseed")
-    plan = JobPlan(
-        job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
-        submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job),
-        direct=direct, random=rw == "randread", seq_len=seq_len, block_sizes=block_sizes,
-        align=job.get("ba", [0])[0] or min_bs(job), rate_bps=rate_bps, time_based=time_based,
-        runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
-        loops=max(1, job.get("loops", 1)), io_limit=job.get("io_size", 0), number_ios=job.get("number_ios", 0),
-        service=service, service_n=max(1, service_n), invalidate=bool(job.get("invalidate", 1)),
-        numjobs=max(1, job.get("numjobs", 1)), seed=int(seed) if seed and str(seed).isdigit() else 0x1234,
-        write=write, fsync_n=job.get("fsync", 0) if write else 0, fdatasync_n=job.get("fdatasync", 0) if write else 0,
-        end_sync=write and bool(job.get("end_fsync", 0) or job.get("fsync_on_close", 0)),
-        reset=_reset_mode(job) if write else "",
-    )
-    if plan.numjobs > MAX_CLONES:
-        raise _reject(job, "numjobs", f"value 'numjobs={plan.numjobs}' (fio allows {MAX_CLONES} jobs)")
-    if plan.numjobs * max(1, job.get("nrfiles", 1)) > MAX_FILES:
-        raise _reject(job, "nrfiles", f"value: numjobs x nrfiles over {MAX_FILES} files")
-    if not files:
-        return plan
-    _check_directory(job)
-    plan.files = [clone_files(job, n, taken, null=engine == "null", write=write) for n in range(plan.numjobs)]
-    return plan
+    return [(s, w / total) for s, w in block_sizes]
 
 
-def _reset_mode(job: Job) -> str:
-    """How fio's lay-out leaves a write job's file (filesetup.c extend_file): layout.reset_for_write."""
+def number_threads(plans: dict) -> None:
+    """fio numbers every clone of the job file from 1, in file order (its logs' ".N"): each plan's first."""
+    n = 1
+    for i in sorted(plans):
+        plans[i].first_thread = n
+        n += plans[i].numjobs
+
+
+def _reset_mode(job: Job, read_pct: int = 0) -> str:
+    """How fio's lay-out leaves a write job's file (filesetup.c extend_file): layout.reset_for_write.
+    A job that also reads gets its file written whole, as fio lays out every file a job reads."""
+    if read_pct:
+        return "fill"
     if job.get("create_on_open", 0):
         return "empty"
     if job.get("overwrite", 0):
@@ -255,34 +418,166 @@ def _size(text: str, job: Job) -> int:
 # ---------------------------------------------------------------------------------------------
 # Plans: one pass of one clone over its files
 
-def _file_stream(plan: JobPlan, spec: FileSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets and lengths of one pass over one file (fio reads whole blocks only)."""
-    sizes = np.array([s for s, _ in plan.block_sizes], dtype=np.int64)
-    weights = np.array([w for _, w in plan.block_sizes])
-    if not plan.random:
-        # sequential: lengths drawn per request; stop when the next block does not fit
-        n_max = spec.io_size // int(sizes.min()) + 1
-        lengths = sizes[rng.choice(len(sizes), n_max, p=weights)] if len(sizes) > 1 else np.full(n_max, sizes[0])
-        starts = np.concatenate(([0], np.cumsum(lengths + plan.seq_len)[:-1]))
-        keep = starts + lengths <= spec.io_size
-        return spec.offset + starts[keep], lengths[keep]
-    # random: every align-sized slot once per pass (fio's random map), in a seeded order
-    unit = max(plan.align, int(sizes.max()))
-    n = spec.io_size // unit
-    picks = rng.permutation(n) if n else np.zeros(0, dtype=np.int64)
-    if plan.seq_len > 1:
-        # randread:N: a new random offset every N requests, the ones between follow sequentially
-        picks = picks[: max(1, n // plan.seq_len)]
-        picks = (picks[:, None] + np.arange(plan.seq_len)[None, :]).ravel()
-        picks = picks[picks < n]
-    lengths = sizes[rng.choice(len(sizes), len(picks), p=weights)] if len(sizes) > 1 else np.full(len(picks), sizes[0])
-    return spec.offset + picks.astype(np.int64) * unit, lengths
+GOLDEN_RATIO_64 = np.uint64(0x61C8864680B583EB)   # fio hash.h __hash_u64: a rank's block is rank x this
+ZIPF_MAX_GEN = 10_000_000                          # fio lib/zipf.c: zeta(n) summed over 10M terms at most
 
 
-def pass_plan(plan: JobPlan, files: list[FileSpec], rng: np.random.Generator) -> np.ndarray:
-    """One pass over a clone's files, interleaved as file_service_type says."""
-    streams = [_file_stream(plan, spec, rng) for spec in files]
-    counts = np.array([len(o) for o, _ in streams], dtype=np.int64)
+@functools.lru_cache(maxsize=64)
+def _zeta(n: int, theta: float) -> float:
+    """fio zipf_update: sum of (1/i)^theta for i = 1..min(n, 10M), in chunks (bounded memory)."""
+    total, step = 0.0, 1 << 20
+    for lo in range(1, min(n, ZIPF_MAX_GEN) + 1, step):
+        i = np.arange(lo, min(lo + step, min(n, ZIPF_MAX_GEN) + 1), dtype=np.float64)
+        total += float(np.sum((1.0 / i) ** theta))
+    return total
+
+
+def _rand32(rng: np.random.Generator, k: int) -> np.ndarray:
+    """k of fio's __rand (tausworthe, 32 bits), as uint64."""
+    return rng.integers(0, 1 << 32, k, dtype=np.uint64)
+
+
+def distribution_blocks(kind: str, value: float, center: float, nranges: int, k: int, rng: np.random.Generator,
+                        rand_off: int) -> np.ndarray:
+    """k block numbers in [0, nranges) drawn as fio 3.33 draws them (lib/zipf.c zipf_next, pareto_next;
+    lib/gauss.c gauss_next), vectorised: the rank (0 = hottest) is hashed (x GOLDEN_RATIO_64, mod 2^64),
+    so the hot blocks are spread over the file, then offset by rand_off (random, or the center) mod nranges."""
+    n = max(1, int(nranges))
+    frand_max = float((1 << 32) - 1)
+    if kind == "zipf":
+        theta = value
+        zetan, zeta2 = _zeta(n, theta), 1.0 + 0.5 ** theta
+        alpha = 1.0 / (1.0 - theta)
+        eta = (1.0 - (2.0 / n) ** (1.0 - theta)) / (1.0 - zeta2 / zetan) if n > 1 else 0.0
+        u = _rand32(rng, k).astype(np.float64) / frand_max
+        rz = u * zetan
+        with np.errstate(invalid="ignore", over="ignore"):
+            far = 1 + np.floor(n * np.power(np.maximum(eta * u - eta + 1.0, 0.0), alpha))
+        val = np.where(rz < 1.0, 1.0, np.where(rz < 1.0 + 0.5 ** theta, 2.0, far))
+        rank = (np.minimum(val, 2.0 ** 63) - 1).astype(np.uint64)
+    elif kind == "pareto":
+        u = _rand32(rng, k).astype(np.float64) / frand_max
+        rank = np.floor((n - 1) * np.power(u, np.log(value) / np.log(1.0 - value))).astype(np.uint64)
+    else:   # normal (fio 3.33's gauss: the mean of 12 uniform draws, plus a uniform deviation of width sigma% of n)
+        draws = _rand32(rng, 12 * k).reshape(k, 12) % np.uint64(n + 1)
+        total = (draws.sum(axis=1) + np.uint64(11)) // np.uint64(12)
+        stddev = min(int(np.ceil(n * value / 100.0)), n // 2) if value else 0
+        if stddev:
+            dev = (stddev * (_rand32(rng, k).astype(np.float64) / float(1 << 32))).astype(np.int64) - stddev // 2
+            base = total.astype(np.int64)
+            while True:   # fio halves the deviation until the sum stays below n (at most ~64 rounds, vectorised)
+                over = dev + base >= n
+                if not over.any():
+                    break
+                dev[over] = np.trunc(dev[over] / 2).astype(np.int64)
+            total = (base + dev).astype(np.uint64)
+        rank = total
+    with np.errstate(over="ignore"):
+        hashed = rank * GOLDEN_RATIO_64 + np.uint64(rand_off)
+    return (hashed % np.uint64(n)).astype(np.int64)
+
+
+def _dist_offset(plan: JobPlan, nranges: int, rng: np.random.Generator) -> int:
+    """fio shared_rand_init / gauss_init: where rank 0 lands: random (zipf, pareto) or 0 (normal), unless
+    a center is given."""
+    kind, _, center = plan.dist
+    if center != -1:
+        return int(nranges * (center - 0.5)) % max(1, nranges) if kind == "normal" else int(nranges * center)
+    return 0 if kind == "normal" else int(_rand32(rng, 1)[0])
+
+
+def _file_stream(plan: JobPlan, spec: FileSpec, rng: np.random.Generator,
+                 file_rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Offsets, lengths and ops (OP_READ/OP_WRITE) of one pass over one file, as fio's io_u.c makes them:
+
+    - direction per I/O: a read with probability rwmixread% (get_rand_ddir's draw; fio's switch limits
+      in set_rwmix_bytes never bind once both directions have run, so each I/O draws afresh);
+    - I/Os until the pass has moved io_size bytes (fio's io_bytes_exceeded), whole blocks only;
+    - random jobs: every seq_len-th I/O (rw=randrw:N; 1 by default) is random, with percentage_random% per
+      direction; the others follow the direction's previous I/O (f->last_pos[ddir]), as sequential I/O does;
+    - random offsets: each block once per pass (the random map, shared by both directions: the pass ends
+      when it is used up), uniform with replacement (norandommap), or drawn from random_distribution;
+    - sequential offsets per direction from the file's start, plus the hole (rw=write:N) after each I/O,
+      wrapping to the start at the end of the file (get_next_seq_offset).
+    """
+    from ..plan import OP_READ, OP_WRITE
+
+    size = int(spec.io_size)
+    reads_bs, writes_bs = plan.sizes_of(0), plan.sizes_of(1)
+    smallest = min(s for s, _ in (reads_bs if plan.read_pct else []) + (writes_bs if plan.read_pct < 100 else []))
+    n_max = size // smallest + 1
+    if plan.read_pct in (0, 100):
+        is_write = np.full(n_max, plan.read_pct == 0)
+    else:
+        is_write = rng.integers(1, 101, n_max) > plan.read_pct
+    lengths = np.empty(n_max, dtype=np.int64)
+    for ddir, sizes in ((0, reads_bs), (1, writes_bs)):
+        mine = is_write if ddir else ~is_write
+        k = int(mine.sum())
+        if not k:
+            continue
+        values = np.array([s for s, _ in sizes], dtype=np.int64)
+        lengths[mine] = values[rng.choice(len(values), k, p=[w for _, w in sizes])] if len(values) > 1 else values[0]
+    m = int(np.searchsorted(np.cumsum(lengths), size, side="right"))
+    is_write, lengths = is_write[:m], lengths[:m]
+    if plan.random:
+        step = max(1, plan.seq_len)
+        is_rand = np.arange(m) % step == 0
+        r_pct, w_pct = plan.rand_pct
+        if r_pct < 100 or w_pct < 100:
+            is_rand &= rng.integers(1, 101, m) <= np.where(is_write, w_pct, r_pct)
+    else:
+        is_rand = np.zeros(m, dtype=bool)
+    k = int(is_rand.sum())
+    unit = max(plan.align, plan.max_bs) if plan.randommap else plan.align
+    if k and plan.dist[0] != "random":
+        # fio __init_rand_distribution: ranges of the smaller of the two min block sizes over the file
+        nranges = -(-size // smallest)
+        file_rng = file_rng or rng
+        blocks = distribution_blocks(*plan.dist, nranges, k, rng, _dist_offset(plan, nranges, file_rng))
+        rand_offsets = blocks * plan.align
+    elif k and plan.randommap:
+        n_blocks = size // unit
+        if k > n_blocks:   # the random map is used up: fio ends the pass there
+            cut = int(np.nonzero(is_rand)[0][n_blocks]) if n_blocks < k else m
+            is_write, lengths, is_rand, m, k = is_write[:cut], lengths[:cut], is_rand[:cut], cut, n_blocks
+        rand_offsets = rng.permutation(n_blocks)[:k].astype(np.int64) * unit
+    elif k:
+        last = max(1, (size - max(0, smallest - plan.align)) // plan.align)
+        rand_offsets = (_rand32(rng, k).astype(np.float64) / float(1 << 32) * last).astype(np.int64) * plan.align
+    else:
+        rand_offsets = np.zeros(0, dtype=np.int64)
+    offsets = np.empty(m, dtype=np.int64)
+    hole = 0 if plan.random else plan.seq_len
+    rand_at = np.full(m, -1, dtype=np.int64)
+    rand_at[is_rand] = rand_offsets
+    # a block near the end whose I/O would pass it (a larger block size than the ranges'): the last that fits
+    over = is_rand & (rand_at + lengths > size)
+    rand_at[over] = np.maximum(0, (size - lengths[over]) // plan.align * plan.align)
+    for ddir in (0, 1):
+        idx = np.nonzero(is_write if ddir else ~is_write)[0]
+        if not len(idx):
+            continue
+        ln = lengths[idx]
+        moved = np.concatenate(([0], np.cumsum(ln + hole)[:-1]))          # bytes moved before each I/O
+        r = rand_at[idx]
+        last = np.maximum.accumulate(np.where(r >= 0, np.arange(len(idx)), -1))   # the latest random I/O
+        base = np.where(last >= 0, r[np.maximum(last, 0)] - moved[np.maximum(last, 0)], 0)
+        off = base + moved
+        # past the end: fio wraps a sequential stream to the file's start (holes; time_based)
+        off = np.where(off + ln > size, off % max(1, size), off)
+        off = np.where(off + ln > size, 0, off)
+        offsets[idx] = off
+    ops = np.where(is_write, OP_WRITE, OP_READ).astype(np.uint64)
+    return spec.offset + offsets, lengths, ops
+
+
+def pass_plan(plan: JobPlan, files: list[FileSpec], rng: np.random.Generator,
+              file_rngs: list | None = None) -> np.ndarray:
+    """One pass over a clone's files, interleaved as file_service_type says. file_rngs: one generator per
+    file for what fio keeps per file across passes (a distribution's offset), fresh copies each pass."""
+    streams = [_file_stream(plan, spec, rng, file_rngs[i] if file_rngs else None) for i, spec in enumerate(files)]
+    counts = np.array([len(o) for o, _, _ in streams], dtype=np.int64)
     file_ids = np.repeat(np.arange(len(files)), counts)
     index_in_file = np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.zeros(0, np.int64)
     chunk = index_in_file // plan.service_n
@@ -305,8 +600,9 @@ def pass_plan(plan: JobPlan, files: list[FileSpec], rng: np.random.Generator) ->
         order = np.lexsort((index_in_file, turn[np.repeat(starts, counts) + chunk]))
     out = new_plan(len(order))
     out["file"] = file_ids[order]
-    out["offset"] = np.concatenate([o for o, _ in streams])[order] if len(order) else 0
-    out["length"] = np.concatenate([ln for _, ln in streams])[order] if len(order) else 0
+    out["offset"] = np.concatenate([o for o, _, _ in streams])[order] if len(order) else 0
+    out["length"] = np.concatenate([ln for _, ln, _ in streams])[order] if len(order) else 0
+    out["op"] = np.concatenate([op for _, _, op in streams])[order] if len(order) else 0
     return out
 
 
@@ -335,6 +631,16 @@ class CloneResult:
     end_sync_hist: np.ndarray | None = None   # end_fsync / fsync_on_close: one per file (fio does them, unreported)
     end_syncs: int = 0
     ending: bool = False                   # the run in progress is the job's end syncs
+    # a job that mixes reads and writes: the writes' own figures (bytes, ios, hist... above are then the
+    # reads'), as fio reports each direction apart
+    mixed: bool = False
+    write_bytes: int = 0
+    write_ios: int = 0
+    write_hist: np.ndarray | None = None
+    write_clat_hist: np.ndarray | None = None
+    write_slat_hist: np.ndarray | None = None
+    logs: object = None                    # logs.LogWriter of this clone, fed each run's records
+    records: np.ndarray | None = None      # the engine's per-I/O records of the run in progress (logs only)
 
     # iodl.cursor.Counters: the cursor counts a clone's runs as a rank's
     def engine_args(self, t0_ns: int) -> dict:
@@ -342,16 +648,29 @@ class CloneResult:
                 "clat_hist": self.clat_hist, "slat_hist": self.slat_hist}
         if self.write:
             args["fsync_hist"] = self.end_sync_hist if self.ending else self.sync_hist
+        if self.mixed:
+            args.update(write_hist=self.write_hist, write_clat_hist=self.write_clat_hist,
+                        write_slat_hist=self.write_slat_hist)
+        if self.records is not None and not self.ending:
+            args["records"] = self.records
         return args
 
     def add(self, st: dict, t0_ns: int) -> None:
+        if self.logs is not None and "records" in st:
+            self.logs.add(self.records, st["records"], st["records_lost"])
         syncs = st.get("fsyncs", 0)
         if not st["ios"] and not syncs:
             return
         self.first_ns = self.first_ns or st["t_start_ns"]
         self.last_ns = max(self.last_ns, st["t_end_ns"])   # a counted sync ends the measured time too
-        self.bytes += st["bytes"]
-        self.ios += st["ios"]
+        if self.mixed:
+            self.write_bytes += st["write_bytes"]
+            self.write_ios += st["write_ios"]
+            self.bytes += st["bytes"] - st["write_bytes"]
+            self.ios += st["ios"] - st["write_ios"]
+        else:
+            self.bytes += st["bytes"]
+            self.ios += st["ios"]
         self.depth += np.asarray(st["depth"], dtype=np.int64)
         if self.ending:
             self.end_syncs += syncs
@@ -367,6 +686,13 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
                       depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.write,
                       sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
+    if plan.logs is not None:
+        from .logs import LogWriter
+
+        res.logs = LogWriter(plan.logs, plan.first_thread + jobnum, plan.engine in SYNC_ENGINES)
+    if plan.mixed:
+        res.mixed = True
+        res.write_hist, res.write_clat_hist, res.write_slat_hist = (histogram.empty() for _ in range(3))
     files = plan.files[jobnum]
     rng = np.random.default_rng([plan.seed, jobnum])
     fds = []
@@ -378,12 +704,14 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
             from .layout import open_own_for_write
 
             for f in files:   # iodl's own marked files only (layout.check_files refused anything else)
-                fds.append(open_own_for_write(f, plan.direct))
+                fds.append(open_own_for_write(f, plan.direct, read=plan.reads))
         else:
             fds = [open_input(f.path, plan.direct) for f in files]
         with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
                                     rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
                                     reap_batch=min(plan.reap_batch, plan.depth)) as engine:
+            if plan.content is not None and plan.engine != "null":
+                engine.set_content(**plan.content, seed=(plan.seed << 16) + jobnum)
             if start is not None:
                 start.wait()
             _drive(plan, engine, fds, rng, res)
@@ -396,6 +724,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     finally:
         for fd in fds:
             os.close(fd)
+        if res.logs is not None:
+            res.logs.close(keep=not res.error)
     return res
 
 
@@ -439,6 +769,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     end = ramp_end + plan.runtime_ns if plan.runtime_ns else 0
     # one run spans the ramp's end: the queue stays full across the boundary, as in fio
     res.measure_ns = (ramp_end, end)
+    if res.logs is not None:
+        res.logs.origin_ns = ramp_end   # fio's log times count from the end of its ramp
     cursor = Cursor(engine, res, t0)
     names = [f.path for f in plan.files[res.jobnum]]
     cpu0 = _cpu()
@@ -461,14 +793,15 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         if not plan.files[res.jobnum]:
             break   # a clone whose names its first clone took reads nothing (fio's add_file)
-        rows = pass_plan(plan, plan.files[res.jobnum], rng)
+        rows = pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
         if not len(rows):
             raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
         passes += 1
         k = _passes_per_run(plan, len(rows), (end - now()) if end else 0)
         if k > 1:
             # up to DISTINCT_PASSES freshly drawn passes, repeated to k (small files: many passes)
-            block = [rows] + [pass_plan(plan, plan.files[res.jobnum], rng) for _ in range(min(k, DISTINCT_PASSES) - 1)]
+            block = [rows] + [pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
+                              for _ in range(min(k, DISTINCT_PASSES) - 1)]
             n = len(rows)
             rows = np.concatenate(block)
             if k > len(block):
@@ -485,12 +818,21 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
                 return finish()
             part = rows[:MAX_PLAN_ROWS]
             if budget_ios and now() >= ramp_end:
-                part = part[: max(0, budget_ios - res.ios)]
+                part = part[: max(0, budget_ios - res.ios - res.write_ios)]
+            if budget_bytes and not plan.time_based and now() >= ramp_end:
+                # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
+                left = budget_bytes - res.bytes - res.write_bytes
+                part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
+                if not len(part):
+                    return finish()
+            if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
+                from .logs import empty_records
+                res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
             st = cursor.run(fds, part, names, deadline_ns=end)
             if st["ios"]:
-                if budget_bytes and res.bytes >= budget_bytes and not plan.time_based:
+                if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
                     return finish()
-                if budget_ios and res.ios >= budget_ios:
+                if budget_ios and res.ios + res.write_ios >= budget_ios:
                     return finish()
             rows = rows[st["done"]:]
         if plan.write and not plan.time_based:
@@ -499,35 +841,49 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     return _finish(res, cpu0)
 
 
+def _file_rngs(plan: JobPlan, jobnum: int) -> list | None:
+    """Per file, what fio draws once per file (a distribution's offset, filesetup.c): the same every pass."""
+    if plan.dist[0] == "random":
+        return None
+    return [np.random.default_rng([plan.seed, jobnum, i, 0xD15]) for i in range(len(plan.files[jobnum]))]
+
+
 @dataclass
 class _SyncState:
     """fio's io_issues[DDIR_WRITE] and last_was_sync for one clone (io_u.c get_rw_ddir, should_fsync)."""
 
     writes: int = 0
     last_was_sync: bool = False
+    last_was_write: bool = True   # the last I/O of the previous pass (a sync follows only a write)
 
 
 def _write_rows(plan: JobPlan, rows: np.ndarray, sync: _SyncState, leading: bool = False,
                 trailing: bool = False) -> np.ndarray:
-    """Reads turned into writes, with fio's syncs put in: before a write, when the writes issued so
-    far are a non-zero multiple of fsync=N (else of fdatasync=N) and the last thing done was not a
-    sync, fio issues the sync first (io_u.c get_rw_ddir), on the file of that next write. So no sync
-    follows the job's last write (its end syncs do), and the count runs on across passes.
-    `leading`: a loop after the first (its due sync is issued whatever came before); `trailing`: a
-    loop that is not the last (the sync due after its last write is issued at its end)."""
+    """A pass's rows (a write job's: all writes; a mixed job's: reads and writes) with fio's syncs put
+    in: before an I/O, when the last I/O issued was a write, the writes issued so far are a non-zero
+    multiple of fsync=N (else of fdatasync=N) and the last thing done was not a sync, fio issues the sync
+    first (io_u.c get_rw_ddir), on the file of that next I/O. So no sync follows the job's last write (its
+    end syncs do), and the count runs on across passes. `leading`: a loop after the first (its due sync is
+    issued whatever came before); `trailing`: a loop that is not the last (the sync due after its last
+    write is issued at its end)."""
     from ..plan import OP_FDATASYNC, OP_FSYNC, OP_WRITE
 
     rows = rows.copy()
-    rows["op"] = OP_WRITE
+    if plan.read_pct == 0:
+        rows["op"] = OP_WRITE
     n = len(rows)
+    is_write = rows["op"] == OP_WRITE
+    n_writes = int(is_write.sum())
     if not n or not (plan.fsync_n or plan.fdatasync_n):
-        sync.writes += n
+        sync.writes += n_writes
         sync.last_was_sync = sync.last_was_sync and not n
         return rows
-    before = sync.writes + np.arange(n + 1, dtype=np.int64)   # writes issued before write i (i = n: after all)
+    # writes issued before row i (i = n: after all), and whether the I/O just before it was a write
+    before = sync.writes + np.concatenate(([0], np.cumsum(is_write)))
+    after_write = np.concatenate(([sync.last_was_write], is_write))
     fs = (before % plan.fsync_n == 0) if plan.fsync_n else np.zeros(n + 1, bool)
     fd = ((before % plan.fdatasync_n == 0) & ~fs) if plan.fdatasync_n else np.zeros(n + 1, bool)
-    need = (before > 0) & (fs | fd)
+    need = (before > 0) & (fs | fd) & after_write
     if sync.last_was_sync and not leading:
         need[0] = False
     need[n] = need[n] and trailing
@@ -538,8 +894,9 @@ def _write_rows(plan: JobPlan, rows: np.ndarray, sync: _SyncState, leading: bool
     where = at + np.arange(len(at))
     out["op"][where] = np.where(fs[at], OP_FSYNC, OP_FDATASYNC)
     out["file"][where] = rows["file"][np.minimum(at, n - 1)]
-    sync.writes += n
+    sync.writes += n_writes
     sync.last_was_sync = bool(need[n])
+    sync.last_was_write = bool(is_write[-1])
     return out
 
 

@@ -13,8 +13,8 @@ def iodl(*args, **kw):
 
 @pytest.mark.parametrize("text,message", [
     ("[a]\nrw=read\nbs=4k\n[b\n", "bad section header '[b' (JOB:4)"),
-    ("[a]\nrw=randwrite\n", "unsupported value 'rw=randwrite' (iodl runs reads and sequential writes only: random, mixed "
-                                   "and trim workloads are not emulated) in [a] (JOB:2)"),
+    ("[a]\nrw=randtrim\n", "unsupported value 'rw=randtrim' (iodl runs reads, writes and their mixes: trim "
+                           "workloads are not emulated) in [a] (JOB:2)"),
     ("[a]\nrw=read\nverify=md5\n", "unsupported option 'verify' in [a]: verification and trims are not emulated (iodl reads) (JOB:3)"),
     ("[global]\nthinktime=10\n[a]\nrw=read\n", "unsupported option 'thinktime' in [a]: think time is not emulated (JOB:2)"),
     ("[a]\nrw=read\nioengine=mmap\n", "unsupported value 'ioengine=mmap' (iodl has libaio, io_uring, psync, sync, pvsync, pvsync2, null) in [a] (JOB:3)"),

@@ -412,6 +412,12 @@ def test_job_file(name, tmp_path, monkeypatch, capsys):
             made = [os.path.join(dp, f) for dp, _, fs in os.walk(jobdir) for f in fs]
             assert all(layout.is_marked(p) for p in made), made          # only iodl's own files
             assert not any(".iodl-tmp." in p for p in made)
+            # fio's logs the job asked for (write_*_log), iodl's copy: the only files iodl makes in the cwd
+            logs = list(cwd.glob("iodl-*.log"))
+            assert sorted(os.listdir(cwd)) == sorted(p.name for p in logs)
+            for log in logs:
+                log.unlink()
+            before.pop("cwd", None)
         else:
             # refusals in-process (the CLI's own main): fast, and any traceback fails the test
             from iodl.cli import main
@@ -424,7 +430,10 @@ def test_job_file(name, tmp_path, monkeypatch, capsys):
             assert rc == 2 and err.startswith("iodl: error: ") and err.count("\n") == 1, err
             assert expect[len("refuse "):] in err, err
             assert os.listdir(jobdir) == []          # refused before any I/O
-        assert tree(tmp_path, skip={str(jobdir)}) == before
+        after = tree(tmp_path, skip={str(jobdir)})
+        if expect == "run":
+            after.pop("cwd", None)   # its mtime moved if logs were made there (and removed above)
+        assert after == before
         if dev:
             assert digest(dev) == dev_before
     assert tree(JOBS) == jobs_before
