@@ -854,15 +854,14 @@ class _SyncState:
 
     writes: int = 0
     last_was_sync: bool = False
-    last_was_write: bool = True   # the last I/O of the previous pass (a sync follows only a write)
 
 
 def _write_rows(plan: JobPlan, rows: np.ndarray, sync: _SyncState, leading: bool = False,
                 trailing: bool = False) -> np.ndarray:
     """A pass's rows (a write job's: all writes; a mixed job's: reads and writes) with fio's syncs put
-    in: before an I/O, when the last I/O issued was a write, the writes issued so far are a non-zero
-    multiple of fsync=N (else of fdatasync=N) and the last thing done was not a sync, fio issues the sync
-    first (io_u.c get_rw_ddir), on the file of that next I/O. So no sync follows the job's last write (its
+    in: before an I/O, when the writes issued so far are a non-zero multiple of fsync=N (else of
+    fdatasync=N) and the last thing done was not a sync, fio 3.33 issues the sync first (io_u.c
+    get_rw_ddir, should_fsync), on the file of that next I/O. So no sync follows the job's last write (its
     end syncs do), and the count runs on across passes. `leading`: a loop after the first (its due sync is
     issued whatever came before); `trailing`: a loop that is not the last (the sync due after its last
     write is issued at its end)."""
@@ -878,12 +877,13 @@ def _write_rows(plan: JobPlan, rows: np.ndarray, sync: _SyncState, leading: bool
         sync.writes += n_writes
         sync.last_was_sync = sync.last_was_sync and not n
         return rows
-    # writes issued before row i (i = n: after all), and whether the I/O just before it was a write
+    # writes issued before row i (i = n: after all). fio 3.33 syncs before any I/O while the count is a
+    # multiple of N and the last thing done was not a sync: in a mixed job, before each read that follows
+    # the Nth write too, until the next write (fio later added a last-issued-was-a-write condition)
     before = sync.writes + np.concatenate(([0], np.cumsum(is_write)))
-    after_write = np.concatenate(([sync.last_was_write], is_write))
     fs = (before % plan.fsync_n == 0) if plan.fsync_n else np.zeros(n + 1, bool)
     fd = ((before % plan.fdatasync_n == 0) & ~fs) if plan.fdatasync_n else np.zeros(n + 1, bool)
-    need = (before > 0) & (fs | fd) & after_write
+    need = (before > 0) & (fs | fd)
     if sync.last_was_sync and not leading:
         need[0] = False
     need[n] = need[n] and trailing
@@ -896,7 +896,6 @@ def _write_rows(plan: JobPlan, rows: np.ndarray, sync: _SyncState, leading: bool
     out["file"][where] = rows["file"][np.minimum(at, n - 1)]
     sync.writes += n_writes
     sync.last_was_sync = bool(need[n])
-    sync.last_was_write = bool(is_write[-1])
     return out
 
 

@@ -210,3 +210,29 @@ def test_io_size_and_number_ios_count_both_directions_as_fio(tmp_path):
     for e in json.loads(out.read_text())["jobs"]:
         assert e["iodl"]["ios"] == e["fio"]["ios"] and e["iodl"]["bytes"] == e["fio"]["bytes"], e["name"]
     assert [e["iodl"]["ios"] for e in json.loads(out.read_text())["jobs"]] == [100, 128, 64]
+
+
+@pytest.mark.fio
+def test_mixed_fsync_placement_follows_fios_rule(tmp_path):
+    """fsync=8 in randrw: fio 3.33 syncs before any I/O while its write count is a multiple of 8 and the last
+    thing done was not a sync (W S R S R S W ...). Given fio's own read/write sequence (write_iolog, psync),
+    iodl's plan puts the syncs exactly where fio's log has them."""
+    from iodl.fio.run import _SyncState, _write_rows
+    from iodl.plan import OP_FSYNC, new_plan
+
+    d = tmp_path / "f"
+    d.mkdir()
+    log = tmp_path / "sync.iolog"
+    job = job_file(tmp_path, f"[m]\nrw=randrw\nrwmixread=60\nbs=4k\nsize=1m\nfsync=8\nwrite_iolog={log}\n", "s.fio")
+    subprocess.run(["fio", "--output=/dev/null", f"--directory={d}", str(job)], check=True, capture_output=True,
+                   timeout=60)
+    ops = [ln.split()[2] for ln in log.read_text().splitlines() if len(ln.split()) >= 3
+           and ln.split()[2] in ("read", "write", "sync")]
+    plan, _ = plan_rows(tmp_path, "rw=randrw\nbs=4k\nsize=1m\nfsync=8\n")
+    io = [o for o in ops if o != "sync"]
+    rows = new_plan(len(io))
+    rows["op"] = [OP_WRITE if o == "write" else OP_READ for o in io]
+    got = _write_rows(plan, rows, _SyncState())["op"]
+    letter = {OP_READ: "R", OP_WRITE: "W", OP_FSYNC: "S"}
+    assert "".join(letter[int(o)] for o in got) == "".join(o[0].upper() for o in ops)
+    assert ops.count("sync") > ops.count("write") // 8   # the reads after each 8th write get syncs too
