@@ -19,7 +19,7 @@ import pytest
 from iodl.fio import compare, layout
 from iodl.fio.run import plan_job, run_clones
 
-NRFILES, NUMJOBS = 300, 2
+NRFILES, NUMJOBS = 200, 2
 JOB = f"""[global]
 ioengine={{engine}}
 nrfiles={NRFILES}
@@ -88,9 +88,15 @@ def test_filecreate_beside_fio_on_a_loop_mount(tmp_path):
         assert side["ios"] == NRFILES * NUMJOBS   # fio: its JSON's total_ios; iodl: its C loop's count
         assert side["iops"] == pytest.approx(side["ios"] / side["runtime_s"], rel=1e-6)
         assert side["latency_us"]["p50"] > 0 and side["lat_us"]["p50"] is None   # clat only, as fio
-    # the files-per-second figure held against fio's: a create costs the same syscalls on both sides
-    assert 0.5 <= entry["ratio"]["iops"] <= 2.0, entry["ratio"]
-    assert 0.33 <= entry["iodl"]["latency_us"]["p50"] / entry["fio"]["latency_us"]["p50"] <= 3.0
+    # The create itself (fio's clat) is the same syscall on both sides. Files per second: fio's own file
+    # rotation costs time per file that grows with nrfiles (fio 3.33 on tmpfs, one clone: 16, 62, 144 us
+    # per file at 250, 1,000, 4,000 files, its create 3-6 us throughout), and fio's runtime is whole ms
+    # (a round here takes a few): iodl's rate may run above fio's, hence the bounds.
+    assert 0.5 <= entry["ratio"]["iops"] <= 2.5, entry["ratio"]
+    # One clone: the create's p50 agreed within 10% (8.6/9.5, 8.9/9.4 us, ext4 on a loop device); two
+    # clones in one directory: iodl's p50 ran 0.8-2.2x fio's (its clones start together at a barrier
+    # and contend for the directory; fio's processes start apart), hence the looser bound
+    assert 0.5 <= entry["iodl"]["latency_us"]["p50"] / entry["fio"]["latency_us"]["p50"] <= 2.5
 
 
 @pytest.mark.fio
