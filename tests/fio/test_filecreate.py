@@ -88,8 +88,8 @@ def test_filecreate_beside_fio_on_a_loop_mount(tmp_path):
         assert side["ios"] == NRFILES * NUMJOBS   # fio: its JSON's total_ios; iodl: its C loop's count
         assert side["iops"] == pytest.approx(side["ios"] / side["runtime_s"], rel=1e-6)
         assert side["latency_us"]["p50"] > 0 and side["lat_us"]["p50"] is None   # clat only, as fio
-    # The create itself (fio's clat) is the same syscall on both sides. Files per second: fio's own file
-    # rotation costs time per file that grows with nrfiles (fio 3.33 on tmpfs, one clone: 16, 62, 144 us
+    # The create itself (fio's clat) is the same syscall on both sides. Files per second: fio's own
+    # time per file outside the create grows with nrfiles (fio 3.33 on tmpfs, one clone: 16, 62, 144 us
     # per file at 250, 1,000, 4,000 files, its create 3-6 us throughout), and fio's runtime is whole ms
     # (a round here takes a few): iodl's rate may run above fio's, hence the bounds.
     assert 0.5 <= entry["ratio"]["iops"] <= 2.5, entry["ratio"]
