@@ -143,7 +143,9 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     read_pct = _read_pct(job, rw)
     if engine in META_ENGINES:
         _check_meta(job, rw)
-    write = read_pct < 100   # the job writes (its files must be iodl's own)
+    # the job writes (its files must be iodl's own); a metadata engine's rw= only names the direction
+    # its files per second are reported in
+    write = read_pct < 100 and engine not in META_ENGINES
     random = rw.startswith("rand")
     ddir = 0 if read_pct else 1   # fio's r,w,t values (bs=, rate=...): the write one for a write job
     if write:   # a read job's fsync=/end_fsync=... do nothing, in fio too (should_fsync: writes only)
@@ -235,16 +237,16 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
 
 
 def _check_meta(job: Job, rw: str) -> None:
-    """What iodl runs of a metadata engine: each file once, reported as reads (fio's default rw)."""
-    if rw not in ("read", "randread"):
-        raise _reject(job, "rw", f"value 'rw={job.values['rw']}' with ioengine={job.get('ioengine')} (iodl reports "
-                                 "its files per second as fio's default rw=read does)")
+    """What iodl runs of a metadata engine: each file once (filestat: `loops` times), reported as
+    fio does (engines/fileoperations.c init: reads if the job reads at all, else writes)."""
+    engine = job.get("ioengine")
     for key in ("time_based", "unlink_each_loop"):
         if job.get(key, 0):
-            raise _reject(job, key, f"option '{key}' with ioengine={job.get('ioengine')} (iodl does each file once)")
-    if job.get("loops", 1) > 1:
-        raise _reject(job, "loops", f"value 'loops={job.get('loops')}' with ioengine={job.get('ioengine')} "
-                                    "(iodl does each file once)")
+            raise _reject(job, key, f"option '{key}' with ioengine={engine} (iodl does each file once)")
+    if job.get("loops", 1) > 1 and engine != "filestat":
+        # fio's second loop reopens the files it created (no O_EXCL) or fails to unlink them again
+        raise _reject(job, "loops", f"value 'loops={job.get('loops')}' with ioengine={engine} "
+                                    "(iodl creates or deletes each file once)")
     stat_type = job.get("stat_type", "stat")
     if stat_type not in STAT_TYPES:
         raise _reject(job, "stat_type", f"value 'stat_type={stat_type}'")
@@ -762,11 +764,13 @@ def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: threading.Barri
     from .. import _native, histogram
 
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
-                      depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64))
+                      depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.read_pct == 0,
+                      sync_hist=histogram.empty(), end_sync_hist=histogram.empty())   # rw=write: no syncs, as fio
     op = META_ENGINES[plan.engine]
     if plan.engine == "filestat":
         op = STAT_TYPES[plan.job.get("stat_type", "stat")]
-    paths = b"".join(os.fsencode(f.path) + b"\0" for f in plan.files[jobnum])   # once per clone, not per I/O
+    # once per clone, not per I/O; filestat's loops: the list again (fio stats every file each loop)
+    paths = b"".join(os.fsencode(f.path) + b"\0" for f in plan.files[jobnum]) * plan.loops
     cpu0 = _cpu()
     try:
         if start is not None:

@@ -100,17 +100,23 @@ def test_filecreate_beside_fio_on_a_loop_mount(tmp_path):
 
 
 @pytest.mark.fio
-@pytest.mark.parametrize("engine", ["filestat", "filedelete"])
-def test_filestat_and_filedelete_beside_fio(tmp_path, engine):
-    """filestat: the files iodl laid out, stat'ed by both; filedelete: laid out (marked) before each
-    side, removed by each side: both count every file, and filedelete leaves none."""
+@pytest.mark.parametrize("engine,extra,per_file,ddir", [("filestat", "loops=3\n", 3, "read"),
+                                                       ("filedelete", "rw=write\n", 1, "write"),
+                                                       ("filecreate", "rw=write\n", 1, "write")])
+def test_metadata_engines_beside_fio(tmp_path, engine, extra, per_file, ddir):
+    """filestat: the files iodl laid out, stat'ed by both, each `loops` times; filedelete: laid out
+    (marked) before each side, removed by each side. rw=write: fio reports the files as writes
+    (engines/fileoperations.c init), iodl too. Both count every file; filedelete leaves none."""
     d = tmp_path / "d"
     d.mkdir()
     out = tmp_path / "cmp.json"
-    r = _fio_compare(_job(tmp_path, engine), d, out)
+    r = _fio_compare(_job(tmp_path, engine, extra), d, out)
     assert r.returncode == 0, r.stderr
     (entry,) = json.loads(out.read_text())["jobs"]
-    assert entry["fio"]["ios"] == entry["iodl"]["ios"] == NRFILES * NUMJOBS
+    assert entry["fio"]["ios"] == entry["iodl"]["ios"] == NRFILES * NUMJOBS * per_file
+    assert entry["fio"]["ddir"] == entry["iodl"]["ddir"] == ddir
+    if engine == "filecreate":
+        engine = "filedelete"   # both sides removed their own files
     left = os.listdir(d)
     assert len(left) == (0 if engine == "filedelete" else NRFILES * NUMJOBS)
     assert all(layout.is_marked(str(d / n)) for n in left)
@@ -151,7 +157,7 @@ def test_the_c_loop_refuses_what_is_not_its_own(tmp_path):
     assert hist.sum() == 2
 
 
-@pytest.mark.parametrize("extra,named", [("rw=write\n", "rw"), ("loops=3\n", "loops"),
+@pytest.mark.parametrize("extra,named", [("loops=3\n", "loops"),
                                          ("unlink_each_loop=1\n", "unlink_each_loop"),
                                          ("time_based=1\nruntime=1\n", "time_based")])
 def test_refused_in_one_line(tmp_path, extra, named):
