@@ -103,7 +103,7 @@ def run(args) -> int:
     # what iodl may read, create or must refuse (devices, files it did not lay out), on every rank
     disk = {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
     for p in disk.values():
-        if p.engine == "filecreate":
+        if p.engine in ("filecreate", "filedelete"):
             _check_new(p)
         layout.check_files([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
     comm = world()
@@ -348,15 +348,19 @@ def _idle_clone(index: int, jobnum: int):
 
 
 def _check_new(plan) -> None:
-    """filecreate creates only new files: one already there (fio's or anyone's) is refused."""
+    """filecreate creates only new files: one already there (fio's or anyone's) is refused.
+    filedelete: fio would unlink whatever is at the job's names, so only iodl's own marked files
+    (laid out by an earlier run) may be there; anything else is refused."""
+    from ..fio import layout
     from ..fio.jobfile import JobFileError
 
     for clone in plan.files:
         for spec in clone:
-            if os.path.lexists(spec.path):
+            if os.path.lexists(spec.path) and (plan.engine == "filecreate" or not layout.is_marked(spec.path)):
                 file, line = plan.job.loc("ioengine")
-                raise JobFileError(f"[{plan.job.name}] ioengine=filecreate: {spec.path} exists (iodl creates only "
-                                   "new files; remove it or name another directory=)", file, line)
+                what = "creates only new files" if plan.engine == "filecreate" else "deletes only files it laid out"
+                raise JobFileError(f"[{plan.job.name}] ioengine={plan.engine}: {spec.path} exists (iodl {what}; "
+                                   "remove it or name another directory=)", file, line)
 
 
 def _remove_created(plans: dict) -> None:

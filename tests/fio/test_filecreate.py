@@ -122,13 +122,15 @@ def test_metadata_engines_beside_fio(tmp_path, engine, extra, per_file, ddir):
     assert all(layout.is_marked(str(d / n)) for n in left)
 
 
-def test_never_over_a_file_that_is_there(tmp_path):
-    """A name already taken (a user's file, a link) refuses the job in one line; nothing is touched."""
+@pytest.mark.parametrize("engine", ["filecreate", "filedelete"])
+def test_never_over_a_file_that_is_there(tmp_path, engine):
+    """A name already taken (a user's file, a link) refuses the job in one line, before fio runs
+    (fio's filedelete would unlink it); nothing is touched."""
     d = tmp_path / "d"
     d.mkdir()
     (d / "fc.1.7").write_bytes(b"user data")
     os.symlink(tmp_path / "elsewhere", d / "fc.0.3")
-    r = _fio_compare(_job(tmp_path), d, tmp_path / "o.json", "--no-fio")
+    r = _fio_compare(_job(tmp_path, engine), d, tmp_path / "o.json")
     assert r.returncode == 2 and r.stderr.startswith("iodl: error: ") and r.stderr.count("\n") == 1, r.stderr
     assert "exists" in r.stderr
     assert sorted(os.listdir(d)) == ["fc.0.3", "fc.1.7"] and (d / "fc.1.7").read_bytes() == b"user data"
