@@ -235,3 +235,8 @@ def list_dir(dirfd: int, prefix: bytes, threads: int) -> tuple[bytes, bytes, byt
     # both). rest: (name, kind) of every other entry, kind 'd' directory, 'l' symlink (never followed), 'o' FIFO,
     # socket or device. Sizes by fstatat(AT_SYMLINK_NOFOLLOW) on `threads` threads (1 below 2,048 entries), the GIL
     # released; an entry removed meanwhile is left out. OSError naming the entry on another stat failure.
+def file_ops(op: int, paths: bytes, hist: np.ndarray) -> tuple[int, int, int]: ...
+    # fio's metadata engines, one call per NUL-terminated path in `paths`: 0 filecreate (O_CREAT|O_EXCL|O_NOFOLLOW,
+    # then iodl's lay-out mark, close), 1/2/3 filestat (stat, lstat, statx), 4 filedelete (unlink, marked files
+    # only). Each timed call's latency goes into `hist` (int64); -> (files done, t_start_ns, t_end_ns) on the
+    # engine's clock; OSError naming the file on the first failure. The GIL is released.

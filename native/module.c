@@ -1017,6 +1017,7 @@ static PyObject *py_node_barrier(PyObject *Py_UNUSED(m), PyObject *args)
 
 PyObject *iodl_py_write_files(PyObject *m, PyObject *args);   /* smallfiles.c */
 PyObject *iodl_py_list_dir(PyObject *m, PyObject *args);      /* listing.c */
+PyObject *iodl_py_file_ops(PyObject *m, PyObject *args);      /* fileops.c */
 
 static PyMethodDef module_methods[] = {
 	{ "write_files", iodl_py_write_files, METH_VARARGS,
@@ -1027,6 +1028,10 @@ static PyMethodDef module_methods[] = {
 	  "list_dir(dirfd, prefix, threads) -> (names, offsets, sizes, rest): the directory's regular files by "
 	  "name (prefix + name packed, int64 offsets and sizes as bytes), stat'ed on `threads` threads without "
 	  "following links; rest: [(name, kind)] of the other entries, kind 'd' directory, 'l' link, 'o' other" },
+	{ "file_ops", iodl_py_file_ops, METH_VARARGS,
+	  "file_ops(op, paths, hist) -> (files done, t_start_ns, t_end_ns): fio's filecreate (op 0, exclusive, "
+	  "marked), filestat (1 stat, 2 lstat, 3 statx) or filedelete (4, marked files only) on each NUL-terminated "
+	  "path; each call's latency into the int64 histogram" },
 	{ "node_barrier", py_node_barrier, METH_VARARGS,
 	  "node_barrier(shared_buffer, nranks, flag) -> OR of the round's flags; waits in the kernel" },
 	{ "engines", py_engines, METH_NOARGS, "compiled-in engine names" },

@@ -103,6 +103,8 @@ def run(args) -> int:
     # what iodl may read, create or must refuse (devices, files it did not lay out), on every rank
     disk = {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
     for p in disk.values():
+        if p.engine in ("filecreate", "filedelete"):
+            _check_new(p)
         layout.check_files([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
     comm = world()
     # Several hosts run the whole job each, as `fio --client=hosts` does: each host's leader (its
@@ -130,6 +132,8 @@ def run(args) -> int:
 
     def lay_out():
         for p in disk.values():
+            if p.engine == "filecreate":
+                continue   # both sides create these files in their round (fio removes its own: unlink=1)
             layout.lay_out([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
         os.sync()   # the lay-out's writeback is not left to fall into the first timed run
 
@@ -167,6 +171,9 @@ def run(args) -> int:
                 for spec, mode in writes.values():
                     layout.reset_for_write(spec, mode)
                 os.sync()
+            for p in disk.values():
+                if p.engine == "filedelete":   # the other side deleted them: laid out again (marked)
+                    layout.lay_out([f for clone in p.files for f in clone])
             _drop(drop)
         collective(comm, on_leader)
         settle()
@@ -199,6 +206,8 @@ def run(args) -> int:
             if comm.rank == 0:
                 results += [_idle_clone(i, n) for i in sorted(create_only) if groups[i] == g
                             for n in range(plans[i].numjobs)]
+        # filecreate: iodl's files (marked) removed, so that the next side creates them too
+        collective(comm, lambda: _remove_created(plans) if hosts.leader else None)
         return results
 
     rounds = []   # [(fio_data, iodl results)]; ABBA order so that a drifting device favours neither
@@ -336,6 +345,35 @@ def _idle_clone(index: int, jobnum: int):
     return CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(),
                        slat_hist=histogram.empty(), depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64),
                        sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
+
+
+def _check_new(plan) -> None:
+    """filecreate creates only new files: one already there (fio's or anyone's) is refused.
+    filedelete: fio would unlink whatever is at the job's names, so only iodl's own marked files
+    (laid out by an earlier run) may be there; anything else is refused."""
+    from ..fio import layout
+    from ..fio.jobfile import JobFileError
+
+    for clone in plan.files:
+        for spec in clone:
+            if os.path.lexists(spec.path) and (plan.engine == "filecreate" or not layout.is_marked(spec.path)):
+                file, line = plan.job.loc("ioengine")
+                what = "creates only new files" if plan.engine == "filecreate" else "deletes only files it laid out"
+                raise JobFileError(f"[{plan.job.name}] ioengine={plan.engine}: {spec.path} exists (iodl {what}; "
+                                   "remove it or name another directory=)", file, line)
+
+
+def _remove_created(plans: dict) -> None:
+    """After iodl's filecreate round: the files it created (each carries iodl's mark; the C loop
+    checks it and never follows a link) are removed, one C call per clone."""
+    from .. import _native, histogram
+
+    for p in plans.values():
+        if p.engine != "filecreate":
+            continue
+        for clone in p.files:
+            paths = [os.fsencode(f.path) + b"\0" for f in clone if os.path.lexists(f.path)]
+            _native.file_ops(4, b"".join(paths), histogram.empty())
 
 
 def _unlink_own(plans: dict) -> None:

@@ -70,7 +70,11 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
             if job.get("startdelay", 0) > runtime_s * 1e6:
                 # a short run does not wait minutes to start: the delay is capped at the runtime
                 lines.append(f"startdelay={int(runtime_s * 1e6)}us")
-        if job.get("unlink"):
+        if job.get("ioengine") == "filecreate":
+            # fio removes the files it created after its round: iodl's round then creates its own
+            # (fio-compare refuses a filecreate job whose files are already there)
+            lines.append("unlink=1")
+        elif job.get("unlink"):
             # fio would remove the files after its round (even files iodl did not lay out);
             # iodl removes its own after the last round (fio_compare.py)
             lines.append("unlink=0")

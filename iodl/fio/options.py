@@ -218,7 +218,7 @@ KNOWN = CORE | set(ALIASES) | PROFILE_ONLY | ENGINE_ONLY
 
 # Engine options iodl honours or ignores when the job's ioengine has them (see IGNORED below);
 # every other engine option is refused by name, with its engine.
-ENGINE_HONOURED: set = set()
+ENGINE_HONOURED: set = {"stat_type"}   # filestat: stat, lstat or statx per file (run.py META_ENGINES)
 
 
 def canonical(key: str) -> str | None:

@@ -34,7 +34,12 @@ def _engine_module():
 
 
 ENGINES = {"libaio": "aio", "io_uring": "uring", "psync": "psync", "sync": "psync", "pvsync": "psync",
-           "pvsync2": "psync", "null": "null"}
+           "pvsync2": "psync", "null": "null", "filecreate": "filecreate", "filestat": "filestat",
+           "filedelete": "filedelete"}
+# fio's metadata engines (engines/fileoperations.c): one create, stat or unlink per file, timed alone
+# (fio's clat), in C (native/fileops.c); name -> file_ops op (filestat's by stat_type)
+META_ENGINES = {"filecreate": 0, "filestat": 1, "filedelete": 4}
+STAT_TYPES = {"stat": 1, "lstat": 2, "statx": 3}
 SYNC_ENGINES = {"psync"}
 SERVICE_TYPES = ("roundrobin", "sequential", "random")
 MAX_PLAN_ROWS = 1 << 20   # rows per engine call at most (memory: 32 B a row)
@@ -136,7 +141,11 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         raise _reject(job, "rw", f"value 'rw={job.values['rw']}' (iodl runs reads, writes and their mixes: "
                                  "trim workloads are not emulated)")
     read_pct = _read_pct(job, rw)
-    write = read_pct < 100   # the job writes (its files must be iodl's own)
+    if engine in META_ENGINES:
+        _check_meta(job, rw)
+    # the job writes (its files must be iodl's own); a metadata engine's rw= only names the direction
+    # its files per second are reported in
+    write = read_pct < 100 and engine not in META_ENGINES
     random = rw.startswith("rand")
     ddir = 0 if read_pct else 1   # fio's r,w,t values (bs=, rate=...): the write one for a write job
     if write:   # a read job's fsync=/end_fsync=... do nothing, in fio too (should_fsync: writes only)
@@ -225,6 +234,22 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     _check_directory(job)
     plan.files = [clone_files(job, n, taken, null=engine == "null", write=write) for n in range(plan.numjobs)]
     return plan
+
+
+def _check_meta(job: Job, rw: str) -> None:
+    """What iodl runs of a metadata engine: each file once (filestat: `loops` times), reported as
+    fio does (engines/fileoperations.c init: reads if the job reads at all, else writes)."""
+    engine = job.get("ioengine")
+    for key in ("time_based", "unlink_each_loop"):
+        if job.get(key, 0):
+            raise _reject(job, key, f"option '{key}' with ioengine={engine} (iodl does each file once)")
+    if job.get("loops", 1) > 1 and engine != "filestat":
+        # fio's second loop reopens the files it created (no O_EXCL) or fails to unlink them again
+        raise _reject(job, "loops", f"value 'loops={job.get('loops')}' with ioengine={engine} "
+                                    "(iodl creates or deletes each file once)")
+    stat_type = job.get("stat_type", "stat")
+    if stat_type not in STAT_TYPES:
+        raise _reject(job, "stat_type", f"value 'stat_type={stat_type}'")
 
 
 RW_MODES = ("read", "randread", "write", "randwrite", "rw", "randrw")
@@ -680,6 +705,8 @@ class CloneResult:
 
 def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None = None) -> CloneResult:
     """Run one clone as fio would: ramp, then the measured window; returns its counters."""
+    if plan.engine in META_ENGINES:
+        return _run_file_ops(plan, index, jobnum, start)
     engine_mod = _engine_module()
     from .. import histogram
 
@@ -726,6 +753,38 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
             os.close(fd)
         if res.logs is not None:
             res.logs.close(keep=not res.error)
+    return res
+
+
+def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None) -> CloneResult:
+    """A metadata engine's clone: its files' creates, stats or unlinks in one C call (native/fileops.c).
+
+    As fio counts them: one I/O of the job's min bs per file, depth 1, the call's latency as clat
+    (fio's lat and slat stay empty); the window runs from the first call to the last."""
+    from .. import _native, histogram
+
+    res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
+                      depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.read_pct == 0,
+                      sync_hist=histogram.empty(), end_sync_hist=histogram.empty())   # rw=write: no syncs, as fio
+    op = META_ENGINES[plan.engine]
+    if plan.engine == "filestat":
+        op = STAT_TYPES[plan.job.get("stat_type", "stat")]
+    # once per clone, not per I/O; filestat's loops: the list again (fio stats every file each loop)
+    paths = b"".join(os.fsencode(f.path) + b"\0" for f in plan.files[jobnum]) * plan.loops
+    cpu0 = _cpu()
+    try:
+        if start is not None:
+            start.wait()
+        done, res.first_ns, res.last_ns = _native.file_ops(op, paths, res.clat_hist)
+        res.ios, res.bytes = done, done * min(s for s, _ in plan.block_sizes)
+        res.depth[0] = done
+        _finish(res, cpu0)
+    except threading.BrokenBarrierError:
+        pass   # another worker failed before the start; its error is reported
+    except OSError as exc:
+        res.error = str(exc)
+        if start is not None:
+            start.abort()
     return res
 
 
