@@ -78,7 +78,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from ..comm import collective, split_hosts, world
     from ..errors import UsageError
-    from ..fio import compare, layout
+    from ..fio import compare, layout, logs
     from ..fio import run as iodl_run
 
     if args.scale is not None and not args.scale > 0:
@@ -100,6 +100,9 @@ def run(args) -> int:
     # create_only=1: fio lays the files out and runs nothing (its figures are zeros); iodl too
     create_only = {i for i, p in plans.items() if p.job.get("create_only")}
     iodl_run.number_threads(plans)   # fio's thread numbers: each clone's logs' ".N"
+    for p in plans.values():
+        if p.logs is not None:
+            logs.check_paths(p.logs, range(p.first_thread, p.first_thread + p.numjobs))
     # what iodl may read, create or must refuse (devices, files it did not lay out), on every rank
     disk = {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
     for p in disk.values():

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import IodlError, UsageError
 from .jobfile import Job, JobFileError
+from .layout import MARK, MARK_VALUE, is_marked
 
 RECORD_FIELDS = ("t_ns", "lat_ns", "clat_ns", "slat_ns", "bytes", "offset", "op")   # native/core.h iodl_io_record
 IODL_PREFIX = "iodl-"
@@ -74,6 +76,22 @@ def log_path(prefix: str, kind: str, thread_number: int, per_job: bool) -> str:
     return os.path.join(head, IODL_PREFIX + tail)
 
 
+def log_paths(spec: LogSpec, thread_number: int) -> dict[str, str]:
+    """kind -> iodl's file, for each log a clone writes."""
+    kinds = ([("bw", spec.bw)] if spec.bw else []) + ([("iops", spec.iops)] if spec.iops else []) + \
+        ([(k, spec.lat) for k in ("lat", "clat", "slat")] if spec.lat else [])
+    return {kind: log_path(prefix, kind, thread_number, spec.per_job) for kind, prefix in kinds}
+
+
+def check_paths(spec: LogSpec, thread_numbers) -> None:
+    """Before any I/O: a log's name taken by a file iodl did not write is refused (never written over)."""
+    for n in thread_numbers:
+        for path in log_paths(spec, n).values():
+            if os.path.lexists(path) and not is_marked(path):
+                raise UsageError(f"{path} exists and is not a log iodl wrote; iodl never writes over it "
+                                 f"(move it, or change the log's prefix)")
+
+
 def empty_records(n: int) -> np.ndarray:
     return np.zeros((max(1, n), len(RECORD_FIELDS)), dtype=np.uint64)
 
@@ -87,13 +105,14 @@ class LogWriter:
         self._fmt = _native.format_rows
         self.spec, self.sync_engine = spec, sync_engine
         self.origin_ns = 0
-        kinds = ([("bw", spec.bw)] if spec.bw else []) + ([("iops", spec.iops)] if spec.iops else []) + \
-            ([(k, spec.lat) for k in ("lat", "clat", "slat")] if spec.lat else [])
         self.files: dict[str, tuple[str, str, object]] = {}   # kind -> (path, temporary path, file)
-        for kind, prefix in kinds:
-            path = log_path(prefix, kind, thread_number, spec.per_job)
+        for kind, path in log_paths(spec, thread_number).items():
             fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
                                        dir=os.path.dirname(os.path.abspath(path)))
+            try:   # iodl's mark: a later round may replace this log, never a file of the user's
+                os.setxattr(fd, MARK, MARK_VALUE)
+            except OSError:
+                pass   # no user xattrs here: the log is put in place only where nothing is
             self.files[kind] = (path, tmp, os.fdopen(fd, "wb"))
         # log_avg_msec: per (window, ddir) sums, grown as windows come
         self._win = np.zeros((0, 2, 5), dtype=np.float64)   # bytes, ios, lat, clat, slat sums
@@ -171,12 +190,32 @@ class LogWriter:
             if keep and self.spec.avg_ms:
                 self._windowed()
         finally:
+            refused = None
             for kind, (path, tmp, f) in self.files.items():
                 f.close()
                 if keep:
                     os.chmod(tmp, 0o644)
-                    os.replace(tmp, path)
-                    paths.append(path)
+                    try:
+                        _put_in_place(tmp, path)
+                        paths.append(path)
+                    except IodlError as exc:   # the other logs still go in place
+                        refused = refused or exc
                 else:
                     os.unlink(tmp)
+            if refused:
+                raise refused
         return paths
+
+
+def _put_in_place(tmp: str, path: str) -> None:
+    """tmp under path's name: where nothing is (link never replaces), or over iodl's own earlier log
+    (marked); a file of anyone else's is left alone and the log stays at tmp, named in the error."""
+    try:
+        os.link(tmp, path, follow_symlinks=False)
+    except FileExistsError:
+        if not is_marked(path):
+            raise IodlError(f"{path} exists and is not a log iodl wrote; iodl never writes over it "
+                            f"(this log is left at {tmp})") from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)

@@ -79,3 +79,29 @@ def test_per_io_logs_hold_every_io(tmp_path):
         assert (fio_iops[:, 2] == d).sum() == pytest.approx(e["fio"][ddir]["ios"], rel=0.01)
     assert (bw[:, 1] == 4096 * 10**6 // clat[:, 1]).all() and (bw[:, 3] == 4096).all()
     assert (iops[:, 4] % 4096 == 0).all() and len(np.unique(iops[:, 4])) > 1
+
+
+def test_a_users_file_under_a_logs_name_is_refused_before_any_io_and_iodls_own_log_is_replaced(tmp_path):
+    """iodl's log name taken by someone else's file: exit 2 before any I/O, the file untouched, no
+    temporary left; iodl's own (marked) log from an earlier round is replaced."""
+    d = tmp_path / "d"
+    d.mkdir()
+    job = tmp_path / "j.fio"
+    job.write_text(f"[j]\ndirectory={d}\nrw=read\nsize=1m\nwrite_bw_log=j\n")
+    theirs = tmp_path / "iodl-j_bw.1.log"
+    theirs.write_text("someone's notes\n")
+
+    def run():
+        return subprocess.run([sys.executable, "-m", "iodl", "fio-compare", str(job), "--no-fio"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    r = run()
+    assert r.returncode == 2 and "not a log iodl wrote" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert theirs.read_text() == "someone's notes\n"
+    assert list(d.iterdir()) == [] and not [n for n in tmp_path.iterdir() if n.name.endswith(".tmp")]
+    theirs.unlink()
+    assert run().returncode == 0
+    first = theirs.stat().st_ino
+    r = run()
+    assert r.returncode == 0, r.stderr
+    assert theirs.stat().st_ino != first and theirs.read_text().splitlines()   # a new file, put in place
