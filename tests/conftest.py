@@ -52,6 +52,30 @@ def _capability(name: str):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "blkio: needs cgroup v1 blkio throttling (root)")
+    config.pluginmanager.register(FastTier(), "iodl-fast-tier")
+
+
+# The fast tier: unit tests, the C engines' contract on tmpfs and the in-process commands. It runs
+# first, and when any of it fails the session stops at its end: a broken build is told in about two
+# minutes, not after the whole ground-truth battery.
+FAST_TIER = ("tests/unit/", "tests/native/", "tests/test_cli.py")
+
+
+class FastTier:
+    def __init__(self):
+        self.session, self.last, self.failed = None, None, 0
+
+    def pytest_collection_modifyitems(self, session, items):
+        fast = [i for i in items if i.nodeid.startswith(FAST_TIER)]
+        if fast and len(fast) < len(items):   # a run of one tier alone has nothing to put after it
+            items[:] = fast + [i for i in items if not i.nodeid.startswith(FAST_TIER)]
+            self.session, self.last = session, fast[-1].nodeid
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed and report.nodeid.startswith(FAST_TIER):
+            self.failed += 1
+        if report.when == "teardown" and report.nodeid == self.last and self.failed:
+            self.session.shouldstop = f"the fast tier failed ({self.failed} failed); the slower tiers were not run"
 
 
 def pytest_runtest_setup(item):
