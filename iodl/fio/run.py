@@ -22,6 +22,7 @@ from ..errors import IodlError
 from ..plan import new_plan  # the engine's row type (numpy only: importable without the engine)
 from .jobfile import Job, JobFileError, Percent, Zones
 from .layout import FileSpec, clone_files, min_bs, open_input
+from . import policy
 
 
 def _engine_module():
@@ -121,8 +122,6 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     every job in file order. `files=False`: the grammar only, nothing looked up on disk (the job
     file as written, before overrides such as --directory).
     """
-    from . import options as opts
-
     # the engine first: an option of an engine iodl lacks is named with that engine
     ioengine = job.get("ioengine", "psync")
     if ioengine not in ENGINES:
@@ -130,7 +129,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     engine = ENGINES[ioengine]
     for key, option in job.where.items():
         value = job.values.get(key)
-        why = opts.refusal(key, value, job.values)   # honoured, ignored, at fio's default, or without effect here
+        why = policy.refusal(key, value, job.values)   # honoured, ignored, at fio's default, or without effect here
         if why:
             raise JobFileError(f"unsupported option '{option.key}' in [{job.name}]: {why}", option.file, option.line)
         if isinstance(value, Zones):
