@@ -1,6 +1,6 @@
 """Markers map to iodl's own probes; a skip states the probe's reason.
 
-IODL_REQUIRE=aio,uring,odirect,root,loopdev,blkio,fio,mpi,hosts,fuse (CI sets it on machines that have these)
+IODL_REQUIRE=aio,uring,asyncio,odirect,root,loopdev,blkio,fio,strace,mpiexec,hosts,fuse,loopback (CI sets it on machines that have these)
 turns the skip of a listed capability into a failure, so a broken probe cannot hide a whole suite.
 
 Timing claims (the tests marked `flaky`, which get bounded reruns) are judged only on a host that
@@ -22,7 +22,7 @@ from pytest_rerunfailures import get_reruns_count   # the plugin that owns `flak
 
 from iodl import probe
 from iodl.groundtruth import CpuSteal
-from tests.helpers import NotJudged
+from tests.helpers import NotJudged, mpiexec
 
 pytest_plugins = ["pytester"]   # tests/test_timing_claims.py runs small suites under this conftest
 
@@ -38,6 +38,11 @@ PROBES = {
     "uring": functools.partial(probe.engine, "uring"),
     "odirect": lambda: probe.odirect(tempfile.gettempdir()),
     "fio": probe.fio,
+    "asyncio": functools.partial(probe.engine, "asyncio"),
+    "strace": lambda: probe.Capability("strace", bool(shutil.which("strace")), shutil.which("strace") or
+                                       "strace not on PATH (apt-get install strace)"),
+    "mpiexec": lambda: probe.Capability("mpiexec", bool(mpiexec()), mpiexec() or
+                                        "no mpiexec next to the test interpreter (pip install -e '.[mpi]')"),
 }
 
 
@@ -66,6 +71,13 @@ class FastTier:
         self.session, self.last, self.failed = None, None, 0
 
     def pytest_collection_modifyitems(self, session, items):
+        if not session.config.getoption("with_mpi", False):
+            # tests/mpi is written for any size and run by tests/test_mpi_sizes.py under mpiexec -n 1
+            # and -n 3; outside mpiexec those tests are not skips of a missing capability: leave them out
+            mpi = [i for i in items if i.get_closest_marker("mpi")]
+            if mpi:
+                session.config.hook.pytest_deselected(items=mpi)
+                items[:] = [i for i in items if not i.get_closest_marker("mpi")]
         fast = [i for i in items if i.nodeid.startswith(FAST_TIER)]
         if fast and len(fast) < len(items):   # a run of one tier alone has nothing to put after it
             items[:] = fast + [i for i in items if not i.nodeid.startswith(FAST_TIER)]

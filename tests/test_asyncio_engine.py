@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from iodl import _native, histogram
-from iodl.asyncio_engine import AsyncioEngine, unavailable
+from iodl.asyncio_engine import AsyncioEngine
 from iodl.engine import (PLAN_DTYPE, as_plan, available_engines, check_engine, open_engine, open_for_read,
                          raise_for_errors)
 from iodl.errors import UsageError
 from tests.helpers import NotJudged, iodl, load_json, write_random_files
 
-pytestmark = pytest.mark.skipif(bool(unavailable()), reason=f"asyncio: {unavailable()}")
+pytestmark = pytest.mark.asyncio
 
 BS = 64 << 10
 

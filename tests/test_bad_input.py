@@ -10,6 +10,7 @@ import pytest
 
 from iodl import workload
 from tests.helpers import iodl, mpiexec
+from tests.conftest import require_or_skip
 
 TIME_BOUND_S = 10.0   # generous for start-up on a busy 2-core VM; the bugs were hangs of minutes
 
@@ -219,8 +220,7 @@ def test_every_rank_refuses_under_mpiexec(args):
     import sys
 
     exe = mpiexec()
-    if exe is None:
-        pytest.skip("mpiexec not found next to the test interpreter")
+    require_or_skip("mpiexec", exe is not None, "mpiexec not found next to the test interpreter")
     # each rank says its own exit status after iodl ends (hydra reports only the largest)
     script = 'python="$1"; shift; "$python" -m iodl "$@"; s=$?; echo "rank $PMI_RANK exit $s" >&2; exit $s'
     start = time.monotonic()

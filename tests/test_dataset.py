@@ -14,8 +14,9 @@ from iodl import workload as W
 from iodl.comm import SerialComm
 from iodl.errors import UsageError
 from tests.helpers import iodl
+from tests.conftest import require_or_skip
 
-crc32c_pkg = pytest.importorskip("crc32c", reason="the independent CRC32C reader needs `pip install crc32c`")
+import crc32c as crc32c_pkg   # the independent CRC32C reader (a dependency)
 
 COMM = SerialComm()
 TOML = """
@@ -114,7 +115,7 @@ def test_raw_extents_tile_the_file(tmp_path):
 
 
 def test_hdf5_opens_in_h5py_with_the_right_samples(tmp_path):
-    h5py = pytest.importorskip("h5py")
+    import h5py
     wl = small(tmp_path, files=2, spf=9)
     D.generate(wl, [str(tmp_path / "h")], COMM, fmt="hdf5")
     ds = D.open_dataset(str(tmp_path / "h"))
@@ -463,8 +464,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
 def test_cli_under_mpiexec_3_splits_and_completes(tmp_path):
     from tests.helpers import mpiexec
 
-    if mpiexec() is None:
-        pytest.skip("no mpiexec next to the interpreter (pip install mpich)")
+    require_or_skip("mpiexec", mpiexec() is not None, "no mpiexec next to the interpreter (pip install mpich)")
     root = str(tmp_path / "ds")
     r = iodl("generate", "--workload", "tiny", "--root", root, "--files", "5", "--copies", "2", ranks=3, timeout=120)
     assert r.returncode == 0, r.stderr

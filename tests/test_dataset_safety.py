@@ -18,6 +18,7 @@ import time
 import pytest
 
 from tests.helpers import iodl, load_json, mpiexec
+from tests.conftest import require_or_skip
 
 TINY = ("--workload", "tiny")
 
@@ -144,8 +145,7 @@ def test_pickled_sizes_file_is_refused(dataset):
 
 
 def test_every_rank_exits_nonzero_on_a_bad_manifest(dataset):
-    if not mpiexec():
-        pytest.skip("mpiexec not found next to the test interpreter")
+    require_or_skip("mpiexec", bool(mpiexec()), "mpiexec not found next to the test interpreter")
     _edit_manifest(dataset, lambda m: m.update(file_sizes="/etc/passwd"))
     marker = "rank-exit"
     # each rank's exit code is printed by a wrapper shell, so every rank's status is seen, not only mpiexec's
@@ -334,8 +334,7 @@ def test_generate_replaces_a_final_shard_symlink_without_touching_its_target(tmp
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+    require_or_skip("root", os.geteuid() == 0, "mounting a tmpfs needs root")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     mounts = []

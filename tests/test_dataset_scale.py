@@ -7,6 +7,7 @@ import pytest
 from iodl import dataset as D
 from iodl import workload as W
 from iodl.comm import SerialComm
+from tests.conftest import require_or_skip
 
 COMM = SerialComm()
 RAW = """
@@ -156,8 +157,7 @@ def test_rank_cost_does_not_grow_with_the_files(tmp_path):
     metadata is what is measured. The quicker of two runs at each size."""
     from tests.helpers import mpiexec
 
-    if not mpiexec():
-        pytest.skip("mpiexec not found next to the test interpreter")
+    require_or_skip("mpiexec", bool(mpiexec()), "mpiexec not found next to the test interpreter")
     cost = {}
     for files in (10_000, 200_000):
         wl = raw(tmp_path, files, "1B")

@@ -12,7 +12,7 @@ from iodl.comm import SerialComm
 from iodl.errors import UsageError
 from tests.helpers import iodl
 
-Image = pytest.importorskip("PIL.Image", reason="jpeg/png shards are written and read with Pillow")
+from PIL import Image   # jpeg/png shards are written and read with Pillow (a dependency)
 
 COMM = SerialComm()
 TOML = """
@@ -233,7 +233,7 @@ def test_parquet_opens_in_pyarrow_with_its_schema_row_groups_and_values():
     one short), values (the PLAIN bytes at the chunk's place), and the chunk table iodl reads by."""
     import io
 
-    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow (the test extra) reads the file back")
+    import pyarrow.parquet as pq   # the test extra reads the file back
     form = F.Parquet(PQ_COLUMNS, 512)
     rows = 2048 + 100
     sizes = np.full(rows, F.parquet_record_bytes(PQ_COLUMNS))

@@ -14,6 +14,7 @@ import pytest
 
 from iodl import cache, progress, sweep
 from tests.helpers import BIN, iodl, load_json, mpiexec
+from tests.conftest import require_or_skip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IODL = os.path.join(BIN, "iodl")
@@ -125,7 +126,7 @@ def test_fio_engine_names_are_accepted(tmp_path, fio_name, ours, direct):
     from iodl.engine import available_engines
 
     if ours in available_engines() and available_engines()[ours] is not None:
-        pytest.skip(f"engine {ours} not usable here: {available_engines()[ours]}")
+        require_or_skip(ours, False, f"engine {ours} not usable here: {available_engines()[ours]}")
     data = tmp_path / "data"
     assert iodl("generate", "--root", str(data), "--files", "4", "--quiet").returncode == 0
     out = tmp_path / "r.json"
@@ -270,7 +271,7 @@ def test_generate_progress_on_a_log_and_on_a_terminal(tmp_path):
     assert "48 files (48 written, 0 already there)" in " ".join(tty.stdout.split())
 
 
-@pytest.mark.skipif(not shutil.which("fio"), reason="needs fio")
+@pytest.mark.fio
 def test_fio_compare_says_fio_is_running(tmp_path):
     job = tmp_path / "j.fio"
     job.write_text(f"[r]\nrw=randread\nbs=4k\nsize=1m\nruntime=1\ntime_based\ndirectory={tmp_path}\n")

@@ -238,7 +238,7 @@ def test_csv_loads_with_numpy_one_row_per_second_per_mount(tmp_path):
 
 
 def test_csv_loads_with_pandas(tmp_path):
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
     doc = read_result(seconds=5)
     out = tmp_path / "series.csv"
     from iodl.series import write_csv
@@ -266,7 +266,6 @@ def test_csv_rows_rates_follow_the_bucket():
 def assert_png_is_the_figure(png, docs):
     """The PNG the CLI wrote is, pixel for pixel, iodl.plot.figure(docs) (whose drawn data the
     tests below check), at the figure's size, with every drawn line's colour on it. Returns the figure."""
-    pytest.importorskip("matplotlib")
     from matplotlib.colors import to_rgb
     from matplotlib.image import imread
 
@@ -317,7 +316,6 @@ def _legend_labels(ax):
 
 
 def test_read_figure_axes_units_and_one_legend_entry_per_mount():
-    pytest.importorskip("matplotlib")
     from iodl.plot import figure
 
     fig = figure([("r.json", read_result())])
@@ -333,7 +331,6 @@ def test_read_figure_axes_units_and_one_legend_entry_per_mount():
 
 
 def test_overlaid_read_files_are_named_in_the_legend():
-    pytest.importorskip("matplotlib")
     from iodl.plot import figure
 
     one = read_result(mounts=MOUNTS[:1], mbps=(300.0,))
@@ -342,7 +339,6 @@ def test_overlaid_read_files_are_named_in_the_legend():
 
 
 def test_sweep_figure_scaling_linear_reference_threshold_and_supported():
-    pytest.importorskip("matplotlib")
     from iodl.plot import figure
 
     doc = sweep_result()
@@ -360,7 +356,6 @@ def test_sweep_figure_scaling_linear_reference_threshold_and_supported():
 
 
 def test_sweep_figure_rings_a_partial_point_and_uses_a_log_axis_for_wide_sweeps():
-    pytest.importorskip("matplotlib")
     from iodl.plot import figure
 
     doc = sweep_result(ranks=(1, 2, 4, 8, 16, 32))

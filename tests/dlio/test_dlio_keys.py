@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from iodl import dlio
+from tests.conftest import require_or_skip
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
@@ -114,7 +115,7 @@ def test_a_list_is_what_the_script_prints_from_that_commit(path):
     repo, sha = re.match(r"# ([\w.-]+/[\w.-]+)@([0-9a-f]{40})", header[0]).groups()
     git_dir = GIT_DIRS.get(repo)
     if not git_dir or not os.path.isdir(git_dir):
-        pytest.skip(f"no git directory of {repo} (set {'IODL_DLIO_GIT' if 'argonne' in repo else 'IODL_DLIO_FORK_GIT'})")
+        require_or_skip("dlio-src", False, f"no git directory of {repo} (set {'IODL_DLIO_GIT' if 'argonne' in repo else 'IODL_DLIO_FORK_GIT'})")
     out = subprocess.run([sys.executable, os.path.join(BENCH, "dlio_config_keys.py"), "--git-dir", git_dir,
                           "--commit", sha, "--repo", repo], capture_output=True, text=True, check=True).stdout
     assert [l for l in out.splitlines() if not l.startswith("#")] == keys

@@ -11,6 +11,7 @@ import pytest
 
 from iodl.fio import compare
 from iodl.fio.jobfile import read_sections, resolve
+from tests.conftest import require_or_skip
 
 JOB = "[sum]\nioengine=null\nrw=read\nbs=4k\nsize=32m\nnumjobs=2\n"
 
@@ -41,7 +42,7 @@ def test_the_sum_over_hosts_is_fio_client_modes_all_clients(tmp_path):
                                 stderr=subprocess.DEVNULL) for p in ports]
     try:
         if not all(_listening(p) for p in ports):
-            pytest.skip("fio --server did not listen on 127.0.0.1 (no loopback networking here)")
+            require_or_skip("loopback", False, "fio --server did not listen on 127.0.0.1 (no loopback networking here)")
         out = tmp_path / "clients.json"
         args = ["fio", "--output-format=json+", f"--output={out}"]
         for p in ports:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from iodl import _native, histogram
-from iodl.asyncio_engine import AsyncioEngine, unavailable
+from iodl.asyncio_engine import AsyncioEngine
 from iodl.engine import PLAN_DTYPE, open_for_read
 from tests.helpers import write_random_files
 
@@ -122,7 +122,7 @@ def _run(engine, fd, plan, w0, w1, deadline, bs):
     return st, hist, clat, slat, series, live
 
 
-@pytest.mark.skipif(bool(unavailable()), reason=f"asyncio: {unavailable()}")
+@pytest.mark.asyncio
 @pytest.mark.flaky(reruns=1)  # needs completions on both sides of the window: a busy VM may start the loop late
 def test_asyncio_and_psync_count_one_plan_alike(tmp_path):
     bs = 64 << 10

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from iodl import _native, groundtruth, histogram
-from iodl.asyncio_engine import AsyncioEngine, unavailable
+from iodl.asyncio_engine import AsyncioEngine
 from iodl.engine import PLAN_DTYPE, as_plan, open_for_read
 from tests.helpers import NotJudged
 
@@ -28,7 +28,7 @@ DEPTH = 8
 SIZES = [(1 << 20) + 123, 4095, 1, 0, 3 * BS, 5 * BS + ALIGN]
 
 _MARKS = {"aio": [pytest.mark.aio], "uring": [pytest.mark.uring],
-          "asyncio": [pytest.mark.skipif(bool(unavailable()), reason=f"asyncio: {unavailable()}")]}
+          "asyncio": [pytest.mark.asyncio]}
 ENGINES = [
     pytest.param(name, direct, id=f"{name}-{'direct' if direct else 'buffered'}",
                  marks=_MARKS.get(name, []) + ([pytest.mark.odirect] if direct else []))

@@ -293,7 +293,7 @@ class Strace:
         return offs
 
 
-@pytest.mark.skipif(not shutil.which("strace"), reason="strace: not installed")
+@pytest.mark.strace
 @pytest.mark.parametrize("name", REAL)
 def test_direct_short_read_continues_aligned(storage, name, tmp_path):
     """File A is truncated to an unaligned size while a slow read of file B runs, after A's size

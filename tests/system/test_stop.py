@@ -14,6 +14,7 @@ import pytest
 
 from iodl.groundtruth import BlkioGroup, LoopMount
 from tests.helpers import iodl, load_json, mpiexec
+from tests.conftest import require_or_skip
 
 SLOW_BPS = 256 * 1000          # 256 KB/s: a 64 KiB request takes ~0.26 s, a batch many seconds
 # ~1 s for the stop itself, one request's service time, and the start-up/reduce slack of a few
@@ -254,7 +255,7 @@ def test_full_dev_shm_is_refused_up_front_not_by_sigbus(tmp_path):
     proc = subprocess.run(["unshare", "--mount", "sh", "-c", script, probe], capture_output=True, text=True,
                           timeout=60)
     if "unshare" in proc.stderr and "Operation not permitted" in proc.stderr:
-        pytest.skip(f"mount namespaces unavailable: {proc.stderr.strip()}")
+        require_or_skip("hosts", False, f"mount namespaces unavailable: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.split()
     assert lines[0] == "refused" and int(lines[1]) == 28, proc.stdout   # ENOSPC

@@ -3,6 +3,7 @@ definitions (mlcommons/DLIO_local_changes@f6796ed281e39ccc83a450e2b1f21b9c909d8f
 dlio_benchmark/utils/statscounter.py), from known steps, and derived from the same run's iodl
 result; the run directory in mlpstorage's layout; --runs N and MLPerf's aggregate."""
 import glob
+import importlib.util
 import json
 import os
 from datetime import datetime
@@ -14,6 +15,7 @@ import yaml
 from iodl import dlio_output
 from iodl.training import STEP_FIELDS
 from iodl.workload import load_workload
+from tests.conftest import require_or_skip
 from tests.helpers import iodl, load_json, mpiexec
 
 MiB = 1 << 20
@@ -246,9 +248,10 @@ def test_mlpstorages_own_code_reads_an_iodl_run_directory(tmp_path):
     import sys
 
     source = os.environ.get("IODL_MLPSTORAGE")
-    if not source:
-        pytest.skip("IODL_MLPSTORAGE is not set (a git directory or checkout of mlcommons/storage)")
-    pytest.importorskip("psutil")   # mlpstorage/utils.py imports it
+    require_or_skip("mlpstorage-src", bool(source),
+                    "IODL_MLPSTORAGE is not set (a git directory or checkout of mlcommons/storage)")
+    require_or_skip("mlpstorage-src", importlib.util.find_spec("psutil") is not None,
+                    "psutil is not installed (mlpstorage/utils.py imports it)")
     code = tmp_path / "mlps"
     code.mkdir()
     if os.path.isdir(os.path.join(source, "mlpstorage")):
