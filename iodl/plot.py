@@ -16,7 +16,7 @@ from .errors import IodlError, UsageError
 from .result import kind, workload_name
 
 FORMATS = (".png", ".html")
-MISSING = "plotting needs matplotlib: pip install 'iodl[plot]'"
+MISSING = "plotting needs matplotlib: pip install matplotlib"
 
 
 def check_path(path: str) -> str:
