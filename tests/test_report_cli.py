@@ -467,7 +467,7 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, "report", dump(tmp_path, "r.json", read_result()),
                            "--plot", str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120)
     line = assert_one_line_error(proc)
-    assert line == "iodl: error: plotting needs matplotlib: pip install 'iodl[plot]'"
+    assert line == "iodl: error: plotting needs matplotlib: pip install matplotlib"
 
 
 def test_fixture_helpers_are_not_shared_state():
