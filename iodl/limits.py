@@ -36,7 +36,7 @@ DIRECT_ALIGN = 4096                # O_DIRECT request sizes (the engine's ALIGN)
 FD_HEADROOM = 64                   # descriptors kept for MPI, logs and the interpreter
 
 # Memory per plan row (a request: file, offset, length, op = 32 bytes, iodl.plan.PLAN_DTYPE) at the
-# peak, measured as RSS above the same run with 1 MiB requests (tests/test_bad_input.py):
+# peak, measured as RSS above the same run with 1 MiB requests (tests/acceptance/test_bad_input.py):
 PLAN_ROW = 32
 GROUP_ROW_PEAK = 64    # storage-only/validate: the row, shard_plan's int64 temporaries, the engine's copy
 STEP_ROW_PEAK = 104    # a step: the shards' rows renumbered, concatenated, and the engine's copy (measured 95)

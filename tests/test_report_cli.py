@@ -17,7 +17,7 @@ from tests.helpers import iodl
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch):
     """These tests read whole tables back, one row a line: a console wide enough for every column
-    (how the tables fit 80 columns, splitting and factoring paths, is tests/test_newcomer.py's)."""
+    (how the tables fit 80 columns, splitting and factoring paths, is tests/acceptance/test_newcomer.py's)."""
     monkeypatch.setenv("COLUMNS", "250")
 
 MOUNTS = ("/mnt/nfs0/imagenet", "/mnt/nfs1/imagenet")
