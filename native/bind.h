@@ -13,8 +13,11 @@
 
 #include "core.h"
 
-/* bind_errors.c: errno -> OSError (errno picks the subclass, as PyErr_SetFromErrno does); NULL */
-/* OSError(err, "<strerror> (originated from <syscall>)") */
+/*
+ * bind_errors.c: errno -> OSError, of the subclass errno picks (FileNotFoundError...) as
+ * PyErr_SetFromErrno does; both return NULL. This one: OSError(err, "<strerror> (originated
+ * from <syscall>)").
+ */
 PyObject *iodl_oserror_wsyscall(int err, const char *syscall);
 /*
  * OSError(err, what, filename): `what` when it is a phrase (has a space: "exists already ..."),
@@ -23,7 +26,7 @@ PyObject *iodl_oserror_wsyscall(int err, const char *syscall);
  */
 PyObject *iodl_oserror_file(int err, const char *what, const char *filename);
 
-/* bind_arrays.c: arrays and buffers borrowed from the caller for one call */
+/* bind_arrays.c: arrays and buffers borrowed from the caller for one call. */
 /* A writable buffer of at least len bytes, 8-byte aligned (a shared mmap, a numpy view of one) */
 int iodl_get_shared(PyObject *obj, Py_buffer *view, Py_ssize_t len, const char *what);
 /* int64 as numpy spells it in the buffer protocol: "l" or "q", native byte order */

@@ -3,6 +3,7 @@
  * iodl_account exactly as the loop counts its own; hist_index(): the bucket that function uses.
  */
 #include "bind.h"
+
 #include <limits.h>
 #include <string.h>
 

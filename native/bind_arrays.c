@@ -3,6 +3,7 @@
  * run counts into (Engine.run and account take the same ones), checked as _native.pyi says.
  */
 #include "bind.h"
+
 #include <string.h>
 
 /*

@@ -4,6 +4,7 @@
  * and the engine's clock.
  */
 #include "bind.h"
+
 #include <string.h>
 #include <unistd.h>
 

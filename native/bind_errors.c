@@ -3,6 +3,7 @@
  * call that failed, or the file it failed on.
  */
 #include "bind.h"
+
 #include <string.h>
 
 /* OSError(*args): the constructor picks the subclass from errno (FileNotFoundError...) */

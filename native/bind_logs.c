@@ -1,5 +1,6 @@
 /* fio's log text (iodl/fio/logs.py) from the records Engine.run fills. */
 #include "bind.h"
+
 #include <stdio.h>
 
 /*

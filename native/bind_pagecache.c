@@ -1,5 +1,6 @@
 /* Page-cache figures that hold for any caller (pagecache.c), for iodl.cache. */
 #include "bind.h"
+
 #include <sys/stat.h>
 
 PyObject *iodl_py_resident_bytes(PyObject *Py_UNUSED(m), PyObject *args)

@@ -1,5 +1,6 @@
 /* The plan and its fds, copied out of Python and checked against the engine before any I/O. */
 #include "bind.h"
+
 #include <limits.h>
 #include <string.h>
 

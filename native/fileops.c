@@ -10,6 +10,7 @@
  * for the whole loop: the clones of a job run on their own threads.
  */
 #include "bind.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>

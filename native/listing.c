@@ -9,6 +9,7 @@
  * returned by name with directories and anything else, for the caller to judge (iodl.dataset).
  */
 #include "bind.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

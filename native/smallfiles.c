@@ -9,6 +9,7 @@
  * whole loop: several threads write several batches at once.
  */
 #include "bind.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
