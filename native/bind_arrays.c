@@ -75,26 +75,32 @@ bad:
 	return -1;
 }
 
+/* An optional histogram: None leaves *out NULL (its samples go where the caller's default sends them) */
+static int get_hist_or_none(PyObject *obj, Py_buffer *view, int64_t **out, const char *what)
+{
+	*out = NULL;
+	if (obj == Py_None)
+		return 0;
+	if (get_hist(obj, view, what) < 0)
+		return -1;
+	*out = view->buf;
+	return 0;
+}
+
 int iodl_outputs_get(struct iodl_outputs *o, PyObject *hist, PyObject *clat, PyObject *slat, PyObject *fsync,
 		     PyObject *series, PyObject *live, struct iodl_run_args *a, long long series_origin_ns,
 		     long long series_bucket_ns)
 {
-	if (get_hist(hist, &o->hist, "hist") < 0)
-		return -1;
-	if (fsync != Py_None && get_hist(fsync, &o->fsync, "fsync_hist") < 0)
-		return -1;
-	if (clat != Py_None && get_hist(clat, &o->clat, "clat_hist") < 0)
-		return -1;
-	if (slat != Py_None && get_hist(slat, &o->slat, "slat_hist") < 0)
+	if (get_hist(hist, &o->hist, "hist") < 0 ||
+	    get_hist_or_none(fsync, &o->fsync, &a->fsync_hist, "fsync_hist") < 0 ||
+	    get_hist_or_none(clat, &o->clat, &a->clat_hist, "clat_hist") < 0 ||
+	    get_hist_or_none(slat, &o->slat, &a->slat_hist, "slat_hist") < 0)
 		return -1;
 	if (series != Py_None && get_series(series, &o->series) < 0)
 		return -1;
 	if (live != Py_None && iodl_get_shared(live, &o->live, IODL_LIVE_N * sizeof(int64_t), "live") < 0)
 		return -1;
 	a->hist = o->hist.buf;
-	a->clat_hist = o->clat.obj ? o->clat.buf : NULL;
-	a->slat_hist = o->slat.obj ? o->slat.buf : NULL;
-	a->fsync_hist = o->fsync.obj ? o->fsync.buf : NULL;
 	if (o->series.obj) {
 		a->series = o->series.buf;
 		a->series_rows = (size_t)o->series.shape[0];
@@ -108,15 +114,10 @@ int iodl_outputs_get(struct iodl_outputs *o, PyObject *hist, PyObject *clat, PyO
 int iodl_outputs_get_writes(struct iodl_outputs *o, PyObject *whist, PyObject *wclat, PyObject *wslat,
 			    struct iodl_run_args *a)
 {
-	if (whist != Py_None && get_hist(whist, &o->whist, "write_hist") < 0)
+	if (get_hist_or_none(whist, &o->whist, &a->write_hist, "write_hist") < 0 ||
+	    get_hist_or_none(wclat, &o->wclat, &a->write_clat_hist, "write_clat_hist") < 0 ||
+	    get_hist_or_none(wslat, &o->wslat, &a->write_slat_hist, "write_slat_hist") < 0)
 		return -1;
-	if (wclat != Py_None && get_hist(wclat, &o->wclat, "write_clat_hist") < 0)
-		return -1;
-	if (wslat != Py_None && get_hist(wslat, &o->wslat, "write_slat_hist") < 0)
-		return -1;
-	a->write_hist = o->whist.obj ? o->whist.buf : NULL;
-	a->write_clat_hist = o->wclat.obj ? o->wclat.buf : NULL;
-	a->write_slat_hist = o->wslat.obj ? o->wslat.buf : NULL;
 	return 0;
 }
 
