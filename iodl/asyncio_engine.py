@@ -264,7 +264,7 @@ class AsyncioEngine:
     def __repr__(self) -> str:
         return f"<AsyncioEngine depth={self._depth} block_size={self._block_size} direct={self._direct}>"
 
-    # --- argument checks, as module.c -----------------------------------------------------------
+    # --- argument checks, as native/bind_*.c ----------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
@@ -274,7 +274,7 @@ class AsyncioEngine:
 
     @staticmethod
     def _plan_columns(plan) -> np.ndarray:
-        """(n, 3) uint64 file, offset, length of a plan whose every row is a read (as module.c)."""
+        """(n, 3) uint64 file, offset, length of a plan whose every row is a read (as native/bind_plan.c)."""
         a = plan if isinstance(plan, np.ndarray) else None
         cols = None
         if a is not None and a.flags.c_contiguous:
@@ -309,7 +309,7 @@ class AsyncioEngine:
 
     @staticmethod
     def _live_view(live) -> np.ndarray:
-        """The first three int64 of a writable buffer (an mmap, a numpy view of one), as module.c."""
+        """The first three int64 of a writable buffer (an mmap, a numpy view of one), as native/bind_arrays.c."""
         try:
             mv = memoryview(live)
             view = None if mv.readonly or mv.nbytes < 24 else np.frombuffer(mv.cast("B"), dtype=np.int64, count=3)

@@ -1,7 +1,7 @@
 /*
  * What a completion counts for: the one definition of the measured window, the latency
  * histograms, the time series, the live counters and the depth samples. core.c's loop calls it
- * per completion; _native.account (module.c) calls it over arrays a Python engine recorded, so
+ * per completion; _native.account (bind_account.c) calls it over arrays a Python engine recorded, so
  * that engine's figures obey the same definition rather than a copy of it.
  */
 #include "core.h"

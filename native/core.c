@@ -249,7 +249,7 @@ static struct iodl_req *take_row(struct loop *L)
 	r->want = row->length;
 	r->got = 0;
 	r->skip = 0;
-	/* a direct write is aligned already (module.c refuses it otherwise): it writes no more */
+	/* a direct write is aligned already (bind_plan.c refuses it otherwise): it writes no more */
 	r->len = L->c->direct && r->op == IODL_OP_READ ? round_up(row->length, IODL_ALIGN) : row->length;
 	r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size;
 	if (!(L->c->ops->flags & IODL_ENG_FAKE)) {

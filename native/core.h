@@ -1,4 +1,4 @@
-/* The run loop, its accounting, and the helpers module.c exposes. */
+/* The run loop, its accounting, and the helpers the bindings (bind.h) expose. */
 #ifndef IODL_CORE_H
 #define IODL_CORE_H
 

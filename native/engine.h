@@ -41,7 +41,7 @@ struct iodl_req {
 	uint32_t slot;
 	uint64_t offset;	/* of this issue */
 	uint64_t len;		/* asked of the kernel: a direct read's is rounded up to IODL_ALIGN
-				   (a direct write's is aligned already: module.c refuses it otherwise) */
+				   (a direct write's is aligned already: bind_plan.c refuses it otherwise) */
 	void *buf;
 	int64_t res;		/* bytes or -errno, set by the engine at completion */
 	uint64_t t_submit_ns;	/* set by core before ->commit() (or ->queue() for sync engines) */

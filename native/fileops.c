@@ -9,31 +9,22 @@
  * file without following a link and removes it only if it carries that mark. The GIL is released
  * for the whole loop: the clones of a job run on their own threads.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "bind.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "sys.h"
 
 /* iodl/fio/layout.py MARK, MARK_VALUE */
 #define MARK "user.iodl.layout"
 #define MARK_VALUE "iodl fio-compare layout"
 
 enum { OP_CREATE, OP_STAT, OP_LSTAT, OP_STATX, OP_DELETE };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* 1 if the file at path (not followed) carries iodl's mark, 0 if not, -1 with errno */
 static int marked(const char *path)
@@ -59,9 +50,9 @@ static int one(int op, const char *path, uint64_t *lat, const char **what)
 
 	switch (op) {
 	case OP_CREATE:
-		t = now_ns();
+		t = iodl_now_ns();
 		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		*lat = now_ns() - t;
+		*lat = iodl_now_ns() - t;
 		if (fd < 0) {
 			*what = errno == EEXIST ? "exists already (iodl creates only new files)" : "open";
 			return -errno;
@@ -84,16 +75,16 @@ static int one(int op, const char *path, uint64_t *lat, const char **what)
 			*what = rc < 0 ? "open" : "has no iodl lay-out mark (iodl removes only its own files)";
 			return rc < 0 ? -errno : -EPERM;
 		}
-		t = now_ns();
+		t = iodl_now_ns();
 		rc = unlink(path);
-		*lat = now_ns() - t;
+		*lat = iodl_now_ns() - t;
 		*what = "unlink";
 		return rc < 0 ? -errno : 0;
 	default:   /* fio's stat_type: stat, lstat, statx */
-		t = now_ns();
+		t = iodl_now_ns();
 		rc = op == OP_STAT ? stat(path, &st) : op == OP_LSTAT ? lstat(path, &st)
 			: statx(AT_FDCWD, path, 0, STATX_ALL, &sx);
-		*lat = now_ns() - t;
+		*lat = iodl_now_ns() - t;
 		*what = "stat";
 		return rc < 0 ? -errno : 0;
 	}
@@ -118,7 +109,7 @@ PyObject *iodl_py_file_ops(PyObject *Py_UNUSED(m), PyObject *args)
 	p = paths.buf;
 	end = p + paths.len;
 	Py_BEGIN_ALLOW_THREADS
-	t0 = now_ns();
+	t0 = iodl_now_ns();
 	for (; p < end; p += strlen(p) + 1) {
 		uint64_t lat = 0;
 
@@ -130,16 +121,10 @@ PyObject *iodl_py_file_ops(PyObject *Py_UNUSED(m), PyObject *args)
 		((long long *)hist.buf)[iodl_hist_index(lat)]++;
 		done++;
 	}
-	t1 = now_ns();
+	t1 = iodl_now_ns();
 	Py_END_ALLOW_THREADS
-	if (rc) {
-		PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iss", -rc,
-						      strchr(what, ' ') ? what : strerror(-rc), failed);
-		if (exc) {
-			PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-			Py_DECREF(exc);
-		}
-	}
+	if (rc)
+		iodl_oserror_file(-rc, what, failed);
 out:
 	PyBuffer_Release(&paths);
 	PyBuffer_Release(&hist);

@@ -8,8 +8,8 @@
  * stats in flight help there), the GIL released throughout. Links are never followed: they are
  * returned by name with directories and anything else, for the caller to judge (iodl.dataset).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "bind.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -272,12 +272,7 @@ PyObject *iodl_py_list_dir(PyObject *Py_UNUSED(m), PyObject *args)
 		qsort_r(l.ents, l.n, sizeof(struct ent), by_name, l.arena);
 	Py_END_ALLOW_THREADS
 	if (rc) {
-		if (l.err)
-			PyErr_SetFromErrnoWithFilename(PyExc_OSError, l.arena + l.ents[l.err_ent].name);
-		else {
-			errno = -rc;
-			PyErr_SetFromErrno(PyExc_OSError);
-		}
+		iodl_oserror_file(-rc, NULL, l.err ? l.arena + l.ents[l.err_ent].name : NULL);
 		free_listing(&l);
 		return NULL;
 	}

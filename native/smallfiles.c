@@ -8,8 +8,8 @@
  * (prefix, zero-padded index, tail), so Python does no work per file. The GIL is released for the
  * whole loop: several threads write several batches at once.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "bind.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -122,14 +122,8 @@ PyObject *iodl_py_write_files(PyObject *Py_UNUSED(m), PyObject *args)
 		}
 		Py_END_ALLOW_THREADS
 	}
-	if (rc) {
-		PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iss", -rc,
-						      what && strchr(what, ' ') ? what : strerror(-rc), tmp);
-		if (exc) {
-			PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-			Py_DECREF(exc);
-		}
-	}
+	if (rc)
+		iodl_oserror_file(-rc, what, tmp);
 out:
 	PyBuffer_Release(&idx);
 	PyBuffer_Release(&buf);

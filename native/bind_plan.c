@@ -1,0 +1,145 @@
+/* The plan and its fds, copied out of Python and checked against the engine before any I/O. */
+#include "bind.h"
+
+#include <limits.h>
+#include <string.h>
+
+/*
+ * The plan, copied into C memory: the loop reads it with the GIL released, when another thread
+ * could change the caller's array. A 1-d PLAN_DTYPE array, or a C-contiguous (n, 4) array of
+ * uint64 (file, offset, length, op) or (n, 3) (reads), or the same of int64 without negative
+ * values. Every row's op must be one of IODL_OP_*. Returns a PyMem block or NULL (exception set).
+ */
+struct iodl_plan_row *iodl_get_plan(PyObject *obj, size_t *nrows)
+{
+	Py_buffer view;
+	struct iodl_plan_row *rows = NULL;
+	char fmt[64];
+	int is_signed = 0, ok = 0;
+	Py_ssize_t cols = 4;
+
+	if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+		PyErr_Clear();
+		goto bad;
+	}
+	iodl_format_bare(view.format ? view.format : "B", fmt, sizeof(fmt));
+	if (view.ndim == 1 && view.itemsize == sizeof(struct iodl_plan_row))
+		ok = !strcmp(fmt, "T{L:file:L:offset:L:length:L:op:}") || !strcmp(fmt, "T{Q:file:Q:offset:Q:length:Q:op:}");
+	else if (view.ndim == 2 && (view.shape[1] == 3 || view.shape[1] == 4) && view.itemsize == 8 && fmt[0] &&
+		 !fmt[1] && strchr("LQlq", fmt[0])) {
+		ok = 1;
+		cols = view.shape[1];
+		is_signed = fmt[0] == 'l' || fmt[0] == 'q';
+	}
+	if (!ok) {
+		PyBuffer_Release(&view);
+		goto bad;
+	}
+	*nrows = (size_t)view.len / (size_t)(cols * 8);
+	rows = PyMem_Calloc(*nrows ? *nrows : 1, sizeof(*rows));
+	if (!rows) {
+		PyBuffer_Release(&view);
+		PyErr_NoMemory();
+		return NULL;
+	}
+	if (cols == 4) {
+		memcpy(rows, view.buf, *nrows * sizeof(*rows));
+	} else {		/* (n, 3): reads; op stays 0 (IODL_OP_READ) */
+		const uint64_t *in = view.buf;
+
+		for (size_t i = 0; i < *nrows; i++) {
+			rows[i].file = in[3 * i];
+			rows[i].offset = in[3 * i + 1];
+			rows[i].length = in[3 * i + 2];
+		}
+	}
+	PyBuffer_Release(&view);
+	for (size_t i = 0; i < *nrows; i++) {
+		if (is_signed && ((int64_t)rows[i].file < 0 || (int64_t)rows[i].offset < 0 ||
+				  (int64_t)rows[i].length < 0 || (int64_t)rows[i].op < 0)) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: negative file, offset, length or op", i);
+			PyMem_Free(rows);
+			return NULL;
+		}
+		if (rows[i].op >= IODL_OP_COUNT) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: op %llu is not read (0), write (1), fsync (2) "
+				     "or fdatasync (3)", i, (unsigned long long)rows[i].op);
+			PyMem_Free(rows);
+			return NULL;
+		}
+	}
+	return rows;
+bad:
+	PyErr_SetString(PyExc_ValueError, "plan must be a contiguous array of PLAN_DTYPE rows, or of shape "
+			"(n, 4) or (n, 3) with dtype uint64 or int64 (file, offset, length[, op])");
+	return NULL;
+}
+
+/* fds as C ints, each 0..INT_MAX; `fake`: the null engine looks at none, so -1 ("no file") too */
+int *iodl_get_fds(PyObject *obj, size_t *n, int fake)
+{
+	PyObject *seq = PySequence_Fast(obj, "fds must be a sequence of file descriptors");
+	int *fds;
+
+	if (!seq)
+		return NULL;
+	*n = (size_t)PySequence_Fast_GET_SIZE(seq);
+	fds = PyMem_Calloc(*n ? *n : 1, sizeof(int));
+	if (!fds) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return NULL;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		int overflow;
+		long v = PyLong_AsLongAndOverflow(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), &overflow);
+
+		if ((v == -1 && PyErr_Occurred()) || overflow || v < (fake ? -1 : 0) || v > INT_MAX) {
+			if (!PyErr_Occurred())
+				PyErr_Format(PyExc_ValueError, "fds[%zu] is not a file descriptor (0..%d%s)", i, INT_MAX,
+					     fake ? ", or -1 for the null engine" : "");
+			PyMem_Free(fds);
+			Py_DECREF(seq);
+			return NULL;
+		}
+		fds[i] = (int)v;
+	}
+	Py_DECREF(seq);
+	return fds;
+}
+
+/*
+ * Rows this engine must not run, refused before any I/O: a file past the fds, a data row longer
+ * than the engine's buffers, an unaligned direct write.
+ */
+int iodl_check_plan(const struct iodl_plan_row *plan, size_t nrows, size_t nfds, Py_ssize_t block_size,
+		    int direct)
+{
+	for (size_t i = 0; i < nrows; i++) {
+		if (plan[i].file >= nfds) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: file %llu but only %zu fds", i,
+				     (unsigned long long)plan[i].file, nfds);
+			return -1;
+		}
+		if (plan[i].op == IODL_OP_FSYNC || plan[i].op == IODL_OP_FDATASYNC)
+			continue;	/* a sync's offset and length are not used */
+		if (plan[i].length > (uint64_t)block_size) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: length %llu exceeds block_size %zd", i,
+				     (unsigned long long)plan[i].length, block_size);
+			return -1;
+		}
+		/*
+		 * A direct read may round its length up (the tail past EOF is not counted); a direct
+		 * write may not: it would write bytes the plan did not ask for, and the kernel refuses
+		 * an unaligned one (EINVAL) part way through the run. So it is refused here, before any.
+		 */
+		if (direct && plan[i].op == IODL_OP_WRITE &&
+		    (plan[i].offset % IODL_ALIGN || plan[i].length % IODL_ALIGN)) {
+			PyErr_Format(PyExc_ValueError, "plan row %zu: a direct write's offset and length must be "
+				     "multiples of %d, not offset %llu, length %llu", i, IODL_ALIGN,
+				     (unsigned long long)plan[i].offset, (unsigned long long)plan[i].length);
+			return -1;
+		}
+	}
+	return 0;
+}
