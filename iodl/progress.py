@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from .metrics import LIVE_BYTES, LIVE_CACHED, LIVE_IOS, LIVE_SLOT, LIVE_STEPS, MB
+from .metrics import LIVE_BYTES, LIVE_CACHED, LIVE_IOS, LIVE_SLOT, LIVE_STEPS
+from .reduce import MB
 
 
 class Progress:
