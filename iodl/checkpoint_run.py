@@ -453,7 +453,7 @@ def reduce_ops(comm, counters: dict, plan: Plan, partial: bool) -> dict | None:
         rows = reduce.reduce_checkpoint_op(comm, c, len(plan.roots), rounds)
         fsync = plan.fsync if op == "write" else None
         parts = comm.gather({"rank": c.rank, "host": c.host, "mount": c.mount, "round_s": c.round_s,
-                             "round_bytes": c.round_bytes, **({"fsync_s": c.fsync_ns / 1e9} if fsync is not None else {})})
+                             "round_bytes": c.round_bytes, **({"fsync_ns": c.fsync_ns} if fsync is not None else {})})
         if comm.rank != 0:
             continue
         per_mount, everyone = rows

@@ -218,6 +218,8 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: flo
         # every rank's first counted completion and last (MIN, MAX; +inf, -inf when none): the
         # window of a step pattern stopped early (reduce.steps_run_window)
         "span": (float(everyone["t_start"]), float(everyone["t_end"])),
+        # step patterns: the order's own check over every rank's epoch shares
+        "epochs_checked": int(everyone["epochs_checked"]), "epochs_wrong": int(everyone["epochs_wrong"]),
         "total": total,
         "mounts": mounts,
         "per_rank": [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}

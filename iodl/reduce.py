@@ -86,6 +86,11 @@ def rate(count: float, window_s: float) -> float:
     return count / window_s if window_s > 0 else 0.0
 
 
+def mbps(nbytes: float, window_s: float) -> float:
+    """Bytes over a window in MB/s (MB = 10^6 bytes): every bandwidth of every result."""
+    return rate(nbytes, window_s) / MB
+
+
 def hit_fraction(nbytes: int, cached_bytes: int, measured: bool = True) -> float | None:
     """The measured cache-hit fraction: bytes the storage did not deliver / bytes read; None when
     some bytes' hits could not be measured (a fraction over part of them would be a guess)."""
@@ -99,10 +104,10 @@ def rates(block: dict, window_s: float) -> dict:
     bandwidth in every block: window_s, bandwidth_MBps, iops, opens_per_s, cache_hit_fraction,
     storage_bandwidth_MBps (None, with the hit fraction, when the cache was not measured)."""
     nbytes, cached, measured = block["bytes"], block["cached_bytes"], block["cache_measured"]
-    block.update(window_s=window_s, bandwidth_MBps=rate(nbytes, window_s) / MB, iops=rate(block["ios"], window_s),
+    block.update(window_s=window_s, bandwidth_MBps=mbps(nbytes, window_s), iops=rate(block["ios"], window_s),
                  opens_per_s=rate(block.get("opens", 0), window_s),
                  cache_hit_fraction=hit_fraction(nbytes, cached, measured),
-                 storage_bandwidth_MBps=rate(nbytes - cached, window_s) / MB if measured else None)
+                 storage_bandwidth_MBps=mbps(nbytes - cached, window_s) if measured else None)
     return block
 
 
@@ -130,7 +135,8 @@ def steps_run_window(fixed: bool, partial: bool, ramp_s: float, duration_s: floa
 
 # ---- read patterns: what each rank adds, and a group's block
 
-READ_SUMS = ("bytes", "ios", "cached_bytes", "cache_unmeasured_bytes", "errors", "opens", "closes")
+READ_SUMS = ("bytes", "ios", "cached_bytes", "cache_unmeasured_bytes", "errors", "opens", "closes", "epochs_checked",
+             "epochs_wrong")
 READ_MAXES = ("max_ns", "open_max_ns", "close_max_ns")
 _READ_OPS = {**{k: "sum" for k in (*READ_SUMS, "open_wait_s", "hist", "depth", "open_hist", "close_hist")},
              **{k: "max" for k in (*READ_MAXES, "t_end")}, "t_start": "min"}
@@ -195,7 +201,7 @@ def reduce_checkpoint_op(comm, c, n_mounts: int, rounds: int) -> tuple[list[dict
     rank ran fewer: its missing rounds count as not run)."""
     t, b = np.zeros(rounds), np.zeros(rounds, dtype=np.int64)
     t[:len(c.round_s)], b[:len(c.round_bytes)] = c.round_s, c.round_bytes
-    own = np.array([rate(nb, s) / MB if s > 0 else np.inf for s, nb in zip(t, b)])   # MIN: a rank that ran
+    own = np.array([mbps(nb, s) if s > 0 else np.inf for s, nb in zip(t, b)])   # MIN: a rank that ran
     got = across_ranks(comm, c.mount, n_mounts,
                        sum={"round_bytes": b, "ios": c.ios, "cached_bytes": c.cached_bytes,
                             "cache_unmeasured_bytes": c.cache_unmeasured_bytes, "hist": c.hist,
@@ -214,14 +220,14 @@ def checkpoint_block(g: dict, fsync: bool | None, cache: bool) -> dict:
     Storage's throughput). Over the rounds: bytes and duration add up, bandwidth = bytes /
     duration, min-rank bandwidth is the mean of the rounds' (MLPerf averages its runs).
     fsync: whether writes were fsync'd (None: a read); cache: the read's hit fraction applies."""
-    per_round = [{"bytes": int(nb), "duration_s": s, "bandwidth_MBps": rate(int(nb), s) / MB,
+    per_round = [{"bytes": int(nb), "duration_s": s, "bandwidth_MBps": mbps(int(nb), s),
                   "min_rank_bandwidth_MBps": float(least) if np.isfinite(least) else 0.0}
                  for nb, s, least in zip(g["round_bytes"], (max(float(s), 0.0) for s in g["round_s"]),
                                          g["rank_MBps"])]   # a mount without ranks: -inf, no time
     nbytes = sum(r["bytes"] for r in per_round)
     duration = sum(r["duration_s"] for r in per_round)
     block = {"rounds": len(per_round), "bytes": nbytes, "ios": int(g["ios"]), "duration_s": duration,
-             "bandwidth_MBps": rate(nbytes, duration) / MB,
+             "bandwidth_MBps": mbps(nbytes, duration),
              "min_rank_bandwidth_MBps": (float(np.mean([r["min_rank_bandwidth_MBps"] for r in per_round]))
                                          if per_round else 0.0),
              "latency_us": histogram.summary_us(g["hist"], int(g["max_ns"])), "per_round": per_round}
@@ -238,5 +244,5 @@ def checkpoint_rank(rank: dict) -> dict:
     nbytes, seconds = int(sum(rank["round_bytes"])), float(sum(rank["round_s"]))
     return {"rank": rank["rank"], "host": rank["host"], "mount": rank["mount"], "bytes": nbytes, "duration_s": seconds,
             "round_s": [float(x) for x in rank["round_s"]],   # DLIO times rank 0's rounds
-            "bandwidth_MBps": rate(nbytes, seconds) / MB,
-            **({"fsync_s": rank["fsync_s"]} if "fsync_s" in rank else {})}
+            "bandwidth_MBps": mbps(nbytes, seconds),
+            **({"fsync_s": rank["fsync_ns"] / 1e9} if "fsync_ns" in rank else {})}

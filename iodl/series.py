@@ -33,7 +33,7 @@ def csv_rows(result: dict) -> list[dict]:
             rows.append({
                 "t_s": float(t), "mount": m, "path": entry.get("path", f"mount {m}"),
                 "bytes": nbytes, "ios": ios,
-                "MBps": reduce.rate(nbytes, bucket_s) / reduce.MB, "iops": reduce.rate(ios, bucket_s), "p99_us": p99,
+                "MBps": reduce.mbps(nbytes, bucket_s), "iops": reduce.rate(ios, bucket_s), "p99_us": p99,
                 "cached_bytes": cached, "cache_hit_fraction": reduce.hit_fraction(nbytes, cached),
             })
     rows.sort(key=lambda r: (r["t_s"], r["mount"]))

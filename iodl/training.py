@@ -798,7 +798,7 @@ def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: floa
         "samples_in_window": sum(samples_in),
         "window_s": span,
         "consumed_bytes": consumed,
-        "consumed_MBps": reduce.rate(consumed, span) / reduce.MB,
+        "consumed_MBps": reduce.mbps(consumed, span),
         "step_time_s": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "max": float(step_time.max()) if len(step_time) else 0.0},
         "data_wait_s_per_step": float(_col(m, "data_wait").mean()) if len(m) else 0.0,
         "barrier_wait_s_per_step": float(_col(m, "barrier").mean()) if len(m) else 0.0,

@@ -556,8 +556,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
                                   steps_window(steps))
         set_window(reduced, window[1] - window[0])
         train = summarize_steps(steps, cfg.pattern, wl.metric.au_threshold, window)
-        train["epochs_checked"] = sum(p["epochs_checked"] for p in reduced["per_rank"])
-        train["epochs_wrong"] = sum(p["epochs_wrong"] for p in reduced["per_rank"])
+        train["epochs_checked"], train["epochs_wrong"] = reduced["epochs_checked"], reduced["epochs_wrong"]
         train["shuffle"] = scfg.shuffle if scfg.sampling == "epoch" else "random shards"
         from ..mlperf import run_category, summary
 
