@@ -23,25 +23,31 @@ _IDENTITY = {("sum", "i"): 0, ("max", "i"): 0, ("min", "i"): np.iinfo(np.int64).
 _COMBINE = {"sum": np.sum, "min": np.min, "max": np.max}
 
 
-def across_ranks(comm, mount: int, n_mounts: int, **ops: dict) -> dict[str, np.ndarray] | None:
-    """This rank's values combined with every rank's, per mount, on rank 0.
+def across_ranks(comm, mount: int, n_mounts: int, **ops: dict) -> tuple[list[dict], dict] | None:
+    """This rank's values combined with every rank's, per mount and over all, on rank 0.
 
     ops: sum=, min=, max= each a dict name -> this rank's value (a number or a numpy array of the
     same shape on every rank). One buffer collective per operation and kind (integer, float).
-    Rank 0 gets name -> array of shape (n_mounts, *shape); the other ranks None."""
-    out = {}
+    Rank 0 gets (per mount: name -> combined value, all ranks: name -> combined value); the other
+    ranks None."""
+    got, op_of = {}, {}
     for op, values in ops.items():
         kinds: dict[str, dict[str, np.ndarray]] = {"i": {}, "f": {}}
         for name, value in values.items():
             a = np.asarray(value)
             kinds["f" if a.dtype.kind == "f" else "i"][name] = a
+            op_of[name] = op
         for kind, group in kinds.items():   # the same order on every rank: the collectives pair up
             if group:
-                out.update(_reduce(comm, mount, n_mounts, op, kind, group) or {})
-    return out if comm.rank == 0 else None
+                got.update(_reduce(comm, mount, n_mounts, op, kind, group) or {})
+    if comm.rank != 0:
+        return None
+    mounts = [{name: a[m] for name, a in got.items()} for m in range(n_mounts)]
+    return mounts, {name: _COMBINE[op_of[name]](a, axis=0) for name, a in got.items()}
 
 
 def _reduce(comm, mount, n_mounts, op, kind, values: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """One buffer collective: name -> (n_mounts, *shape) on rank 0, None elsewhere."""
     dtype = np.float64 if kind == "f" else np.int64
     width = sum(a.size for a in values.values())
     buf = np.full((n_mounts, width), _IDENTITY[op, kind], dtype=dtype)
@@ -54,17 +60,6 @@ def _reduce(comm, mount, n_mounts, op, kind, values: dict[str, np.ndarray]) -> d
         out[name] = buf[:, at:at + a.size].reshape((n_mounts, *a.shape))
         at += a.size
     return out
-
-
-def over_mounts(reduced: dict[str, np.ndarray], ops: dict[str, str]) -> dict[str, np.ndarray]:
-    """The all-ranks row of a per-mount reduction: each name's rows combined by its operation
-    (ops: name -> 'sum', 'min' or 'max')."""
-    return {name: _COMBINE[ops[name]](a, axis=0) for name, a in reduced.items()}
-
-
-def row(reduced: dict[str, np.ndarray], m: int) -> dict[str, np.ndarray]:
-    """Mount m's row of a per-mount reduction."""
-    return {name: a[m] for name, a in reduced.items()}
 
 
 def sum_counters(parts: list[dict], keys: tuple[str, ...]) -> dict[str, int]:
@@ -138,22 +133,17 @@ def steps_run_window(fixed: bool, partial: bool, ramp_s: float, duration_s: floa
 READ_SUMS = ("bytes", "ios", "cached_bytes", "cache_unmeasured_bytes", "errors", "opens", "closes", "epochs_checked",
              "epochs_wrong")
 READ_MAXES = ("max_ns", "open_max_ns", "close_max_ns")
-_READ_OPS = {**{k: "sum" for k in (*READ_SUMS, "open_wait_s", "hist", "depth", "open_hist", "close_hist")},
-             **{k: "max" for k in (*READ_MAXES, "t_end")}, "t_start": "min"}
 
 
 def reduce_read(comm, mine, n_mounts: int) -> tuple[list[dict], dict] | None:
     """A read run's counters (metrics.RankResult) over every rank, on rank 0: (each mount's
     reduced row, the total row); None on the other ranks."""
-    got = across_ranks(comm, mine.mount, n_mounts,
-                       sum={**{k: getattr(mine, k) for k in READ_SUMS}, "open_wait_s": mine.open_wait_s,
-                            "hist": mine.hist, "depth": mine.depth, "open_hist": mine.open_hist,
-                            "close_hist": mine.close_hist},
-                       max={**{k: getattr(mine, k) for k in READ_MAXES}, "t_end": mine.t_end},
-                       min={"t_start": mine.t_start})
-    if got is None:
-        return None
-    return [row(got, m) for m in range(n_mounts)], over_mounts(got, _READ_OPS)
+    return across_ranks(comm, mine.mount, n_mounts,
+                        sum={**{k: getattr(mine, k) for k in READ_SUMS}, "open_wait_s": mine.open_wait_s,
+                             "hist": mine.hist, "depth": mine.depth, "open_hist": mine.open_hist,
+                             "close_hist": mine.close_hist},
+                        max={**{k: getattr(mine, k) for k in READ_MAXES}, "t_end": mine.t_end},
+                        min={"t_start": mine.t_start})
 
 
 def read_block(g: dict, window_s: float | None = None) -> dict:
@@ -191,10 +181,6 @@ def latency_hist(hist: np.ndarray) -> dict:
 
 # ---- checkpoints: each round's slowest rank, its bytes, its slowest rank's own bandwidth
 
-_OP_OPS = {"round_bytes": "sum", "ios": "sum", "cached_bytes": "sum", "cache_unmeasured_bytes": "sum", "hist": "sum",
-           "fsync_hist": "sum", "round_s": "max", "max_ns": "max", "rank_MBps": "min"}
-
-
 def reduce_checkpoint_op(comm, c, n_mounts: int, rounds: int) -> tuple[list[dict], dict] | None:
     """One checkpoint operation's counters (checkpoint_run.OpCounters) over every rank, on rank 0:
     (each mount's reduced row, the total row). rounds: the most rounds any rank ran (a stopped
@@ -202,15 +188,12 @@ def reduce_checkpoint_op(comm, c, n_mounts: int, rounds: int) -> tuple[list[dict
     t, b = np.zeros(rounds), np.zeros(rounds, dtype=np.int64)
     t[:len(c.round_s)], b[:len(c.round_bytes)] = c.round_s, c.round_bytes
     own = np.array([mbps(nb, s) if s > 0 else np.inf for s, nb in zip(t, b)])   # MIN: a rank that ran
-    got = across_ranks(comm, c.mount, n_mounts,
-                       sum={"round_bytes": b, "ios": c.ios, "cached_bytes": c.cached_bytes,
-                            "cache_unmeasured_bytes": c.cache_unmeasured_bytes, "hist": c.hist,
-                            "fsync_hist": c.fsync_hist},
-                       max={"round_s": np.where(t > 0, t, 0.0), "max_ns": c.max_ns},
-                       min={"rank_MBps": own})
-    if got is None:
-        return None
-    return [row(got, m) for m in range(n_mounts)], over_mounts(got, _OP_OPS)
+    return across_ranks(comm, c.mount, n_mounts,
+                        sum={"round_bytes": b, "ios": c.ios, "cached_bytes": c.cached_bytes,
+                             "cache_unmeasured_bytes": c.cache_unmeasured_bytes, "hist": c.hist,
+                             "fsync_hist": c.fsync_hist},
+                        max={"round_s": t, "max_ns": c.max_ns},
+                        min={"rank_MBps": own})
 
 
 def checkpoint_block(g: dict, fsync: bool | None, cache: bool) -> dict:
