@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 
+from . import reduce
 from .errors import UsageError
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
@@ -122,14 +123,6 @@ def copies_needed(dataset_bytes: int, copies: int, ram_bytes: int) -> int:
     return max(copies, math.ceil(RAM_MULTIPLE * ram_bytes / per_copy)) if per_copy > 0 else copies
 
 
-def hit_fraction(parts: list[dict]) -> float | None:
-    """cached / read bytes of these ranks; None if some of their bytes could not be measured."""
-    if any(r.get("cache_unmeasured_bytes", 0) for r in parts):
-        return None
-    nbytes = sum(r["bytes"] for r in parts)
-    return sum(r["cached_bytes"] for r in parts) / nbytes if nbytes else 0.0
-
-
 def node_view(probes: list[dict], per_rank: list[dict]) -> list[dict]:
     """Per host: its memory, the datasets its ranks read, the prediction and the measurement.
 
@@ -155,9 +148,7 @@ def node_view(probes: list[dict], per_rank: list[dict]) -> list[dict]:
         mounts = sorted(h["mounts"].values(), key=lambda m: m["mount"])
         dataset = sum(m["dataset_bytes"] for m in mounts)
         cache = h.get("page_cache_bytes", 0)
-        got = [counted[r] for r in h["ranks"] if r in counted]
-        nbytes = sum(r["bytes"] for r in got)
-        cached = sum(r["cached_bytes"] for r in got)
+        got = _counted(h["ranks"], counted)
         pred = predicted_hit_fraction(cache, dataset)
         for m in mounts:
             known = m["resident_at_start_bytes"] is not None
@@ -166,15 +157,21 @@ def node_view(probes: list[dict], per_rank: list[dict]) -> list[dict]:
             if not known:
                 m["resident_at_start_note"] = NOT_MEASURABLE
             m["predicted_hit_fraction"] = pred  # the node's cache is shared by all the datasets it reads
-            mine = [counted[r] for r in h["ranks"] if r in counted and counted[r]["mount"] == m["mount"]]
-            mb = sum(r["bytes"] for r in mine)
-            m["bytes"], m["cached_bytes"] = mb, sum(r["cached_bytes"] for r in mine)
-            m["cache_hit_fraction"] = hit_fraction(mine)
+            m.update(_counted([r for r in h["ranks"] if r in counted and counted[r]["mount"] == m["mount"]], counted))
         out.append({"host": h["host"], "ranks": sorted(h["ranks"]), "mem_total_bytes": h.get("mem_total_bytes", 0),
                     "page_cache_bytes": cache, "dataset_bytes": dataset,
-                    "predicted_hit_fraction": pred, "bytes": nbytes, "cached_bytes": cached,
-                    "cache_hit_fraction": hit_fraction(got), "mounts": mounts})
+                    "predicted_hit_fraction": pred, **got, "mounts": mounts})
     return sorted(out, key=lambda h: h["ranks"][0])
+
+
+def _counted(ranks: list[int], counted: dict[int, dict]) -> dict:
+    """bytes, cached_bytes and the measured cache_hit_fraction of these ranks (reduce's sum and
+    hit fraction: a host is a group the run's collectives do not know)."""
+    got = reduce.sum_counters([counted[r] for r in ranks if r in counted],
+                              ("bytes", "cached_bytes", "cache_unmeasured_bytes"))
+    return {"bytes": got["bytes"], "cached_bytes": got["cached_bytes"],
+            "cache_hit_fraction": reduce.hit_fraction(got["bytes"], got["cached_bytes"],
+                                                      not got["cache_unmeasured_bytes"])}
 
 
 def cache_blocks(nodes: list[dict], n_mounts: int) -> tuple[dict, list[dict]]:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import histogram
+from . import histogram, reduce
 from .errors import UsageError
-from .metrics import MB, RankResult
+from .metrics import RankResult
 from .plan import OP_FSYNC, OP_WRITE, new_plan, shard_plan
 
 STORE = "iodl-checkpoints.json"
@@ -182,39 +182,6 @@ class OpCounters(RankResult):
         super().add(stats, t0_ns)
         self.fsyncs += stats.get("fsyncs", 0)
         self.fsync_ns += stats.get("fsync_ns", 0)
-
-
-# ---- the figures
-
-def op_block(rounds: list[list[tuple[float, int]]], hist: np.ndarray, fsync_hist: np.ndarray, max_ns: int,
-             ios: int, fsync: bool | None) -> dict:
-    """The figures of one operation for a group of ranks (all, or one mount).
-
-    rounds: per round, each rank's (seconds, bytes). A round's duration is its slowest rank's
-    time, its bandwidth the round's bytes / that duration, its min-rank bandwidth the least of
-    the ranks' bytes / own time (MLPerf Storage's throughput). Over the rounds: bytes and
-    duration add up, bandwidth = bytes / duration, min-rank bandwidth is the mean of the rounds'
-    (MLPerf averages its runs)."""
-    per_round = []
-    for ranks in rounds:
-        ran = [(t, b) for t, b in ranks if t > 0]
-        duration = max((t for t, _b in ran), default=0.0)
-        nbytes = sum(b for _t, b in ranks)
-        per_round.append({"bytes": nbytes, "duration_s": duration,
-                          "bandwidth_MBps": nbytes / duration / MB if duration else 0.0,
-                          "min_rank_bandwidth_MBps": min((b / t / MB for t, b in ran), default=0.0)})
-    nbytes = sum(r["bytes"] for r in per_round)
-    duration = sum(r["duration_s"] for r in per_round)
-    block = {"rounds": len(per_round), "bytes": nbytes, "ios": ios, "duration_s": duration,
-             "bandwidth_MBps": nbytes / duration / MB if duration else 0.0,
-             "min_rank_bandwidth_MBps": (float(np.mean([r["min_rank_bandwidth_MBps"] for r in per_round]))
-                                         if per_round else 0.0),
-             "latency_us": histogram.summary_us(hist, max_ns), "per_round": per_round}
-    if fsync is not None:
-        n = int(fsync_hist.sum())
-        block.update(fsync=fsync, fsyncs=n,
-                     fsync_latency_us=histogram.summary_us(fsync_hist) if n else None)
-    return block
 
 
 # ---- one rank's rounds
@@ -476,46 +443,25 @@ class TrainingCheckpoints:
 
 
 def reduce_ops(comm, counters: dict, plan: Plan, partial: bool) -> dict | None:
-    """Each operation's figures on rank 0: the total, per mount, per rank (op_block)."""
-    n = len(plan.roots)
+    """Each operation's figures on rank 0: the total, per mount, per rank (reduce.checkpoint_block)."""
     out = {}
     for op, c in counters.items():
-        hists = np.zeros((2, n, len(c.hist)), dtype=np.int64)
-        hists[0, c.mount], hists[1, c.mount] = c.hist, c.fsync_hist
-        hists = comm.reduce_array(hists, "sum")
-        parts = comm.gather({"rank": c.rank, "host": c.host, "mount": c.mount, "ios": c.ios, "max_ns": c.max_ns,
-                             "cached_bytes": c.cached_bytes, "unmeasured": c.cache_unmeasured_bytes,
-                             "round_s": c.round_s, "round_bytes": c.round_bytes, "fsync_s": c.fsync_ns / 1e9})
-        if comm.rank != 0:
-            continue
-        if not any(p["round_s"] for p in parts):
+        rounds = int(comm.allreduce(len(c.round_s), "max"))
+        if not rounds:
             out[op] = None
             continue
+        rows = reduce.reduce_checkpoint_op(comm, c, len(plan.roots), rounds)
         fsync = plan.fsync if op == "write" else None
-
-        def block(group, m_hist, m_fsync):
-            rounds = [[(p["round_s"][i], p["round_bytes"][i]) for p in group if i < len(p["round_s"])]
-                      for i in range(max(len(p["round_s"]) for p in parts))]
-            b = op_block(rounds, m_hist, m_fsync, max((p["max_ns"] for p in group), default=0),
-                         sum(p["ios"] for p in group), fsync)
-            if op == "read" and not plan.direct and plan.engine != "null":   # null reads nothing
-                measured = not any(p["unmeasured"] for p in group)
-                cached = sum(p["cached_bytes"] for p in group)
-                b["cache_hit_fraction"] = (cached / b["bytes"] if b["bytes"] else 0.0) if measured else None
-            return b
-
-        total = block(parts, hists[0].sum(axis=0), hists[1].sum(axis=0))
-        total["mounts"] = []
-        for m, path in enumerate(plan.roots):
-            group = [p for p in parts if p["mount"] == m]
-            total["mounts"].append({"path": path, "ranks": [p["rank"] for p in group],
-                                    **block(group, hists[0, m], hists[1, m])})
-        total["per_rank"] = [{"rank": p["rank"], "host": p["host"], "mount": p["mount"],
-                              "bytes": int(sum(p["round_bytes"])), "duration_s": float(sum(p["round_s"])),
-                              "round_s": [float(x) for x in p["round_s"]],   # DLIO times rank 0's rounds
-                              "bandwidth_MBps": (sum(p["round_bytes"]) / sum(p["round_s"]) / MB
-                                                 if sum(p["round_s"]) else 0.0),
-                              **({"fsync_s": p["fsync_s"]} if fsync is not None else {})} for p in parts]
+        parts = comm.gather({"rank": c.rank, "host": c.host, "mount": c.mount, "round_s": c.round_s,
+                             "round_bytes": c.round_bytes, **({"fsync_ns": c.fsync_ns} if fsync is not None else {})})
+        if comm.rank != 0:
+            continue
+        per_mount, everyone = rows
+        cache = op == "read" and not plan.direct and plan.engine != "null"   # null reads nothing
+        total = reduce.checkpoint_block(everyone, fsync, cache)
+        total["mounts"] = [{"path": path, "ranks": [p["rank"] for p in parts if p["mount"] == m],
+                            **reduce.checkpoint_block(per_mount[m], fsync, cache)} for m, path in enumerate(plan.roots)]
+        total["per_rank"] = [reduce.checkpoint_rank(p) for p in parts]
         out[op] = total
     if comm.rank != 0:
         return None

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import histogram
+from . import histogram, reduce
 
 if TYPE_CHECKING:
-    from .result import Block, PerRank
+    from .result import PerRank
 
-MB = 1e6
 SERIES_BUCKET_NS = 1_000_000_000   # the time series has one row per second (docs/report.md: CSV, plots)
 # a rank's live counters (int64 slots of a node-shared block): bytes, ios, cached bytes are the
 # engine's (Engine.run(live=...)); the step count is training's; LIVE_SLOT bytes per rank keep
@@ -165,77 +164,6 @@ def process_age_s() -> float:
         return 0.0
 
 
-def summarize(parts: list[dict], hist: np.ndarray, window_s: float | None = None,
-              open_hist: np.ndarray | None = None, close_hist: np.ndarray | None = None) -> "Block":
-    """The docs/numbers.md figures for a group of ranks (one mount, or all).
-
-    window_s: the run's measured window when the pattern fixes it; else the group's own, from
-    its first counted completion to its last. open_hist, close_hist: the group's open and close
-    latencies."""
-    def files_latency(h, key):
-        return histogram.summary_us(h if h is not None else histogram.empty(),
-                                    max((p.get(key, 0) for p in parts), default=0))
-
-    active = [p for p in parts if p["ios"]]
-    if window_s is None:
-        window_s = (max(p["t_end"] for p in active) - min(p["t_start"] for p in active)) if active else 0.0
-    block = {
-        "bytes": sum(p["bytes"] for p in parts),
-        "ios": sum(p["ios"] for p in parts),
-        "cached_bytes": sum(p["cached_bytes"] for p in parts),
-        "latency_us": histogram.summary_us(hist, max((p["max_ns"] for p in parts), default=0)),
-        # a hit fraction over bytes of which some could not be measured would be a guess: none at all
-        "cache_measured": not any(p.get("cache_unmeasured_bytes", 0) for p in parts),
-        "errors": sum(p["errors"] for p in parts),
-        "opens": sum(p.get("opens", 0) for p in parts),
-        "open_latency_us": files_latency(open_hist, "open_max_ns"),
-        "open_wait_s": sum(p.get("open_wait_s", 0.0) for p in parts),   # rank-seconds: summed over the ranks
-        "closes": sum(p.get("closes", 0) for p in parts),
-        "close_latency_us": files_latency(close_hist, "close_max_ns"),
-    }
-    return rate_block(block, window_s)
-
-
-def rate_block(block: dict, window_s: float) -> "Block":
-    """Every rate of a result block from its counts and one window: count / window_s. The one
-    place a block's rates are made, so that bytes / window_s == bandwidth in every block."""
-    rate = (lambda x: x / window_s) if window_s > 0 else (lambda x: 0.0)
-    nbytes, cached, measured = block["bytes"], block["cached_bytes"], block["cache_measured"]
-    block.update(window_s=window_s, bandwidth_MBps=rate(nbytes) / MB, iops=rate(block["ios"]),
-                 opens_per_s=rate(block.get("opens", 0)),
-                 cache_hit_fraction=(cached / nbytes if nbytes else 0.0) if measured else None,
-                 storage_bandwidth_MBps=rate(nbytes - cached) / MB if measured else None)
-    return block
-
-
-def steps_run_window(fixed: bool, partial: bool, ramp_s: float, duration_s: float, per_rank: list[dict],
-                     steps_span: tuple[float, float]) -> tuple[float, float]:
-    """A step pattern's window, seconds since the start barrier (docs/numbers.md, "The window"):
-    [ramp, ramp + duration] when fixed in advance (infer-async); a stopped run's first to last
-    counted completion; train-sync's steps' span, stretched to a read that completed after the
-    last step (read-ahead drained at the end) so that every counted byte is inside."""
-    ran = [p for p in per_rank if p["ios"]]
-    starts, ends = [p["t_start"] for p in ran], [p["t_end"] for p in ran]
-    if fixed and not partial:
-        return ramp_s, ramp_s + duration_s
-    if fixed:
-        return min(starts, default=0.0), max(ends, default=0.0)
-    return min([steps_span[0], *starts]), max([steps_span[1], *ends])
-
-
-def set_window(reduced: dict, window_s: float) -> None:
-    """Take every block of a reduced result over one window (train-sync's: its steps' span)."""
-    for block in [reduced["total"], *reduced["mounts"]]:
-        rate_block(block, window_s)
-    reduced["window_s"] = window_s
-
-
-def latency_hist(hist: np.ndarray) -> dict:
-    """The non-empty buckets of a histogram: {"ns": [bucket value], "count": [requests]}."""
-    idx = np.flatnonzero(hist)
-    return {"ns": histogram.MID[idx].tolist(), "count": hist[idx].tolist()}
-
-
 def reduce_series(comm, mine: RankResult, n_mounts: int) -> np.ndarray | None:
     """(mount, second, column) sums over ranks on rank 0; None when no rank kept a series.
 
@@ -269,39 +197,29 @@ def series_block(series: np.ndarray, mount_paths: list[str]) -> dict:
 
 
 def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: float | None = None) -> dict | None:
-    """Gather every rank's counters to rank 0; sum histograms per mount with a buffer collective.
-    window_s: the measured window, when the pattern fixes it (summarize)."""
-    n = len(mount_paths)
-    hists = np.zeros((n, len(mine.hist)), dtype=np.int64)
-    hists[mine.mount] = mine.hist
-    depth = np.zeros((n, len(mine.depth)), dtype=np.int64)
-    depth[mine.mount] = mine.depth
-    files = np.zeros((n, 2, len(mine.open_hist)), dtype=np.int64)   # open and close latencies
-    files[mine.mount] = (mine.open_hist, mine.close_hist)
-    hists = comm.reduce_array(hists, "sum")
-    depth = comm.reduce_array(depth, "sum")
-    files = comm.reduce_array(files, "sum")
-    series = reduce_series(comm, mine, n)
+    """Every rank's counters put together on rank 0 (reduce.reduce_read: buffer collectives per
+    mount), the per-rank list gathered beside them. window_s: the measured window, when the
+    pattern fixes it (reduce.read_block)."""
+    rows = reduce.reduce_read(comm, mine, len(mount_paths))
+    series = reduce_series(comm, mine, len(mount_paths))
     parts = comm.gather(mine.scalars())
     if comm.rank != 0:
         return None
+    per_mount, everyone = rows
     parts.sort(key=lambda p: p["rank"])
-    mounts = []
-    for m, path in enumerate(mount_paths):
-        group = [p for p in parts if p["mount"] == m]
-        entry = {"path": path, "ranks": [p["rank"] for p in group]}
-        entry.update(summarize(group, hists[m], window_s, files[m, 0], files[m, 1]))
-        entry["depth"] = depth[m].tolist()
-        entry["latency_hist"] = latency_hist(hists[m])
-        mounts.append(entry)
-    total = summarize(parts, hists.sum(axis=0), window_s, files[:, 0].sum(axis=0), files[:, 1].sum(axis=0))
-    total["depth"] = depth.sum(axis=0).tolist()
-    total["latency_hist"] = latency_hist(hists.sum(axis=0))
+    mounts = [{"path": path, "ranks": [p["rank"] for p in parts if p["mount"] == m], **reduce.read_block(per_mount[m], window_s)}
+              for m, path in enumerate(mount_paths)]
+    total = reduce.read_block(everyone, window_s)
     return {
         "series": series_block(series, mount_paths) if series is not None else None,
         "ranks": len(parts),
         "hosts": sorted({p["host"] for p in parts}),
         "window_s": total["window_s"],
+        # every rank's first counted completion and last (MIN, MAX; +inf, -inf when none): the
+        # window of a step pattern stopped early (reduce.steps_run_window)
+        "span": (float(everyone["t_start"]), float(everyone["t_end"])),
+        # step patterns: the order's own check over every rank's epoch shares
+        "epochs_checked": int(everyone["epochs_checked"]), "epochs_wrong": int(everyone["epochs_wrong"]),
         "total": total,
         "mounts": mounts,
         "per_rank": [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}

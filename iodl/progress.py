@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from .metrics import LIVE_BYTES, LIVE_CACHED, LIVE_IOS, LIVE_SLOT, LIVE_STEPS, MB
+from .metrics import LIVE_BYTES, LIVE_CACHED, LIVE_IOS, LIVE_SLOT, LIVE_STEPS
+from .reduce import MB, hit_fraction
 
 
 class Progress:
@@ -72,7 +73,7 @@ class Progress:
         for m, path in enumerate(self.paths):
             b, ios, cached = counts[m]
             table.add_row(path, f"{mbps[m]:,.1f}", f"{b / 1e9:,.3f}", f"{ios:,}",
-                          f"{100 * cached / b:.1f}%" if b else "-")
+                          f"{100 * hit_fraction(b, cached):.1f}%" if b else "-")
         return table
 
     def line(self) -> str:

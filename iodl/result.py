@@ -1,7 +1,7 @@
 """The result documents iodl writes and reads back: their schemas (typed below), loading, and
 what an older file lacks. The keys and every figure in them are defined in docs/numbers.md (a test holds a real
 result against that list); the figures themselves are made where they are defined once:
-metrics.rate_block (rates, cache), training.summarize_steps (the accelerator view),
+reduce.rates (rates, cache), training.summarize_steps (the accelerator view),
 sizing.sizing_block, cache.node_view."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class Latency(TypedDict):
 
 
 class Block(TypedDict):
-    """A group of ranks' figures: the total, or one mount (metrics.summarize and rate_block)."""
+    """A group of ranks' figures: the total, or one mount (reduce.read_block and rates)."""
     bytes: int
     ios: int
     cached_bytes: int

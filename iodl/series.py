@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import csv
 
+from . import reduce
 from .errors import UsageError
 
-MB = 1e6
 # fixed decimals: plain numbers any CSV reader takes, and nothing below a byte/s or a nanosecond is lost
 FORMATS = {"t_s": "{:.3f}", "MBps": "{:.6f}", "iops": "{:.3f}", "p99_us": "{:.3f}", "cache_hit_fraction": "{:.6f}"}
 COLUMNS = ("t_s", "mount", "path", "bytes", "ios", "MBps", "iops", "p99_us", "cached_bytes", "cache_hit_fraction")
@@ -33,8 +33,8 @@ def csv_rows(result: dict) -> list[dict]:
             rows.append({
                 "t_s": float(t), "mount": m, "path": entry.get("path", f"mount {m}"),
                 "bytes": nbytes, "ios": ios,
-                "MBps": nbytes / bucket_s / MB, "iops": ios / bucket_s, "p99_us": p99,
-                "cached_bytes": cached, "cache_hit_fraction": cached / nbytes if nbytes else 0.0,
+                "MBps": reduce.mbps(nbytes, bucket_s), "iops": reduce.rate(ios, bucket_s), "p99_us": p99,
+                "cached_bytes": cached, "cache_hit_fraction": reduce.hit_fraction(nbytes, cached),
             })
     rows.sort(key=lambda r: (r["t_s"], r["mount"]))
     return rows

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _native, plan
+from . import _native, plan, reduce
 from .cursor import Cancelled, Cursor, ShardFiles
 from .dataset import int_rows
 from .engine import open_engine
@@ -787,19 +787,18 @@ def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: floa
     share = [in_window(a, lo, hi) for a in rows]
     samples_in = [float((_col(a, "samples") * w).sum()) for a, w in zip(rows, share)]
     consumed = float(sum((_col(a, "bytes") * w).sum() for a, w in zip(rows, share)))
-    rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
     pct = (lambda q: float(np.percentile(step_time, q)) if len(step_time) else 0.0)
     out = {
         "steps": int(max((len(a) for a in rows), default=0)),
         "au": au,
         "au_threshold": au_threshold,
         "au_excluded_steps": excluded,
-        "samples_per_s": rate(sum(samples_in)),
+        "samples_per_s": reduce.rate(sum(samples_in), span),
         "samples": int(_col(allsteps, "samples").sum()),
         "samples_in_window": sum(samples_in),
         "window_s": span,
         "consumed_bytes": consumed,
-        "consumed_MBps": rate(consumed) / 1e6,
+        "consumed_MBps": reduce.mbps(consumed, span),
         "step_time_s": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "max": float(step_time.max()) if len(step_time) else 0.0},
         "data_wait_s_per_step": float(_col(m, "data_wait").mean()) if len(m) else 0.0,
         "barrier_wait_s_per_step": float(_col(m, "barrier").mean()) if len(m) else 0.0,
@@ -807,7 +806,7 @@ def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: floa
         "checkpoint_s_per_step": float(_col(m, "checkpoint").mean()) if len(m) else 0.0,
     }
     if pattern == "infer-async" and rows:
-        rates = np.array([rate(x) for x in samples_in])
+        rates = np.array([reduce.rate(x, span) for x in samples_in])
         out["per_rank_samples_per_s"] = {"min": float(rates.min()), "median": float(np.median(rates)),
                                          "max": float(rates.max()), "sum": float(rates.sum())}
     return out

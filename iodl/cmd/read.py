@@ -548,16 +548,15 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
     if comm.rank != 0:
         return (130 if partial else 0), None, None   # partial: agreed by every rank (put_together)
     if scfg is not None:
-        from ..metrics import set_window, steps_run_window
+        from ..reduce import set_window, steps_run_window
         from ..training import steps_window, summarize_steps
 
         steps = [r for _m, r in all_records]
-        window = steps_run_window(fixed_window, partial, cfg.ramp_s, cfg.duration_s, reduced["per_rank"],
+        window = steps_run_window(fixed_window, partial, cfg.ramp_s, cfg.duration_s, reduced["span"],
                                   steps_window(steps))
         set_window(reduced, window[1] - window[0])
         train = summarize_steps(steps, cfg.pattern, wl.metric.au_threshold, window)
-        train["epochs_checked"] = sum(p["epochs_checked"] for p in reduced["per_rank"])
-        train["epochs_wrong"] = sum(p["epochs_wrong"] for p in reduced["per_rank"])
+        train["epochs_checked"], train["epochs_wrong"] = reduced["epochs_checked"], reduced["epochs_wrong"]
         train["shuffle"] = scfg.shuffle if scfg.sampling == "epoch" else "random shards"
         from ..mlperf import run_category, summary
 

@@ -17,6 +17,7 @@ import tempfile
 
 import numpy as np
 
+from .. import reduce
 from ..errors import IodlError, UsageError
 from .jobfile import Job, JobFileError, Percent, command_line_sections, read_sections, resolve
 
@@ -125,8 +126,8 @@ def side(nbytes: int, ios: int, runtime_s: float, lat_us: dict, depth: list | No
     return {
         "ddir": ddir,
         "bytes": int(nbytes), "ios": int(ios), "runtime_s": runtime_s,
-        "bandwidth_MBps": nbytes / runtime_s / 1e6 if runtime_s else 0.0,
-        "iops": ios / runtime_s if runtime_s else 0.0,
+        "bandwidth_MBps": reduce.mbps(nbytes, runtime_s),
+        "iops": reduce.rate(ios, runtime_s),
         **lat_us,
         "depth_pct": dict(zip(DEPTH_KEYS, depth)) if depth is not None else None,
         "cpu_pct": cpu_pct,

@@ -1,0 +1,231 @@
+"""Cross-rank reduction and rates: the one place a result's figures are put together from the
+ranks' counters and divided by a window (docs/numbers.md; iodl/figures.py names, for every key
+documented there, the one function that makes it).
+
+Reduction follows IOR: a group's window runs from the MIN of its ranks' first completions to the
+MAX of their last, counters and fixed-bucket histograms are SUMmed, the slowest request is a MAX.
+Each is a buffer collective on a (mount, value) array: every rank fills its mount's row, the other
+rows hold the operation's identity, and rank 0 gets every mount at once; the total is the mounts'
+rows combined by the same operation. Only the per-rank lists a result prints are gathered as objects.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import histogram
+
+MB = 1e6
+
+# the identity of each operation: what a mount with no ranks (and the rows of other mounts) holds.
+# Integer values are counts and latencies (never negative), so 0 is MAX's identity for them.
+_IDENTITY = {("sum", "i"): 0, ("max", "i"): 0, ("min", "i"): np.iinfo(np.int64).max,
+             ("sum", "f"): 0.0, ("max", "f"): -np.inf, ("min", "f"): np.inf}
+_COMBINE = {"sum": np.sum, "min": np.min, "max": np.max}
+
+
+def across_ranks(comm, mount: int, n_mounts: int, **ops: dict) -> tuple[list[dict], dict] | None:
+    """This rank's values combined with every rank's, per mount and over all, on rank 0.
+
+    ops: sum=, min=, max= each a dict name -> this rank's value (a number or a numpy array of the
+    same shape on every rank). One buffer collective per operation and kind (integer, float).
+    Rank 0 gets (per mount: name -> combined value, all ranks: name -> combined value); the other
+    ranks None."""
+    got, op_of = {}, {}
+    for op, values in ops.items():
+        kinds: dict[str, dict[str, np.ndarray]] = {"i": {}, "f": {}}
+        for name, value in values.items():
+            a = np.asarray(value)
+            kinds["f" if a.dtype.kind == "f" else "i"][name] = a
+            op_of[name] = op
+        for kind, group in kinds.items():   # the same order on every rank: the collectives pair up
+            if group:
+                got.update(_reduce(comm, mount, n_mounts, op, kind, group) or {})
+    if comm.rank != 0:
+        return None
+    mounts = [{name: a[m] for name, a in got.items()} for m in range(n_mounts)]
+    return mounts, {name: _COMBINE[op_of[name]](a, axis=0) for name, a in got.items()}
+
+
+def _reduce(comm, mount, n_mounts, op, kind, values: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """One buffer collective: name -> (n_mounts, *shape) on rank 0, None elsewhere."""
+    dtype = np.float64 if kind == "f" else np.int64
+    width = sum(a.size for a in values.values())
+    buf = np.full((n_mounts, width), _IDENTITY[op, kind], dtype=dtype)
+    buf[mount] = np.concatenate([a.astype(dtype).ravel() for a in values.values()])
+    buf = comm.reduce_array(buf, op)
+    if comm.rank != 0:
+        return None
+    out, at = {}, 0
+    for name, a in values.items():
+        out[name] = buf[:, at:at + a.size].reshape((n_mounts, *a.shape))
+        at += a.size
+    return out
+
+
+def sum_counters(parts: list[dict], keys: tuple[str, ...]) -> dict[str, int]:
+    """The SUM of these counters over per-rank dicts already on rank 0 (a group the collectives do
+    not know, as the ranks of one host)."""
+    return {k: sum(p.get(k, 0) for p in parts) for k in keys}
+
+
+# ---- the window and the rates
+
+def span(t_start: float, t_end: float) -> float:
+    """A window's length from the MIN of its ranks' starts to the MAX of their ends; 0 when no
+    rank completed a request (start +inf, end -inf)."""
+    return float(t_end - t_start) if t_end >= t_start else 0.0
+
+
+def rate(count: float, window_s: float) -> float:
+    """count / window_s: every per-second figure of every result; 0 over an empty window."""
+    return count / window_s if window_s > 0 else 0.0
+
+
+def mbps(nbytes: float, window_s: float) -> float:
+    """Bytes over a window in MB/s (MB = 10^6 bytes): every bandwidth of every result."""
+    return rate(nbytes, window_s) / MB
+
+
+def hit_fraction(nbytes: int, cached_bytes: int, measured: bool = True) -> float | None:
+    """The measured cache-hit fraction: bytes the storage did not deliver / bytes read; None when
+    some bytes' hits could not be measured (a fraction over part of them would be a guess)."""
+    if not measured:
+        return None
+    return cached_bytes / nbytes if nbytes else 0.0
+
+
+def rates(block: dict, window_s: float) -> dict:
+    """Every rate of a read block from its counts and one window, so that bytes / window_s ==
+    bandwidth in every block: window_s, bandwidth_MBps, iops, opens_per_s, cache_hit_fraction,
+    storage_bandwidth_MBps (None, with the hit fraction, when the cache was not measured)."""
+    nbytes, cached, measured = block["bytes"], block["cached_bytes"], block["cache_measured"]
+    block.update(window_s=window_s, bandwidth_MBps=mbps(nbytes, window_s), iops=rate(block["ios"], window_s),
+                 opens_per_s=rate(block.get("opens", 0), window_s),
+                 cache_hit_fraction=hit_fraction(nbytes, cached, measured),
+                 storage_bandwidth_MBps=mbps(nbytes - cached, window_s) if measured else None)
+    return block
+
+
+def set_window(reduced: dict, window_s: float) -> None:
+    """Take every block of a reduced read result over one window (train-sync's: its steps' span)."""
+    for block in [reduced["total"], *reduced["mounts"]]:
+        rates(block, window_s)
+    reduced["window_s"] = window_s
+
+
+def steps_run_window(fixed: bool, partial: bool, ramp_s: float, duration_s: float, ranks_span: tuple[float, float],
+                     steps_span: tuple[float, float]) -> tuple[float, float]:
+    """A step pattern's window, seconds since the start barrier (docs/numbers.md, "The window"):
+    [ramp, ramp + duration] when fixed in advance (infer-async); a stopped run's first to last
+    counted completion (ranks_span: the MIN of starts, MAX of ends over every rank); train-sync's
+    steps' span, stretched to a read that completed after the last step (read-ahead drained at
+    the end) so that every counted byte is inside."""
+    lo, hi = ranks_span
+    if fixed and not partial:
+        return ramp_s, ramp_s + duration_s
+    if fixed:
+        return (lo, hi) if hi >= lo else (0.0, 0.0)
+    return min(steps_span[0], lo), max(steps_span[1], hi)
+
+
+# ---- read patterns: what each rank adds, and a group's block
+
+READ_SUMS = ("bytes", "ios", "cached_bytes", "cache_unmeasured_bytes", "errors", "opens", "closes", "epochs_checked",
+             "epochs_wrong")
+READ_MAXES = ("max_ns", "open_max_ns", "close_max_ns")
+
+
+def reduce_read(comm, mine, n_mounts: int) -> tuple[list[dict], dict] | None:
+    """A read run's counters (metrics.RankResult) over every rank, on rank 0: (each mount's
+    reduced row, the total row); None on the other ranks."""
+    return across_ranks(comm, mine.mount, n_mounts,
+                        sum={**{k: getattr(mine, k) for k in READ_SUMS}, "open_wait_s": mine.open_wait_s,
+                             "hist": mine.hist, "depth": mine.depth, "open_hist": mine.open_hist,
+                             "close_hist": mine.close_hist},
+                        max={**{k: getattr(mine, k) for k in READ_MAXES}, "t_end": mine.t_end},
+                        min={"t_start": mine.t_start})
+
+
+def read_block(g: dict, window_s: float | None = None) -> dict:
+    """The docs/numbers.md figures of one group of ranks (a mount, or all) from its reduced row.
+
+    window_s: the run's measured window when the pattern fixes it; else the group's own, from
+    the MIN of its ranks' first counted completions to the MAX of their last."""
+    if window_s is None:
+        window_s = span(g["t_start"], g["t_end"])
+    block = {
+        "bytes": int(g["bytes"]),
+        "ios": int(g["ios"]),
+        "cached_bytes": int(g["cached_bytes"]),
+        "latency_us": histogram.summary_us(g["hist"], int(g["max_ns"])),
+        # a hit fraction over bytes of which some could not be measured would be a guess: none at all
+        "cache_measured": not g["cache_unmeasured_bytes"],
+        "errors": int(g["errors"]),
+        "opens": int(g["opens"]),
+        "open_latency_us": histogram.summary_us(g["open_hist"], int(g["open_max_ns"])),
+        "open_wait_s": float(g["open_wait_s"]),   # rank-seconds: summed over the ranks
+        "closes": int(g["closes"]),
+        "close_latency_us": histogram.summary_us(g["close_hist"], int(g["close_max_ns"])),
+    }
+    rates(block, window_s)
+    block["depth"] = g["depth"].tolist()
+    block["latency_hist"] = latency_hist(g["hist"])
+    return block
+
+
+def latency_hist(hist: np.ndarray) -> dict:
+    """The non-empty buckets of a histogram: {"ns": [bucket value], "count": [requests]}."""
+    idx = np.flatnonzero(hist)
+    return {"ns": histogram.MID[idx].tolist(), "count": hist[idx].tolist()}
+
+
+# ---- checkpoints: each round's slowest rank, its bytes, its slowest rank's own bandwidth
+
+def reduce_checkpoint_op(comm, c, n_mounts: int, rounds: int) -> tuple[list[dict], dict] | None:
+    """One checkpoint operation's counters (checkpoint_run.OpCounters) over every rank, on rank 0:
+    (each mount's reduced row, the total row). rounds: the most rounds any rank ran (a stopped
+    rank ran fewer: its missing rounds count as not run)."""
+    t, b = np.zeros(rounds), np.zeros(rounds, dtype=np.int64)
+    t[:len(c.round_s)], b[:len(c.round_bytes)] = c.round_s, c.round_bytes
+    own = np.array([mbps(nb, s) if s > 0 else np.inf for s, nb in zip(t, b)])   # MIN: a rank that ran
+    return across_ranks(comm, c.mount, n_mounts,
+                        sum={"round_bytes": b, "ios": c.ios, "cached_bytes": c.cached_bytes,
+                             "cache_unmeasured_bytes": c.cache_unmeasured_bytes, "hist": c.hist,
+                             "fsync_hist": c.fsync_hist},
+                        max={"round_s": t, "max_ns": c.max_ns},
+                        min={"rank_MBps": own})
+
+
+def checkpoint_block(g: dict, fsync: bool | None, cache: bool) -> dict:
+    """The figures of one checkpoint operation for a group of ranks (all, or one mount) from its
+    reduced row. A round's duration is its slowest rank's time, its bandwidth the round's bytes /
+    that duration, its min-rank bandwidth the least of the ranks' bytes / own time (MLPerf
+    Storage's throughput). Over the rounds: bytes and duration add up, bandwidth = bytes /
+    duration, min-rank bandwidth is the mean of the rounds' (MLPerf averages its runs).
+    fsync: whether writes were fsync'd (None: a read); cache: the read's hit fraction applies."""
+    per_round = [{"bytes": int(nb), "duration_s": s, "bandwidth_MBps": mbps(int(nb), s),
+                  "min_rank_bandwidth_MBps": float(least) if np.isfinite(least) else 0.0}
+                 for nb, s, least in zip(g["round_bytes"], (max(float(s), 0.0) for s in g["round_s"]),
+                                         g["rank_MBps"])]   # a mount without ranks: -inf, no time
+    nbytes = sum(r["bytes"] for r in per_round)
+    duration = sum(r["duration_s"] for r in per_round)
+    block = {"rounds": len(per_round), "bytes": nbytes, "ios": int(g["ios"]), "duration_s": duration,
+             "bandwidth_MBps": mbps(nbytes, duration),
+             "min_rank_bandwidth_MBps": (float(np.mean([r["min_rank_bandwidth_MBps"] for r in per_round]))
+                                         if per_round else 0.0),
+             "latency_us": histogram.summary_us(g["hist"], int(g["max_ns"])), "per_round": per_round}
+    if fsync is not None:
+        n = int(g["fsync_hist"].sum())
+        block.update(fsync=fsync, fsyncs=n, fsync_latency_us=histogram.summary_us(g["fsync_hist"]) if n else None)
+    if cache:
+        block["cache_hit_fraction"] = hit_fraction(nbytes, int(g["cached_bytes"]), not g["cache_unmeasured_bytes"])
+    return block
+
+
+def checkpoint_rank(rank: dict) -> dict:
+    """One rank's line of a checkpoint operation (its own rounds: bytes, time, bandwidth)."""
+    nbytes, seconds = int(sum(rank["round_bytes"])), float(sum(rank["round_s"]))
+    return {"rank": rank["rank"], "host": rank["host"], "mount": rank["mount"], "bytes": nbytes, "duration_s": seconds,
+            "round_s": [float(x) for x in rank["round_s"]],   # DLIO times rank 0's rounds
+            "bandwidth_MBps": mbps(nbytes, seconds),
+            **({"fsync_s": rank["fsync_ns"] / 1e9} if "fsync_ns" in rank else {})}
