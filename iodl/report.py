@@ -241,22 +241,23 @@ def _bandwidth_line(result: dict, t: dict | None, sizing: dict | None) -> str:
 def _print_sizing(result: dict, console) -> None:
     sizing, steps = result["sizing"], bool(result.get("train"))
     title = "accelerators each mount feeds at full AU"
-    columns = [("mount", "left")]
-    if steps:   # the ranks are the accelerators: what they ask beside what the storage gave
-        columns += [("ranks", "right"), ("demand MB/s", "right")]
-    columns += [("storage MB/s", "right"), ("accelerators fed", "right")]
+    # the ranks are the accelerators of a step pattern: what they ask beside what the storage gave
+    # (a result written before sizing held the demand has no such column)
+    demand = steps and all("demand_MBps" in m for m in sizing["mounts"])
+    columns = [("mount", "left"), ("ranks", "right"), ("demand MB/s", "right"), ("storage MB/s", "right"),
+               ("accelerators fed", "right")]
+    shown = [0, 1, 2, 3, 4] if demand else [0, 1, 3, 4] if steps else [0, 3, 4]
 
     def row(name, ranks, m):
-        cells = [name]
-        if steps:
-            cells += [ranks, "-" if m.get("demand_MBps") is None else f"{m['demand_MBps']:,.1f}"]
-        return cells + ["-" if m["storage_MBps"] is None else f"{m['storage_MBps']:,.1f}", _fed(m)]
+        cells = [name, ranks, f"{m['demand_MBps']:,.1f}" if demand else "",
+                 "-" if m["storage_MBps"] is None else f"{m['storage_MBps']:,.1f}", _fed(m)]
+        return [cells[i] for i in shown]
 
     rows = [row(s["path"], _ranks(m["ranks"]), s) for s, m in zip(sizing["mounts"], result["mounts"])]
     if len(rows) > 1 and "accelerators_fed" in sizing:
         rows += [("section", None), (row("total", str(result["ranks"]), dict(sizing, storage_MBps=storage_MBps(
             result["total"]))), "bold")]
-    print_table(console, title, columns, rows, paths=0)
+    print_table(console, title, [columns[i] for i in shown], rows, paths=0)
 
 
 def _fed(m: dict) -> str:
@@ -342,7 +343,7 @@ def _print_depth(result: dict, console) -> None:
         return
     columns = [("mount", "left")] + [(label, "right") for label in DEPTH_LABELS]
     rows = _per_mount(result, lambda b: [f"{n:,}" for n in b["depth"]])
-    print_table(console, "requests in flight at submission (4: 4-7 ...)", columns,
+    print_table(console, "requests in flight at submission (bin 4: 4 to 7)", columns,
                 rows, paths=0)
 
 

@@ -18,8 +18,8 @@ NULL = ("--engine", "null", "--progress", "off")
 def results(tmp_path_factory):
     """Real results: train-sync on the null engine with AU high (no delay, 0.1 s compute) and low
     (20 ms per request, one at a time, 10 ms compute); 2 ranks of train-sync, storage-only and
-    validate on two generated roots (buffered; the second validate finds every byte in the page
-    cache, the first put there); infer-async."""
+    validate on two generated roots (buffered; the second validate finds in the page cache what the
+    first put there, unless something dropped it meanwhile); infer-async."""
     tmp = tmp_path_factory.mktemp("text")
     roots = [str(tmp / "a"), str(tmp / "b")]
     gen = iodl("generate", "--workload", "tiny", *(a for r in roots for a in ("--root", r)), "--quiet")
@@ -126,10 +126,12 @@ def test_the_page_cache_warning_follows_the_measured_hit_fraction(results):
         if warned:
             assert flat.index("warning:") < flat.index("┏")                     # among the answer's lines
             assert f"warning: {100 * hit:.1f}% of the bytes read came from the page cache" in flat
-    # the second pass over the tiny dataset found it in the page cache, the null engine reads no page:
-    # both ways seen
-    assert results["validate"]["total"]["cache_hit_fraction"] > CACHE_SAYS_LITTLE
-    assert results["high"]["total"]["cache_hit_fraction"] == 0.0
+    # both ways on the same result, whatever the page cache held when the tests ran (another process
+    # may drop it between the warm-up and the second validate): the line follows the figure
+    result = results["validate"]
+    for hit in (0.5, 0.1):
+        shown = dict(result, total=dict(result["total"], cache_hit_fraction=hit))
+        assert ("this run says little about the storage" in " ".join(render(shown).split())) == (hit > 0.2), hit
 
 
 @pytest.mark.parametrize("detail", [False, True])
@@ -174,11 +176,13 @@ def test_detail_adds_the_per_rank_table_the_default_omits(results, tmp_path):
 
 
 def test_an_old_result_without_the_new_figures_prints_with_dashes(results):
-    """A result written before sizing held each mount's demand: '-' there, never a figure made here."""
+    """A result written before sizing held each mount's demand: no demand column, never a figure made here."""
     old = dict(results["train-sync"])
     old["sizing"] = {"demand_MBps_per_accelerator": old["sizing"]["demand_MBps_per_accelerator"],
                      "mounts": [{k: v for k, v in m.items() if k != "demand_MBps"} for m in old["sizing"]["mounts"]]}
     text = render(printable(old))
     table = titled(text)["accelerators each mount feeds at full AU"]
-    assert [cells[1] for cells in table.values()] == ["-", "-"]   # two mounts, no total row without the run's count
+    assert "demand MB/s" not in text
+    assert sorted(table) == sorted(m["path"] for m in old["mounts"])   # no total row without the run's count
+    assert [cells[1] for cells in table.values()] == [f"{m['storage_MBps']:,.1f}" for m in old["sizing"]["mounts"]]
     assert not re.search(r"ask [\d,.]+ MB/s at full AU", " ".join(text.split()))
