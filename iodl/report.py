@@ -159,10 +159,9 @@ def print_result(result: dict, console=None, detail: bool = False) -> None:
     if result.get("per_rank"):
         _print_ranks(result["per_rank"], console)
     t = result.get("train") or {}
-    if "epochs_checked" in t:
-        wrong = f", [red]{t['epochs_wrong']} NOT[/]" if t["epochs_wrong"] else ""
+    if "epochs_checked" in t and not t["epochs_wrong"]:   # (a wrong one is among the answer's lines)
         console.print(f"order: shuffle {escape(str(t['shuffle']))}; {t['epochs_checked']} finished epoch share(s) "
-                      f"checked, every sample taken exactly once{wrong}", highlight=False)
+                      "checked, every sample taken exactly once", highlight=False)
 
 
 def _heading(result: dict) -> str:
@@ -174,11 +173,17 @@ def _heading(result: dict) -> str:
 
 def _answer(result: dict) -> list[str]:
     """The lines that answer the run's question, in words, before any table."""
+    from rich.markup import escape
+
     lines = []
     if result.get("partial"):
         lines.append("[yellow]stopped early by a signal: the result is partial[/]")
     if result["total"]["errors"]:
         lines.append(f"[red]{result['total']['errors']} read error(s)[/]")
+    if (result.get("train") or {}).get("epochs_wrong"):   # never expected: the order's own check failed
+        t = result["train"]
+        lines.append(f"[red]order: of {t['epochs_checked']} finished epoch share(s) checked, {t['epochs_wrong']} did "
+                     f"NOT take every sample exactly once[/] (shuffle {escape(str(t['shuffle']))})")
     t, sizing, total = result.get("train"), result.get("sizing"), result["total"]
     if t:
         au, threshold = t["au"], t["au_threshold"]

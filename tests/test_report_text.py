@@ -186,3 +186,13 @@ def test_an_old_result_without_the_new_figures_prints_with_dashes(results):
     assert sorted(table) == sorted(m["path"] for m in old["mounts"])   # no total row without the run's count
     assert [cells[1] for cells in table.values()] == [f"{m['storage_MBps']:,.1f}" for m in old["sizing"]["mounts"]]
     assert not re.search(r"ask [\d,.]+ MB/s at full AU", " ".join(text.split()))
+
+
+def test_a_failed_order_check_is_among_the_answers_lines(results):
+    """Never expected; when it happens the default says so before the tables, not only --detail."""
+    t = results["train-sync"]["train"]
+    assert t["epochs_wrong"] == 0 and "order: shuffle" not in render(results["train-sync"])
+    assert f"{t['epochs_checked']} finished epoch share(s) checked" in render(results["train-sync"], detail=True)
+    wrong = dict(results["train-sync"], train=dict(t, epochs_checked=4, epochs_wrong=1))
+    text = render(wrong)
+    assert text.index("order: of 4 finished epoch share(s) checked, 1 did NOT take every sample") < text.index("┏")
