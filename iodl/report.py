@@ -185,13 +185,14 @@ def _answer(result: dict) -> list[str]:
         lines.append(f"[red]order: of {t['epochs_checked']} finished epoch share(s) checked, {t['epochs_wrong']} did "
                      f"NOT take every sample exactly once[/] (shuffle {escape(str(t['shuffle']))})")
     t, sizing, total = result.get("train"), result.get("sizing"), result["total"]
-    if t:
+    if t and result["pattern"] == "train-sync":   # ranks in step: AU against the threshold is the answer
         au, threshold = t["au"], t["au_threshold"]
         verdict = (f"[green]yes[/]: AU {_pct(au)} ≥ {_share(threshold)}" if meets(au, threshold) else
                    f"[red]no[/]: AU {_pct(au)} < {_share(threshold)} (a step waited "
                    f"{t['data_wait_s_per_step']:.4f} s for data, {t['barrier_wait_s_per_step']:.4f} s at the "
                    "barrier)")
         lines.append(f"Does the storage keep the {result['ranks']} accelerator(s) busy? {verdict}")
+    if t:
         m = t.get("mlperf")
         if m:
             passed = "[green]pass[/]" if m["pass"] else "[red]fail[/]"
@@ -223,7 +224,8 @@ def _answer(result: dict) -> list[str]:
 
 
 def _bandwidth_line(result: dict, t: dict | None, sizing: dict | None) -> str:
-    """The storage's bandwidth against what the accelerators ask (or, without steps, how many it feeds)."""
+    """The storage's bandwidth against what the accelerators ask; unless the ranks ran in step
+    (train-sync, whose answer is the AU), how many accelerators that storage feeds."""
     total = result["total"]
     storage = storage_MBps(total)
     said = (f"the storage delivered {storage:,.1f} MB/s" if storage is not None
@@ -236,10 +238,11 @@ def _bandwidth_line(result: dict, t: dict | None, sizing: dict | None) -> str:
                if sizing and "demand_MBps" in sizing else "")
         if took or ask:
             line += "; the accelerators " + " and ".join(x for x in (took, ask) if x)
-    elif sizing and sizing.get("accelerators_fed") is not None:
-        fed = f"{'' if sizing['storage_bound'] else '>= '}{sizing['accelerators_fed']}"
-        line += (f"; one {(result.get('workload') or {}).get('name', '?')} accelerator asks {each} at full AU: "
-                 f"this feeds {fed}")
+    elif sizing:
+        line += f"; one {(result.get('workload') or {}).get('name', '?')} accelerator asks {each} at full AU"
+    fed = sizing.get("accelerators_fed") if sizing else None
+    if fed is not None and result["pattern"] != "train-sync":
+        line += f": this feeds {'' if sizing['storage_bound'] else '>= '}{fed}"
     return line
 
 
