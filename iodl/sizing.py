@@ -45,17 +45,23 @@ BOUND_SHARE = 0.02   # ranks that wait for data longer than this share of a step
 
 
 def sizing_block(result: dict, demand: float, wait_shares: list[float | None]) -> dict:
-    """The result's `sizing` block: per mount, the storage MB/s it delivered and what that feeds.
+    """The result's `sizing` block: per mount, the storage MB/s it delivered, what its ranks ask at
+    full utilisation and how many accelerators that storage feeds; the same for the run.
 
     wait_shares: per mount, the share of step time its ranks waited for data (None: no steps, as
     storage-only, where the mount is the limit by construction). A mount whose ranks waited is
     storage-bound and its count is a measurement; otherwise the storage had more to give (its
     ranks waited for compute or for other mounts at the barrier) and the count is a lower bound.
+    Each rank reads one mount, so the run feeds the sum of its mounts' counts and asks the sum
+    of their demands.
     """
     mounts = []
     for m, share in zip(result["mounts"], wait_shares):
         storage = storage_MBps(m)
-        mounts.append({"path": m["path"], "storage_MBps": storage,
+        mounts.append({"path": m["path"], "storage_MBps": storage, "demand_MBps": len(m["ranks"]) * demand,
                        "accelerators_fed": None if storage is None else accelerators_fed(storage, demand),
                        "storage_bound": share is None or share > BOUND_SHARE})
-    return {"demand_MBps_per_accelerator": demand, "mounts": mounts}
+    fed = [m["accelerators_fed"] for m in mounts]
+    return {"demand_MBps_per_accelerator": demand, "demand_MBps": sum(m["demand_MBps"] for m in mounts),
+            "accelerators_fed": None if None in fed else sum(fed),
+            "storage_bound": all(m["storage_bound"] for m in mounts), "mounts": mounts}

@@ -72,9 +72,10 @@ def read_result(mounts=MOUNTS, seconds=6, mbps=(400.0, 250.0), scale=1.0, patter
                            "step_time_s": {"p50": step, "p90": step, "p99": step, "max": step},
                            "data_wait_s_per_step": step - compute - barrier, "barrier_wait_s_per_step": barrier,
                            "compute_s_per_step": compute}
-        result["sizing"] = {"demand_MBps_per_accelerator": 90.0,
-                            "mounts": [{"path": p, "storage_MBps": 300.0, "accelerators_fed": 3,
-                                        "storage_bound": True} for p in mounts]}
+        result["sizing"] = {"demand_MBps_per_accelerator": 90.0, "demand_MBps": 360.0, "accelerators_fed": 6,
+                            "storage_bound": True,
+                            "mounts": [{"path": p, "storage_MBps": 300.0, "demand_MBps": 180.0,
+                                        "accelerators_fed": 3, "storage_bound": True} for p in mounts]}
     return result
 
 
@@ -117,6 +118,12 @@ def tables(stdout: str) -> list[dict[str, list[str]]]:
     return out
 
 
+def table_titles(stdout: str) -> list[str]:
+    """The title above each rich table, in the order of tables()."""
+    lines = stdout.splitlines()
+    return [lines[i - 1].strip() for i, line in enumerate(lines) if line.startswith("┏")]
+
+
 def number(cell: str) -> float:
     """A printed figure: '1,600' -> 1600.0, '25.0%' -> 0.25."""
     text = cell.replace(",", "")
@@ -127,25 +134,41 @@ def number(cell: str) -> float:
 
 def test_report_prints_a_read_result_with_its_train_table(tmp_path):
     doc = read_result(seconds=6)
-    proc = iodl("report", dump(tmp_path, "r.json", doc))
+    proc = iodl("report", "--detail", dump(tmp_path, "r.json", doc))
     assert proc.returncode == 0, proc.stderr
-    rows, train, sizing = tables(proc.stdout)
+    titled = dict(zip(table_titles(proc.stdout), tables(proc.stdout)))
+    reads, cache = titled["reads per mount"], titled["page cache per mount"]
+    latency = titled["request latency per mount (submit to completion)"]
     # each row against the figures of the per-second series the file was built from (print rounding)
     series = doc["series"]["mounts"]
     for label, parts in [(s["path"], [s]) for s in series] + [("total", series)]:
         nbytes, ios, cached = (sum(sum(s[k]) for s in parts) for k in ("bytes", "ios", "cached_bytes"))
-        mbps, iops, _p50, _p99, _p999, _max, hit, predicted, storage = map(number, rows[label][1:])
+        mbps, iops, _p50, _p99 = map(number, reads[label][1:])
+        hit, predicted, at_start, storage = map(number, cache[label])
         assert mbps == pytest.approx(nbytes / 6 / 1e6, abs=0.05), label
         assert iops == pytest.approx(ios / 6, abs=0.5), label
-        assert (hit, predicted) == (pytest.approx(cached / nbytes, abs=5e-4), 0.25), label
+        assert (hit, predicted, at_start) == (pytest.approx(cached / nbytes, abs=5e-4), 0.25, 0.2), label
         assert storage == pytest.approx((nbytes - cached) / 6 / 1e6, abs=0.05), label
-    assert [number(c) for c in rows[MOUNTS[1]][3:7]] == [400, 1600, 3200, 6400]   # p50, p99, p99.9, max µs
+    assert [number(c) for c in reads[MOUNTS[1]][3:5]] == [400, 1600]                   # p50, p99 µs
+    assert [number(c) for c in latency[MOUNTS[1]]] == [400, 800, 1600, 3200, 6400]     # p50 ... max µs
     # accelerator view: AU = compute / step time; the step is compute + data wait + barrier wait
+    train = titled["train-sync: accelerator view (AU leaves out: first step of each epoch)"]
     au, sps, step_p50, _step_p99, compute, data_wait, barrier_wait = map(number, train["20"])   # 20 steps/rank
     assert au == pytest.approx(0.3 / 0.375, abs=5e-4) and au == pytest.approx(compute / step_p50, abs=5e-4)
     assert compute + data_wait + barrier_wait == pytest.approx(step_p50, abs=1e-4)
     assert sps == pytest.approx(2000.0, abs=0.05)
-    assert sizing == {m: ["300.0", "3"] for m in MOUNTS}
+    sizing = titled["accelerators each mount feeds at full AU"]
+    assert sizing == {MOUNTS[0]: ["0,2", "180.0", "300.0", "3"], MOUNTS[1]: ["1,3", "180.0", "300.0", "3"],
+                      "total": ["4", "360.0", f"{doc['total']['storage_bandwidth_MBps']:,.1f}", "6"]}
+    # the answer, before the tables: AU against the threshold in words, the bandwidth against the demand
+    answer = proc.stdout.split("┏")[0]
+    assert "Does the storage keep the 4 accelerator(s) busy? no: AU 80.0% < 90%" in answer
+    assert (f"the storage delivered {doc['total']['storage_bandwidth_MBps']:,.1f} MB/s (of "
+            f"{doc['total']['bandwidth_MBps']:,.1f} MB/s read") in answer
+    assert "the accelerators ask 360.0 MB/s at full AU (90.0 MB/s each)" in answer
+    # 25% from the page cache, more than a dataset of 5x RAM leaves to it
+    assert f"warning: {100 * doc['total']['cache_hit_fraction']:.1f}% of the bytes read came from the page cache" \
+        in answer
 
 
 def test_report_prints_a_sweep_with_linear_reference_and_supported_count(tmp_path):
@@ -176,12 +199,11 @@ def test_report_tolerates_an_old_minimal_result(tmp_path):
     assert "sizing" not in doc and "train" not in doc
     proc = iodl("report", dump(tmp_path, "old.json", doc))
     assert proc.returncode == 0, proc.stderr
-    (rows,) = tables(proc.stdout)
+    reads, cache = tables(proc.stdout)
     for label, entry in zip([*MOUNTS, "total"], [*doc["mounts"], doc["total"]]):
-        cells = rows[label]
-        assert number(cells[1]) == pytest.approx(entry["bandwidth_MBps"], abs=0.05), label
-        assert number(cells[7]) == pytest.approx(entry["cache_hit_fraction"], abs=5e-4), label
-        assert cells[8:] == ["-", "nan"], label   # no prediction, no storage figure: never a made-up one
+        assert number(reads[label][1]) == pytest.approx(entry["bandwidth_MBps"], abs=0.05), label
+        assert number(cache[label][0]) == pytest.approx(entry["cache_hit_fraction"], abs=5e-4), label
+        assert cache[label][1:] == ["-", "-", "nan"], label   # no prediction, no storage figure: never a made-up one
     compare = iodl("compare", dump(tmp_path, "a.json", doc), dump(tmp_path, "b.json", doc))
     assert compare.returncode == 0, compare.stderr
     # nothing to plot in it, and nothing to write as CSV: one line each, no crash

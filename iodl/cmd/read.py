@@ -51,6 +51,8 @@ def add_arguments(p) -> None:
     p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
                    help="train-sync: write the workload's in-training checkpoints ([checkpoint] every_steps, or "
                         "after_epoch and every_epochs) here; the steps wait for them (docs/checkpoint.md)")
+    p.add_argument("--detail", action="store_true",
+                   help="print every table: latency percentiles, opens, queue depth, page cache per node, per rank")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here (with --runs: every run's and the aggregate)")
     p.add_argument("--csv", metavar="FILE", help="write the per-second time series here (one row per second per mount)")
     p.add_argument("--runs", type=cli_int, default=1, metavar="N",
@@ -598,7 +600,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
                                 "roots": ck_setup[0].roots}
     if missing:
         result["missing_ranks"] = missing
-    print_result(result, console)
+    print_result(result, console, detail=args.detail)
     if ck_reduced is not None:
         w = result["checkpoint"]["write"]
         console.print(f"in-training checkpoints: {w['rounds'] if w else 0} written"

@@ -9,6 +9,9 @@ HELP = "print result files again, write their time series as CSV, or plot them"
 def add_arguments(p) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="iodl.result/1 (iodl read --out) or iodl.sweep/1 (iodl sweep --out) files")
+    p.add_argument("--detail", action="store_true",
+                   help="read results: print every table (latency percentiles, opens, queue depth, page cache per "
+                        "node, per rank)")
     p.add_argument("--csv", metavar="OUT",
                    help="write the per-second series of one read result as CSV (see docs/report.md)")
     p.add_argument("--plot", metavar="OUT", help="draw the files to OUT.png or OUT.html (one self-contained page); "
@@ -43,7 +46,7 @@ def run(args) -> int:
         if kind(doc) == "sweep":
             _print_sweep(path, doc, console)
         else:
-            _print_read(path, doc, console)
+            _print_read(path, doc, console, args.detail)
 
     if args.csv:
         from ..series import write_csv
@@ -74,13 +77,13 @@ def _json_file(path: str) -> str:
     return path
 
 
-def _print_read(path: str, doc: dict, console) -> None:
+def _print_read(path: str, doc: dict, console, detail: bool) -> None:
     from ..errors import UsageError
     from ..report import print_result
     from ..result import printable
 
     try:
-        print_result(printable(doc), console)
+        print_result(printable(doc), console, detail)
     except (KeyError, TypeError) as exc:   # a key this iodl's table needs and the file lacks
         raise UsageError(f"{path}: cannot show this result: missing or odd key {exc}") from None
 

@@ -336,10 +336,10 @@ def test_every_readme_command_fits_80_columns_with_no_cell_cut(tmp_path, two_mou
     ran = set()
     env = dict(NARROW)
 
-    # read: two mounts under mpirun (rank 0's stdout is a pipe), the widest table iodl prints
+    # read: two mounts under mpirun (rank 0's stdout is a pipe), every table iodl prints (--detail)
     r2 = str(tmp_path / "r2.json")
     cmd = [mpiexec(), "-n", "2", IODL, "read", *[a for r in roots for a in ("--root", str(r))], "--steps", "6",
-           "--out", r2]
+           "--detail", "--out", r2]
     proc = _run(cmd, env=env)
     _check_fits(proc, "read")
     ran.add("read")
@@ -387,6 +387,7 @@ def test_every_readme_command_fits_80_columns_with_no_cell_cut(tmp_path, two_mou
     assert "subset mode" in proc.stdout
     ran.add("checkpoint")
     _check_fits(_iodl("report", r1, r2, s, env=env), "report")
+    _check_fits(_iodl("report", "--detail", r1, r2, env=env), "report --detail")
     _check_fits(_iodl("report", r2, "--plot", str(tmp_path / "p.png"), "--csv", str(tmp_path / "p.csv"), env=env),
                 "report --plot --csv")
     ran.add("report")

@@ -33,12 +33,18 @@ def test_accelerators_fed_is_the_floor():
 
 
 def test_sizing_block_marks_storage_bound_mounts_per_mount():
-    result = {"mounts": [{"path": "a", "bandwidth_MBps": 50.0, "storage_bandwidth_MBps": 40.0},
-                         {"path": "b", "bandwidth_MBps": 50.0, "storage_bandwidth_MBps": 30.0},
-                         {"path": "c", "bandwidth_MBps": 20.0}]}
+    result = {"mounts": [{"path": "a", "ranks": [0, 3], "bandwidth_MBps": 50.0, "storage_bandwidth_MBps": 40.0},
+                         {"path": "b", "ranks": [1], "bandwidth_MBps": 50.0, "storage_bandwidth_MBps": 30.0},
+                         {"path": "c", "ranks": [2], "bandwidth_MBps": 20.0}]}
     block = sizing.sizing_block(result, 10.0, [0.3, 0.001, None])
     assert [m["accelerators_fed"] for m in block["mounts"]] == [4, 3, 2]
     assert [m["storage_bound"] for m in block["mounts"]] == [True, False, True]
+    # what each mount's ranks ask at full utilisation, and the run: each rank reads one mount
+    assert [m["demand_MBps"] for m in block["mounts"]] == [20.0, 10.0, 10.0]
+    assert (block["demand_MBps"], block["accelerators_fed"], block["storage_bound"]) == (40.0, 9, False)
+    unmeasured = dict(result["mounts"][0], storage_bandwidth_MBps=None)
+    block = sizing.sizing_block({"mounts": [unmeasured]}, 10.0, [0.3])
+    assert block["accelerators_fed"] is None        # a mount without a figure leaves the run's count unknown
 
 
 def _steps(*rows):
