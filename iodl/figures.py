@@ -65,7 +65,9 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
     # sizing, validate
     "iodl.sizing:sizing_block": tuple(f"result.sizing.{k}" for k in ("demand_MBps_per_accelerator", "mounts.path",
                                                                       "mounts.storage_MBps", "mounts.accelerators_fed",
-                                                                      "mounts.storage_bound")),
+                                                                      "mounts.storage_bound", "mounts.demand_MBps",
+                                                                      "demand_MBps", "accelerators_fed",
+                                                                      "storage_bound")),
     "iodl.dataset:validate_block": tuple(f"result.validate.{k}" for k in ("shards", "bytes", "expected_bytes",
                                                                           "checked")),
     # checkpoints: each operation's figures, per mount and per rank
