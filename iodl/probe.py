@@ -25,30 +25,17 @@ class Capability:
         return asdict(self)
 
 
-def _native():
-    try:
-        from . import _native
-    except ImportError as exc:
-        return None, f"iodl._native not built ({exc})"
-    return _native, ""
-
-
 def engine(name: str) -> Capability:
-    if name == "asyncio":
-        from .engine import available_engines
-
-        why = available_engines().get("asyncio", "not available")
-        return Capability(name, why is None, "aiofiles on uvloop" if why is None else why)
-    native, why = _native()
-    if native is None:
-        return Capability(name, False, why)
-    if name not in native.engines():
-        return Capability(name, False, "not compiled in")
-    err = native.probe(name)
-    syscall = {"aio": "io_setup", "uring": "io_uring_setup"}.get(name, name)
-    if err:
-        return Capability(name, False, f"{syscall} -> {errno.errorcode.get(err, err)}")
-    return Capability(name, True, f"{syscall} works")
+    """An engine of the registry (iodl/engines.py), by its probe."""
+    try:
+        from . import engines   # optional here: `iodl probe` reports an unbuilt C module, never a traceback
+    except ImportError as exc:
+        return Capability(name, False, f"iodl._native not built ({exc})")
+    if name not in engines.plan_engines():
+        return Capability(name, False, "not in this build")
+    entry = engines.ENGINES[name]
+    why = entry.unusable()
+    return Capability(name, why is None, why or f"{entry.about} ({entry.kind})")
 
 
 def odirect(directory: str) -> Capability:
