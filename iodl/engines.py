@@ -36,6 +36,7 @@ class Entry:
     about: str                                 # how it issues a request, in a few words
     fio: tuple[str, ...] = ()                  # fio's ioengine names for it (fio accepts each)
     writes: bool = True                        # runs write and sync rows (checkpoints, fio write jobs)
+    serial: bool = False                       # one request at a time (fio's sync engines): depth 1
     make: Callable | None = None               # (**options) -> an engine; None: runs no plans
     unusable: Callable[[], str | None] = lambda: None   # the probe: None if usable here, else why not
 
@@ -45,16 +46,17 @@ def _c_probe(name: str, syscall: str) -> str | None:
     return f"{syscall} -> {errno.errorcode.get(err, str(err))}" if err else None
 
 
-def _c_ops(name: str, about: str, fio: tuple[str, ...], syscall: str | None = None) -> Entry:
+def _c_ops(name: str, about: str, fio: tuple[str, ...], syscall: str | None = None,
+           serial: bool = False) -> Entry:
     """A compiled-in engine (native/engines.c); `syscall`: what its probe tries, as a refusal names it."""
-    return Entry(name, C_OPS, about, fio, make=functools.partial(_native.Engine, name),
+    return Entry(name, C_OPS, about, fio, serial=serial, make=functools.partial(_native.Engine, name),
                  unusable=functools.partial(_c_probe, name, syscall or name))
 
 
 ENGINES: dict[str, Entry] = {e.name: e for e in (
     _c_ops("null", "no I/O, a delay per request", ("null",)),
     # fio's sync (read(2) after lseek) and pvsync/pvsync2 (preadv) as psync: one positional read at a time
-    _c_ops("psync", "pread(2), one at a time", ("psync", "sync", "pvsync", "pvsync2")),
+    _c_ops("psync", "pread(2), one at a time", ("psync", "sync", "pvsync", "pvsync2"), serial=True),
     _c_ops("aio", "Linux native AIO, io_submit", ("libaio",), "io_setup"),
     _c_ops("uring", "io_uring", ("io_uring",), "io_uring_setup"),
     Entry("asyncio", PYTHON, "aiofiles on uvloop", writes=False, make=asyncio_engine.AsyncioEngine,
@@ -127,6 +129,12 @@ def choose(requested: str, direct: bool, writes: bool = False) -> str:
         raise UsageError(f"--engine {name} reads only (choose from {choices(writes=True)})")
     check(name)
     return name
+
+
+def depth(name: str, requested: int) -> int:
+    """The requests in flight the engine runs when asked for `requested`: 1 for a serial engine (the
+    result says the depth that ran, not the one asked for)."""
+    return 1 if ENGINES[name].serial else requested
 
 
 def open_engine(name: str, **options):

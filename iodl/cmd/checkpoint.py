@@ -93,7 +93,7 @@ def _setup(comm, args):
     limits.check_block_size("--block-size", block, args.direct)
     limits.check_range("--iodepth", args.iodepth, 1, limits.MAX_DEPTH, integer=True)
     engine = engines.choose(args.engine, args.direct, writes=True)
-    iodepth = 1 if engine == "psync" else args.iodepth
+    iodepth = engines.depth(engine, args.iodepth)
     limits.check_memory(f"--iodepth {iodepth} x --block-size {block}", limits.buffers_bytes(iodepth, block))
     if args.drop_caches:
         cache.check_can_drop()

@@ -130,8 +130,7 @@ def _setup(comm, args):
                          "they are measured over together is fixed in advance)")
     duration = args.duration if args.duration is not None else (0.0 if pattern == "train-sync" or args.steps else 10.0)
     engine = engines.choose(args.engine, args.direct)
-    if engine == "psync":
-        iodepth = 1   # one pread at a time: the result says the depth that ran, not the one asked for
+    iodepth = engines.depth(engine, iodepth)
     cfg = ReadConfig(pattern=pattern, engine=engine, direct=args.direct,
                      iodepth=iodepth, block_size=block_size, duration_s=duration, ramp_s=args.ramp,
                      # --runs: the seed changes from run to run (MLPerf's rules: "the random seed must change
@@ -165,7 +164,7 @@ def _checkpoint_setup(comm, args, wl, cfg):
     # written for real even when the run reads with null (no dataset) or asyncio (reads only)
     engine = engines.choose("auto" if cfg.engine in ("null", "asyncio") else cfg.engine, cfg.direct, writes=True)
     plan = Plan(roots=roots, writes=0, reads=0, fsync=wl.checkpoint.fsync, direct=cfg.direct, engine=engine,
-                iodepth=1 if engine == "psync" else IODEPTH, block_size=BLOCK_SIZE, drop_caches=False,
+                iodepth=engines.depth(engine, IODEPTH), block_size=BLOCK_SIZE, drop_caches=False,
                 signature=signature(cm, lay, cfg.direct))
     return (plan, *layout_for(comm, cm, roots, cfg.direct)[:3])
 

@@ -29,7 +29,7 @@ from .layout import FileSpec, clone_files, min_bs, open_input
 # (fio's clat), in C (native/fileops.c); name -> file_ops op (filestat's by stat_type)
 META_ENGINES = {"filecreate": 0, "filestat": 1, "filedelete": 4}
 STAT_TYPES = {"stat": 1, "lstat": 2, "statx": 3}
-SYNC_ENGINES = {"psync"}
+SYNC_ENGINES = {name for name, e in engines.ENGINES.items() if e.serial}
 SERVICE_TYPES = ("roundrobin", "sequential", "random")
 MAX_PLAN_ROWS = 1 << 20   # rows per engine call at most (memory: 32 B a row)
 PLAN_TARGET_ROWS = 1 << 16   # time_based, unpaced: passes joined into one call up to this many rows

@@ -39,8 +39,17 @@ def usable(engine: str) -> bool:
     return unavailable() is None if engine == "asyncio" else _native.probe(engine) == 0
 
 
-def expected(command: str, name: str) -> str | None:
-    """The engine `command` runs for `--engine name` (fio-compare: `ioengine=name`); None: refused."""
+DEPTH = 8   # asked of every command; psync runs one request at a time whatever is asked
+
+
+def expected(command: str, name: str) -> tuple[str, int] | None:
+    """(engine, depth) `command` runs for `--engine name --iodepth 8` (fio-compare: `ioengine=name
+    iodepth=8`); None: refused."""
+    engine = _expected_engine(command, name)
+    return engine and (engine, 1 if engine == "psync" else DEPTH)
+
+
+def _expected_engine(command: str, name: str) -> str | None:
     if command == "fio-compare":   # fio's names only; whether it can run is found when it opens
         return FIO_ALIASES.get(name) or (name if name in FIO_METADATA else None)
     if name == "auto":             # buffered: io_uring, else psync (docs/engines.md)
@@ -69,20 +78,26 @@ def _args(add_arguments, argv):
 
 def _read(name, places):
     """`iodl read`'s set-up, before any I/O: the engine of its ReadConfig."""
-    args = _args(read.add_arguments, ["--root", places["data"], "--engine", name, "--pattern", "validate"])
-    return read._setup(SerialComm(), args)[1].engine
+    args = _args(read.add_arguments, ["--root", places["data"], "--engine", name, "--pattern", "validate",
+                                      "--iodepth", str(DEPTH)])
+    cfg = read._setup(SerialComm(), args)[1]
+    return cfg.engine, cfg.iodepth
 
 
 def _checkpoint(name, places):
     """`iodl checkpoint`'s set-up, before any I/O: the engine of its Plan."""
-    args = _args(checkpoint.add_arguments, ["--workload", places["model"], "--root", places["ckpt"], "--engine", name])
-    return checkpoint._setup(SerialComm(), args)[3].engine
+    args = _args(checkpoint.add_arguments, ["--workload", places["model"], "--root", places["ckpt"], "--engine", name,
+                                            "--iodepth", str(DEPTH)])
+    plan = checkpoint._setup(SerialComm(), args)[3]
+    return plan.engine, plan.iodepth
 
 
 def _fio_compare(name, places):
     """`iodl fio-compare`'s plan of a job with ioengine=name."""
-    (job,) = parse("job.fio", f"[j]\nrw=read\nbs=4k\nsize=64k\nioengine={name}\ndirectory={places['dir']}\n")
-    return plan_job(job, files=False).engine
+    (job,) = parse("job.fio", f"[j]\nrw=read\nbs=4k\nsize=64k\nioengine={name}\niodepth={DEPTH}\n"
+                              f"directory={places['dir']}\n")
+    plan = plan_job(job, files=False)
+    return plan.engine, plan.depth
 
 
 ENTRY_POINTS = {"read": _read, "checkpoint": _checkpoint, "fio-compare": _fio_compare}
@@ -99,13 +114,13 @@ def test_every_name_resolves_alike_in_read_checkpoint_and_fio_compare(command, p
             got[name] = None
     assert got == {name: expected(command, name) for name in NAMES}
     # what the three have in common, fio's names, runs the same engine in each
-    assert {n: got[n] for n in FIO_ALIASES} == {n: e if command == "fio-compare" or usable(e) else None
-                                               for n, e in FIO_ALIASES.items()}
+    assert {n: got[n] and got[n][0] for n in FIO_ALIASES} == \
+        {n: e if command == "fio-compare" or usable(e) else None for n, e in FIO_ALIASES.items()}
 
 
 def test_the_registry_lists_every_fio_name_iodl_honours():
     assert sorted(engines.fio_names()) == sorted([*FIO_ALIASES, *FIO_METADATA])
-    assert {n: engines.from_fio(n) for n in NAMES} == {n: expected("fio-compare", n) for n in NAMES}
+    assert {n: engines.from_fio(n) for n in NAMES} == {n: _expected_engine("fio-compare", n) for n in NAMES}
     # where a user reads the names: --engine's help and error, and the fio-compare guide
     for add_arguments in (read.add_arguments, checkpoint.add_arguments):
         parser = argparse.ArgumentParser()
@@ -137,6 +152,7 @@ def test_each_entry_says_what_it_is():
     assert sum(len(v) for v in kinds.values()) == len(engines.ENGINES)
     assert engines.plan_engines() == kinds[engines.C_OPS] + kinds[engines.PYTHON]
     assert [n for n in engines.plan_engines() if not engines.ENGINES[n].writes] == ["asyncio"]
+    assert [n for n in engines.ENGINES if engines.ENGINES[n].serial] == ["psync"]
 
 
 def test_available_matches_the_probes():
