@@ -25,12 +25,20 @@ class Capability:
         return asdict(self)
 
 
+def _engines():
+    """(iodl.engines, "") or (None, why not): `iodl probe` reports an unbuilt C module, never a traceback."""
+    try:
+        from . import engines
+    except ImportError as exc:
+        return None, f"iodl._native not built ({exc})"
+    return engines, ""
+
+
 def engine(name: str) -> Capability:
     """An engine of the registry (iodl/engines.py), by its probe."""
-    try:
-        from . import engines   # optional here: `iodl probe` reports an unbuilt C module, never a traceback
-    except ImportError as exc:
-        return Capability(name, False, f"iodl._native not built ({exc})")
+    engines, why = _engines()
+    if engines is None:
+        return Capability(name, False, why)
     if name not in engines.plan_engines():
         return Capability(name, False, "not in this build")
     entry = engines.ENGINES[name]
@@ -155,7 +163,9 @@ def mpi() -> Capability:
 
 
 def all_capabilities(roots: list[str] | None = None) -> list[Capability]:
-    caps = [root(), drop_caches(), engine("null"), engine("psync"), engine("aio"), engine("uring"), engine("asyncio")]
+    engines, why = _engines()
+    caps = [root(), drop_caches()]
+    caps += [engine(name) for name in engines.plan_engines()] if engines else [Capability("engines", False, why)]
     for r in roots or [tempfile.gettempdir()]:
         caps.append(odirect(r))
     caps += [loopdev(), blkio(), fio(), mpi()]
