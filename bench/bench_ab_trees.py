@@ -27,7 +27,8 @@ ONE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from iodl import _native, histogram
-from iodl.engine import PLAN_DTYPE, open_for_read
+from iodl.engine import open_for_read
+from iodl.plan import PLAN_DTYPE
 import numpy as np
 # the plan is built here, not by bench_engine: an old tree's iodl may lack what bench_engine imports
 plan = np.zeros(3_000_000, dtype=PLAN_DTYPE)

@@ -33,7 +33,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from iodl import _native, groundtruth, histogram  # noqa: E402
-from iodl.engine import PLAN_DTYPE, open_engine, open_for_read  # noqa: E402
+from iodl.engine import open_for_read  # noqa: E402
+from iodl.engines import open_engine  # noqa: E402
+from iodl.plan import PLAN_DTYPE  # noqa: E402
 from bench_engine import read_plan  # noqa: E402  (bench/ is on the path: this script's directory)
 
 FILE_SIZE = 1 << 30

@@ -26,7 +26,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from iodl import groundtruth  # noqa: E402
+from iodl import cache, groundtruth  # noqa: E402
 
 RANKS, PER_RANK, DEPTH = 4, 256 << 20, 8
 MODEL = f"""\
@@ -70,7 +70,7 @@ def fio_round(directory: str, drop: bool) -> dict:
     os.mkdir(directory)
     write = fio_job(directory, "write")
     if drop:
-        groundtruth.drop_caches()
+        cache.drop_caches()
     return {"write": write, "read": fio_job(directory, "read")}
 
 

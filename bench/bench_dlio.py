@@ -47,7 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-from iodl import groundtruth  # noqa: E402
+from iodl import cache, groundtruth  # noqa: E402
 
 NAME = "iodl_dlio_bench"
 
@@ -184,7 +184,7 @@ class Memory:
 def launch(cmd: list[str], log: str, env: dict | None = None) -> dict:
     """Run cmd (an mpiexec) after dropping caches, inside a fresh blkio group; time it, count the
     device's bytes and the ranks' memory."""
-    groundtruth.drop_caches()
+    cache.drop_caches()
     with groundtruth.BlkioGroup(f"iodl-dlio-bench-{int(time.time() * 1000)}") as group:
         with open(log, "w") as out, Memory(group.path) as mem:
             t0 = time.time()
@@ -446,7 +446,7 @@ def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None,
     during which someone else dropped the page cache (machine-wide: readahead's pages evicted
     before they were read, and read again) is run again, up to `tries` times."""
     for attempt in range(tries):
-        groundtruth.drop_caches()
+        cache.drop_caches()
         drops = groundtruth.page_cache_drops()
         before = mount.device_stat()
         with RequestSizes(mount.majmin) as rq:

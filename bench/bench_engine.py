@@ -27,7 +27,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from iodl import _native, groundtruth, histogram  # noqa: E402
-from iodl.engine import PLAN_DTYPE, open_for_read  # noqa: E402
+from iodl.engine import open_for_read  # noqa: E402
+from iodl.plan import PLAN_DTYPE  # noqa: E402
 from iodl.metrics import LIVE_SLOT, new_series  # noqa: E402
 
 FILE_SIZE = 1 << 30

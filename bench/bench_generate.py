@@ -60,7 +60,7 @@ def _clean(fsdir: str) -> None:
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     subprocess.run(["sync", "-f", fsdir], check=True)
     if os.geteuid() == 0:
-        from iodl.groundtruth import drop_caches
+        from iodl.cache import drop_caches
 
         drop_caches()
     time.sleep(0.5)

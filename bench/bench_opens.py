@@ -28,7 +28,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from iodl.groundtruth import LoopMount, drop_caches  # noqa: E402
+from iodl.cache import drop_caches  # noqa: E402
+from iodl.groundtruth import LoopMount  # noqa: E402
 
 LAYOUTS = {
     "opens-bound": (dict(mkfs_args=("-b", "4096", "-I", "2048", "-O", "inline_data"),

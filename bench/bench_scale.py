@@ -203,7 +203,7 @@ def by_listing(args) -> None:
         for way in (list(ways) if j % 2 == 0 else list(reversed(ways))):
             for cache in ("cold", "warm") if cold_ok else ("warm",):
                 if cache == "cold":
-                    from iodl.groundtruth import drop_caches
+                    from iodl.cache import drop_caches
 
                     drop_caches()
                 t = time.perf_counter()

@@ -15,7 +15,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from iodl.groundtruth import BlkioGroup, LoopMount, drop_caches  # noqa: E402
+from iodl.cache import drop_caches  # noqa: E402
+from iodl.groundtruth import BlkioGroup, LoopMount  # noqa: E402
 
 MB = 1_000_000
 OUT = os.path.join(HERE, "results", "example-two-mounts")

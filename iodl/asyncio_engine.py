@@ -68,10 +68,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import _native, histogram
+from . import _native, histogram, limits
 
 NAME = "asyncio"
-ALIGN = 4096
 MAX_DEPTH = 1024              # one OS thread per reader: more is a misconfiguration, not a workload
 MAX_BLOCK_SIZE = 1 << 30
 _BLKGETSIZE64 = 0x80081272
@@ -90,10 +89,6 @@ def unavailable() -> str | None:
 def _end_by(window_end_ns: int, cancel_ns: int) -> int:
     """The window's end, or the cancel time if that came first (0: unbounded), as account.c."""
     return cancel_ns if cancel_ns and (not window_end_ns or cancel_ns < window_end_ns) else window_end_ns
-
-
-def _round_up(v: int, a: int) -> int:
-    return (v + a - 1) // a * a
 
 
 def _pread_counted(fd: int, n: int, offset: int) -> tuple[int, int]:
@@ -222,7 +217,7 @@ class AsyncioEngine:
         self._cancel_ns = 0
         self._pread = aiofiles.os.wrap(_pread_counted)
         self._preadv = aiofiles.os.wrap(os.preadv)
-        self._slot = _round_up(block_size, ALIGN)
+        self._slot = limits.aligned(block_size)
         self._buf = None
         self._slots: list[memoryview] = []
         if self._direct:
@@ -475,7 +470,7 @@ class AsyncioEngine:
                 err = storage = 0
                 try:
                     if direct:
-                        res = await preadv(fd, [buf[got:got + _round_up(want, ALIGN)]], offset, executor=pool)
+                        res = await preadv(fd, [buf[got:got + limits.aligned(want)]], offset, executor=pool)
                     else:
                         res, storage = await pread(fd, want, offset, executor=pool)
                 except OSError as exc:

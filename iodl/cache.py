@@ -40,7 +40,7 @@ def check_can_drop(path: str = DROP_CACHES) -> None:
         raise UsageError(f"--drop-caches needs root: it writes {path} (run as root, or leave it out)")
 
 
-def drop(path: str = DROP_CACHES) -> None:
+def drop_caches(path: str = DROP_CACHES) -> None:
     """Write back dirty pages, then empty the page cache, dentries and inodes of this host."""
     os.sync()
     with open(path, "w") as f:

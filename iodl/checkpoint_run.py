@@ -344,7 +344,7 @@ class Checkpoints:
     def __init__(self, comm, plan: Plan, share: RankShare, names: list[str], need: int):
         from . import _native
         from .comm import collective
-        from .engine import open_engine
+        from .engines import open_engine
 
         self.comm, self.plan, self.share, self.names, self.need = comm, plan, share, names, need
         self.mount = comm.rank % len(plan.roots)
@@ -388,7 +388,7 @@ class Checkpoints:
 
         name = self._leaders_say(lambda: latest(self.store, self.plan.signature, self.root))
         if self.plan.drop_caches and self.comm.node_comm().rank == 0:
-            cache.drop()
+            cache.drop_caches()
         c = self.counters["read"]
         for _ in range(rounds):
             self.comm.barrier()

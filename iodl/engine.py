@@ -1,9 +1,8 @@
-"""Opening engines and files for them: one-line errors instead of tracebacks.
+"""Files and plans for the engines: one-line errors instead of tracebacks.
 
-The engines themselves are C (iodl._native, contract in _native.pyi); this module only checks a
-name against the probes, opens files (O_DIRECT or not; new files only for writing) and turns a
-run's first error into an OSError naming the file and what the row did. The one exception is `asyncio` (iodl/asyncio_engine.py): aiofiles on
-uvloop, the framework-like Python path, with the same interface and metrics contract.
+The engines are named, probed and opened in iodl/engines.py (their contract: _native.pyi); this
+module opens files for them (O_DIRECT or not; new files only for writing), makes plans of rows and
+turns a run's first error into an OSError naming the file and what the row did.
 """
 from __future__ import annotations
 
@@ -12,63 +11,8 @@ import os
 
 import numpy as np
 
-from . import _native
-from .errors import IodlError, UsageError
-
-from .plan import OP_FDATASYNC, OP_FSYNC, OP_WRITE
-from .plan import PLAN_DTYPE, new_plan  # (PLAN_DTYPE re-exported: the engine's input format)
-
-_SYSCALL = {"aio": "io_setup", "uring": "io_uring_setup"}
-ASYNCIO = "asyncio"   # not compiled in: iodl.asyncio_engine.AsyncioEngine
-
-
-def _asyncio_unavailable() -> str | None:
-    from .asyncio_engine import unavailable
-    return unavailable()
-
-
-def _errname(err: int) -> str:
-    return errno.errorcode.get(err, str(err))
-
-
-def available_engines() -> dict[str, str | None]:
-    """Every compiled-in engine -> None if usable here, else why not ("io_uring_setup -> EPERM")."""
-    out = {}
-    for name in _native.engines():
-        err = _native.probe(name)
-        out[name] = f"{_SYSCALL.get(name, name)} -> {_errname(err)}" if err else None
-    out[ASYNCIO] = _asyncio_unavailable()
-    return out
-
-
-def check_engine(name: str) -> None:
-    """A UsageError naming the choices, or why the engine cannot run here, in one line."""
-    names = _native.engines() + [ASYNCIO]
-    if name not in names:
-        raise UsageError(f"unknown engine '{name}' (choose from auto, {', '.join(names)})")
-    if name == ASYNCIO:
-        why = _asyncio_unavailable()
-        if why:
-            raise UsageError(f"engine '{name}' is not usable here: {why}")
-        return
-    err = _native.probe(name)
-    if err:
-        raise UsageError(f"engine '{name}' is not usable here: {_SYSCALL.get(name, name)} -> {_errname(err)}")
-
-
-def open_engine(name: str, **options) -> _native.Engine:
-    """_native.Engine(name, **options) (asyncio: an AsyncioEngine with the same interface), or a
-    UsageError/IodlError that says why not in one line."""
-    check_engine(name)
-    try:
-        if name == ASYNCIO:
-            from .asyncio_engine import AsyncioEngine
-            return AsyncioEngine(**options)
-        return _native.Engine(name, **options)
-    except ValueError as exc:
-        raise UsageError(f"engine '{name}': {exc}") from None
-    except OSError as exc:
-        raise IodlError(f"engine '{name}' could not start: {exc.strerror}") from None
+from .errors import IodlError
+from .plan import OP_FDATASYNC, OP_FSYNC, OP_WRITE, PLAN_DTYPE, new_plan
 
 
 def as_plan(rows) -> np.ndarray:

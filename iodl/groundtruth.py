@@ -1,4 +1,4 @@
-"""Storage whose truth is known, on one machine: loop-mounted filesystems, blkio throttles, drop_caches.
+"""Storage whose truth is known, on one machine: loop-mounted filesystems, blkio throttles, page-cache drops.
 
 Used by the tests and benches (and by anyone checking iodl on their own box). Needs root and
 cgroup v1 blkio; see docs/design.md, "Ground truth".
@@ -20,12 +20,6 @@ UNMOUNT_WAIT_S = 60
 def _sh(*cmd: str) -> str:
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out.stdout.strip()
-
-
-def drop_caches() -> None:
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def page_cache_drops() -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 
+from . import _native
 from .errors import UsageError
 
 MAX_FILES = 100_000_000            # shards per copy
@@ -32,7 +33,6 @@ MAX_SEED = (1 << 63) - 1
 MAX_DELAY_US = 60e6                # null engine: a minute per request
 MAX_PLAN_ROWS = 1 << 24            # requests in one plan (one engine call): 537 MB of rows, ~3 s to build
 MAX_RANKS = 65536                  # sweep --ranks: each point is one `mpiexec -n K`
-DIRECT_ALIGN = 4096                # O_DIRECT request sizes (the engine's ALIGN)
 FD_HEADROOM = 64                   # descriptors kept for MPI, logs and the interpreter
 
 # Memory per plan row (a request: file, offset, length, op = 32 bytes, iodl.plan.PLAN_DTYPE) at the
@@ -129,17 +129,22 @@ def check_memory(what: str, per_rank: int) -> None:
                          f"{per_rank * ranks:,}, but only {avail:,} bytes are available")
 
 
+def aligned(size: int) -> int:
+    """size rounded up to the engines' O_DIRECT alignment (_native.ALIGN)."""
+    return -(-size // _native.ALIGN) * _native.ALIGN
+
+
 def buffers_bytes(iodepth: int, block_size: int) -> int:
-    """The engine's request buffers: iodepth slots of block_size rounded up to 4096."""
-    return iodepth * (-(-block_size // DIRECT_ALIGN) * DIRECT_ALIGN)
+    """The engine's request buffers: iodepth slots of block_size, each aligned (native/core.c)."""
+    return iodepth * aligned(block_size)
 
 
 def check_block_size(what: str, block_size, direct: bool) -> int:
-    """A request size within bounds; with O_DIRECT a positive multiple of DIRECT_ALIGN."""
+    """A request size within bounds; with O_DIRECT a positive multiple of the alignment (_native.ALIGN)."""
     check_range(what, block_size, 1, MAX_BLOCK_SIZE, integer=True)
-    if direct and block_size % DIRECT_ALIGN:
+    if direct and block_size % _native.ALIGN:
         raise UsageError(f"{what}: {block_size}: with --direct a request must be a positive multiple of "
-                         f"{DIRECT_ALIGN} bytes (O_DIRECT alignment)")
+                         f"{_native.ALIGN} bytes (O_DIRECT alignment)")
     return block_size
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from . import _native, plan
 from .cursor import Cancelled, Cursor, ShardFiles
 from .dataset import int_rows
-from .engine import available_engines, check_engine, open_engine
+from .engines import open_engine
 from .config import ReadConfig
 from .errors import UsageError
 from .metrics import RankResult
@@ -61,30 +61,6 @@ def registry() -> dict[str, Pattern]:
     from . import training  # noqa: F401  (registers train-sync and infer-async)
 
     return _REGISTRY
-
-
-# fio's ioengine names for the same engines: `--engine libaio` reads as fio users expect
-ENGINE_ALIASES = {"libaio": "aio", "io_uring": "uring", "sync": "psync", "pvsync": "psync"}
-
-
-def engine_name(requested: str) -> str:
-    """iodl's name for an engine given by iodl's or fio's name."""
-    return ENGINE_ALIASES.get(requested, requested)
-
-
-def choose_engine(requested: str, direct: bool) -> str:
-    """`auto`: io_uring when usable (it is asynchronous for buffered reads too), else native AIO for
-    O_DIRECT (Linux AIO is synchronous on buffered files), else psync."""
-    requested = engine_name(requested)
-    if requested != "auto":
-        check_engine(requested)
-        return requested
-    usable = available_engines()
-    if usable.get("uring", "") is None:
-        return "uring"
-    if direct and usable.get("aio", "") is None:
-        return "aio"
-    return "psync"
 
 
 class _GroupWalk:

@@ -25,30 +25,25 @@ class Capability:
         return asdict(self)
 
 
-def _native():
+def _engines():
+    """(iodl.engines, "") or (None, why not): `iodl probe` reports an unbuilt C module, never a traceback."""
     try:
-        from . import _native
+        from . import engines
     except ImportError as exc:
         return None, f"iodl._native not built ({exc})"
-    return _native, ""
+    return engines, ""
 
 
 def engine(name: str) -> Capability:
-    if name == "asyncio":
-        from .engine import available_engines
-
-        why = available_engines().get("asyncio", "not available")
-        return Capability(name, why is None, "aiofiles on uvloop" if why is None else why)
-    native, why = _native()
-    if native is None:
+    """An engine of the registry (iodl/engines.py), by its probe."""
+    engines, why = _engines()
+    if engines is None:
         return Capability(name, False, why)
-    if name not in native.engines():
-        return Capability(name, False, "not compiled in")
-    err = native.probe(name)
-    syscall = {"aio": "io_setup", "uring": "io_uring_setup"}.get(name, name)
-    if err:
-        return Capability(name, False, f"{syscall} -> {errno.errorcode.get(err, err)}")
-    return Capability(name, True, f"{syscall} works")
+    if name not in engines.plan_engines():
+        return Capability(name, False, "not in this build")
+    entry = engines.ENGINES[name]
+    why = entry.unusable()
+    return Capability(name, why is None, why or f"{entry.about} ({entry.kind})")
 
 
 def odirect(directory: str) -> Capability:
@@ -168,7 +163,9 @@ def mpi() -> Capability:
 
 
 def all_capabilities(roots: list[str] | None = None) -> list[Capability]:
-    caps = [root(), drop_caches(), engine("null"), engine("psync"), engine("aio"), engine("uring"), engine("asyncio")]
+    engines, why = _engines()
+    caps = [root(), drop_caches()]
+    caps += [engine(name) for name in engines.plan_engines()] if engines else [Capability("engines", False, why)]
     for r in roots or [tempfile.gettempdir()]:
         caps.append(odirect(r))
     caps += [loopdev(), blkio(), fio(), mpi()]

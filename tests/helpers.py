@@ -48,7 +48,7 @@ def write_random_files(directory: str, count: int, size: int, prefix: str = "sha
 def device_bytes_of_direct_read(mount, workload: str, root: str, engine: str, out, ranks: int = 2) -> int:
     """Bytes the loop device under `mount` served to `iodl read --direct` from a cold cache (its
     own stat counter). The null engine's run measures what opening the dataset alone reads."""
-    from iodl.groundtruth import drop_caches
+    from iodl.cache import drop_caches
 
     drop_caches()
     before = mount.device_stat()[2] * 512

@@ -15,8 +15,9 @@ import pytest
 
 from iodl import _native, histogram
 from iodl.asyncio_engine import AsyncioEngine
-from iodl.engine import (PLAN_DTYPE, as_plan, available_engines, check_engine, open_engine, open_for_read,
-                         raise_for_errors)
+from iodl.engine import as_plan, open_for_read, raise_for_errors
+from iodl.engines import available, check, open_engine
+from iodl.plan import PLAN_DTYPE
 from iodl.errors import UsageError
 from tests.helpers import NotJudged, iodl, load_json, write_random_files
 
@@ -35,8 +36,8 @@ def seq_plan(size, bs=BS, repeat=1):
 
 
 def test_wiring():
-    assert available_engines()["asyncio"] is None
-    check_engine("asyncio")
+    assert available()["asyncio"] is None
+    check("asyncio")
     with open_engine("asyncio", depth=3, block_size=BS, direct=False, cache_check=True) as eng:
         assert isinstance(eng, AsyncioEngine)
         assert (eng.name, eng.depth, eng.block_size, eng.direct, eng.closed) == ("asyncio", 3, BS, False, False)

@@ -15,6 +15,7 @@ GiB = 1 << 30
 
 
 def add_arguments(p) -> None:
+    from .. import engines
     from ..checkpoint_run import BLOCK_SIZE, IODEPTH
     from ..limits import cli_int
 
@@ -38,7 +39,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-fsync", action="store_true", help="do not fsync each file after writing it")
     p.add_argument("--drop-caches", action="store_true",
                    help="empty each node's page cache between writing and reading (needs root; MLPerf's rules)")
-    p.add_argument("--engine", default="auto", help="auto, uring, aio, psync or null (default auto: docs/engines.md)")
+    p.add_argument("--engine", default="auto", help=f"{engines.choices(writes=True)} (default auto: docs/engines.md)")
     p.add_argument("--direct", action="store_true", help="O_DIRECT (files are written in whole 4 KiB blocks)")
     p.add_argument("--iodepth", type=cli_int, default=IODEPTH, help=f"requests in flight per rank (default {IODEPTH})")
     p.add_argument("--block-size", metavar="SIZE", default=str(BLOCK_SIZE), help="request size (default 1MiB)")
@@ -68,7 +69,7 @@ def _setup(comm, args):
     from .. import cache, checkpoint, limits
     from ..checkpoint_run import Plan, layout_for, signature
     from ..errors import UsageError
-    from ..patterns import choose_engine, engine_name
+    from .. import engines
     from ..report import check_output_path
     from ..units import parse_size
     from ..workload import load_workload
@@ -91,11 +92,8 @@ def _setup(comm, args):
     limits.check_range("--block-size", block, 4096, limits.MAX_BLOCK_SIZE, integer=True)
     limits.check_block_size("--block-size", block, args.direct)
     limits.check_range("--iodepth", args.iodepth, 1, limits.MAX_DEPTH, integer=True)
-    engine = engine_name(args.engine)
-    if engine == "asyncio":
-        raise UsageError("--engine asyncio reads only; checkpoints are written by uring, aio, psync or null")
-    engine = choose_engine(engine, args.direct)
-    iodepth = 1 if engine == "psync" else args.iodepth
+    engine = engines.choose(args.engine, args.direct, writes=True)
+    iodepth = engines.depth(engine, args.iodepth)
     limits.check_memory(f"--iodepth {iodepth} x --block-size {block}", limits.buffers_bytes(iodepth, block))
     if args.drop_caches:
         cache.check_can_drop()

@@ -448,6 +448,6 @@ def _refuse_shared(comm, hosts, dirs: list[str]) -> None:
 
 def _drop(enabled: bool) -> None:
     if enabled:
-        from ..groundtruth import drop_caches
+        from ..cache import drop_caches
 
         drop_caches()

@@ -10,6 +10,7 @@ HELP = "replay a read pattern against one or more dataset roots"
 
 
 def add_arguments(p) -> None:
+    from .. import engines
     from ..limits import cli_float, cli_int   # numbers are bounded in _setup: a bad one is one line, no usage block
     from ..workload import PATTERNS
 
@@ -18,7 +19,7 @@ def add_arguments(p) -> None:
                    help="built-in workload name, TOML file, or DLIO/MLPerf YAML file (default: the one the dataset was generated for, else tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="dataset root (repeatable: ranks map to roots round-robin); default: the tiny dataset in the data directory")
-    p.add_argument("--engine", default="auto", help="auto, uring, aio, psync, asyncio or null (default auto: see docs/engines.md)")
+    p.add_argument("--engine", default="auto", help=f"{engines.choices()} (default auto: see docs/engines.md)")
     p.add_argument("--direct", action="store_true", help="open with O_DIRECT (bypass the page cache)")
     p.add_argument("--iodepth", type=cli_int, help="requests in flight per rank (default: the workload's)")
     p.add_argument("--block-size", metavar="SIZE", help="request size, e.g. 1MiB (default: the workload's)")
@@ -70,9 +71,9 @@ def _setup(comm, args):
     from ..dataset import workload_for_roots
     from ..errors import UsageError
     from ..config import ReadConfig
-    from ..patterns import choose_engine, engine_name
+    from .. import engines
 
-    args.engine = engine_name(args.engine)   # fio's names (libaio, io_uring, sync, psync) as iodl's
+    args.engine = engines.resolve(args.engine)   # fio's names (libaio, io_uring, sync, ...) as iodl's
     # every number bounded here, on every rank, before any I/O (bounds: iodl/limits.py)
     given_block = limits.check_read_options(args)
     wl = workload_for_roots(args.root, args.workload)
@@ -130,9 +131,8 @@ def _setup(comm, args):
         raise UsageError("--steps: infer-async runs for --duration (its ranks are not in step: the window "
                          "they are measured over together is fixed in advance)")
     duration = args.duration if args.duration is not None else (0.0 if pattern == "train-sync" or args.steps else 10.0)
-    engine = choose_engine(args.engine, args.direct)
-    if engine == "psync":
-        iodepth = 1   # one pread at a time: the result says the depth that ran, not the one asked for
+    engine = engines.choose(args.engine, args.direct)
+    iodepth = engines.depth(engine, iodepth)
     cfg = ReadConfig(pattern=pattern, engine=engine, direct=args.direct,
                      iodepth=iodepth, block_size=block_size, duration_s=duration, ramp_s=args.ramp,
                      # --runs: the seed changes from run to run (MLPerf's rules: "the random seed must change
@@ -152,7 +152,7 @@ def _checkpoint_setup(comm, args, wl, cfg):
     from .. import checkpoint
     from ..checkpoint_run import BLOCK_SIZE, IODEPTH, Plan, layout_for, signature
     from ..errors import UsageError
-    from ..patterns import choose_engine
+    from .. import engines
 
     if not args.checkpoint_root:
         return None
@@ -164,9 +164,9 @@ def _checkpoint_setup(comm, args, wl, cfg):
     lay = checkpoint.layout(cm, comm.size)
     roots = [os.path.abspath(r) for r in args.checkpoint_root]
     # written for real even when the run reads with null (no dataset) or asyncio (reads only)
-    engine = choose_engine("auto" if cfg.engine in ("null", "asyncio") else cfg.engine, cfg.direct)
+    engine = engines.choose("auto" if cfg.engine in ("null", "asyncio") else cfg.engine, cfg.direct, writes=True)
     plan = Plan(roots=roots, writes=0, reads=0, fsync=wl.checkpoint.fsync, direct=cfg.direct, engine=engine,
-                iodepth=1 if engine == "psync" else IODEPTH, block_size=BLOCK_SIZE, drop_caches=False,
+                iodepth=engines.depth(engine, IODEPTH), block_size=BLOCK_SIZE, drop_caches=False,
                 signature=signature(cm, lay, cfg.direct))
     return (plan, *layout_for(comm, cm, roots, cfg.direct)[:3])
 
@@ -396,7 +396,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
         if wl.read.access == "whole" and not args.block_size and not synthetic:
             # DLIO's odirect readers read each file in one request (a readv of its size rounded up
             # to 4 KiB), one per loader worker: the request is the largest file, iodepth of them
-            cfg.block_size = -(-stats[0] // limits.DIRECT_ALIGN) * limits.DIRECT_ALIGN
+            cfg.block_size = limits.aligned(stats[0])
             limits.check_range("a whole-file request (the largest file)", cfg.block_size, 1, limits.MAX_BLOCK_SIZE,
                                integer=True)
             limits.check_memory(f"{cfg.iodepth} whole-file requests of {cfg.block_size:,} bytes",
@@ -417,7 +417,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
     host = comm_mod.node_host_name(comm, shared)
     leader = shared.node_rank == 0
     if args.drop_caches and leader:
-        cache.drop()
+        cache.drop_caches()
     if cfg.engine == "null" and args.delay_shared:
         def check_shared():
             if not shared.shared:
@@ -434,7 +434,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
         # run's first opens would otherwise read cold (docs/numbers.md, open latency); drop them again
         comm.barrier()
         if leader:
-            cache.drop()
+            cache.drop_caches()
         comm.barrier()
     mine = RankResult(rank=comm.rank, host=host, mount=mount,
                       series=new_series(cfg.ramp_s + cfg.duration_s if cfg.pattern in ("storage-only", "infer-async") else None),
@@ -444,7 +444,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
     if comm.rank == 0 and measure_cache:
         for line in cache.small_dataset_warnings(cache.node_view(probes, [])):
             console.print(f"[yellow]warning:[/] {line}")
-    on_epoch = (lambda _epoch: cache.drop()) if args.drop_caches == "epoch" and leader else None
+    on_epoch = (lambda _epoch: cache.drop_caches()) if args.drop_caches == "epoch" and leader else None
     scfg = None
     if pattern.steps:
         from dataclasses import fields

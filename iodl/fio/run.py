@@ -18,30 +18,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _native, engines
 from ..errors import IodlError
-from ..plan import new_plan  # the engine's row type (numpy only: importable without the engine)
+from ..plan import new_plan  # the engine's row type
 from .jobfile import Job, JobFileError, Percent, Zones
 from .layout import FileSpec, clone_files, min_bs, open_input
 from . import policy
 
 
-def _engine_module():
-    """The C engine, imported when a run starts (parsing and job checks work without it)."""
-    try:
-        from .. import engine
-    except ImportError as exc:
-        raise IodlError(f"iodl's C engine is not built ({exc}); pip install -e . builds it") from None
-    return engine
-
-
-ENGINES = {"libaio": "aio", "io_uring": "uring", "psync": "psync", "sync": "psync", "pvsync": "psync",
-           "pvsync2": "psync", "null": "null", "filecreate": "filecreate", "filestat": "filestat",
-           "filedelete": "filedelete"}
 # fio's metadata engines (engines/fileoperations.c): one create, stat or unlink per file, timed alone
 # (fio's clat), in C (native/fileops.c); name -> file_ops op (filestat's by stat_type)
 META_ENGINES = {"filecreate": 0, "filestat": 1, "filedelete": 4}
 STAT_TYPES = {"stat": 1, "lstat": 2, "statx": 3}
-SYNC_ENGINES = {"psync"}
+SYNC_ENGINES = {name for name, e in engines.ENGINES.items() if e.serial}
 SERVICE_TYPES = ("roundrobin", "sequential", "random")
 MAX_PLAN_ROWS = 1 << 20   # rows per engine call at most (memory: 32 B a row)
 PLAN_TARGET_ROWS = 1 << 16   # time_based, unpaced: passes joined into one call up to this many rows
@@ -124,9 +113,9 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     """
     # the engine first: an option of an engine iodl lacks is named with that engine
     ioengine = job.get("ioengine", "psync")
-    if ioengine not in ENGINES:
-        raise _reject(job, "ioengine", f"value 'ioengine={ioengine}' (iodl has {', '.join(ENGINES)})")
-    engine = ENGINES[ioengine]
+    engine = engines.from_fio(ioengine)
+    if engine is None:
+        raise _reject(job, "ioengine", f"value 'ioengine={ioengine}' (iodl has {', '.join(engines.fio_names())})")
     for key, option in job.where.items():
         value = job.values.get(key)
         why = policy.refusal(key, value, job.values)   # honoured, ignored, at fio's default, or without effect here
@@ -175,7 +164,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
                                  "iodl reads forwards only)")
     direct_ = bool(job.get("direct", 0))
     if write and direct_ and engine != "null":
-        ALIGN = 4096   # the engine's (iodl._native.ALIGN); checked here without importing it
+        ALIGN = _native.ALIGN
         off = job.get("offset", 0)
         if any(s % ALIGN for s, _ in block_sizes + write_block_sizes) or (isinstance(off, int) and off % ALIGN) \
                 or (not random and seq_len % ALIGN):
@@ -706,7 +695,6 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     """Run one clone as fio would: ramp, then the measured window; returns its counters."""
     if plan.engine in META_ENGINES:
         return _run_file_ops(plan, index, jobnum, start)
-    engine_mod = _engine_module()
     from .. import histogram
 
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
@@ -733,9 +721,9 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
                 fds.append(open_own_for_write(f, plan.direct, read=plan.reads))
         else:
             fds = [open_input(f.path, plan.direct) for f in files]
-        with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
-                                    rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
-                                    reap_batch=min(plan.reap_batch, plan.depth)) as engine:
+        with engines.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
+                                 rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
+                                 reap_batch=min(plan.reap_batch, plan.depth)) as engine:
             if plan.content is not None and plan.engine != "null":
                 engine.set_content(**plan.content, seed=(plan.seed << 16) + jobnum)
             if start is not None:
@@ -999,8 +987,6 @@ def run_clones(plans: dict[int, JobPlan], comm) -> list[CloneResult]:
     mine = every[comm.rank::comm.size]
     barrier = threading.Barrier(len(mine)) if mine else None
     results: list[CloneResult | None] = [None] * len(mine)
-
-    _engine_module()   # fail here, once, if the engine is missing
 
     def work(slot, index, jobnum):
         try:

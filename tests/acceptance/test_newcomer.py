@@ -122,10 +122,10 @@ def test_sweep_takes_read_options_without_double_dash(tmp_path):
 @pytest.mark.parametrize("fio_name, ours, direct", [("libaio", "aio", True), ("io_uring", "uring", False),
                                                     ("sync", "psync", False), ("psync", "psync", False)])
 def test_fio_engine_names_are_accepted(tmp_path, fio_name, ours, direct):
-    from iodl.engine import available_engines
+    from iodl.engines import available
 
-    if ours in available_engines() and available_engines()[ours] is not None:
-        require_or_skip(ours, False, f"engine {ours} not usable here: {available_engines()[ours]}")
+    if available()[ours] is not None:
+        require_or_skip(ours, False, f"engine {ours} not usable here: {available()[ours]}")
     data = tmp_path / "data"
     assert iodl("generate", "--root", str(data), "--files", "4", "--quiet").returncode == 0
     out = tmp_path / "r.json"

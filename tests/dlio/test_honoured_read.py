@@ -162,7 +162,8 @@ def test_odirect_false_reads_through_the_page_cache(tmp_path):
     """The same files with odirect: false: a run right after another finds them in the page cache
     (the device serves under 5% of them) and opens none O_DIRECT. Another helper's drop_caches
     between the two runs spoils a try (counted in /proc/vmstat): not judged after 3."""
-    from iodl.groundtruth import LoopMount, drop_caches, page_cache_drops
+    from iodl.cache import drop_caches
+    from iodl.groundtruth import LoopMount, page_cache_drops
 
     with LoopMount(256 << 20) as m:
         root = os.path.join(m.path, "data")
@@ -352,7 +353,8 @@ def test_npz_requests_at_the_device_are_np_loads(tmp_path):
 
     import numpy as np
 
-    from iodl.groundtruth import LoopMount, RequestSizes, drop_caches
+    from iodl.cache import drop_caches
+    from iodl.groundtruth import LoopMount, RequestSizes
 
     require_or_skip("ftrace", RequestSizes.can() is None, f"ftrace: {RequestSizes.can()}")
     with LoopMount(512 << 20) as m:

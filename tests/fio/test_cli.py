@@ -17,7 +17,7 @@ def iodl(*args, **kw):
                            "workloads are not emulated) in [a] (JOB:2)"),
     ("[a]\nrw=read\nverify=md5\n", "unsupported option 'verify' in [a]: verification and trims are not emulated (iodl reads) (JOB:3)"),
     ("[global]\nthinktime=10\n[a]\nrw=read\n", "unsupported option 'thinktime' in [a]: think time is not emulated (JOB:2)"),
-    ("[a]\nrw=read\nioengine=mmap\n", "unsupported value 'ioengine=mmap' (iodl has libaio, io_uring, psync, sync, pvsync, pvsync2, null, filecreate, filestat, filedelete) in [a] (JOB:3)"),
+    ("[a]\nrw=read\nioengine=mmap\n", "unsupported value 'ioengine=mmap' (iodl has null, psync, sync, pvsync, pvsync2, libaio, io_uring, filecreate, filestat, filedelete) in [a] (JOB:3)"),
     ("[a]\nrw=read\nnumjob=2\n", "unknown option 'numjob' in [a] (did you mean 'numjobs'?) (JOB:3)"),
     ("[a]\nrw=read\ndirect=yes\n", "bad value for 'direct' in [a]: 'yes': expects 0 or 1 (JOB:3)"),
     ("[a]\nrw=read\ninclude missing.fio\n", "include file not found: missing.fio (JOB:3)"),

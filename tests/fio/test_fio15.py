@@ -157,14 +157,15 @@ def test_engine_reaps_one_completion_per_call_keeps_the_queue_full():
     """fio reaps one completion per io_getevents and refills: every submit sees depth == iodepth
     once the queue is full. The null engine with a delay completes several at once; reap_batch=1
     takes them one by one, so (after the first fill) every request is in the 8 bucket."""
-    from iodl import engine as eng
     from iodl import histogram
+    from iodl.engine import as_plan
+    from iodl.engines import open_engine
 
     rows = 2000
-    planned = eng.as_plan(np.column_stack([np.zeros(rows), np.arange(rows) * 4096, np.full(rows, 4096)]).astype(np.uint64))
+    planned = as_plan(np.column_stack([np.zeros(rows), np.arange(rows) * 4096, np.full(rows, 4096)]).astype(np.uint64))
 
     def depth(reap_batch):
-        with eng.open_engine("null", depth=8, block_size=4096, delay_ns=20_000, reap_batch=reap_batch) as e:
+        with open_engine("null", depth=8, block_size=4096, delay_ns=20_000, reap_batch=reap_batch) as e:
             stats = e.run([-1], planned, histogram.empty())
         return np.asarray(stats["depth"])
 

@@ -14,7 +14,8 @@ import pytest
 
 from iodl import _native, histogram
 from iodl.asyncio_engine import AsyncioEngine
-from iodl.engine import PLAN_DTYPE, open_for_read
+from iodl.engine import open_for_read
+from iodl.plan import PLAN_DTYPE
 from tests.helpers import write_random_files
 
 U64 = np.uint64

@@ -16,9 +16,10 @@ import time
 import numpy as np
 import pytest
 
-from iodl import _native, groundtruth, histogram
+from iodl import _native, cache, groundtruth, histogram
 from iodl.asyncio_engine import AsyncioEngine
-from iodl.engine import PLAN_DTYPE, as_plan, open_for_read
+from iodl.engine import as_plan, open_for_read
+from iodl.plan import PLAN_DTYPE
 from tests.helpers import NotJudged
 
 ALIGN = _native.ALIGN
@@ -338,7 +339,7 @@ def test_cache_hits_are_what_the_device_did_not_deliver(tmp_path, name, direct):
 
 def _cache_hits_once(m, path, name, size, bs, depth, slack) -> bool:
     """False if someone else dropped the page cache meanwhile (drop_caches is machine-wide)."""
-    groundtruth.drop_caches()
+    cache.drop_caches()
     drops = groundtruth.page_cache_drops()
     with open(path, "rb", buffering=0) as f:
         f.read(size // 2)

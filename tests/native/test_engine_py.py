@@ -1,35 +1,11 @@
-"""iodl.engine: one-line errors for engines and files, OSError naming the syscall or the file."""
+"""iodl.engine: plans and one-line errors for files, OSError naming the file and what the row did.
+The engines by name (the registry, iodl/engines.py) are tests/native/test_engines.py's."""
 import errno
 
 import pytest
 
-from iodl import _native
-from iodl.engine import PLAN_DTYPE, as_plan, available_engines, open_engine, raise_for_errors
-from iodl.errors import IodlError, UsageError
-
-
-def test_available_engines_match_the_probes():
-    av = available_engines()
-    assert list(av) == _native.engines() + ["asyncio"]
-    for name in _native.engines():
-        assert (av[name] is None) == (_native.probe(name) == 0)
-
-
-def test_unknown_or_misused_engine_is_a_usage_error():
-    with pytest.raises(UsageError, match="unknown engine 'nope' \\(choose from auto, null, psync"):
-        open_engine("nope")
-    with pytest.raises(UsageError, match="null engine only"):
-        open_engine("psync", delay_ns=1)
-
-
-@pytest.mark.uring
-def test_setup_failure_names_the_syscall():
-    # io_uring takes at most 32768 entries without IORING_SETUP_CLAMP: EINVAL from the kernel
-    with pytest.raises(OSError, match=r"originated from io_uring_setup") as exc:
-        _native.Engine("uring", depth=65536, block_size=1)
-    assert exc.value.errno == errno.EINVAL
-    with pytest.raises(IodlError, match="could not start: .*originated from io_uring_setup"):
-        open_engine("uring", depth=65536, block_size=1)
+from iodl.engine import as_plan, raise_for_errors
+from iodl.plan import PLAN_DTYPE
 
 
 def test_as_plan_and_raise_for_errors():

@@ -6,7 +6,8 @@ import re
 import pytest
 
 from iodl import cache
-from iodl.groundtruth import BlkioGroup, LoopMount, drop_caches
+from iodl.cache import drop_caches
+from iodl.groundtruth import BlkioGroup, LoopMount
 from iodl.sizing import demand_MBps
 from tests.helpers import iodl, load_json, mpiexec, write_random_files
 

@@ -21,7 +21,8 @@ import time
 
 import pytest
 
-from iodl.groundtruth import LoopMount, drop_caches, page_cache_drops
+from iodl.cache import drop_caches
+from iodl.groundtruth import LoopMount, page_cache_drops
 from tests.helpers import NOBODY, load_json
 
 pytestmark = [pytest.mark.root, pytest.mark.loopdev]

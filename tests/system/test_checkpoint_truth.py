@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from iodl.groundtruth import BlkioGroup, LoopMount, drop_caches
+from iodl.cache import drop_caches
+from iodl.groundtruth import BlkioGroup, LoopMount
 from tests.helpers import iodl, load_json, transformer_toml
 
 MB = 1_000_000

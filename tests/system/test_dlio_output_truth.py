@@ -73,7 +73,7 @@ def test_dlio_checkpoint_figures_are_the_throttled_rates_in_gib(tmp_path):
     throttle and reads it back twice at 120 MB/s (O_DIRECT: both reads reach the device): DLIO's save_ and
     load_checkpoint_io_mean_GB_per_second (GiB/s: one checkpoint's GiB / rank 0's time) are the
     throttles in GiB/s within 8 %, and checkpoint_size_GB is the checkpoint's bytes / 2^30."""
-    from iodl.groundtruth import drop_caches
+    from iodl.cache import drop_caches
     from tests.helpers import transformer_toml
 
     GiB = 1 << 30

@@ -221,16 +221,16 @@ def test_train_sync_null_shared_device_is_one_device_per_host(mpiexec_hosts, tmp
     assert r["train"]["au"] == pytest.approx(analytic, rel=0.05)
 
 
-# iodl with cache.drop wrapped: each call appends "host pid" to a log, then drops for real.
+# iodl with cache.drop_caches wrapped: each call appends "host pid" to a log, then drops for real.
 DROP_LOG = textwrap.dedent("""
     import os, socket, sys
     from iodl import cache
-    real = cache.drop
+    real = cache.drop_caches
     def logged(*a, **k):
         with open(os.environ["IODL_TEST_DROP_LOG"], "a") as f:
             f.write(f"{socket.gethostname()} {os.getpid()}\\n")
         return real(*a, **k)
-    cache.drop = logged
+    cache.drop_caches = logged
     from iodl.cli import main
     sys.exit(main(sys.argv[1:]))
 """)
@@ -247,7 +247,7 @@ def _evict(paths) -> None:
 
 def test_validate_over_two_hosts_hosts_ranks_cache_view_and_drops_per_node(mpiexec_hosts, tmp_path):
     """validate over 2 roots, 2 hosts x 2 ranks, --drop-caches: the result names both hosts and each
-    rank's host; cache.drop ran on each host by one rank, twice (before the cache probe and after it,
+    rank's host; cache.drop_caches ran on each host by one rank, twice (before the cache probe and after it,
     undoing the probe's own opens: docs/numbers.md; a wrapper logs every call, and the kernel's drop
     counter moved at least four times); the per-node cache view has one entry per host with
     that host's ranks, the datasets' true sizes, the machine's MemTotal, and nothing resident after

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from iodl.groundtruth import LoopMount, drop_caches
+from iodl.cache import drop_caches
+from iodl.groundtruth import LoopMount
 from tests.helpers import NotJudged, iodl, load_json
 
 FILES = 3000

@@ -2,7 +2,8 @@
 blkio counters of what reached the device."""
 import pytest
 
-from iodl.groundtruth import BlkioGroup, LoopMount, drop_caches
+from iodl.cache import drop_caches
+from iodl.groundtruth import BlkioGroup, LoopMount
 from tests.helpers import iodl, load_json, mpiexec, write_random_files
 
 pytestmark = [pytest.mark.root, pytest.mark.loopdev, pytest.mark.blkio]
