@@ -18,15 +18,15 @@ import numpy as np
 from .. import __version__, limits
 from ..comm import collective
 from ..errors import IodlError, UsageError
-from ..formats import BLOCK, Stream, content_buffer, format_for
+from ..formats import BLOCK, Format, Stream, content_buffer, format_for
 from ..units import format_size
-from ..workload import load_workload
+from ..workload import Workload, load_workload
 from .files import TMP, create, make_dir, save_npy, unlink_quietly, write_json, write_via_temp
 from .layout import (EXTENTS_FILE, FILE_SIZES_FILE, MANIFEST, SCHEMA, SIZES_FILE, ShardNames, copy_dir,
                      default_data_dir, folder_name, folders_of, sample_sizes)
 from .listing import not_present
 from .manifest import read_manifest, spec_key
-from .small_files import small_files, write_small_files
+from .small_files import batched, write_small_files
 
 
 @dataclass
@@ -55,14 +55,14 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     job = _Job.of(workload.with_overrides(files=files, copies=copies, format=fmt, seed=seed, subfolders=subfolders),
                   roots)
     # rank 0 alone looks, creates and writes the roots' metadata; collective() raises its error on every rank
-    collective(comm, lambda: comm.rank == 0 and _check_roots(job))
+    collective(comm, lambda: _check_roots(job) if comm.rank == 0 else None)
     if say and comm.rank == 0:
         ds = job.ds
         say(f"iodl generate: {job.wl.name}: {ds.copies} x {ds.files} {ds.format} files x {ds.samples_per_file} "
             f"samples of ~{format_size(ds.sample_size)} (seed {job.seed}) under {len(job.roots)} root(s), "
             f"{comm.size} rank(s)")
     manifest = _manifest(job)
-    collective(comm, lambda: _oserror_to_iodl(lambda: comm.rank == 0 and _start_roots(job, manifest)))
+    collective(comm, lambda: _oserror_to_iodl(lambda: _start_roots(job, manifest) if comm.rank == 0 else None))
     t0 = time.perf_counter()
     share = collective(comm, lambda: _oserror_to_iodl(lambda: _write_share(job, comm, progress)))
     gathered = comm.gather((*share, time.perf_counter() - t0), root=0)
@@ -74,10 +74,10 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
 @dataclass
 class _Job:
     """What one generate writes, the same on every rank."""
-    wl: object            # the workload, overrides applied
+    wl: Workload          # overrides applied
     roots: list[str]      # absolute
     spec: dict            # the resolved dataset spec, as the manifest keeps it
-    form: object          # formats.Format
+    form: Format
     folders: int          # per copy (1: the copy directory itself)
     names: ShardNames
 
@@ -115,7 +115,7 @@ class _Job:
     @functools.cached_property
     def small(self) -> bool:
         """Whether the shards go through the batched small-file path."""
-        return small_files(self.form, self.want)
+        return batched(self.form, self.want)
 
 
 # ---------------------------------------------------------------- the roots (rank 0) ---------

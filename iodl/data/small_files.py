@@ -21,7 +21,7 @@ _BATCH_FILES = 1024       # ... or files per batch
 _WRITERS = 2              # threads running _native.write_files (the GIL is released while they write)
 
 
-def small_files(form, want: np.ndarray) -> bool:
+def batched(form, want: np.ndarray) -> bool:
     """Whether this dataset's shards (planned to hold `want` bytes each) go through the batched small-file path."""
     return isinstance(form, Stream) and not form.index_suffixes and len(want) > 0 and int(want.max()) <= SMALL_FILE
 
