@@ -61,15 +61,6 @@ def write_small_files(job, comm, counted) -> tuple[int, int]:
                     if len(left):
                         yield path, c, left
 
-    def batches(idx):
-        ends = np.cumsum(want[idx])
-        start = 0
-        while start < len(idx):
-            stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + _BATCH_BYTES, side="right"))
-            stop = min(max(stop, start + 1), start + _BATCH_FILES, len(idx))
-            yield idx[start:stop]
-            start = stop
-
     def drain():
         for j, fut in enumerate(busy):
             if fut is not None:
@@ -82,12 +73,12 @@ def write_small_files(job, comm, counted) -> tuple[int, int]:
             while True:
                 # a few folders at a time, their batches taken in turn: the writers work in different
                 # directories (one directory's lock serialises creates), with few descriptors open
-                window = [job for _n, job in zip(range(slots), todo)]
+                window = [folder for _n, folder in zip(range(slots), todo)]
                 if not window:
                     break
                 for path, _c, _idx in window:
                     dirfds.append(open_dir(path))
-                queues = [(fd, c, batches(idx)) for fd, (_p, c, idx) in zip(dirfds[-len(window):], window)]
+                queues = [(fd, c, _batches(idx, want)) for fd, (_p, c, idx) in zip(dirfds[-len(window):], window)]
                 while queues:
                     for q in list(queues):
                         dirfd, c, gen = q
@@ -123,3 +114,15 @@ def write_small_files(job, comm, counted) -> tuple[int, int]:
             while dirfds:
                 os.close(dirfds.pop())
     return written, skipped
+
+
+def _batches(idx: np.ndarray, want: np.ndarray):
+    """The files idx in runs of about _BATCH_BYTES (want[i]: file i's bytes), at most _BATCH_FILES
+    each, at least one file."""
+    ends = np.cumsum(want[idx])
+    start = 0
+    while start < len(idx):
+        stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + _BATCH_BYTES, side="right"))
+        stop = min(max(stop, start + 1), start + _BATCH_FILES, len(idx))
+        yield idx[start:stop]
+        start = stop
