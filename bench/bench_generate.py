@@ -42,13 +42,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from iodl import dataset, workload  # noqa: E402
+from iodl import workload  # noqa: E402
+from iodl.data.generate import generate  # noqa: E402
+from iodl.data.layout import FOLDER_FILES, sample_sizes  # noqa: E402
 from iodl.formats import FORMATS, crc32c_version  # noqa: E402
 
 
 def _expected_bytes(files: int) -> int:
     wl = workload.load_workload("resnet50").with_overrides(files=files)
-    sizes = dataset.sample_sizes(wl.dataset, wl.train.seed)
+    sizes = sample_sizes(wl.dataset, wl.train.seed)
     return sum(FORMATS["tfrecord"].size_of(row) for row in sizes)
 
 
@@ -122,7 +124,7 @@ def _run_small_iodl(root: str, files: int, ranks: int, toml: str) -> tuple[float
         env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         subprocess.run(cmd, check=True, env=env)
     else:
-        dataset.generate(workload.load_workload(toml), [root], SerialComm())
+        generate(workload.load_workload(toml), [root], SerialComm())
     wrote = time.perf_counter() - t
     _syncfs(root)
     return wrote, time.perf_counter() - t
@@ -157,7 +159,7 @@ def small_files(args) -> int:
                 else:
                     row["iodl_write_s"], row["iodl_synced_s"] = _run_small_iodl(where, files, args.ranks, toml)
                     row["iodl_largest_folder"] = _largest_folder(where)
-                    assert row["iodl_largest_folder"] <= dataset.FOLDER_FILES, \
+                    assert row["iodl_largest_folder"] <= FOLDER_FILES, \
                         f"a generated folder holds {row['iodl_largest_folder']:,} entries"
                 shutil.rmtree(where)   # inodes: a fresh ext4 has ~1 per 16 KiB of its size
             if j < 0:
@@ -188,7 +190,7 @@ def small_files(args) -> int:
         f"warm-up round(s), {fs}; {os.cpu_count()} CPUs, kernel {platform.release()}, Python {platform.python_version()}, "
         f"iodl ranks {args.ranks}.",
         "The plain loop: `os.open(O_CREAT|O_EXCL)`, `os.write` 4 KiB, `os.close` per file into one directory (no content",
-        "to make, no names to derive). iodl: `dataset.generate` (its content, subfolders of at most 10,000 files, its",
+        "to make, no names to derive). iodl: `data.generate` (its content, subfolders of at most 10,000 files, its",
         "manifest). `write`: from the call to its return; `synced`: to the end of a syncfs after it.", "",
         "| run | loop files/s | iodl files/s | ratio (write) | ratio (synced) |", "|---|---|---|---|---|",
         *[f"| {j} | {r['loop_write_files_s']:.0f} | {r['iodl_write_files_s']:.0f} | {r['ratio_write']:.2f} | "

@@ -20,8 +20,8 @@ Writes bench/results/scale-files.{json,md} (--name NAME: NAME.{json,md}).
     python bench/bench_scale.py --listing 200000 [--data /var/tmp/iodl-scale] [--repeat 5] [--cold]
 
 Listing a plain directory (no manifest): N files of 4 KiB made by a plain create-write-close loop
-into one directory (kept under --data for re-runs), listed in this process by iodl.dataset's
-_list_foreign (names by readdir and sizes by fstatat on several threads, in C) and by the
+into one directory (kept under --data for re-runs), listed in this process by iodl.data.listing's
+list_plain (names by readdir and sizes by fstatat on several threads, in C) and by the
 os.scandir walk it replaced (kept below as the reference), warm (inodes cached) and with --cold
 also cold (the machine's caches dropped before each listing: root only, and felt by anyone else
 running on the machine), interleaved, --repeat rounds, medians; both must give the same names
@@ -188,16 +188,16 @@ def plain_dir(path: str, files: int) -> str:
 
 def by_listing(args) -> None:
     sys.path.insert(0, os.path.dirname(HERE))
-    from iodl import dataset
+    from iodl.data import listing
 
     files = args.listing
     root = plain_dir(os.path.join(args.data, f"plain-{files}"), files)
     cold_ok = args.cold and os.geteuid() == 0
-    new = dataset._list_foreign(root)
+    new = listing.list_plain(root)
     names, sizes = scandir_listing(root)
     assert new["sizes"].tolist() == sizes and len(names) == files
     assert new["blob"].tobytes() == b"".join(names), "the two listings differ"
-    ways = {"scandir (before)": lambda: scandir_listing(root), "list_dir (after)": lambda: dataset._list_foreign(root)}
+    ways = {"scandir (before)": lambda: scandir_listing(root), "list_dir (after)": lambda: listing.list_plain(root)}
     times: dict[str, list[float]] = {f"{w}, {c}": [] for w in ways for c in ("warm", "cold")}
     for j in range(args.repeat):
         for way in (list(ways) if j % 2 == 0 else list(reversed(ways))):
@@ -212,7 +212,7 @@ def by_listing(args) -> None:
         print(json.dumps({k: round(v[-1], 3) for k, v in times.items() if v}), flush=True)
     med = {k: statistics.median(v) for k, v in times.items() if v}
     result = {"files": files, "root": root, "nproc": os.cpu_count(), "repeat": args.repeat,
-              "threads": dataset._LIST_THREADS, "seconds": times, "median_s": med}
+              "threads": listing.LIST_THREADS, "seconds": times, "median_s": med}
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "listing-plain-dir.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -222,8 +222,8 @@ def by_listing(args) -> None:
                 f"One directory of {files:,} files of 4 KiB made by a plain create-write-close loop under {args.data}\n"
                 f"(ext4 on the VM's disk); {os.cpu_count()} cores shared with other work. Each way lists it whole, names\n"
                 "and sizes, in this process: `scandir (before)` is iodl's walk before this change (os.scandir,\n"
-                f"DirEntry.stat, one thread); `list_dir (after)` is dataset._list_foreign now (readdir and fstatat in C,\n"
-                f"{dataset._LIST_THREADS} stat threads, the GIL released)."
+                f"DirEntry.stat, one thread); `list_dir (after)` is data.listing.list_plain now (readdir and fstatat in C,\n"
+                f"{listing.LIST_THREADS} stat threads, the GIL released)."
                 + (" Cold: page, dentry and inode caches dropped first." if cold_ok else "")
                 + "\nBoth listings are checked equal, name for name and size for size. Median of "
                 f"{args.repeat} interleaved rounds.{(' ' + args.note) if args.note else ''}\n\n"

@@ -199,7 +199,7 @@ def cache_blocks(nodes: list[dict], n_mounts: int) -> tuple[dict, list[dict]]:
 
 def _plain_folder(path: str) -> bool:
     """A --root that is a folder of files with no iodl manifest: generate does not write there."""
-    from .dataset import MANIFEST
+    from .data.layout import MANIFEST
 
     return os.path.isdir(path) and not os.path.exists(os.path.join(path, MANIFEST))
 

@@ -57,7 +57,8 @@ def _read_store(root: str) -> dict | None:
 def prepare_root(root: str) -> dict:
     """The root's store, creating the root (or adopting an empty directory, e.g. a mount point)
     when new. A dataset root, a file, a link or a folder of someone else's files is refused."""
-    from .dataset import MANIFEST, _write_json
+    from .data.files import write_json
+    from .data.layout import MANIFEST
 
     try:
         st = os.lstat(root)
@@ -86,14 +87,14 @@ def prepare_root(root: str) -> dict:
         raise UsageError(f"--root {root} holds files that iodl did not write (no {STORE}); "
                          "choose an empty or new directory")
     store = {"schema": STORE_SCHEMA, "next": 1, "checkpoints": []}
-    _write_json(os.path.join(root, STORE), store)
+    write_json(os.path.join(root, STORE), store)
     return store
 
 
 def save_store(root: str, store: dict) -> None:
-    from .dataset import _write_json
+    from .data.files import write_json
 
-    _write_json(os.path.join(root, STORE), store)
+    write_json(os.path.join(root, STORE), store)
 
 
 def _entry_path(root: str, entry: dict) -> str:

@@ -274,7 +274,7 @@ def _groups(record_bytes: np.ndarray, piece: int):
         i = j
 
 
-class _Stream(Format):
+class Stream(Format):
     streams, tiles = True, True
     overhead = 0  # framing bytes per record
 
@@ -302,7 +302,7 @@ class _Stream(Format):
         return np.concatenate([p.copy() for p in self.pieces(sizes, key, content_buffer)])
 
 
-class TFRecord(_Stream):
+class TFRecord(Stream):
     name, suffix, overhead = "tfrecord", "tfrecord", 16
 
     def frame(self, view, starts, sizes):
@@ -312,7 +312,7 @@ class TFRecord(_Stream):
         _put(view, data + sizes, masked_crc(crc32c_records(view, data, sizes)), 4)
 
 
-class Raw(_Stream):
+class Raw(Stream):
     name, suffix = "raw", "bin"
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _native, plan
 from .cursor import Cancelled, Cursor, ShardFiles
-from .dataset import int_rows
+from .data.tables import int_rows
 from .engines import open_engine
 from .config import ReadConfig
 from .errors import UsageError

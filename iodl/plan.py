@@ -5,7 +5,13 @@ block_size requests; the file column indexes the list of shards handed to the en
 """
 from __future__ import annotations
 
+import errno
+import os
+import resource   # at import: fd_budget runs when descriptors may be used up (EMFILE), and importing opens a file
+
 import numpy as np
+
+from .errors import UsageError
 
 # A row is one request: which of the run's files, where, how long, and what to do. The op column
 # lets writes and syncs (checkpoints) join reads without another plan format (native/engine.h
@@ -94,17 +100,18 @@ def validate_share(n_shards: int, index_in_mount: int, ranks_in_mount: int) -> n
 
 def fd_budget(headroom: int = 16) -> int:
     """Files this process may still open under RLIMIT_NOFILE, keeping headroom for MPI, the engine
-    and the result files (at least 1: one shard at a time still runs)."""
-    import os
-    import resource
-
+    and the result files (at least 1: one shard at a time still runs). None free at all (MPI's own
+    descriptors can fill a small `ulimit -n`) is a one-line error: no shard could be opened."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1 << 20
     try:
-        in_use = len(os.listdir("/proc/self/fd"))
-    except OSError:
-        in_use = 3
+        in_use = len(os.listdir("/proc/self/fd")) - 1   # less the descriptor that listed them
+    except OSError as exc:
+        in_use = soft if exc.errno == errno.EMFILE else 3   # EMFILE: not one is free; else no /proc
+    if in_use >= soft:
+        raise UsageError(f"ulimit -n {soft}: every file descriptor this process may open is in use (MPI and "
+                         "the interpreter hold them), none is left to open a shard: raise ulimit -n")
     return max(1, soft - in_use - headroom)
 
 

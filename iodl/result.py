@@ -143,7 +143,7 @@ class Result(_Result, total=False):
     nodes: list[dict]               # buffered runs (cache.node_view)
     drop_caches: str | None         # buffered runs
     sizing: dict                    # all but validate (sizing.sizing_block)
-    validate: dict                  # validate (dataset.validate_block)
+    validate: dict                  # validate (data.open.validate_block)
     series: dict                    # metrics.series_block
     missing_ranks: list[int]        # after a stop some rank did not answer
     checkpoint: dict                # train-sync with --checkpoint-root: {"write": ..., "fsync", "roots"}

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _native, plan, reduce
 from .cursor import Cancelled, Cursor, ShardFiles
-from .dataset import int_rows
+from .data.tables import int_rows
 from .engines import open_engine
 from .config import StepConfig
 from .metrics import LIVE_STEPS, RankResult

@@ -8,10 +8,12 @@ import zlib
 import numpy as np
 import pytest
 
-from iodl import dataset as D
 from iodl import formats as F
 from iodl import workload as W
 from iodl.comm import SerialComm
+from iodl.data.generate import ensure_default_dataset, generate
+from iodl.data.layout import MANIFEST, default_data_dir, sample_sizes
+from iodl.data.open import open_dataset
 from iodl.errors import UsageError
 from tests.helpers import iodl
 from tests.conftest import require_or_skip
@@ -79,8 +81,8 @@ def read_tfrecords(path):
 def test_tfrecord_shards_pass_an_independent_crc_check(tmp_path):
     wl = small(tmp_path, files=3, spf=40, size="5000B", stdev="3000B")   # many short and a few 1-byte samples
     root = tmp_path / "ds"
-    D.generate(wl, [str(root)], COMM)
-    ds = D.open_dataset(str(root))
+    generate(wl, [str(root)], COMM)
+    ds = open_dataset(str(root))
     assert len(ds.shards) == 3
     for i, shard in enumerate(ds.shards):
         records = read_tfrecords(shard.path)
@@ -106,8 +108,8 @@ def test_crc32c_of_records_at_awkward_offsets_and_lengths():
 
 def test_raw_extents_tile_the_file(tmp_path):
     wl = small(tmp_path)
-    D.generate(wl, [str(tmp_path / "r")], COMM, fmt="raw")
-    ds = D.open_dataset(str(tmp_path / "r"))
+    generate(wl, [str(tmp_path / "r")], COMM, fmt="raw")
+    ds = open_dataset(str(tmp_path / "r"))
     for i, shard in enumerate(ds.shards):
         ext = ds.sample_extents(i).astype(np.int64)
         assert ext[0, 0] == 0 and (ext[1:, 0] == ext[:-1].sum(axis=1)).all()
@@ -117,8 +119,8 @@ def test_raw_extents_tile_the_file(tmp_path):
 def test_hdf5_opens_in_h5py_with_the_right_samples(tmp_path):
     import h5py
     wl = small(tmp_path, files=2, spf=9)
-    D.generate(wl, [str(tmp_path / "h")], COMM, fmt="hdf5")
-    ds = D.open_dataset(str(tmp_path / "h"))
+    generate(wl, [str(tmp_path / "h")], COMM, fmt="hdf5")
+    ds = open_dataset(str(tmp_path / "h"))
     for i, shard in enumerate(ds.shards):
         sizes = ds.sample_sizes(i)
         ext = ds.sample_extents(i)
@@ -134,8 +136,8 @@ def test_hdf5_opens_in_h5py_with_the_right_samples(tmp_path):
 
 def test_npz_loads_in_numpy_and_extents_cover_each_member(tmp_path):
     wl = small(tmp_path, files=2, spf=4)
-    D.generate(wl, [str(tmp_path / "z")], COMM, fmt="npz")
-    ds = D.open_dataset(str(tmp_path / "z"))
+    generate(wl, [str(tmp_path / "z")], COMM, fmt="npz")
+    ds = open_dataset(str(tmp_path / "z"))
     for i, shard in enumerate(ds.shards):
         ext = ds.sample_extents(i).tolist()
         raw = open(shard.path, "rb").read()
@@ -157,8 +159,8 @@ def test_unet3d_shaped_npz_one_sample_per_file(tmp_path):
     wl = W.load_workload("unet3d").with_overrides(files=2)
     small_wl = dataclasses.replace(wl, dataset=dataclasses.replace(wl.dataset, sample_size=300_000,
                                                                    sample_size_stdev=100_000))
-    D.generate(small_wl, [str(tmp_path / "u")], COMM)
-    ds = D.open_dataset(str(tmp_path / "u"))
+    generate(small_wl, [str(tmp_path / "u")], COMM)
+    ds = open_dataset(str(tmp_path / "u"))
     assert [s.samples for s in ds.shards] == [1, 1]
     for i, s in enumerate(ds.shards):
         with np.load(s.path) as z:
@@ -168,44 +170,44 @@ def test_unet3d_shaped_npz_one_sample_per_file(tmp_path):
 def test_content_is_incompressible_and_seeded(tmp_path):
     wl = small(tmp_path, files=2, spf=20, size="20000B", stdev="0B")
     a, b, c = (str(tmp_path / x) for x in "abc")
-    D.generate(wl, [a, b], COMM)
-    D.generate(wl, [c], COMM, seed=2)
-    pa, pb, pc = (D.open_dataset(r).shards[0].path for r in (a, b, c))
+    generate(wl, [a, b], COMM)
+    generate(wl, [c], COMM, seed=2)
+    pa, pb, pc = (open_dataset(r).shards[0].path for r in (a, b, c))
     data = open(pa, "rb").read()
     assert len(zlib.compress(data, 6)) > 0.99 * len(data)
     assert data == open(pb, "rb").read()          # same seed: same bytes on every root
     assert data != open(pc, "rb").read()          # another seed: other bytes
-    assert D.open_dataset(a).shards[0].path != D.open_dataset(a).shards[1].path
-    assert open(D.open_dataset(a).shards[1].path, "rb").read()[100:200] != data[100:200]
+    assert open_dataset(a).shards[0].path != open_dataset(a).shards[1].path
+    assert open(open_dataset(a).shards[1].path, "rb").read()[100:200] != data[100:200]
 
 
 def test_sample_sizes_follow_mean_and_stdev_and_are_prefix_stable(tmp_path):
     spec = W.load_workload("resnet50").dataset
-    sizes = D.sample_sizes(spec, 1)
+    sizes = sample_sizes(spec, 1)
     assert sizes.shape == (1024, 1251) and sizes.min() >= 1
     assert sizes.mean() == pytest.approx(114_660, rel=0.002)
     assert sizes.std() == pytest.approx(22_932, rel=0.01)
-    fewer = D.sample_sizes(W.load_workload("resnet50").with_overrides(files=16).dataset, 1)
+    fewer = sample_sizes(W.load_workload("resnet50").with_overrides(files=16).dataset, 1)
     assert (fewer == sizes[:16]).all()
-    clipped = D.sample_sizes(small(tmp_path, size="10B", stdev="100B").dataset, 1)
+    clipped = sample_sizes(small(tmp_path, size="10B", stdev="100B").dataset, 1)
     assert clipped.min() == 1
 
 
 def test_rerun_skips_complete_shards_and_rewrites_broken_ones(tmp_path):
     wl = small(tmp_path)
     root = str(tmp_path / "ds")
-    first = D.generate(wl, [root], COMM)
+    first = generate(wl, [root], COMM)
     assert (first.shards_written, first.shards_skipped) == (5, 0)
     before = tree(root)
     time.sleep(0.02)
-    again = D.generate(wl, [root], COMM)
+    again = generate(wl, [root], COMM)
     assert (again.shards_written, again.shards_skipped, again.bytes_written) == (0, 5, 0)
     assert {k: v for k, v in tree(root).items() if "copy-" in k} == {k: v for k, v in before.items() if "copy-" in k}
-    shards = D.open_dataset(root).shards
+    shards = open_dataset(root).shards
     with open(shards[1].path, "r+b") as f:          # an interrupted write cut short
         f.truncate(100)
     os.remove(shards[3].path)
-    third = D.generate(wl, [root], COMM)
+    third = generate(wl, [root], COMM)
     assert (third.shards_written, third.shards_skipped) == (2, 3)
     assert [os.path.getsize(s.path) for s in shards] == [s.size for s in shards]
     assert not [p for p in tree(root) if p.endswith(".iodl-tmp")]
@@ -214,14 +216,14 @@ def test_rerun_skips_complete_shards_and_rewrites_broken_ones(tmp_path):
 def test_incomplete_dataset_is_refused_then_finished(tmp_path):
     wl = small(tmp_path)
     root = tmp_path / "ds"
-    D.generate(wl, [str(root)], COMM)
-    m = json.loads((root / D.MANIFEST).read_text())
+    generate(wl, [str(root)], COMM)
+    m = json.loads((root / MANIFEST).read_text())
     m["status"] = "incomplete"
-    (root / D.MANIFEST).write_text(json.dumps(m))
+    (root / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(UsageError, match="incomplete"):
-        D.open_dataset(str(root))
-    D.generate(wl, [str(root)], COMM)
-    assert D.open_dataset(str(root)).manifest["status"] == "complete"
+        open_dataset(str(root))
+    generate(wl, [str(root)], COMM)
+    assert open_dataset(str(root)).manifest["status"] == "complete"
 
 
 def test_foreign_root_is_refused_and_untouched(tmp_path):
@@ -231,10 +233,10 @@ def test_foreign_root_is_refused_and_untouched(tmp_path):
     (root / "sub" / "b.jpg").write_bytes(b"y" * 10)
     before = tree(root)
     with pytest.raises(UsageError, match=r"holds files that iodl did not create"):
-        D.generate(small(tmp_path), [str(tmp_path / "mine"), str(root)], COMM)
+        generate(small(tmp_path), [str(tmp_path / "mine"), str(root)], COMM)
     assert tree(root) == before
     # ...and it opens read-only as a foreign dataset: every file a shard, one extent each
-    ds = D.open_dataset(str(root))
+    ds = open_dataset(str(root))
     assert ds.manifest is None and [os.path.relpath(s.path, root) for s in ds.shards] == ["a.jpg", "sub/b.jpg"]
     assert ds.total_bytes == 110 and [s.samples for s in ds.shards] == [1, 1]
     assert ds.sample_extents(0).tolist() == [[0, 100]] and ds.sample_extents(1).tolist() == [[0, 10]]
@@ -282,7 +284,7 @@ def test_plain_root_listing_matches_a_walk_and_stat(tmp_path):
     os.symlink(root / "missing", root / "a" / "dangling")
     truth = _walk_truth(root)
     assert len(truth) == 20_001
-    ds = D.open_dataset(str(root))
+    ds = open_dataset(str(root))
     got = [(os.fsencode(os.path.relpath(p, root)), int(s)) for p, s in zip(ds.paths, ds.sizes)]
     assert got == truth
     assert ds.total_bytes == sum(s for _n, s in truth)
@@ -293,39 +295,39 @@ def test_plain_root_links_are_followed_only_inside(tmp_path):
     (root / "sub").mkdir(parents=True)
     (root / "sub" / "x.bin").write_bytes(b"x" * 10)
     os.symlink(root / "sub", root / "alias")        # a directory inside: listed under its name
-    assert [os.path.relpath(s.path, root) for s in D.open_dataset(str(root)).shards] == ["alias/x.bin", "sub/x.bin"]
+    assert [os.path.relpath(s.path, root) for s in open_dataset(str(root)).shards] == ["alias/x.bin", "sub/x.bin"]
     os.symlink(root, root / "sub" / "up")            # a loop
     with pytest.raises(UsageError, match="loop"):
-        D.open_dataset(str(root))
+        open_dataset(str(root))
     os.unlink(root / "sub" / "up")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.bin").write_bytes(b"s")
     os.symlink(outside, root / "sub" / "out")        # a directory outside: refused, never listed
     with pytest.raises(UsageError, match="outside the root"):
-        D.open_dataset(str(root))
+        open_dataset(str(root))
     os.unlink(root / "sub" / "out")
     os.mkfifo(root / "sub" / "pipe")                 # listed, never opened: no hang
     with pytest.raises(UsageError, match="pipe is not a regular file"):
-        D.open_dataset(str(root))
+        open_dataset(str(root))
 
 
 def test_another_iodl_dataset_on_the_root_is_refused(tmp_path):
     root = str(tmp_path / "ds")
-    D.generate(small(tmp_path), [root], COMM)
+    generate(small(tmp_path), [root], COMM)
     before = tree(root)
     with pytest.raises(UsageError, match="holds another iodl dataset"):
-        D.generate(small(tmp_path, files=6), [root], COMM)
+        generate(small(tmp_path, files=6), [root], COMM)
     with pytest.raises(UsageError, match="holds another iodl dataset"):
-        D.generate(small(tmp_path), [root], COMM, seed=7)
+        generate(small(tmp_path), [root], COMM, seed=7)
     assert tree(root) == before
 
 
 def test_copies_are_distinct_files_with_the_same_layout(tmp_path):
     wl = small(tmp_path, files=3)
     root = str(tmp_path / "ds")
-    res = D.generate(wl, [root], COMM, copies=3)
-    ds = D.open_dataset(root)
+    res = generate(wl, [root], COMM, copies=3)
+    ds = open_dataset(root)
     assert len(ds.shards) == 9 and res.shards_written == 9
     assert sorted({os.path.basename(os.path.dirname(s.path)) for s in ds.shards}) == ["copy-0000", "copy-0001", "copy-0002"]
     assert ds.total_bytes == 3 * sum(s.size for s in ds.shards[:3]) == res.total_bytes
@@ -333,29 +335,29 @@ def test_copies_are_distinct_files_with_the_same_layout(tmp_path):
     assert (ds.sample_extents(0) == ds.sample_extents(3)).all()
     for s in ds.shards:
         read_tfrecords(s.path)
-    more = D.generate(wl, [root], COMM, copies=4)       # adding a copy writes only the new one
+    more = generate(wl, [root], COMM, copies=4)       # adding a copy writes only the new one
     assert (more.shards_written, more.shards_skipped) == (3, 9)
 
 
 def test_every_root_gets_the_whole_dataset(tmp_path):
     roots = [str(tmp_path / f"m{i}") for i in range(3)]
-    D.generate(small(tmp_path), roots, COMM)
-    sets = [[(os.path.relpath(s.path, r), s.size) for s in D.open_dataset(r).shards] for r in roots]
+    generate(small(tmp_path), roots, COMM)
+    sets = [[(os.path.relpath(s.path, r), s.size) for s in open_dataset(r).shards] for r in roots]
     assert sets[0] == sets[1] == sets[2] and len(sets[0]) == 5
 
 
 def test_root_creation_rules(tmp_path):
     with pytest.raises(UsageError, match="parent directory .* does not exist"):
-        D.generate(small(tmp_path), [str(tmp_path / "no" / "ds")], COMM)
+        generate(small(tmp_path), [str(tmp_path / "no" / "ds")], COMM)
     assert not (tmp_path / "no").exists()
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(UsageError, match="not a directory"):
-        D.generate(small(tmp_path), [str(f)], COMM)
+        generate(small(tmp_path), [str(f)], COMM)
     empty = tmp_path / "empty"
     empty.mkdir()
-    D.generate(small(tmp_path), [str(empty)], COMM)      # an existing empty directory is fine
-    assert D.open_dataset(str(empty)).manifest["workload"] == "t"
+    generate(small(tmp_path), [str(empty)], COMM)      # an existing empty directory is fine
+    assert open_dataset(str(empty)).manifest["workload"] == "t"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
@@ -363,35 +365,35 @@ def test_unwritable_parent(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o555)
     with pytest.raises(UsageError, match="not writable"):
-        D.generate(small(tmp_path), [str(ro / "ds")], COMM)
+        generate(small(tmp_path), [str(ro / "ds")], COMM)
 
 
 def test_open_errors(tmp_path):
     with pytest.raises(UsageError, match="no such directory"):
-        D.open_dataset(str(tmp_path / "missing"))
+        open_dataset(str(tmp_path / "missing"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="is empty"):
-        D.open_dataset(str(tmp_path / "empty"))
+        open_dataset(str(tmp_path / "empty"))
     bad = tmp_path / "bad"
     bad.mkdir()
-    (bad / D.MANIFEST).write_text("{not json")
+    (bad / MANIFEST).write_text("{not json")
     with pytest.raises(UsageError, match="unreadable dataset manifest"):
-        D.open_dataset(str(bad))
-    (bad / D.MANIFEST).write_text('{"schema": "other/1"}')
+        open_dataset(str(bad))
+    (bad / MANIFEST).write_text('{"schema": "other/1"}')
     with pytest.raises(UsageError, match="not an iodl dataset manifest"):
-        D.open_dataset(str(bad))
-    (bad / D.MANIFEST).write_text('{"schema": "iodl.dataset/1", "status": "complete"}')
+        open_dataset(str(bad))
+    (bad / MANIFEST).write_text('{"schema": "iodl.dataset/2", "status": "complete"}')
     with pytest.raises(UsageError, match="unreadable dataset manifest"):
-        D.open_dataset(str(bad))
+        open_dataset(str(bad))
 
 
 def test_manifest_of_1024_shards_loads_fast(tmp_path):
     wl = small(tmp_path, files=1024, spf=2, size="16B", stdev="4B")
     root = str(tmp_path / "ds")
-    D.generate(wl, [root], COMM)
-    best = min(_timed(lambda: D.open_dataset(root)) for _ in range(3))
+    generate(wl, [root], COMM)
+    best = min(_timed(lambda: open_dataset(root)) for _ in range(3))
     assert best < 0.2, f"open_dataset took {best:.3f} s"
-    ds = D.open_dataset(root)
+    ds = open_dataset(root)
     assert len(ds.shards) == 1024 and ds.total_bytes == sum(os.path.getsize(s.path) for s in ds.shards)
     m = ds.manifest
     assert m["schema"] == "iodl.dataset/2" and m["seed"] == 1 and m["format"] == "tfrecord"
@@ -407,23 +409,23 @@ def _timed(fn):
 
 def test_progress_callback_reaches_the_total(tmp_path):
     seen = []
-    D.generate(small(tmp_path), [str(tmp_path / "ds")], COMM, progress=lambda done, total: seen.append((done, total)))
+    generate(small(tmp_path), [str(tmp_path / "ds")], COMM, progress=lambda done, total: seen.append((done, total)))
     # small shards are written (and reported) in batches: at least one call, never going back
     assert seen and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
-    assert seen[-1][0] == seen[-1][1] == D.open_dataset(str(tmp_path / "ds")).total_bytes
+    assert seen[-1][0] == seen[-1][1] == open_dataset(str(tmp_path / "ds")).total_bytes
 
 
 def test_default_dataset_generated_once(tmp_path, monkeypatch):
     monkeypatch.setenv("IODL_DATA", str(tmp_path / "data"))
-    assert D.default_data_dir() == str(tmp_path / "data")
+    assert default_data_dir() == str(tmp_path / "data")
     said = []
-    root = D.ensure_default_dataset(COMM, say=said.append)
+    root = ensure_default_dataset(COMM, say=said.append)
     assert len(said) == 1 and "tiny" in said[0]
-    ds = D.open_dataset(root)
+    ds = open_dataset(root)
     assert ds.manifest["workload"] == "tiny" and len(ds.shards) == 16
-    assert D.ensure_default_dataset(COMM, say=said.append) == root and len(said) == 1
+    assert ensure_default_dataset(COMM, say=said.append) == root and len(said) == 1
     monkeypatch.delenv("IODL_DATA")
-    assert D.default_data_dir() == os.path.join(os.path.expanduser("~"), ".cache", "iodl", "data")
+    assert default_data_dir() == os.path.join(os.path.expanduser("~"), ".cache", "iodl", "data")
 
 
 # ---- the command line, as a user runs it ----
@@ -435,7 +437,7 @@ def test_cli_generate_and_rerun(tmp_path):
     assert "4 files (4 written, 0 already there)" in r.stdout and "MB/s" in r.stdout
     r = iodl("generate", "--workload", "tiny", "--root", root, "--files", "4", "--format", "raw")
     assert r.returncode == 0 and "(0 written, 4 already there)" in r.stdout
-    assert len(D.open_dataset(root).shards) == 4
+    assert len(open_dataset(root).shards) == 4
 
 
 @pytest.mark.parametrize("args,message", [
@@ -470,7 +472,7 @@ def test_cli_under_mpiexec_3_splits_and_completes(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "3 rank(s)" in r.stdout and "10 files (10 written" in r.stdout
     assert r.stdout.count("iodl generate:") == 2          # rank 0 alone talks
-    ds = D.open_dataset(root)
+    ds = open_dataset(root)
     assert len(ds.shards) == 10
     for s in ds.shards:
         read_tfrecords(s.path)
@@ -481,8 +483,8 @@ def test_cli_under_mpiexec_3_splits_and_completes(tmp_path):
 
 def test_content_has_no_duplicate_blocks_and_does_not_depend_on_piece_size(tmp_path, monkeypatch):
     root = str(tmp_path / "ds")
-    D.generate(small(tmp_path, files=3, spf=40, size="60000B", stdev="20000B"), [root], COMM, copies=2)
-    ds = D.open_dataset(root)
+    generate(small(tmp_path, files=3, spf=40, size="60000B", stdev="20000B"), [root], COMM, copies=2)
+    ds = open_dataset(root)
     blocks = set()
     count = 0
     for s in ds.shards:                       # storage-side dedupe sees 4 KiB blocks at file offsets
@@ -501,5 +503,5 @@ def test_content_has_no_duplicate_blocks_and_does_not_depend_on_piece_size(tmp_p
 def test_a_fresh_mount_point_with_only_lost_and_found_is_accepted(tmp_path):
     root = tmp_path / "mnt"
     (root / "lost+found").mkdir(parents=True)
-    D.generate(small(tmp_path), [str(root)], COMM)
-    assert len(D.open_dataset(str(root)).shards) == 5 and (root / "lost+found").is_dir()
+    generate(small(tmp_path), [str(root)], COMM)
+    assert len(open_dataset(str(root)).shards) == 5 and (root / "lost+found").is_dir()

@@ -4,9 +4,13 @@ import os
 import numpy as np
 import pytest
 
-from iodl import dataset as D
 from iodl import workload as W
 from iodl.comm import SerialComm
+from iodl.data import tables
+from iodl.data.generate import generate
+from iodl.data.layout import FILE_SIZES_FILE, copy_dir, shard_name
+from iodl.data.open import open_dataset
+from iodl.data.tables import TableRows, int_rows, load_npy
 from tests.conftest import require_or_skip
 
 COMM = SerialComm()
@@ -37,13 +41,13 @@ def entries_per_dir(root):
 
 def test_subfolders_spread_files_by_index_and_read_back(tmp_path):
     root = str(tmp_path / "ds")
-    D.generate(raw(tmp_path, 30, "100B"), [root], COMM, copies=2, subfolders=4)
-    ds = D.open_dataset(root)
+    generate(raw(tmp_path, 30, "100B"), [root], COMM, copies=2, subfolders=4)
+    ds = open_dataset(root)
     assert len(ds.shards) == 60
     for i, s in enumerate(ds.shards):
         copy, folder, name = os.path.relpath(s.path, root).split(os.sep)
-        assert copy == D.copy_dir(i // 30) and folder == str((i % 30) % 4)
-        assert name == D.shard_name("raw", i % 30, 30) and os.path.getsize(s.path) == s.size == 100
+        assert copy == copy_dir(i // 30) and folder == str((i % 30) % 4)
+        assert name == shard_name("raw", i % 30, 30) and os.path.getsize(s.path) == s.size == 100
     assert entries_per_dir(os.path.join(root, "copy-0000")) == {".": 4, "0": 8, "1": 8, "2": 7, "3": 7}
 
 
@@ -60,19 +64,19 @@ def test_a_root_continues_only_in_its_own_layout(tmp_path):
     from iodl.errors import UsageError
 
     root = str(tmp_path / "ds")
-    D.generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=2)
+    generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=2)
     with pytest.raises(UsageError, match="2 folder"):
-        D.generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=3)
-    assert D.generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=2).shards_skipped == 6
+        generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=3)
+    assert generate(raw(tmp_path, 6, "10B"), [root], COMM, subfolders=2).shards_skipped == 6
 
 
 def test_no_generated_folder_holds_more_than_10000_entries(tmp_path):
     root = str(tmp_path / "ds")
-    D.generate(raw(tmp_path, 20_001, "1B"), [root], COMM)
+    generate(raw(tmp_path, 20_001, "1B"), [root], COMM)
     counts = entries_per_dir(root)
     assert max(counts.values()) <= 10_000, sorted(counts.items(), key=lambda kv: -kv[1])[:3]
     assert counts["copy-0000"] == 3 and sum(counts.values()) - counts["."] - 3 == 20_001
-    ds = D.open_dataset(root)
+    ds = open_dataset(root)
     assert len(ds.shards) == 20_001 and all(os.path.exists(ds.shards[i].path) for i in (0, 9_999, 20_000))
 
 
@@ -101,11 +105,11 @@ def test_small_file_generation_keeps_up_with_a_plain_loop(tmp_path):
             if who == "loop":
                 _plain_loop(where, files, data)
             else:
-                D.generate(wl, [where], COMM)
+                generate(wl, [where], COMM)
             best[who] = max(best[who], files / (time.perf_counter() - t))
     ratio = best["iodl"] / best["loop"]
     assert ratio >= 0.8, f"iodl {best['iodl']:.0f} files/s, plain loop {best['loop']:.0f} files/s: {ratio:.2f}x"
-    ds = D.open_dataset(str(tmp_path / "iodl0"))
+    ds = open_dataset(str(tmp_path / "iodl0"))
     assert len(ds.shards) == files and os.path.getsize(ds.shards[files - 1].path) == 4096
 
 
@@ -114,14 +118,14 @@ def test_small_files_are_made_exclusively_and_never_through_a_link(tmp_path):
     target untouched; a short shard from an interrupted run is rewritten; a directory is refused."""
     root = tmp_path / "ds"
     wl = raw(tmp_path, 40, "100B")
-    D.generate(wl, [str(root)], COMM, subfolders=2)
+    generate(wl, [str(root)], COMM, subfolders=2)
     target = tmp_path / "target"
     target.write_bytes(b"keep")
-    shards = D.open_dataset(str(root)).shards
+    shards = open_dataset(str(root)).shards
     os.unlink(shards[0].path)
     os.symlink(target, shards[0].path)
     os.truncate(shards[1].path, 10)
-    res = D.generate(wl, [str(root)], COMM, subfolders=2)
+    res = generate(wl, [str(root)], COMM, subfolders=2)
     assert (res.shards_written, res.shards_skipped) == (2, 38)
     assert target.read_bytes() == b"keep" and not os.path.islink(shards[0].path)
     assert os.path.getsize(shards[0].path) == os.path.getsize(shards[1].path) == 100
@@ -130,7 +134,7 @@ def test_small_files_are_made_exclusively_and_never_through_a_link(tmp_path):
     from iodl.errors import IodlError
 
     with pytest.raises(IodlError, match="not a regular file"):
-        D.generate(wl, [str(root)], COMM, subfolders=2)
+        generate(wl, [str(root)], COMM, subfolders=2)
 
 
 def _read_cost(root, toml, ranks=4):
@@ -162,7 +166,7 @@ def test_rank_cost_does_not_grow_with_the_files(tmp_path):
     for files in (10_000, 200_000):
         wl = raw(tmp_path, files, "1B")
         root = str(tmp_path / f"ds{files}")
-        D.generate(wl, [root], COMM)
+        generate(wl, [root], COMM)
         runs = [_read_cost(root, wl.source) for _ in range(2)]
         cost[files] = (min(r[0] for r in runs), min(r[1] for r in runs))
     rss = cost[200_000][0] - cost[10_000][0]
@@ -174,11 +178,11 @@ def test_tables_are_checked_chunk_by_chunk(tmp_path, monkeypatch):
     """The whole-table checks read the .npy files in chunks (pread), so a forged size in a later
     chunk is still caught, and the totals are the tables' own."""
     root = str(tmp_path / "ds")
-    D.generate(raw(tmp_path, 10, "100B"), [root], COMM)
-    monkeypatch.setattr(D, "_CHECK_ROWS", 3)
-    ds = D.open_dataset(root)
+    generate(raw(tmp_path, 10, "100B"), [root], COMM)
+    monkeypatch.setattr(tables, "_CHECK_ROWS", 3)
+    ds = open_dataset(root)
     assert (ds.largest, ds.total_bytes) == (100, 1000)
-    sizes_file = os.path.join(root, D.FILE_SIZES_FILE)
+    sizes_file = os.path.join(root, FILE_SIZES_FILE)
     forged = np.load(sizes_file)
     forged[8] = 50   # below its one 100-byte sample: in the third chunk of three rows
     with open(sizes_file, "r+b") as f:   # rewritten in place: the header (and the file) unchanged
@@ -186,8 +190,8 @@ def test_tables_are_checked_chunk_by_chunk(tmp_path, monkeypatch):
         f.write(forged.tobytes())
     from iodl.errors import UsageError
 
-    with pytest.raises(UsageError, match=D.shard_name("raw", 8, 10)):
-        D.open_dataset(root)
+    with pytest.raises(UsageError, match=shard_name("raw", 8, 10)):
+        open_dataset(root)
 
 
 def _rss_file_kb() -> int:
@@ -204,8 +208,8 @@ def test_table_rows_hold_no_pages_of_the_table(tmp_path):
     path = str(tmp_path / "sizes.npy")
     values = np.random.default_rng(5).integers(1, 1 << 40, rows, dtype=np.int64)
     np.save(path, values)
-    table = D._load_npy(path, rows=True)
-    assert isinstance(table, D.TableRows) and len(table) == rows
+    table = load_npy(path, rows=True)
+    assert isinstance(table, TableRows) and len(table) == rows
     picks = np.random.default_rng(6).integers(0, rows, 20_000)
     before = _rss_file_kb()
     got = [int(table[int(i)]) for i in picks]
@@ -226,7 +230,7 @@ def test_table_rows_read_as_the_array_does(tmp_path):
     path = str(tmp_path / "t.npy")
     arr = np.arange(5 * 3 * 2, dtype=np.uint64).reshape(5, 3, 2)
     np.save(path, arr)
-    t = D._load_npy(path, rows=True)
+    t = load_npy(path, rows=True)
     assert t.shape == (5, 3, 2) and t.ndim == 3 and t.size == 30
     assert np.array_equal(t[4], arr[4]) and np.array_equal(t[-1], arr[-1])
     assert np.array_equal(t[[3, 0, 3]], arr[[3, 0, 3]]) and np.array_equal(t[1:4], arr[1:4])
@@ -235,7 +239,7 @@ def test_table_rows_read_as_the_array_does(tmp_path):
         t[5]
     flat = str(tmp_path / "f.npy")
     np.save(flat, np.array([7, 1, 9], dtype=np.int64))
-    f = D._load_npy(flat, rows=True).repeated(2)     # a dataset's two copies: the sizes again
+    f = load_npy(flat, rows=True).repeated(2)     # a dataset's two copies: the sizes again
     assert len(f) == 6 and [int(f[i]) for i in range(6)] == [7, 1, 9, 7, 1, 9]
-    assert np.sum(f) == 34 and np.max(f) == 9 and D.int_rows(f) is f
+    assert np.sum(f) == 34 and np.max(f) == 9 and int_rows(f) is f
     assert np.array_equal(np.asarray(f, dtype=np.int64), [7, 1, 9, 7, 1, 9])

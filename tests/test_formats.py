@@ -5,10 +5,11 @@ import zlib
 import numpy as np
 import pytest
 
-from iodl import dataset as D
 from iodl import formats as F
 from iodl import workload as W
 from iodl.comm import SerialComm
+from iodl.data.generate import generate
+from iodl.data.open import open_dataset
 from iodl.errors import UsageError
 from tests.helpers import iodl
 
@@ -42,8 +43,8 @@ def small(tmp_path, fmt, **kw):
 
 def test_npy_loads_in_numpy_and_extents_are_the_samples(tmp_path):
     wl = small(tmp_path, "npy", files=3, spf=30, size="5000B", stdev="3000B")   # some 1-byte samples
-    D.generate(wl, [str(tmp_path / "n")], COMM)
-    ds = D.open_dataset(str(tmp_path / "n"))
+    generate(wl, [str(tmp_path / "n")], COMM)
+    ds = open_dataset(str(tmp_path / "n"))
     assert ds.manifest["extents"] is None            # computed from the sizes: the header length is exact
     for i, shard in enumerate(ds.shards):
         sizes = ds.sample_sizes(i)
@@ -97,8 +98,8 @@ def test_image_dataset_sizes_across_the_stdev_and_content(tmp_path, fmt):
     # a mean close to the minimum and a wide stdev: tiny sizes (raised) and larger ones
     wl = small(tmp_path, fmt, files=40, size="600B", stdev="2000B")
     root = tmp_path / fmt
-    D.generate(wl, [str(root)], COMM)
-    ds = D.open_dataset(str(root))
+    generate(wl, [str(root)], COMM)
+    ds = open_dataset(str(root))
     form = F.FORMATS[fmt]
     drawn = [int(ds.sample_sizes(i)[0]) for i in range(len(ds.shards))]
     assert min(drawn) < form.minimum() < max(drawn)
@@ -138,7 +139,7 @@ def test_generate_and_validate_round_trip(tmp_path, fmt):
     assert r.returncode == 0 and "(0 written, 6 already there)" in r.stdout, r.stdout + r.stderr
     r = iodl("read", "--root", root, "--pattern", "validate")
     assert r.returncode == 0, r.stderr
-    ds = D.open_dataset(root)
+    ds = open_dataset(root)
     total = sum(s.size for s in ds.shards)
     assert f"{total} of {total} bytes read" in r.stdout
 
@@ -164,8 +165,8 @@ def test_indexed_binary_opens_as_dlios_reader_opens_it(tmp_path):
     its offset is the bytes iodl's own extents say."""
     wl = small(tmp_path, "indexed_binary", files=3, spf=24, size="5000B", stdev="3000B")
     root = tmp_path / "ib"
-    D.generate(wl, [str(root)], COMM)
-    ds = D.open_dataset(str(root))
+    generate(wl, [str(root)], COMM)
+    ds = open_dataset(str(root))
     assert ds.manifest["extents"] is None              # computed from the sizes (they tile the file)
     for i, shard in enumerate(ds.shards):
         assert shard.path.endswith(".indexed_binary")

@@ -24,7 +24,8 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from .. import comm as comm_mod
-    from ..dataset import collective, generate
+    from ..comm import collective
+    from ..data.generate import generate
     from ..units import format_size
     from ..workload import load_workload
 

@@ -68,7 +68,7 @@ def add_arguments(p) -> None:
 def _setup(comm, args):
     """Everything that can fail on bad input, done before any I/O, on every rank."""
     from .. import cache, limits
-    from ..dataset import workload_for_roots
+    from ..data.manifest import read_manifests, workload_for_roots
     from ..errors import UsageError
     from ..config import ReadConfig
     from .. import engines
@@ -76,7 +76,8 @@ def _setup(comm, args):
     args.engine = engines.resolve(args.engine)   # fio's names (libaio, io_uring, sync, ...) as iodl's
     # every number bounded here, on every rank, before any I/O (bounds: iodl/limits.py)
     given_block = limits.check_read_options(args)
-    wl = workload_for_roots(args.root, args.workload)
+    args.manifests = read_manifests(args.root)   # read once: open_dataset takes them from here
+    wl = workload_for_roots(args.manifests, args.workload)
     args.direct = args.direct or wl.read.direct   # the workload's O_DIRECT (DLIO's reader.odirect) as --direct
     from ..training import request_shape
 
@@ -341,7 +342,9 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
 
     from .. import cache, limits
     from .. import comm as comm_mod
-    from .. import dataset
+    from ..data.generate import ensure_default_dataset
+    from ..data.open import open_dataset, validate_block
+    from ..data.tables import int_rows
     from ..comm import NodeShared, RanksNotAnswering, SerialComm, collective
     from ..errors import UsageError
     from ..metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
@@ -364,7 +367,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
     if synthetic:
         roots = ["(null: no dataset)"]
     elif not roots:
-        roots = [dataset.ensure_default_dataset(comm, say=print if comm.rank == 0 else (lambda *a: None))]
+        roots = [ensure_default_dataset(comm, say=print if comm.rank == 0 else (lambda *a: None))]
     mount = mount_of(comm.rank, len(roots))
     train = None
     copies = 1
@@ -383,8 +386,8 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
         from ..dlio import looks_like_yaml
 
         per_file = spec.samples_per_file if looks_like_yaml(wl.source) else 1
-        ds = collective(comm, lambda: dataset.open_dataset(roots[mount], group=group, derive=derive,
-                                                           samples_per_file=per_file))
+        ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
+                                                   samples_per_file=per_file, manifests=args.manifests))
         paths, sizes, copies = ds.paths, ds.sizes, ds.copies
         sample_ends = ds.sample_ends
         total_samples = ds.total_samples
@@ -489,7 +492,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
     wall_run = time.time()   # the steps' times count from the start barrier, which follows this at once
     try:
         stop.arm()
-        records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=dataset.int_rows(sizes),
+        records, partial = pattern.run(Run(comm=comm, cfg=scfg or cfg, paths=paths, sizes=int_rows(sizes),
                                            sample_ends=sample_ends, mount=mount, n_mounts=len(roots), host=host,
                                            result=mine, stop=stop, on_epoch=on_epoch, total_samples=total_samples,
                                            after_step=after_step))
@@ -517,7 +520,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
 
         flag = bool(c.allreduce(int(partial or stop()), "max"))
         recs = c.gather((mount, records)) if scfg is not None else None
-        chk = c.gather((mount, len(sizes), int(np.sum(sizes)))) if cfg.pattern == "validate" else None  # dataset.validate_block
+        chk = c.gather((mount, len(sizes), int(np.sum(sizes)))) if cfg.pattern == "validate" else None  # validate_block
         ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, ck_setup[0], flag) if checkpoints else None
         # a stopped run's window is what it ran: from its first counted completion to its last
         return flag, recs, chk, reduce_results(c, mine, roots, cfg.duration_s if fixed_window and not flag else None), ck
@@ -592,7 +595,7 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
                 shares = [None] * len(roots)
             result["sizing"] = sizing_block(result, demand, shares)
     if cfg.pattern == "validate":
-        result["validate"] = dataset.validate_block(checked, result["total"]["bytes"])
+        result["validate"] = validate_block(checked, result["total"]["bytes"])
     if reduced["series"] is not None:
         result["series"] = reduced["series"]
     if ck_reduced is not None:

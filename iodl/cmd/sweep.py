@@ -144,14 +144,14 @@ def run(args) -> int:
     from ..errors import IodlError, UsageError
     from ..report import write_result
     from ..sizing import workload_demand_MBps
-    from ..dataset import workload_for_roots
+    from ..data.manifest import read_manifests, workload_for_roots
 
     if launched_by_mpi():
         raise UsageError("iodl sweep starts mpiexec itself for every rank count: run it without mpirun/mpiexec")
     ranks = sweep.parse_ranks(args.ranks)
     timeout = sweep.parse_timeout(args.timeout)
     read_argv, opts = _read_options(args.read_args)
-    wl = workload_for_roots(opts.root, opts.workload)   # the one each point's `iodl read` will run
+    wl = workload_for_roots(read_manifests(opts.root), opts.workload)   # the one each point's `iodl read` will run
     threshold = sweep.parse_threshold(args.threshold, wl.metric.au_threshold)
     mpiexec = sweep.find_mpiexec(args.mpiexec)
     _check_out(args.out)

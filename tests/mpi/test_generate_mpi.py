@@ -4,9 +4,10 @@ import os
 import numpy as np
 import pytest
 
-from iodl import dataset as D
 from iodl import workload as W
 from iodl.comm import MpiComm
+from iodl.data.generate import generate
+from iodl.data.open import open_dataset
 from iodl.errors import IodlError
 
 pytestmark = pytest.mark.mpi
@@ -44,24 +45,24 @@ def _check_tfrecord(path, sizes):
 def test_ranks_split_the_shards_over_roots_and_copies(mpi_tmp_path):
     comm, wl = _wl(mpi_tmp_path)
     roots = [os.path.join(mpi_tmp_path, "a"), os.path.join(mpi_tmp_path, "b")]
-    res = D.generate(wl, roots, comm, copies=2)
+    res = generate(wl, roots, comm, copies=2)
     items = 2 * 2 * 7
     assert res.written_by_rank == [len(range(r, items, comm.size)) for r in range(comm.size)]
     assert res.shards_written == items and res.shards_skipped == 0
     for root in roots:
-        ds = D.open_dataset(root)
+        ds = open_dataset(root)
         assert len(ds.shards) == 14
         for i in range(comm.rank, len(ds.shards), comm.size):   # every rank checks a share
             _check_tfrecord(ds.shards[i].path, ds.sample_sizes(i).tolist())
-    again = D.generate(wl, roots, comm, copies=2)
+    again = generate(wl, roots, comm, copies=2)
     assert (again.shards_written, again.shards_skipped) == (0, items)
 
 
 def test_npz_extents_are_gathered_from_every_rank(mpi_tmp_path):
     comm, wl = _wl(mpi_tmp_path, files=5, fmt="npz")
     root = os.path.join(mpi_tmp_path, "z")
-    D.generate(wl, [root], comm)
-    ds = D.open_dataset(root)
+    generate(wl, [root], comm)
+    ds = open_dataset(root)
     for i, shard in enumerate(ds.shards):
         ext = ds.sample_extents(i)
         with np.load(shard.path) as z:
@@ -80,6 +81,6 @@ def test_a_bad_root_fails_on_every_rank_without_hanging(mpi_tmp_path):
             f.write("x")
     comm.barrier()
     with pytest.raises(IodlError, match="did not create") as e:
-        D.generate(wl, [foreign], comm)
+        generate(wl, [foreign], comm)
     assert e.value.exit_code == 2
     assert os.listdir(foreign) == ["x"]

@@ -45,3 +45,37 @@ def test_shard_stream_groups_whole_shards_until_exhausted():
     assert groups == [[0, 1, 2], [3]]
     stream = plan.ShardStream(lambda e: np.arange(4), sizes, group_bytes=10**9, group_files=3)
     assert [len(stream.next_group()) for _ in range(3)] == [3, 3, 3]    # endless, bounded in files
+
+
+FD_BUDGET_SCRIPT = """
+import os
+from iodl import plan
+from iodl.errors import UsageError
+
+held = []
+try:
+    while True:                      # every descriptor `ulimit -n 64` allows, as MPI's can take a small limit
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+try:
+    print("budget", plan.fd_budget())
+except UsageError as exc:
+    print("error", exc)
+for fd in held[-20:]:                # 20 free: 4 beyond the headroom's 16
+    os.close(fd)
+print("budget", plan.fd_budget())
+"""
+
+
+def test_fd_budget_with_every_descriptor_taken_is_one_line_not_a_traceback():
+    # `resource` imported when every descriptor is in use fails with EMFILE: the module holds it already
+    import subprocess
+    import sys
+
+    proc = subprocess.run(["bash", "-c", f'ulimit -n 64 && exec "{sys.executable}" -c "$0"', FD_BUDGET_SCRIPT],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    full, freed = proc.stdout.splitlines()
+    assert full.startswith("error ulimit -n 64: every file descriptor") and "raise ulimit -n" in full, full
+    assert freed == "budget 4", freed   # the descriptor that counts them is not counted
