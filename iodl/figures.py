@@ -68,7 +68,7 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
                                                                       "mounts.storage_bound", "mounts.demand_MBps",
                                                                       "demand_MBps", "accelerators_fed",
                                                                       "storage_bound")),
-    "iodl.dataset:validate_block": tuple(f"result.validate.{k}" for k in ("shards", "bytes", "expected_bytes",
+    "iodl.data.open:validate_block": tuple(f"result.validate.{k}" for k in ("shards", "bytes", "expected_bytes",
                                                                           "checked")),
     # checkpoints: each operation's figures, per mount and per rank
     "iodl.reduce:checkpoint_block": tuple(f"checkpoint.OP.{k}" for k in _OP),
