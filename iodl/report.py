@@ -9,8 +9,7 @@ import os
 from .cache import RAM_MULTIPLE
 from .histogram import DEPTH_LABELS
 from .result import RESULT as SCHEMA  # noqa: F401  (read.py writes it)
-from .sizing import storage_MBps
-from .sweep import meets   # AU at the threshold or above: the same rule as the sweep's count
+from .sizing import meets, storage_MBps
 
 # a measured cache-hit fraction above what a dataset of RAM_MULTIPLE x RAM leaves to the page cache
 # in steady state (MLPerf Storage's rule): the run measured memory more than the storage

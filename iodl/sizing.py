@@ -65,3 +65,8 @@ def sizing_block(result: dict, demand: float, wait_shares: list[float | None]) -
     return {"demand_MBps_per_accelerator": demand, "demand_MBps": sum(m["demand_MBps"] for m in mounts),
             "accelerators_fed": None if None in fed else sum(fed),
             "storage_bound": all(m["storage_bound"] for m in mounts), "mounts": mounts}
+
+
+def meets(au: float, threshold: float) -> bool:
+    """AU at the threshold or above: the rule of "accelerators supported" wherever it is applied."""
+    return au >= threshold - 1e-12  # an AU printed as exactly 90.0% counts as 90%

@@ -23,9 +23,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from . import limits
-from .sizing import storage_MBps
+from .sizing import meets, storage_MBps
 from .errors import IodlError, UsageError
 
+from .report import make_console, print_table
 from .result import SWEEP as SCHEMA
 LAUNCH = "mpiexec per point"
 PARTIAL_EXIT = 130                               # `iodl read` stopped by a signal: result written, partial
@@ -216,10 +217,6 @@ def point_from_result(ranks: int, result: dict, path: str | None, exit_code: int
                  result=path, exit_code=exit_code, mlperf_au=float(mlperf["au"]) if mlperf else None)
 
 
-def meets(au: float, threshold: float) -> bool:
-    return au >= threshold - 1e-12  # an AU printed as exactly 90.0% counts as 90%
-
-
 def accelerators_supported(points: list[Point], threshold: float, mlperf: bool = False) -> int:
     """Largest rank count whose AU >= threshold (docs/numbers.md), 0 when none reached it; by
     MLPerf Storage's AU (train.mlperf.au) when asked, points without one not counting."""
@@ -281,8 +278,6 @@ def document(pattern: str, workload: dict, engine: str, threshold: float, points
 
 
 def print_sweep(doc: dict, console=None) -> None:
-    from .report import make_console, print_table
-
     console = console or make_console()
     points = [Point(**p) for p in doc["points"]]
     threshold = doc["au_threshold"]
