@@ -16,11 +16,16 @@ seed 123.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from dataclasses import dataclass
 from typing import Callable
 
+import yaml
+
+from .checkpoint import DATATYPES
 from .errors import UsageError
+from .formats import FORMATS, PARQUET_DTYPES, parquet_record_bytes
 
 HONOUR, INFO, REFUSE = "honoured", "informational", "refused"
 
@@ -56,8 +61,6 @@ def _compute(v):
 
 
 def _fmt(v):
-    from .workload import FORMATS
-
     if v == "mmap_indexed_binary":
         # the same files as indexed_binary, read through a memory map (page faults and the kernel's
         # readahead decide the requests): iodl reads with read calls only
@@ -174,8 +177,6 @@ def _mode(v):
 
 
 def _datatype(v):
-    from .checkpoint import DATATYPES
-
     if v not in DATATYPES:
         raise ValueError(f"must be one of {', '.join(DATATYPES)}, got {v!r}")
     return v
@@ -441,8 +442,6 @@ def dlio_version_of(top: dict) -> str:
     key only DLIO 2.0.0 and before read (record_length*, checkpoint.model_size, workflow.debug, ...;
     MLPerf Storage v0.5's files read the same keys as v1.0's, so --dlio-version 0.5 says which),
     else 3.0 (2.0 reads what 3.0 reads, for what iodl plans)."""
-    import yaml
-
     def keys(node, prefix):
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
@@ -461,13 +460,11 @@ def looks_like_yaml(path: str) -> bool:
     return path.lower().endswith((".yaml", ".yml"))
 
 
-def load(path: str, dlio_version: str | None = None):
-    """The iodl Workload a DLIO YAML file describes, as the DLIO of `dlio_version` (default: the
-    one the file's keys say, dlio_version_of) read it (UsageError with file:line otherwise)."""
-    import yaml
-
-    from .workload import workload_from_dict
-
+def load(path: str, dlio_version: str | None, build: Callable):
+    """The iodl Workload a DLIO YAML file describes, as the DLIO of `dlio_version` (None: the one
+    the file's keys say, dlio_version_of) read it (UsageError with file:line otherwise). `build`
+    makes the Workload from iodl's keys (workload.workload_from_dict: passed in, as the workload
+    module is the one that dispatches a YAML file here)."""
     label = os.path.basename(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -499,7 +496,7 @@ def load(path: str, dlio_version: str | None = None):
     d["workload"]["description"] = (f"{label}: a DLIO/MLPerf Storage workload (model "
                                     f"{d['workload'].pop('model', '?')}) read by iodl (docs/dlio.md)")
     try:
-        wl = workload_from_dict({**d.pop("workload"), **d, "source": os.path.abspath(path)}, label)
+        wl = build({**d.pop("workload"), **d, "source": os.path.abspath(path)}, label)
         if wl.dataset is None:
             wl = dataclasses.replace(wl, no_dataset=(
                 f"{label}:{no_dataset_line}: [workflow] train: False: iodl read emulates training (train: true); "
@@ -517,8 +514,6 @@ def load(path: str, dlio_version: str | None = None):
 
 def _mapping(node, label: str, what: str) -> dict:
     """{key: (line, value node)} of a YAML mapping node; duplicate keys are refused."""
-    import yaml
-
     if not isinstance(node, yaml.MappingNode):
         line = node.start_mark.line + 1 if node is not None else 1
         raise UsageError(f"{label}:{line}: {what}: must be a mapping of keys")
@@ -532,18 +527,12 @@ def _mapping(node, label: str, what: str) -> dict:
 
 
 def _value(node):
-    import yaml
-
     return yaml.constructor.SafeConstructor().construct_document(node) if node is not None else None
 
 
 def _translate(top: dict, label: str, version: str = "3.0") -> tuple[dict, dict]:
     """The iodl workload dict of a DLIO mapping as DLIO `version` reads it, and (iodl section,
     key) -> (line, DLIO key)."""
-    import difflib
-
-    import yaml
-
     d: dict = {"workload": {}, "dataset": {}, "train": {}, "read": {}, "metric": {}, "model": {}, "parallelism": {},
                "checkpoint": {}}
     lines: dict = {}
@@ -678,8 +667,6 @@ def _reader_section(d: dict, reader: dict, label: str, lines: dict) -> None:
 def _parquet_row(d: dict) -> None:
     """With parquet.columns, a row is the columns' bytes (as DLIO's generator writes it), whatever
     record_length says (DLIO's parquet generator does not read it then)."""
-    from .formats import PARQUET_DTYPES, parquet_record_bytes
-
     cols = d["dataset"].get("columns")
     if isinstance(cols, list) and cols and all(isinstance(c, dict) and c.get("dtype") in PARQUET_DTYPES
                                                and isinstance(c.get("size", 1), int) for c in cols):
@@ -689,8 +676,6 @@ def _parquet_row(d: dict) -> None:
 def _entries(table: dict, rules: dict, label: str, section: str):
     """(key, (line, node)) of a section, a nested mapping's keys (model.parallelism.tensor) as
     `parallelism.tensor` when the rules know them so."""
-    import yaml
-
     for key, (line, vnode) in table.items():
         if isinstance(vnode, yaml.MappingNode) and any(k.startswith(key + ".") for k in rules):
             for sub, (sline, snode) in _mapping(vnode, label, f"{section}.{key}").items():

@@ -7,16 +7,18 @@ tomllib gives no line numbers for values, so the key's line is found by scanning
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import limits
+from . import dlio, limits
 from .checkpoint import (DATATYPES, LAYOUTS, ZERO_STAGES, CheckpointModel, CheckpointSpec, ModelSpec, ParallelismSpec,
                          check_model)
 from .errors import UsageError
+from .formats import FORMATS as FORMAT_TABLE, PARQUET_DTYPES, format_for, parquet_record_bytes
 from .units import parse_size
 
 try:
@@ -24,7 +26,7 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-FORMATS = ("tfrecord", "hdf5", "npz", "raw", "npy", "jpeg", "png", "indexed_binary", "parquet")
+FORMATS = tuple(FORMAT_TABLE)   # the names, in the order formats.py lists them
 ONE_SAMPLE_FORMATS = ("jpeg", "png")   # one sample per file (as DLIO documents them)
 PATTERNS = ("train-sync", "infer-async", "storage-only", "validate")
 SHUFFLES = ("none", "file", "sample", "file+sample")
@@ -164,15 +166,11 @@ class Workload:
 def _check_one_sample(ds: DatasetSpec, where: str) -> None:
     if ds.format == "parquet":
         # every row of a parquet file has the columns' bytes: sizes do not spread
-        from .formats import parquet_record_bytes
-
         if ds.sample_size_stdev:
             raise UsageError(f"{where}: parquet rows all have the columns' size: sample_size_stdev must be 0")
         if ds.columns and parquet_record_bytes(ds.columns) != ds.sample_size:
             raise UsageError(f"{where}: the columns make rows of {parquet_record_bytes(ds.columns):,} bytes, but "
                              f"sample_size is {ds.sample_size:,}: make them agree")
-        from .formats import format_for
-
         try:   # a page is at most 2 GiB (vectorised, cached: the reader needs this layout anyway)
             format_for(ds).layout(np.full(ds.samples_per_file, ds.sample_size, dtype=np.int64))
         except ValueError as exc:
@@ -212,8 +210,6 @@ def _nonneg_float(v, hi=limits.MAX_SECONDS):
 
 def _columns(v):
     """parquet columns: a list of tables {name, dtype, size (values per row, 1), read (True)}."""
-    from .formats import PARQUET_DTYPES
-
     if not isinstance(v, (list, tuple)):
         raise ValueError(f"must be a list of {{name, dtype, size, read}} tables, got {v!r}")
     out, names = [], set()
@@ -543,8 +539,6 @@ BUILTIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workload
 
 def _close(word, choices) -> list[str]:
     """The did-you-mean hint (difflib is imported here: only a bad file needs it)."""
-    import difflib
-
     return difflib.get_close_matches(word, choices, n=1)
 
 
@@ -563,10 +557,8 @@ def load_workload(name_or_path: str, need_dataset: bool = True, dlio_version: st
 
 
 def _load_workload(name_or_path: str, dlio_version: str | None = None) -> Workload:
-    from . import dlio
-
     if dlio.looks_like_yaml(name_or_path):
-        return dlio.load(name_or_path, dlio_version)
+        return dlio.load(name_or_path, dlio_version, workload_from_dict)
     if dlio_version is not None:
         raise UsageError(f"--dlio-version: {name_or_path} is not a DLIO YAML file")
     looks_like_path = os.sep in name_or_path or name_or_path.endswith(".toml") or os.path.exists(name_or_path)
