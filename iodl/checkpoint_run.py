@@ -33,7 +33,7 @@ _MAX_STORE = 1 << 26
 
 # ---- the root and what iodl wrote in it
 
-def _read_store(root: str) -> dict | None:
+def read_store(root: str) -> dict | None:
     path = os.path.join(root, STORE)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -78,7 +78,7 @@ def prepare_root(root: str) -> dict:
                                                              if stat.S_ISLNK(st.st_mode) else ""))
     if not os.access(root, os.W_OK | os.X_OK):
         raise UsageError(f"--root {root}: not writable")
-    store = _read_store(root)
+    store = read_store(root)
     if store is not None:
         return store
     if os.path.lexists(os.path.join(root, MANIFEST)):

@@ -105,7 +105,11 @@ def _main(argv: list[str]) -> int:
             argv = fio_options_as_flags(argv)   # fio's own --OPTION=VALUE, as on fio's command line
         args = build_parser(argv).parse_args(argv)
         module = importlib.import_module(args._module)
-        return int(module.run(args) or 0)
+        from .comm import world
+
+        # the communicator is built once, here (as mpi4py's bench does): a command takes it, so that
+        # a test can run one in-process; it starts MPI only when mpirun launched this process
+        return int(module.run(world(), args) or 0)
     except IodlError as exc:
         if getattr(exc, "collective", False):
             from .comm import launcher_rank

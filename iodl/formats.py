@@ -22,7 +22,7 @@ record in the file:
 - indexed_binary: DLIO's indexed binary: the data file holds the samples back to back (as raw), and
             two index files beside it, NAME.off.idx and NAME.sz.idx, hold each sample's offset and
             size as little-endian uint64 (numpy "<u8", DLIO's struct 'Q'), one per sample; extents tile
-            the data file. Read sample by sample at those offsets (sample_access).
+            the data file. Read sample by sample at those offsets (Reading "samples").
 - jpeg/png: one sample per file, a real image of exactly the sample's size (raised to the smallest
             valid file): a tiny Pillow-encoded image plus filler segments (JPEG COM after SOI, PNG
             private `ioDL` chunks before IEND) carrying the random content; the extent is the file,
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -207,13 +208,23 @@ def _put(buf: np.ndarray, offsets: np.ndarray, values: np.ndarray, width: int) -
 
 # ---------------------------------------------------------------- formats --------------------
 
+@dataclass(frozen=True)
+class Reading:
+    """How the step patterns read a format's shards, as DLIO's reader of that format reads them."""
+    # shards: whole shards, each sequentially (training.SampleStream); samples: sample by sample, each
+    # at its own offset in an order of its own (indexed_binary, as DLIO's reader seeks to each sample:
+    # training.SampleAccessStream); row_groups: by row group (parquet: training.RowGroupStream)
+    kind: str = "shards"
+    records: bool = False          # tfrecord record by record: header, data, footer (TFRecordDataset without a buffer)
+    npz_load: bool = False         # npz shards read as np.load reads them (plan.npz_load_plan)
+    # parquet: (rows per row group, [(n, 2) [offset, length] reads of each row group]), the same in every shard
+    row_groups: tuple | None = None
+
+
 class Format:
     name = ""
     suffix = ""
     tiles = False  # whether consecutive extents cover the whole file
-    # read sample by sample, each at its own offset in an order of its own (indexed_binary, as DLIO's
-    # reader seeks to each sample), rather than whole shards sequentially (training.SampleAccessStream)
-    sample_access = False
     index_suffixes: tuple[str, ...] = ()   # what index_files() adds to the shard's name
 
     def index_files(self, sizes: np.ndarray) -> dict[str, np.ndarray]:
@@ -246,6 +257,11 @@ class Format:
 
     def extents_from_file(self, path: str, samples: int) -> np.ndarray:
         raise NotImplementedError
+
+    def reading(self, ds, read, direct: bool, block_given: bool) -> Reading:
+        """How a dataset of this format (workload.DatasetSpec) is read under [read] (workload.ReadSpec),
+        with O_DIRECT or not, with a --block-size given or not."""
+        return Reading()
 
     def check_file(self, path: str, sizes: np.ndarray) -> bool:
         """Whether an existing shard is complete and has these samples (for re-runs)."""
@@ -305,6 +321,10 @@ class Stream(Format):
 class TFRecord(Stream):
     name, suffix, overhead = "tfrecord", "tfrecord", 16
 
+    def reading(self, ds, read, direct, block_given):
+        # transfer_size 0: TFRecordDataset without a buffer (training.request_shape); a block size given stands
+        return Reading(records=read.transfer_size == 0 and not block_given)
+
     def frame(self, view, starts, sizes):
         data = starts + 12
         _put(view, starts, sizes, 8)
@@ -322,7 +342,10 @@ class IndexedBinary(Raw):
     and size as uint64, which DLIO's readers (reader/indexed_binary_reader.py, ..._mmap_reader.py)
     open with numpy and seek by. DLIO's generator writes all samples of one size; iodl's index holds
     each drawn size, so a size spread reads as well."""
-    name, suffix, sample_access = "indexed_binary", "indexed_binary", True
+    name, suffix = "indexed_binary", "indexed_binary"
+
+    def reading(self, ds, read, direct, block_given):
+        return Reading("samples")
     index_suffixes = (".off.idx", ".sz.idx")
 
     def pieces(self, sizes, key, buffer):
@@ -357,6 +380,10 @@ _ZIP_LOCAL = struct.Struct("<4sHHHHHIIIHH")
 
 class Npz(Format):
     name, suffix = "npz", "npz"
+
+    def reading(self, ds, read, direct, block_given):
+        # np.load's own reads; O_DIRECT and a given block size read the shard in whole blocks instead
+        return Reading(npz_load=read.access == "np.load" and not direct and not block_given)
 
     def prepare(self, sizes, key, out=None):
         return random_bytes(int(sizes.sum()), key, out), sizes
@@ -693,13 +720,17 @@ class Parquet(Format):
     the list's repetition and definition levels. No columns: DLIO's legacy single column `data` of
     sample_size uint8 values per row.
 
-    Reading (sample_access, training.SampleAccessStream) goes by row group, as DLIO's parquet readers
+    Reading (Reading "row_groups", training.RowGroupStream) goes by row group, as DLIO's parquet readers
     do: the first sample of a row group a rank takes in an epoch reads the column chunks of its
     `read` columns (adjacent ones in one range), the rest of its samples read nothing more.
     row_group_reads() is that table; extents() gives each row its record_length bytes in its row
     group's data (a bound for the dataset checks: a row's values are spread over the chunks).
     """
-    name, suffix, sample_access, streams = "parquet", "parquet", True, True
+    name, suffix, streams = "parquet", "parquet", True
+
+    def reading(self, ds, read, direct, block_given):
+        sizes = np.full(ds.samples_per_file, ds.sample_size, dtype=np.int64)
+        return Reading("row_groups", row_groups=self.row_group_reads(sizes))
     MAX_PAGE = (1 << 31) - 1    # a page's size is a Thrift i32
 
     def __init__(self, columns=(), row_group_size: int = 1024):

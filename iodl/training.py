@@ -21,11 +21,11 @@ from . import _native, plan, reduce
 from .cursor import Cancelled, Cursor, ShardFiles
 from .data.tables import int_rows
 from .engines import open_engine
-from .config import StepConfig
-from .metrics import LIVE_STEPS, RankResult
-from .patterns import Pattern, Run, register
+from .metrics import LIVE_STEPS
 
 if TYPE_CHECKING:
+    from .patterns import Run
+    from .runspec import RunSpec
     from .result import Train
 
 WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
@@ -242,7 +242,7 @@ def sample_reads(start: int, end: int, block_size: int, align: int = 1) -> np.nd
 
 class SampleAccessStream:
     """A rank's endless stream of samples read one at a time, each at its own offset: formats whose
-    samples are found through an index (Format.sample_access: indexed_binary), read as DLIO's index
+    samples are found through an index (Format.reading "samples": indexed_binary), read as DLIO's index
     sampler and its indexed_binary reader read them (seek to the sample, read it, next sample).
 
     Each epoch lines up the mount's N samples shard by shard (shards in index order, or in the
@@ -259,7 +259,7 @@ class SampleAccessStream:
 
     CACHED_SHARDS = SampleStream.CACHED_SHARDS
 
-    def __init__(self, cfg: StepConfig, sample_ends, n_shards: int, samples_per_shard: int, index_in_mount: int,
+    def __init__(self, cfg: RunSpec, sample_ends, n_shards: int, samples_per_shard: int, index_in_mount: int,
                  ranks_in_mount: int, rank: int, align: int = 1, check: bool = True):
         self._cfg, self._sample_ends, self._n, self._spf = cfg, sample_ends, n_shards, samples_per_shard
         self._i, self._r, self._align, self._check = index_in_mount, ranks_in_mount, align, check
@@ -380,15 +380,15 @@ class ShardLookahead:
 class RowGroupStream(SampleAccessStream):
     """parquet (formats.Parquet): SampleAccessStream's epochs and parts, read by row group as DLIO's
     parquet readers read: the first sample of a row group the rank takes in an epoch reads that row
-    group's `read` column chunks (cfg.row_groups: the same ranges in every shard), its other samples
+    group's `read` column chunks (cfg.reading.row_groups: the same ranges in every shard), its other samples
     read nothing more. The bytes a batch counts are the bytes it read. Without sample shuffling a
     part is walked as a range of positions, never held as an array (dlrm_b200 has 4.8 G rows); with
     it the part is permuted whole as SampleAccessStream does. --sampling random reads, per batch, the
     row groups its samples fall in."""
 
-    def __init__(self, cfg: StepConfig, *args, **kw):
+    def __init__(self, cfg: RunSpec, *args, **kw):
         super().__init__(cfg, None, *args, **kw)
-        self._rpg, self._reads = cfg.row_groups
+        self._rpg, self._reads = cfg.reading.row_groups
         self._done: set = set()                # (shard, row group) read this epoch
         self._lo = self._hi = 0
         self._order = None
@@ -463,7 +463,7 @@ class RowGroupStream(SampleAccessStream):
         return self._hi - self._lo
 
 
-def shard_source(cfg: StepConfig, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int,
+def shard_source(cfg: RunSpec, n_shards: int, index_in_mount: int, ranks_in_mount: int, rank: int,
                  buffer: int = 0):
     """next_shard() -> (shard, epoch) for this rank; buffer: the sample-shuffle buffer (buffer_size)."""
     if cfg.sampling == "random":
@@ -507,7 +507,7 @@ class _Reader(threading.Thread):
     threads (files.ahead_cap > 0) each fetch also starts opening the shards that come after its
     batch (lookahead), so that the reader finds their fds ready, as a data loader's workers do."""
 
-    def __init__(self, stream: SampleStream, files: ShardFiles, cfg: StepConfig, cursor: Cursor, batches: int = 0,
+    def __init__(self, stream: SampleStream, files: ShardFiles, cfg: RunSpec, cursor: Cursor, batches: int = 0,
                  lookahead: ShardLookahead | None = None, cut_epochs: int = 0, samples_per_shard: int = 1):
         super().__init__(daemon=True, name="iodl-reader")
         self.stream, self.files, self.cfg, self.cursor = stream, files, cfg, cursor
@@ -605,7 +605,7 @@ def request_shape(wl) -> tuple[int, bool]:
     return (wl.read.block_size, True) if transfer == 0 else (transfer, False)
 
 
-def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple[int, int]:
+def planned_steps(cfg: RunSpec, n_samples: int, ranks_in_mount: int) -> tuple[int, int]:
     """(steps to run, 0 when only a duration bounds them; steps per epoch) for one rank. An epoch
     runs at most cfg.total_steps steps (DLIO's total_training_steps, which DLIO counts per epoch:
     its step counter starts again each epoch, main.py _train), and every epoch runs."""
@@ -615,48 +615,63 @@ def planned_steps(cfg: StepConfig, n_samples: int, ranks_in_mount: int) -> tuple
     return cfg.steps or (0 if cfg.duration_s else steps_per_epoch * cfg.epochs), steps_per_epoch
 
 
-def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, index_in_mount: int,
-              ranks_in_mount: int, host: str, stop_flag=None, result: RankResult | None = None, on_epoch=None,
-              after_step=None, total_samples: int | None = None):
-    """Run train-sync or infer-async on this rank. Returns (RankResult, step records array,
-    partial, steps per epoch).
+def _shard_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_in_mount: int, ranks_in_mount: int,
+                  rank: int):
+    buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
+    next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, rank, buffer))
+    return SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
+                        rng=np.random.default_rng([cfg.seed, rank, 1]), check=cfg.sampling == "epoch",
+                        records=cfg.reading.records, npz_load=cfg.reading.npz_load), next_shard
 
-    paths None with the null engine: no dataset, the shard layout comes from the workload spec.
-    stop_flag: a callable returning True when the user asked to stop (SIGINT/SIGTERM).
-    result: where to count (it may carry a series and live counters); on_epoch(epoch): called
-    between the last step of an epoch and the first of the next (after the barrier in train-sync).
-    after_step(step, steps_per_epoch) -> seconds: train-sync's in-training checkpoint, run by
-    every rank after a step's barrier and inside that step's time (the step waits for it, so AU
-    shows its cost); what it took is the step's `checkpoint` field.
-    The stream's order check lands in result.epochs_checked / epochs_wrong.
+
+def _sample_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_in_mount: int, ranks_in_mount: int,
+                   rank: int):
+    # every shard of a dataset holds as many samples (generate lays them out so)
+    return SampleAccessStream(cfg, sample_ends, len(sizes), total_samples // max(1, len(sizes)), index_in_mount,
+                              ranks_in_mount, rank, align=_native.ALIGN if cfg.direct else 1,
+                              check=cfg.sampling == "epoch"), None
+
+
+def _row_group_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_in_mount: int,
+                      ranks_in_mount: int, rank: int):
+    return RowGroupStream(cfg, len(sizes), total_samples // max(1, len(sizes)), index_in_mount, ranks_in_mount,
+                          rank, align=_native.ALIGN if cfg.direct else 1, check=cfg.sampling == "epoch"), None
+
+
+# a rank's sample stream for each formats.Reading kind: (stream, the shard order to open ahead of or None)
+STREAMS = {"shards": _shard_stream, "samples": _sample_stream, "row_groups": _row_group_stream}
+
+
+def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
+    """Run train-sync or infer-async on this rank: (step records array, partial), counted into
+    run.result (its order check in result.epochs_checked / epochs_wrong).
+
+    run.paths None with the null engine: no dataset, the shard layout comes from the workload spec.
+    run.on_epoch(epoch): called between the last step of an epoch and the first of the next (after
+    the barrier in train-sync). run.after_step(step, steps_per_epoch) -> seconds: train-sync's
+    in-training checkpoint, run by every rank after a step's barrier and inside that step's time
+    (the step waits for it, so AU shows its cost); what it took is the step's `checkpoint` field.
     """
-    sizes = int_rows(sizes)   # a dataset's table stays on disk: a row read per shard opened
+    comm, cfg, paths, sample_ends, stop_flag = run.comm, run.spec, run.paths, run.sample_ends, run.stop
+    result = run.result
+    members = plan.ranks_of_mount(run.mount, run.n_mounts, comm.size)
+    index_in_mount, ranks_in_mount = members.index(comm.rank), len(members)
+    on_epoch, after_step, total_samples = run.on_epoch, run.after_step, run.total_samples
+    sizes = int_rows(run.sizes)   # a dataset's table stays on disk: a row read per shard opened
     if total_samples is None:   # a dataset knows it; counted here for callers that do not pass it
         total_samples = sum(len(sample_ends(i)) for i in range(len(sizes)))
-    next_shard = None                # per-sample and per-row-group reads: no shard order to open ahead of
-    if cfg.row_groups is not None:   # parquet
-        stream = RowGroupStream(cfg, len(sizes), total_samples // max(1, len(sizes)), index_in_mount, ranks_in_mount,
-                                comm.rank, align=_native.ALIGN if cfg.direct else 1, check=cfg.sampling == "epoch")
-    elif cfg.sample_access:     # every shard of a dataset holds as many samples (generate lays them out so)
-        stream = SampleAccessStream(cfg, sample_ends, len(sizes), total_samples // max(1, len(sizes)),
-                                    index_in_mount, ranks_in_mount, comm.rank,
-                                    align=_native.ALIGN if cfg.direct else 1, check=cfg.sampling == "epoch")
-    else:
-        buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
-        next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, comm.rank, buffer))
-        stream = SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
-                              rng=np.random.default_rng([cfg.seed, comm.rank, 1]), check=cfg.sampling == "epoch",
-                              records=cfg.records, npz_load=cfg.npz_load)
+    # the format's reading (formats.Format.reading); next_shard: the shard order the open threads
+    # open ahead of (None for per-sample and per-row-group reads)
+    stream, next_shard = STREAMS[cfg.reading.kind](cfg, sample_ends, sizes, total_samples, index_in_mount,
+                                                   ranks_in_mount, comm.rank)
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
     whole = planned_steps(dataclasses.replace(cfg, total_steps=0), total_samples, ranks_in_mount)[1]
     cut_epochs = steps_per_epoch if steps_per_epoch < whole and cfg.sampling == "epoch" else 0
 
-    result = result or RankResult(rank=comm.rank, host=host, mount=mount)
     records = StepRecords()
     engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
                          delay_ns=cfg.delay_ns, cache_check=not cfg.direct and paths is not None, **cfg.engine_extra)
     sync = cfg.pattern == "train-sync"
-    stop_flag = stop_flag or (lambda: False)
     comm.barrier()
     t0 = _native.monotonic_ns()
     clock = lambda: (_native.monotonic_ns() - t0) / 1e9  # noqa: E731
@@ -723,20 +738,7 @@ def run_steps(comm, cfg: StepConfig, paths, sizes, sample_ends, mount: int, inde
             if not partial:
                 stream.finish()
     result.epochs_checked, result.epochs_wrong = stream.epochs_checked, stream.epochs_wrong
-    return result, records.array(), partial, steps_per_epoch
-
-
-def _steps(run: Run) -> tuple[np.ndarray, bool]:
-    members = plan.ranks_of_mount(run.mount, run.n_mounts, run.comm.size)
-    _result, records, partial, _spe = run_steps(run.comm, run.cfg, run.paths, run.sizes, run.sample_ends, run.mount,
-                                                members.index(run.comm.rank), len(members), run.host, run.stop,
-                                                result=run.result, on_epoch=run.on_epoch, after_step=run.after_step,
-                                                total_samples=run.total_samples)
-    return records, partial
-
-
-register(Pattern("train-sync", steps=True, fixed_window=lambda cfg: False, run=_steps))
-register(Pattern("infer-async", steps=True, fixed_window=lambda cfg: cfg.fixed_window, run=_steps))
+    return records.array(), partial
 
 
 def _col(a: np.ndarray, name: str) -> np.ndarray:

@@ -1,1 +1,1 @@
-"""Subcommands. Each module has HELP, add_arguments(parser) and run(args) -> exit status."""
+"""Subcommands (listed in iodl/cli.py). Each module has add_arguments(parser) and run(comm, args) -> exit status."""

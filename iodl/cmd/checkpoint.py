@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 
-HELP = "write and read back an MLPerf-Storage-style checkpoint under --root (--plan: its files, no I/O)"
-
 GiB = 1 << 30
 
 
@@ -49,7 +47,7 @@ def add_arguments(p) -> None:
                         "layout, DIR/checkpointing/<model>/<YYYYMMDD_HHmmss>/ (docs/mlperf.md)")
 
 
-def run(args) -> int:
+def run(comm, args) -> int:
     from ..errors import UsageError
 
     if args.plan:
@@ -59,7 +57,7 @@ def run(args) -> int:
     if not args.root:
         raise UsageError("iodl checkpoint: give --root DIR to write and read checkpoints there, or --plan to "
                          "list what each rank writes")
-    return checkpoint_run(args)
+    return checkpoint_run(comm, args)
 
 
 def _setup(comm, args):
@@ -113,15 +111,13 @@ def _setup(comm, args):
     return wl, cm, lay, run_plan, share, names, need
 
 
-def checkpoint_run(args) -> int:
-    from .. import comm as comm_mod
+def checkpoint_run(comm, args) -> int:
     from ..checkpoint_run import execute
     from ..comm import collective
     from ..report import make_console, write_result
-    from .read import _Interrupt
+    from ..stop import Interrupt
 
-    stop = _Interrupt()
-    comm = comm_mod.world()
+    stop = Interrupt()
     wl, cm, lay, run_plan, share, names, need = collective(comm, lambda: _setup(comm, args))
     gap = _read_gap(run_plan) if comm.rank == 0 and not run_plan.writes else None
     wall_start = time.time()
@@ -175,10 +171,10 @@ def _read_gap(plan) -> float | None:
     this process's start (None when the store does not say when that was)."""
     import time
 
-    from ..checkpoint_run import _read_store
+    from ..checkpoint_run import read_store
     from ..metrics import process_age_s
 
-    done = [e for e in ((_read_store(plan.roots[0]) or {}).get("checkpoints") or []) if e.get("state") == "complete"]
+    done = [e for e in ((read_store(plan.roots[0]) or {}).get("checkpoints") or []) if e.get("state") == "complete"]
     if not done or not isinstance(done[-1].get("completed_at"), (int, float)):
         return None
     return time.time() - process_age_s() - done[-1]["completed_at"]

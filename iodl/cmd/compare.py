@@ -4,8 +4,6 @@ from __future__ import annotations
 import math
 import os
 
-HELP = "put two result files side by side"
-
 # (label, key path in a total/mount entry, format); cache rows only when either run was buffered
 FIGURES = [("MB/s", ("bandwidth_MBps",), ",.1f"), ("IOPS", ("iops",), ",.0f"),
            ("p50 µs", ("latency_us", "p50"), ",.0f"), ("p99 µs", ("latency_us", "p99"), ",.0f"),
@@ -21,7 +19,7 @@ def add_arguments(p) -> None:
     p.add_argument("b", metavar="B.json", help="the result to hold against A; the B/A column is B divided by A")
 
 
-def run(args) -> int:
+def run(comm, args) -> int:
     from rich.table import Table
 
     from ..errors import UsageError

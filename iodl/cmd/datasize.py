@@ -1,8 +1,6 @@
 """`iodl datasize`: the smallest dataset MLPerf Storage accepts for a workload, and the command that makes it."""
 from __future__ import annotations
 
-HELP = "the smallest dataset MLPerf Storage's rules accept for a workload, and the iodl generate command"
-
 
 def add_arguments(p) -> None:
     from ..limits import cli_float, cli_int
@@ -17,7 +15,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
-def run(args) -> int:
+def run(comm, args) -> int:
     import json
     import shlex
 

@@ -9,7 +9,6 @@ import socket
 import tempfile
 import time
 
-HELP = "run a fio job file with fio and with iodl, side by side"
 SETTLE_S = 0.5   # after a write job's files are prepared, before each side (see prepare_writes)
 
 
@@ -75,8 +74,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--keep-jobfile", metavar="FILE", help="also write the derived job file both tools ran")
 
 
-def run(args) -> int:
-    from ..comm import collective, split_hosts, world
+def run(comm, args) -> int:
+    from ..comm import collective, split_hosts
     from ..errors import UsageError
     from ..fio import compare, layout, logs
     from ..fio import run as iodl_run
@@ -109,7 +108,6 @@ def run(args) -> int:
         if p.engine in ("filecreate", "filedelete"):
             _check_new(p)
         layout.check_files([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
-    comm = world()
     # Several hosts run the whole job each, as `fio --client=hosts` does: each host's leader (its
     # lowest rank) lays out, drops caches and runs fio there; iodl's side deals the host's clones
     # over the host's ranks (as on one host). The other ranks wait in sleep-polled collectives.

@@ -1,8 +1,6 @@
 """`iodl generate`: write a workload's dataset under one or more roots (ranks share the shards)."""
 from __future__ import annotations
 
-HELP = "write a workload's dataset under one or more roots"
-
 
 def add_arguments(p) -> None:
     from ..limits import cli_int   # numbers are bounded by Workload.with_overrides: a bad one is one line
@@ -22,14 +20,12 @@ def add_arguments(p) -> None:
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 
-def run(args) -> int:
-    from .. import comm as comm_mod
+def run(comm, args) -> int:
     from ..comm import collective
     from ..data.generate import generate
     from ..units import format_size
     from ..workload import load_workload
 
-    comm = comm_mod.world()
     wl = collective(comm, lambda: load_workload(args.workload).with_overrides(
         files=args.files, copies=args.copies, format=args.format, seed=args.seed,
         subfolders=args.subfolders))

@@ -1,8 +1,6 @@
 """`iodl probe`: the capabilities iodl found here, as a table or JSON."""
 import json
 
-HELP = "show what this machine supports"
-
 
 def add_arguments(p) -> None:
     p.add_argument("--root", action="append", default=None, metavar="DIR",
@@ -10,7 +8,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def run(args) -> int:
+def run(comm, args) -> int:
     from rich.table import Table
 
     from .. import probe

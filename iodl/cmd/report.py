@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import os
 
-HELP = "print result files again, write their time series as CSV, or plot them"
-
 
 def add_arguments(p) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
@@ -18,7 +16,7 @@ def add_arguments(p) -> None:
                                                    "several files of the same kind are overlaid")
 
 
-def run(args) -> int:
+def run(comm, args) -> int:
     from ..errors import UsageError
     from ..report import make_console
     from ..result import kind, load

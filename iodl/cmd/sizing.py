@@ -10,7 +10,7 @@ def add_arguments(p) -> None:
                    help="an `iodl read --out` result: add, per mount, how many accelerators its storage MB/s feeds")
 
 
-def run(args) -> int:
+def run(comm, args) -> int:
     from .. import workload
     from ..report import make_console, print_table
     from ..result import RESULT, load

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 
-HELP = "run a pattern at several rank counts and find how many accelerators the storage supports"
-
 
 # the sweep's own options (each takes one value); every other option is passed on to `iodl read`
 OWN_OPTIONS = ("--ranks", "--threshold", "--out", "--keep", "--mpiexec", "--timeout")
@@ -93,9 +91,9 @@ def _read_options(argv: list[str]):
     if opts.pattern is None:
         argv += ["--pattern", "train-sync"]   # AU needs a step pattern; the workload's may be storage-only
         opts.pattern = "train-sync"
-    from ..patterns import registry
+    from ..patterns import PATTERNS
 
-    steps = [name for name, p in registry().items() if p.steps]   # the patterns that measure AU
+    steps = [name for name, p in PATTERNS.items() if p.accelerators]   # the patterns that measure AU
     if opts.pattern not in steps:
         raise UsageError(f"--pattern {opts.pattern}: a sweep measures accelerator utilisation, which only the step "
                          f"patterns have ({', '.join(steps)})")
@@ -133,7 +131,7 @@ def _load(path: str):
         return None
 
 
-def run(args) -> int:
+def run(comm, args) -> int:
     import shutil
     import signal
     import tempfile

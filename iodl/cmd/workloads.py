@@ -1,8 +1,6 @@
 """`iodl workloads`: the built-in workloads, their shape and where their numbers come from."""
 from __future__ import annotations
 
-HELP = "list the built-in workloads (iodl's own and MLPerf Storage's), their shape and their source"
-
 
 def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print every built-in's resolved spec as JSON")
@@ -17,7 +15,7 @@ def category(w) -> str | None:
     return training_category(w)
 
 
-def run(args) -> int:
+def run(comm, args) -> int:
     import json
 
     from ..mlperf import CLOSED_CHECKPOINT_RANKS, training_category

@@ -319,5 +319,5 @@ def test_a_stopped_rank_does_not_hold_the_others_after_ctrl_c(tmp_path):
     assert result["total"]["bytes"] == sum(p["bytes"] for p in per_rank)
     assert result["train"]["steps"] > 0
     assert any("did not answer" in line for line in err.splitlines())
-    from iodl.cmd.read import STOP_GRACE_S
+    from iodl.stop import STOP_GRACE_S
     assert elapsed < STOP_GRACE_S + STOP_BOUND_S, elapsed

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from iodl import _native
-from iodl.config import StepConfig
+from iodl.formats import Reading
+from iodl.runspec import RunSpec
 from iodl.training import SampleAccessStream, sample_reads
 from iodl.workload import load_workload
 from tests.helpers import device_bytes_of_direct_read, iodl, load_json, mpiexec
@@ -59,8 +60,8 @@ def _runs(shuffle, shards=1, per_shard=40, ranks=2, epochs=2, batch=3, seed=5, d
     total = shards * per_shard
     out, checks = [], []
     for rank in range(ranks):
-        cfg = StepConfig(pattern="train-sync", engine="null", direct=direct, iodepth=1, block_size=BS, seed=seed,
-                         batch_size=batch, compute_time_s=0, prefetch=0, shuffle=shuffle, sample_access=True)
+        cfg = RunSpec(pattern="train-sync", engine="null", direct=direct, iodepth=1, block_size=BS, seed=seed,
+                      batch_size=batch, compute_time_s=0, prefetch=0, shuffle=shuffle, reading=Reading("samples"))
         stream = SampleAccessStream(cfg, lambda i: ends[i], shards, per_shard, rank, ranks, rank,
                                     align=_native.ALIGN if direct else 1)
         stream.trace = []

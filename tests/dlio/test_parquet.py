@@ -180,8 +180,8 @@ def test_row_group_stream_takes_every_row_once_and_reads_each_group_once_per_ran
     """3 shards x 100 rows, row groups of 16 (the last one short), 2 ranks, batches of 7, 2 epochs:
     across the ranks every row is taken once per epoch; a rank reads each row group its part touches
     exactly once per epoch, and the bytes it counts are those groups' ranges."""
-    from iodl.config import StepConfig
-    from iodl.formats import Parquet, parquet_record_bytes
+    from iodl.formats import Parquet, Reading, parquet_record_bytes
+    from iodl.runspec import RunSpec
     from iodl.training import RowGroupStream
 
     cols = [{"name": n, "dtype": d, "read": r} for n, d, r in COLUMNS]
@@ -189,9 +189,9 @@ def test_row_group_stream_takes_every_row_once_and_reads_each_group_once_per_ran
     group_bytes = [int(r[:, 1].sum()) for r in reads]
     seen = {e: [] for e in range(2)}
     for rank in range(2):
-        cfg = StepConfig(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=1 << 20, seed=3,
-                         batch_size=7, compute_time_s=0, prefetch=0, shuffle=shuffle, sample_access=True,
-                         row_groups=(rpg, reads))
+        cfg = RunSpec(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=1 << 20, seed=3,
+                      batch_size=7, compute_time_s=0, prefetch=0, shuffle=shuffle,
+                      reading=Reading("row_groups", row_groups=(rpg, reads)))
         stream = RowGroupStream(cfg, 3, 100, rank, 2, rank)
         stream.trace = []
         for epoch in range(2):

@@ -6,8 +6,8 @@ import pytest
 
 from iodl.comm import MpiComm
 from iodl.metrics import reduce_results
-from iodl.config import ReadConfig
-from iodl.patterns import run_reads
+from iodl.runspec import RunSpec
+from iodl.patterns import PATTERNS, Run
 from iodl.plan import mount_of
 
 pytestmark = pytest.mark.mpi
@@ -34,9 +34,12 @@ def test_validate_reads_every_byte_of_every_mount_once(mpi_tmp_path, n_mounts, e
     comm, roots = _dataset(mpi_tmp_path, n_mounts)
     mount = mount_of(comm.rank, n_mounts)
     paths = [os.path.join(roots[mount], f"s{i}") for i in range(len(SIZES))]
-    cfg = ReadConfig(pattern="validate", engine=engine, direct=False, iodepth=4, block_size=1 << 20,
-                     duration_s=1, ramp_s=0, seed=1)
-    mine = run_reads(comm, cfg, paths, np.array(SIZES), mount, n_mounts, comm.hostname())
+    cfg = PATTERNS["validate"].configure(RunSpec(pattern="validate", engine=engine, direct=False, iodepth=4,
+                                                 block_size=1 << 20, duration_s=1, ramp_s=0, seed=1))
+    run = Run(comm=comm, spec=cfg, paths=paths, sizes=np.array(SIZES), mount=mount, n_mounts=n_mounts,
+              host=comm.hostname())
+    PATTERNS[cfg.pattern].run(run)
+    mine = run.result
     result = reduce_results(comm, mine, roots)
     if comm.rank != 0:
         return
@@ -54,9 +57,12 @@ def test_validate_reads_every_byte_of_every_mount_once(mpi_tmp_path, n_mounts, e
 def test_storage_only_stops_at_the_deadline_on_every_rank(mpi_tmp_path):
     comm, roots = _dataset(mpi_tmp_path, 1)
     paths = [os.path.join(roots[0], f"s{i}") for i in range(len(SIZES))]
-    cfg = ReadConfig(pattern="storage-only", engine="null", direct=False, iodepth=2, block_size=1 << 16,
-                     duration_s=1.0, ramp_s=0.2, seed=3, delay_ns=1_000_000)
-    mine = run_reads(comm, cfg, paths, np.array(SIZES), 0, 1, comm.hostname())
+    cfg = PATTERNS["storage-only"].configure(RunSpec(pattern="storage-only", engine="null", direct=False, iodepth=2,
+                                                     block_size=1 << 16, duration_s=1.0, ramp_s=0.2, seed=3,
+                                                     delay_ns=1_000_000))
+    run = Run(comm=comm, spec=cfg, paths=paths, sizes=np.array(SIZES), host=comm.hostname())
+    PATTERNS[cfg.pattern].run(run)
+    mine = run.result
     # the window is exactly [ramp, ramp + duration]: requests in flight at either edge keep running
     assert mine.t_start == pytest.approx(0.2, abs=0.01)
     assert mine.t_end == pytest.approx(1.2, abs=0.01)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from iodl.comm import MpiComm
-from iodl.config import StepConfig
+from iodl.patterns import PATTERNS, Run
+from iodl.runspec import RunSpec
 from iodl.training import run_steps, steps_window, summarize_steps
 
 pytestmark = pytest.mark.mpi
@@ -17,11 +18,13 @@ SHARDS, PER_SHARD = 4, 64
 def _run(pattern, compute_s, delay_ns, prefetch, steps=0, batch=32, duration_s=0.0, ramp_s=0.0):
     comm = MpiComm()
     ends = np.cumsum(np.full(PER_SHARD, SAMPLE, dtype=np.int64))
-    cfg = StepConfig(pattern=pattern, engine="null", direct=False, iodepth=1, block_size=MIB, seed=5,
-                     batch_size=batch, compute_time_s=compute_s, prefetch=prefetch, steps=steps, delay_ns=delay_ns,
-                     duration_s=duration_s, ramp_s=ramp_s)
-    mine, records, partial, _spe = run_steps(comm, cfg, None, [int(ends[-1])] * SHARDS, lambda i: ends, 0,
-                                             comm.rank, comm.size, comm.hostname())
+    cfg = PATTERNS[pattern].configure(RunSpec(
+        pattern=pattern, engine="null", direct=False, iodepth=1, block_size=MIB, seed=5, batch_size=batch,
+        compute_time_s=compute_s, prefetch=prefetch, steps=steps, delay_ns=delay_ns, duration_s=duration_s, ramp_s=ramp_s))
+    run = Run(comm=comm, spec=cfg, paths=None, sizes=[int(ends[-1])] * SHARDS, sample_ends=lambda i: ends,
+              host=comm.hostname())
+    records, partial = run_steps(run)
+    mine = run.result
     gathered = comm.gather(records)
     assert not partial
     return comm, mine, records, gathered

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from iodl.comm import SerialComm
-from iodl.config import StepConfig
+from iodl.runspec import RunSpec
 from iodl.errors import IodlError
+from iodl.patterns import Run
 from iodl.training import ShardLookahead, run_steps
 from tests.conftest import require_or_skip
 from tests.helpers import iodl, load_json
@@ -47,11 +48,13 @@ def files(tmp_path):
 
 def _run(paths, threads: int, epochs: int = 1, stop_flag=None, prefetch: int = 2, sizes=None):
     sizes = np.full(len(paths), SIZE, dtype=np.int64) if sizes is None else sizes
-    cfg = StepConfig(pattern="train-sync", engine="psync", direct=False, iodepth=1, block_size=SIZE, seed=3,
-                     batch_size=BATCH, compute_time_s=0.0, prefetch=prefetch, shuffle="file", epochs=epochs,
-                     read_threads=threads)
-    result, records, partial, _spe = run_steps(SerialComm(), cfg, paths, sizes, lambda i: [SIZE], 0, 0, 1, "host",
-                                               stop_flag=stop_flag)
+    cfg = RunSpec(pattern="train-sync", engine="psync", direct=False, iodepth=1, block_size=SIZE, seed=3,
+                  batch_size=BATCH, compute_time_s=0.0, prefetch=prefetch, shuffle="file", epochs=epochs,
+                  read_threads=threads)
+    run = Run(comm=SerialComm(), spec=cfg, paths=paths, sizes=sizes, sample_ends=lambda i: [SIZE], host="host",
+              stop=stop_flag or (lambda: False))
+    records, partial = run_steps(run)
+    result = run.result
     return result, records, partial
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from iodl import plan
-from iodl.config import StepConfig
+from iodl.runspec import RunSpec
 from iodl.training import SampleStream, buffer_size, shard_source
 
 SHARDS, PER_SHARD, RANKS, BATCH = 12, 40, 3, 16
@@ -19,8 +19,8 @@ BS = 4096
 def _epochs(shuffle: str, seed: int = 1, epochs: int = 2, shuffle_size: int = 50, per_shard: int = PER_SHARD):
     """Per rank, per epoch: the (shard, sample) pairs taken in order, the bytes read, the bytes
     taken; and each rank's own check of its finished epochs."""
-    cfg = StepConfig(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=BS, seed=seed,
-                     batch_size=BATCH, compute_time_s=0, prefetch=0, shuffle=shuffle, shuffle_size=shuffle_size)
+    cfg = RunSpec(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=BS, seed=seed,
+                  batch_size=BATCH, compute_time_s=0, prefetch=0, shuffle=shuffle, shuffle_size=shuffle_size)
     ends = ENDS[:, :per_shard]
     buffer = buffer_size(shuffle, shuffle_size, per_shard)
     share = SHARDS // RANKS * per_shard          # samples a rank takes per epoch
