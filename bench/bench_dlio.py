@@ -350,6 +350,17 @@ train:
 """
 
 
+def iodl_yaml(case: str, text: str) -> str:
+    """The workload file as the case's DLIO reads it, for iodl. The fork reads only the
+    record_length_bytes names (its utils/config.py): the file given to it, less the
+    record_length lines it ignores, which would make iodl read the file as DLIO 2.0.0 read it
+    (dlio.dlio_version_of), without odirect."""
+    if IO_CASES[case][0] != "dlio_fork_venv":
+        return text
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not line.strip().startswith(("record_length:", "record_length_stdev:")))
+
+
 RequestSizes = groundtruth.RequestSizes   # ftrace block_rq_complete on one device
 
 
@@ -513,9 +524,11 @@ def io_main(argv: list[str]) -> int:
                 tries = 1 if "odirect" in case else 4
                 name = f"{NAME}_{case.replace('-', '_')}"
                 yamls[case] = io_yaml(a, case)
-                wl_path = os.path.join(cfg_dir, "workload", f"{name}.yaml")
-                with open(wl_path, "w") as f:
+                with open(os.path.join(cfg_dir, "workload", f"{name}.yaml"), "w") as f:
                     f.write(yamls[case])
+                wl_path = os.path.join(work, f"{name}.iodl.yaml")
+                with open(wl_path, "w") as f:
+                    f.write(iodl_yaml(case, yamls[case]))
                 data = os.path.join(mnt.path, f"data-{fmt}")
                 gv = getattr(a, gen_venv)
                 if fmt not in generated:

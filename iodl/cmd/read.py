@@ -399,6 +399,10 @@ def _run_once(args) -> tuple[int, dict | None, dict | None]:
                                integer=True)
             limits.check_memory(f"{cfg.iodepth} whole-file requests of {cfg.block_size:,} bytes",
                                 limits.buffers_bytes(cfg.iodepth, cfg.block_size))
+            if cfg.direct and cfg.engine != "asyncio":
+                # and each into a buffer of its own, allocated as DLIO's reader allocates one per
+                # file: a direct read's request sizes follow its buffer's pages (_native.pyi)
+                cfg.engine_extra = {**cfg.engine_extra, "fresh_buffers": True}
         if args.records and not synthetic and ds.manifest is None:
             raise UsageError(f"{roots[mount]}: transfer_size 0 reads tfrecord record by record, which needs the "
                              "records' places: an iodl-generated dataset has them, a plain directory does not "
