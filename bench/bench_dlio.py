@@ -24,7 +24,8 @@ unet3d-shaped npz with reader.odirect off (PyPI's DLIO 2.0.0) and on (the DLIO f
 v3.0 runs: PyPI's DLIO has no odirect), resnet50-shaped tfrecord with a reader.transfer_size: the
 bytes the device served, the size of each request it completed (ftrace), the opens (strace).
 Options: --dlio-venv, --dlio-fork-venv, --ranks, --npz-files, --npz-mib, --tfr-files,
---tfr-samples, --transfer-size, --cases, --out.
+--tfr-samples, --transfer-size, --cases, --rounds, --out. The odirect case also runs DLIO's odirect
+read code alone, `python bench/bench_dlio.py odirect-reader DIR WORKERS` (odirect_reader).
 
 Usage (root, cgroup v1 blkio): python bench/bench_dlio.py [--dlio-venv /var/tmp/dlio-venv]
     [--reps 3] [--ranks 2] [--files 128] [--record-mib 2] [--batch 2] [--compute 0.05,0.2]
