@@ -24,7 +24,8 @@ unet3d-shaped npz with reader.odirect off (PyPI's DLIO 2.0.0) and on (the DLIO f
 v3.0 runs: PyPI's DLIO has no odirect), resnet50-shaped tfrecord with a reader.transfer_size: the
 bytes the device served, the size of each request it completed (ftrace), the opens (strace).
 Options: --dlio-venv, --dlio-fork-venv, --ranks, --npz-files, --npz-mib, --tfr-files,
---tfr-samples, --transfer-size, --cases, --out.
+--tfr-samples, --transfer-size, --cases, --rounds, --out. The odirect case also runs DLIO's odirect
+read code alone, `python bench/bench_dlio.py odirect-reader DIR WORKERS` (odirect_reader).
 
 Usage (root, cgroup v1 blkio): python bench/bench_dlio.py [--dlio-venv /var/tmp/dlio-venv]
     [--reps 3] [--ranks 2] [--files 128] [--record-mib 2] [--batch 2] [--compute 0.05,0.2]
@@ -350,6 +351,17 @@ train:
 """
 
 
+def iodl_yaml(case: str, text: str) -> str:
+    """The workload file as the case's DLIO reads it, for iodl. The fork reads only the
+    record_length_bytes names (its utils/config.py): the file given to it, less the
+    record_length lines it ignores, which would make iodl read the file as DLIO 2.0.0 read it
+    (dlio.dlio_version_of), without odirect."""
+    if IO_CASES[case][0] != "dlio_fork_venv":
+        return text
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not line.strip().startswith(("record_length:", "record_length_stdev:")))
+
+
 RequestSizes = groundtruth.RequestSizes   # ftrace block_rq_complete on one device
 
 
@@ -439,6 +451,41 @@ def opens_of(trace: str, data_dir: str) -> tuple[dict[str, int], int]:
     return out, probe
 
 
+def odirect_reader(directory: str, workers: int, index: int | None = None) -> None:
+    """DLIO's odirect read of each file (the fork's reader/npy_reader_odirect.py, odirect_read and
+    allocate_aligned_buffer, as they are) without DLIO around it: `workers` processes, each reading
+    every workers-th file of the directory, a batch of 2 buffers alive at a time. What the device
+    sees then is that allocation in a plain process, beside DLIO's loader workers and iodl."""
+    import ctypes
+
+    names = sorted(os.listdir(directory))
+    if index is None:
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "odirect-reader", directory,
+                                   str(workers), str(k)]) for k in range(workers)]
+        if any(p.wait() for p in procs):
+            raise SystemExit("odirect-reader: a worker failed")
+        return
+    alignment, batch = 4096, []
+    for name in names[index::workers]:
+        path = os.path.join(directory, name)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            file_size = os.path.getsize(path)
+            buffer_size = ((file_size + alignment - 1) // alignment) * alignment
+            buf_size = buffer_size + (alignment - 1)
+            raw_memory = bytearray(buf_size)
+            raw_address = ctypes.addressof((ctypes.c_char * buf_size).from_buffer(raw_memory))
+            offset_to_aligned = (alignment - raw_address % alignment) % alignment
+            aligned = (ctypes.c_char * (buf_size - offset_to_aligned)).from_buffer(raw_memory, offset_to_aligned)
+            if os.readv(fd, [memoryview(aligned)[0:buffer_size]]) != file_size:
+                raise SystemExit(f"{path}: short read")
+        finally:
+            os.close(fd)
+        batch.append((raw_memory, aligned))
+        if len(batch) == 2:
+            batch.clear()
+
+
 def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None, tries: int = 4) -> dict:
     # tries=1 where drops do not matter: O_DIRECT reads bypass the page cache, and the DLIO fork
     # drops it itself before each epoch (main.py: sudo -n ... drop_caches)
@@ -456,7 +503,8 @@ def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None,
                                     stdout=out, stderr=subprocess.STDOUT, env=env).returncode
             wall = time.time() - t0
         after = mount.device_stat()
-        if rc or groundtruth.page_cache_drops() == drops or attempt + 1 == tries:
+        spoiled = groundtruth.page_cache_drops() != drops
+        if rc or not spoiled or attempt + 1 == tries:
             break
         print(f"  (someone else dropped the page cache during the run: again, {attempt + 1} of {tries})", flush=True)
     if rc:
@@ -466,7 +514,7 @@ def io_run(mount, cmd: list[str], log: str, trace: str, data_dir: str, env=None,
     return {"wall_s": wall, "device_read_bytes": (after[2] - before[2]) * 512,
             "device_reads": after[0] - before[0], "requests_traced": len(rq.sizes),
             "histogram": histogram(rq.sizes), "opens": sum(opens.values()), "files_opened": len(opens),
-            "opens_per_file": opens, "probe_opens": probe, "spoiled_tries": attempt,
+            "opens_per_file": opens, "probe_opens": probe, "spoiled_tries": attempt, "spoiled": spoiled,
             "files_opened_twice": sorted(n for n, k in opens.items() if k > 1)}
 
 
@@ -497,6 +545,7 @@ def io_main(argv: list[str]) -> int:
         if reason:
             print(f"not run: {reason}")
             return 0
+    load = [os.getloadavg()]   # the machine may be shared: timings depend on it, the I/O does not
     work = tempfile.mkdtemp(prefix="iodl-dlio-io-", dir="/var/tmp")
     results: dict = {}
     yamls: dict = {}
@@ -513,9 +562,11 @@ def io_main(argv: list[str]) -> int:
                 tries = 1 if "odirect" in case else 4
                 name = f"{NAME}_{case.replace('-', '_')}"
                 yamls[case] = io_yaml(a, case)
-                wl_path = os.path.join(cfg_dir, "workload", f"{name}.yaml")
-                with open(wl_path, "w") as f:
+                with open(os.path.join(cfg_dir, "workload", f"{name}.yaml"), "w") as f:
                     f.write(yamls[case])
+                wl_path = os.path.join(work, f"{name}.iodl.yaml")
+                with open(wl_path, "w") as f:
+                    f.write(iodl_yaml(case, yamls[case]))
                 data = os.path.join(mnt.path, f"data-{fmt}")
                 gv = getattr(a, gen_venv)
                 if fmt not in generated:
@@ -540,9 +591,9 @@ def io_main(argv: list[str]) -> int:
                     with open(os.path.join(out, "summary.json")) as f:
                         dlio_rounds[-1]["summary"] = json.load(f)
                 r_d = dlio_rounds[0]
-                # odirect: also iodl's psync engine, whose requests are made of the pages of one
-                # buffer as a readv's are (uring's registered buffers are cut at the device's
-                # segment limit, 128 pages here: docs/dlio.md)
+                # odirect: also iodl's psync engine, one pread at a time as DLIO's loader worker
+                # makes one readv at a time (both engines read each file into a buffer of its own,
+                # as DLIO does: docs/dlio.md)
                 iodl_runs = {}
                 for engine in (("auto", "psync") if "odirect" in case else ("auto",)):
                     iodl_out = os.path.join(work, f"iodl-{case}-{engine}.json")
@@ -572,6 +623,14 @@ def io_main(argv: list[str]) -> int:
                     results[case]["dlio_rounds"] = dlio_rounds[1:]
                     results[case]["histogram_dlio_vs_dlio"] = compare_histograms(r_d["histogram"],
                                                                                 dlio_rounds[1]["histogram"])
+                if "odirect" in case:
+                    # DLIO's own read code in plain processes, as many as DLIO's loader workers
+                    out = os.path.join(work, f"reader-{case}")
+                    results[case]["dlio_reader_alone"] = io_run(
+                        mnt, [sys.executable, os.path.abspath(__file__), "odirect-reader", train,
+                              str(a.ranks * 2)], out + ".log", out + ".strace", train, tries=1)
+                    results[case]["histogram_reader_alone"] = compare_histograms(
+                        r_d["histogram"], results[case]["dlio_reader_alone"]["histogram"])
                 if "psync" in iodl_runs:
                     results[case]["iodl_psync"] = iodl_runs["psync"]
                     results[case]["histogram_agreement_psync"] = compare_histograms(r_d["histogram"],
@@ -588,7 +647,8 @@ def io_main(argv: list[str]) -> int:
         vers["dlio_fork"] = versions(a.dlio_fork_venv)["dlio_venv"]
     except (subprocess.CalledProcessError, OSError):
         pass
-    write_io_results(a, results, yamls, vers)
+    load.append(os.getloadavg())
+    write_io_results(a, results, yamls, vers, load=load)
     return 0
 
 
@@ -600,24 +660,36 @@ IO_NOTES = """How to read it:
   batches before the epoch (its worker pre-warm) and reads them again in it: the files it opened
   twice. Less those, the device served the same bytes. The sizes of a direct read's requests are
   the block layer's: it joins the reader buffer's physically adjacent pages, up to the device's
-  max_sectors_kb, so they follow the reader's memory rather than the storage. DLIO's fresh
-  bytearray gives one mix; iodl's io_uring engine (registered buffers: one page a segment, 128 at
-  most) requests of 512 KiB at most, its psync engine another mix: not within 10% (DLIO against
-  itself is, here).
-- resnet50 tfrecord with transfer_size: the same bytes, requests and opens; the bucket holding
-  nine tenths of the bytes agrees; the small ones move by as much from one DLIO run to the next
-  (the readahead's timing).
+  max_sectors_kb (1280 KiB here; 128 segments of at most 64 KiB), so they follow where the
+  buffer's pages lie in memory. iodl reads each file into a buffer allocated as DLIO's reader
+  allocates one (malloc'd and zeroed per file, size rounded up to 4 KiB plus 4095, one read of
+  the whole), with either engine. Where the kernel's page allocator puts those pages is not the
+  reader's: DLIO's mix moves from one run to the next, and so does that of DLIO's own read code
+  run alone in plain processes; neither iodl nor that code alone gets the share of 1280 KiB
+  requests DLIO's loader workers got in this bench's runs (the same code, the same calls: why the
+  workers' pages lie more often in long physical runs was not found). Not within 10% per bucket,
+  by a memory-layout effect no reader of this kind chooses. iodl is given the file less its
+  record_length lines, which the fork does not read (iodl would read it as DLIO 2.0.0 did).
+- Before iodl read into buffers of its own (this bench, 2026-11-26T14:35, the same files and
+  kernel): iodl's uring engine read into its registered pool, one page a segment, so 531 of its
+  551 requests were of at most 512 KiB and none larger (DLIO: 291 at most 512 KiB, 103 up to
+  1 MiB, 125 over it); its psync engine, one reused buffer: 397, 133, 0.
+- resnet50 tfrecord with transfer_size: the same bytes and opens; the bucket holding nine tenths
+  of the bytes agrees; the small ones (the readahead's timing) do not, and DLIO's two runs here
+  agreed with each other (at 14:35 they had moved by 46% and 58% in two of them).
 - summary.json: every key fixed by the run's set-up is equal; AU and samples/s are each tool's
   own speed on 2 shared cores (DLIO's loader workers and Python decode against iodl's C reads).
 """
 
 
-def write_io_results(a, results: dict, yamls: dict, vers: dict, when: str | None = None) -> None:
-    """bench/results/dlio-io-vs-iodl.{json,md}; when: the run's time (again from the JSON:
-    python -c 'import bench_dlio as b, json, argparse; d = json.load(open(J)); b.write_io_results(
-    argparse.Namespace(ranks=d["ranks"], out=OUT), d["cases"], d["workload_yaml"], d["versions"], d["when"])')."""
+def write_io_results(a, results: dict, yamls: dict, vers: dict, when: str | None = None,
+                     load: list | None = None) -> None:
+    """bench/results/dlio-io-vs-iodl.{json,md}; when: the run's time, load: the 1/5/15-minute load
+    averages at its start and end (again from the JSON: python -c 'import bench_dlio as b, json,
+    argparse; d = json.load(open(J)); b.write_io_results(argparse.Namespace(ranks=d["ranks"], out=OUT),
+    d["cases"], d["workload_yaml"], d["versions"], d["when"], d.get("load"))')."""
     when = when or time.strftime("%Y-%m-%dT%H:%M:%S")
-    doc = {"schema": "iodl.bench.dlio-io/1", "when": when, "versions": vers, "ranks": a.ranks,
+    doc = {"schema": "iodl.bench.dlio-io/1", "when": when, "versions": vers, "ranks": a.ranks, "load": load,
            "mount": "ext4 on loop (direct_io=on), page cache dropped before each run",
            "ground_truth": {"bytes": "/sys/block/loopN/stat sectors read", "request_sizes": "ftrace "
                             "block_rq_complete on the loop device", "opens": "strace -f -y open/openat of the data files"},
@@ -631,7 +703,10 @@ def write_io_results(a, results: dict, yamls: dict, vers: dict, when: str | None
              "device served (/sys/block/loopN/stat), the size of every read request it completed (ftrace "
              "block_rq_complete on that device), the opens of the data files (strace -f -y over the whole "
              "mpiexec: ranks, DLIO's loader workers, iodl's open threads). A size bucket is judged when it holds "
-             "at least 1% of either tool's bytes: its request counts within 10% of each other.", "", IO_NOTES, ""]
+             "at least 1% of either tool's bytes: its request counts within 10% of each other."
+             + (f" Load averages (1, 5, 15 min; 2 CPUs, shared): {', '.join(f'{x:.1f}' for x in load[0])} at the "
+                f"start, {', '.join(f'{x:.1f}' for x in load[-1])} at the end: timings depend on them, the "
+                "bytes, requests and opens do not." if load else ""), "", IO_NOTES, ""]
     for case, r in results.items():
         d, i, cmp = r["dlio"], r["iodl"], r["histogram_agreement"]
         lines += [f"## {case}", "", f"DLIO: `{d['venv']}`; data: {r['dataset']['files']} files, "
@@ -648,6 +723,8 @@ def write_io_results(a, results: dict, yamls: dict, vers: dict, when: str | None
                   f"| opens of data files (files) | {d['opens']} ({d['files_opened']}) | {i['opens']} "
                   f"({i['files_opened']}) |",
                   f"| iodl's page-cache probe: opens (cachestat, no read) | - | {i['probe_opens']} |",
+                  f"| tries another's drop_caches spoiled, run again (O_DIRECT: not) | {d['spoiled_tries']} | "
+                  f"{i['spoiled_tries']} |",
                   f"| wall time of the launch, under strace (s) | {d['wall_s']:.1f} | {i['wall_s']:.1f} |", "",
                   f"Request sizes at the device ({'agree' if cmp['agree'] else 'DIFFER'} within 10% in every "
                   "judged bucket):", "", *_size_table(cmp)]
@@ -672,6 +749,12 @@ def write_io_results(a, results: dict, yamls: dict, vers: dict, when: str | None
             lines += [f"iodl with `--engine psync` (its device bytes {p['device_read_bytes']:,}, "
                       f"{p['requests_traced']:,} requests; {'agree' if cmp['agree'] else 'DIFFER'} within 10%):", "",
                       *_size_table(cmp)]
+        if "dlio_reader_alone" in r:
+            p, cmp = r["dlio_reader_alone"], r["histogram_reader_alone"]
+            lines += [f"DLIO's odirect read code alone (`bench_dlio.py odirect-reader`: its odirect_read and "
+                      f"allocate_aligned_buffer in {a.ranks * 2} plain processes, as many as its loader workers; "
+                      f"device bytes {p['device_read_bytes']:,}, {p['requests_traced']:,} requests; "
+                      f"{'agree' if cmp['agree'] else 'DIFFER'} within 10%; in the iodl column):", "", *_size_table(cmp)]
     with open(os.path.join(a.out, "dlio-io-vs-iodl.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -690,6 +773,9 @@ def main() -> int:
     global MAJMIN
     if sys.argv[1:2] == ["io"]:
         return io_main(sys.argv[2:])
+    if sys.argv[1:2] == ["odirect-reader"]:
+        odirect_reader(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else None)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dlio-venv", default="/var/tmp/dlio-venv")
     ap.add_argument("--reps", type=int, default=3)

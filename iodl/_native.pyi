@@ -75,8 +75,13 @@ def format_rows(rows: np.ndarray) -> bytes: ...   # (n, k) C-contiguous int64 ro
 class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
                  delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None,
-                 submit_batch: int = 1, reap_batch: int = 0) -> None: ...
+                 submit_batch: int = 1, reap_batch: int = 0, fresh_buffers: bool = False) -> None: ...
         # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
+        # fresh_buffers: each read gets a block of its own, malloc'd (length rounded up to ALIGN, + ALIGN - 1)
+        #   and zeroed when its row is taken, freed when the row is done; it reads into the block's first
+        #   ALIGN boundary. DLIO's odirect readers do so per file (bytearray, one readv), and a direct read's
+        #   request sizes follow its buffer's physical pages (the block layer joins adjacent ones). The pool is
+        #   then neither faulted in nor registered (uring reads with plain READ); null: ignored
         # delay_ns: null engine only, each request completes delay_ns after submit (sleeping, not spinning)
         # device: null engine only (ValueError otherwise). A writable, 8-byte aligned buffer of >= 8 bytes
         #   (zeroed once by its creator): a uint64 "busy until" (CLOCK_MONOTONIC ns) of an emulated device

@@ -133,7 +133,7 @@ def run_once(comm, args, patterns: dict, run_index: int = 0) -> tuple[int, dict 
     facts = comm.gather(dlio_output.host_facts()) if args.dlio_dir else None
     pattern = patterns[spec.pattern]
     m = _open_mount(comm, spec, pattern.accelerators)
-    spec = replace(spec, block_size=collective(comm, lambda: _request_size(spec, m)))
+    spec = collective(comm, lambda: _request_size(spec, m))
     spec, node = _prepare_node(comm, spec, m)
     mine = RankResult(rank=comm.rank, host=node.host, mount=m.index,
                       series=new_series(spec.ramp_s + spec.duration_s if spec.fixed_window else None),
@@ -213,9 +213,10 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
                  ds.copies, manifest=ds.manifest)
 
 
-def _request_size(spec, m: Mount) -> int:
-    """The request size, checked against the shards' real sizes before any plan is built (iodl/limits.py)."""
-    block_size, wl = spec.block_size, spec.workload
+def _request_size(spec, m: Mount):
+    """The spec with its request size, checked against the shards' real sizes before any plan is built
+    (iodl/limits.py)."""
+    block_size, wl, extra = spec.block_size, spec.workload, spec.engine_extra
     if not len(m.sizes) or not m.stats[1]:
         raise UsageError(f"{m.roots[m.index]}: the dataset holds no bytes to read")
     if wl.read.access == "whole" and not spec.block_given and not m.synthetic:
@@ -226,13 +227,17 @@ def _request_size(spec, m: Mount) -> int:
                            integer=True)
         limits.check_memory(f"{spec.iodepth} whole-file requests of {block_size:,} bytes",
                             limits.buffers_bytes(spec.iodepth, block_size))
+        if spec.direct and spec.engine != "asyncio":
+            # and each into a buffer of its own, allocated as DLIO's reader allocates one per
+            # file: a direct read's request sizes follow its buffer's pages (_native.pyi)
+            extra = {**extra, "fresh_buffers": True}
     if spec.reading.records and not m.synthetic and m.manifest is None:
         raise UsageError(f"{m.roots[m.index]}: transfer_size 0 reads tfrecord record by record, which needs the "
                          "records' places: an iodl-generated dataset has them, a plain directory does not "
                          "(give a transfer_size or --block-size)")
     limits.check_plans(spec.pattern, m.sizes, len(m.sample_ends(0)), block_size, spec.batch_size,
                        "--block-size" if spec.block_given else "[read] block_size", m.stats)
-    return block_size
+    return replace(spec, block_size=block_size, engine_extra=extra)
 
 
 def _prepare_node(comm, spec, m: Mount):
@@ -251,7 +256,8 @@ def _prepare_node(comm, spec, m: Mount):
                 raise UsageError("--delay-shared needs memory shared by the ranks of a node (/dev/shm), and there is none here")
         collective(comm, check_shared)
         # one emulated device per node: the first 8 bytes after the live slots are its "busy until"
-        spec = replace(spec, engine_extra={"device": memoryview(shared.mm)[shared.device_offset:shared.device_offset + 8]})
+        spec = replace(spec, engine_extra={**spec.engine_extra,
+                                           "device": memoryview(shared.mm)[shared.device_offset:shared.device_offset + 8]})
     comm.barrier()  # every node's cache is dropped before any rank looks or reads
     measure_cache = not m.synthetic and not spec.direct
     probes = comm.gather(_cache_probe(comm, shared, host, node_mounts, m.index, m.roots[m.index], m.paths, m.sizes,

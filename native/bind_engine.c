@@ -46,19 +46,19 @@ static void engine_release(EngineObject *self)
 static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
-				  "cache_check", "device", "submit_batch", "reap_batch", NULL };
+				  "cache_check", "device", "submit_batch", "reap_batch", "fresh_buffers", NULL };
 	const char *name;
 	Py_ssize_t depth = 1, block_size = 1 << 20, submit_batch = 1, reap_batch = 0;
-	int direct = 0, cache_check = 0, rc;
+	int direct = 0, cache_check = 0, fresh_buffers = 0, rc;
 	long long delay_ns = 0, rate_bps = 0;
 	PyObject *device = Py_None;
 	const struct iodl_engine_ops *ops;
 	const char *failed = NULL;
 	EngineObject *self;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnn:Engine", kwlist, &name, &depth,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnnp:Engine", kwlist, &name, &depth,
 					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device,
-					 &submit_batch, &reap_batch))
+					 &submit_batch, &reap_batch, &fresh_buffers))
 		return NULL;
 	ops = iodl_engine_find(name);
 	if (!ops)
@@ -108,7 +108,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->direct = direct;
 	self->cache_check = cache_check;
 	Py_BEGIN_ALLOW_THREADS
-	rc = iodl_ctx_open(&self->ctx, ops, (unsigned)depth, (size_t)block_size, direct,
+	rc = iodl_ctx_open(&self->ctx, ops, (unsigned)depth, (size_t)block_size, direct, fresh_buffers,
 			   (uint64_t)delay_ns, self->device.obj ? self->device.buf : NULL, &failed);
 	Py_END_ALLOW_THREADS
 	if (rc < 0) {
@@ -435,9 +435,10 @@ PyTypeObject iodl_engine_type = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "iodl._native.Engine",
 	.tp_doc = "Engine(name, *, depth=1, block_size=1<<20, direct=False, delay_ns=0, rate_bps=0, "
-		  "cache_check=False, device=None, submit_batch=1, reap_batch=0): keeps `depth` requests of a plan in "
-		  "flight, handing them to the kernel `submit_batch` at a time (0: all that have a slot) and "
-		  "taking at most `reap_batch` completions per reap (0: all that are ready)",
+		  "cache_check=False, device=None, submit_batch=1, reap_batch=0, fresh_buffers=False): keeps `depth` "
+		  "requests of a plan in flight, handing them to the kernel `submit_batch` at a time (0: all that have "
+		  "a slot) and taking at most `reap_batch` completions per reap (0: all that are ready); fresh_buffers: "
+		  "each read into a block malloc'd and zeroed for it",
 	.tp_basicsize = sizeof(EngineObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_new = Engine_new,

@@ -120,7 +120,8 @@ static void write_content(struct iodl_ctx *c, struct iodl_req *r, uint64_t len)
 }
 
 int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
-		  size_t block_size, int direct, uint64_t delay_ns, uint64_t *device, const char **failed)
+		  size_t block_size, int direct, int fresh_bufs, uint64_t delay_ns, uint64_t *device,
+		  const char **failed)
 {
 	struct iodl_ctx *c;
 	int rc;
@@ -134,6 +135,7 @@ int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsi
 	c->depth = depth;
 	c->slot_size = round_up(block_size ? block_size : 1, IODL_ALIGN);
 	c->direct = direct;
+	c->fresh_bufs = fresh_bufs && !(ops->flags & IODL_ENG_FAKE);
 	c->delay_ns = delay_ns;
 	c->device = device;
 	c->reqs = calloc(depth, sizeof(*c->reqs));
@@ -146,16 +148,19 @@ int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsi
 	}
 	/* Fault the pool in now, once, so that the first run does not pay for it inside the clock,
 	 * with the bytes writes send (the null engine never touches it: leave it untouched, and out
-	 * of every rank's RSS). */
+	 * of every rank's RSS; so do fresh buffers, whose reads never use it: a write fills its slot
+	 * first, the slot being stale). */
 	if (!(ops->flags & IODL_ENG_FAKE)) {
 		c->rand_state = engine_seed(c);
 		c->stamp_seed = mix64(c->rand_state ^ 0x5bd1e9955bd1e995ull);	/* its own sequence */
-		fill_random(c, c->pool, (size_t)depth * c->slot_size);
+		if (!c->fresh_bufs)
+			fill_random(c, c->pool, (size_t)depth * c->slot_size);
 	}
 	for (unsigned i = 0; i < depth; i++) {
 		c->reqs[i].slot = i;
 		c->reqs[i].buf = c->pool + (size_t)i * c->slot_size;
 		c->reqs[i].last_written = NEVER_WRITTEN;
+		c->reqs[i].stale = c->fresh_bufs ? c->slot_size : 0;
 	}
 	rc = ops->init(c);
 	if (rc < 0) {
@@ -182,6 +187,8 @@ void iodl_ctx_close(struct iodl_ctx *c)
 	}
 	if (c->ops)
 		c->ops->cleanup(c);
+	for (unsigned i = 0; i < c->depth && c->reqs; i++)
+		free(c->reqs[i].own);	/* a run's rows are done when it returns: none, normally */
 	iodl_content_free(c);
 	free(c->pool);
 	free(c->reqs);
@@ -234,6 +241,36 @@ static void first_use(struct loop *L, uint32_t file)
 	}
 }
 
+/* Where a request's row lands: its slot of the pool, or its own block's first aligned byte */
+static unsigned char *row_buf(const struct iodl_ctx *c, const struct iodl_req *r)
+{
+	if (r->own)
+		return (unsigned char *)round_up((uintptr_t)r->own, IODL_ALIGN);
+	return c->pool + (size_t)r->slot * c->slot_size;
+}
+
+/*
+ * fresh_bufs: a block of the read's own, as DLIO's odirect reader makes one per file (Python's
+ * bytearray(size + 4095): malloc, then zeroed, which faults its pages in, in order). Without
+ * memory for it the read goes to the pool slot, which always has room.
+ */
+static void fresh_buf(struct iodl_req *r)
+{
+	size_t n = r->len + IODL_ALIGN - 1;
+
+	r->own = malloc(n);
+	if (r->own)
+		memset(r->own, 0, n);
+}
+
+/* The row is done with its slot (and its block). */
+static void release(struct loop *L, struct iodl_req *r)
+{
+	free(r->own);
+	r->own = NULL;
+	L->free_slots[L->nfree++] = r->slot;
+}
+
 static struct iodl_req *take_row(struct loop *L)
 {
 	const struct iodl_plan_row *row = &L->a->plan[L->next_row];
@@ -251,11 +288,13 @@ static struct iodl_req *take_row(struct loop *L)
 	r->skip = 0;
 	/* a direct write is aligned already (bind_plan.c refuses it otherwise): it writes no more */
 	r->len = L->c->direct && r->op == IODL_OP_READ ? round_up(row->length, IODL_ALIGN) : row->length;
-	r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size;
+	if (L->c->fresh_bufs && r->op == IODL_OP_READ)
+		fresh_buf(r);
+	r->buf = row_buf(L->c, r);
 	if (!(L->c->ops->flags & IODL_ENG_FAKE)) {
 		if (r->op == IODL_OP_WRITE)
 			write_content(L->c, r, r->len);
-		else if (r->len > r->stale)
+		else if (!r->own && r->len > r->stale)
 			r->stale = r->len;	/* the read will overwrite the random bytes */
 	}
 	L->paced_bytes += row->length;
@@ -270,7 +309,7 @@ static void untake(struct loop *L, struct iodl_req *r, int was_reissue)
 	}
 	L->next_row--;
 	L->paced_bytes -= L->a->plan[L->next_row].length;
-	L->free_slots[L->nfree++] = r->slot;
+	release(L, r);
 }
 
 /*
@@ -352,7 +391,7 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 	}
 	if (r->res < 0) {
 		row_error(L, r->row, (int)-r->res);
-		L->free_slots[L->nfree++] = r->slot;
+		release(L, r);
 		return;
 	}
 	/* O_DIRECT rounds the length up and a continuation starts early (r->skip): only the bytes
@@ -388,7 +427,7 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 		r->skip = end - start;
 		r->offset = start;
 		r->len = L->c->direct ? round_up(r->skip + r->want, IODL_ALIGN) : r->want;
-		r->buf = L->c->pool + (size_t)r->slot * L->c->slot_size + (start - row_offset);
+		r->buf = row_buf(L->c, r) + (start - row_offset);
 		L->reissue[L->nreissue++] = r;
 		return;
 	}
@@ -396,7 +435,7 @@ static void complete(struct loop *L, struct iodl_req *r, uint64_t now)
 		row_error(L, r->row, EIO);	/* wrote nothing: asking again could loop forever */
 	else if (r->want)
 		short_row(L, r, end);
-	L->free_slots[L->nfree++] = r->slot;
+	release(L, r);
 }
 
 static int is_sync(const struct iodl_plan_row *row)

@@ -10,10 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IODL_OPS_VERSION 5	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
+#define IODL_OPS_VERSION 6	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
 				   4: async engines stamp t_issued_ns when asked (iodl_ctx.stamp_issued);
 				   5: iodl_req.op: a request is a read or a write (an engine that
-				      ignored it would read where the plan writes) */
+				      ignored it would read where the plan writes);
+				   6: iodl_ctx.fresh_bufs: a read's buf may lie outside the pool (an
+				      engine that registered the pool must not read into it then) */
 #define IODL_ALIGN 4096		/* O_DIRECT buffer/offset/length alignment */
 
 enum iodl_q_status {
@@ -43,6 +45,7 @@ struct iodl_req {
 	uint64_t len;		/* asked of the kernel: a direct read's is rounded up to IODL_ALIGN
 				   (a direct write's is aligned already: bind_plan.c refuses it otherwise) */
 	void *buf;
+	void *own;		/* core-only, fresh_bufs: the read's own malloc'd block, buf aligned inside it */
 	int64_t res;		/* bytes or -errno, set by the engine at completion */
 	uint64_t t_submit_ns;	/* set by core before ->commit() (or ->queue() for sync engines) */
 	/*
@@ -84,6 +87,15 @@ struct iodl_ctx {
 	 */
 	uint64_t *device;
 	int fixed_bufs;			/* set by an engine that registered the pool */
+	/*
+	 * Each read gets a block of its own, malloc'd and zeroed when its row is taken, freed when
+	 * the row is done; its buffer is the first IODL_ALIGN boundary inside. What DLIO's odirect
+	 * readers do per file (a bytearray of the size rounded up plus 4095, then one readv): the
+	 * pages a direct read pins decide its requests' sizes (the block layer joins physically
+	 * adjacent ones), so the requests follow how the buffer was allocated. The pool is then
+	 * not touched by reads, not faulted in and not registered. Set before ->init().
+	 */
+	int fresh_bufs;
 	int stamp_issued;		/* set by core for a run that measures slat/clat: see t_issued_ns */
 	void *eng;			/* engine-private state, owned by ->init()/->cleanup() */
 	const char *failed_syscall;	/* set when a call fails, for "(originated from X)" */

@@ -184,7 +184,7 @@ static int uring_init(struct iodl_ctx *c)
 		uring_cleanup(c);
 		return rc;
 	}
-	iov = calloc(c->depth, sizeof(*iov));
+	iov = c->fresh_bufs ? NULL : calloc(c->depth, sizeof(*iov));	/* fresh: reads never use the pool */
 	if (iov) {
 		for (unsigned i = 0; i < c->depth; i++) {
 			iov[i].iov_base = c->pool + (size_t)i * c->slot_size;

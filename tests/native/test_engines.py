@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from iodl import _native, engines, limits
+from iodl import _native, engines, limits, runner
 from iodl.asyncio_engine import AsyncioEngine, unavailable
 from iodl.cmd import checkpoint, read
 from iodl.comm import SerialComm
 from iodl.errors import IodlError, UsageError
 from iodl.fio.jobfile import JobFileError, parse
 from iodl.fio.run import META_ENGINES, plan_job
+from iodl.patterns import PATTERNS
 from tests.helpers import transformer_toml, write_random_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,11 +78,11 @@ def _args(add_arguments, argv):
 
 
 def _read(name, places):
-    """`iodl read`'s set-up, before any I/O: the engine of its ReadConfig."""
+    """`iodl read`'s set-up, before any I/O: the engine of its RunSpec."""
     args = _args(read.add_arguments, ["--root", places["data"], "--engine", name, "--pattern", "validate",
                                       "--iodepth", str(DEPTH)])
-    cfg = read._setup(SerialComm(), args)[1]
-    return cfg.engine, cfg.iodepth
+    spec = runner._setup(SerialComm(), args, PATTERNS, 0)[0]
+    return spec.engine, spec.iodepth
 
 
 def _checkpoint(name, places):
