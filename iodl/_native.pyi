@@ -75,7 +75,7 @@ def format_rows(rows: np.ndarray) -> bytes: ...   # (n, k) C-contiguous int64 ro
 class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
                  delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None,
-                 submit_batch: int = 1, reap_batch: int = 0) -> None: ...
+                 submit_batch: int = 1, reap_batch: int = 0, userspace_reap: bool = True) -> None: ...
         # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
         # delay_ns: null engine only, each request completes delay_ns after submit (sleeping, not spinning)
         # device: null engine only (ValueError otherwise). A writable, 8-byte aligned buffer of >= 8 bytes
@@ -92,6 +92,9 @@ class Engine:
         #   0 (or >= depth) submits every request that has a slot in one call. Depth is sampled per batch.
         # reap_batch: completions taken per reap at most (fio's iodepth_batch_complete; fio's default reaps one
         #   and refills, so every submit sees the full depth); 0: all that are ready (iodl read's default)
+        # userspace_reap: aio only. True (iodl's default): completions already in the kernel's mmapped ring are
+        #   taken from it, io_getevents only to wait. False: every reap is an io_getevents call (fio libaio's
+        #   default, which fio-compare follows)
         # cache_check: buffered reads measure cached_bytes (RunStats.cached_bytes)
         # ValueError when depth x block_size (psync: 1 x block_size), each rounded up to ALIGN, exceeds 4 GiB or
         #   half of this machine's RAM: the pool is allocated and touched at once, so it must never be an OOM kill

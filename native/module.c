@@ -82,19 +82,19 @@ static int get_shared(PyObject *obj, Py_buffer *view, Py_ssize_t len, const char
 static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
-				  "cache_check", "device", "submit_batch", "reap_batch", NULL };
+				  "cache_check", "device", "submit_batch", "reap_batch", "userspace_reap", NULL };
 	const char *name;
 	Py_ssize_t depth = 1, block_size = 1 << 20, submit_batch = 1, reap_batch = 0;
-	int direct = 0, cache_check = 0, rc;
+	int direct = 0, cache_check = 0, userspace_reap = 1, rc;
 	long long delay_ns = 0, rate_bps = 0;
 	PyObject *device = Py_None;
 	const struct iodl_engine_ops *ops;
 	const char *failed = NULL;
 	EngineObject *self;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnn:Engine", kwlist, &name, &depth,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnnp:Engine", kwlist, &name, &depth,
 					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device,
-					 &submit_batch, &reap_batch))
+					 &submit_batch, &reap_batch, &userspace_reap))
 		return NULL;
 	ops = iodl_engine_find(name);
 	if (!ops)
@@ -152,6 +152,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return oserror_wsyscall(-rc, failed ? failed : name);
 	}
 	self->depth = self->ctx->depth;
+	self->ctx->syscall_reap = !userspace_reap;
 	return (PyObject *)self;
 }
 

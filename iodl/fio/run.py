@@ -56,6 +56,7 @@ class JobPlan:
     depth: int
     submit_batch: int     # iodepth_batch(_submit): requests per submit call, 0 = all that have a slot
     reap_batch: int       # completions taken per reap at most (fio's iodepth_batch_complete_max, after its fix-ups)
+    userspace_reap: bool  # libaio reaps from the mmapped ring, not with io_getevents (see _userspace_reap)
     direct: bool
     random: bool
     seq_len: int          # rw=randread:N -> N sequential blocks per random pick; rw=read:N -> hole bytes
@@ -206,7 +207,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     align = align[ddir] if isinstance(align, list) else align
     plan = JobPlan(
         job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
-        submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job),
+        submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job), userspace_reap=_userspace_reap(job),
         direct=direct, random=random, seq_len=seq_len, block_sizes=block_sizes,
         align=align or min(s for s, _ in block_sizes), rate_bps=rate_bps, time_based=time_based,
         runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
@@ -416,6 +417,14 @@ def _reap_batch(job: Job) -> int:
     lo = job.get("iodepth_batch_complete_min", 1)
     hi = max(job.get("iodepth_batch_complete_max", 0), lo)
     return max(1, hi)
+
+
+def _userspace_reap(job: Job) -> bool:
+    """fio 3.33 engines/libaio.c: a reap reads the mmapped completion ring only when the job sets
+    userspace_reap and iodepth_batch_complete_min=0 (then it polls the ring); otherwise every reap is
+    an io_getevents call, also with userspace_reap set. iodl's aio engine does the same work (its own
+    `iodl read` keeps reading the ring when completions are there: a syscall saved per reap)."""
+    return bool(job.get("userspace_reap", 0)) and job.get("iodepth_batch_complete_min", 1) == 0
 
 
 def _check_directory(job: Job) -> None:
@@ -736,7 +745,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
             fds = [open_input(f.path, plan.direct) for f in files]
         with engine_mod.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
                                     rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
-                                    reap_batch=min(plan.reap_batch, plan.depth)) as engine:
+                                    reap_batch=min(plan.reap_batch, plan.depth),
+                                    userspace_reap=plan.userspace_reap) as engine:
             if plan.content is not None and plan.engine != "null":
                 engine.set_content(**plan.content, seed=(plan.seed << 16) + jobnum)
             if start is not None:
