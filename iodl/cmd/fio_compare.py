@@ -170,6 +170,9 @@ def run(args) -> int:
         def on_leader():
             if not hosts.leader:
                 return
+            for p in disk.values():
+                if p.unlink_each_loop:   # fio removed its last loop's files (unlink=1): laid out again (marked)
+                    layout.lay_out([f for clone in p.files for f in clone])
             if reset and writes:
                 for spec, mode in writes.values():
                     layout.reset_for_write(spec, mode)

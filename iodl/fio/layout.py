@@ -385,7 +385,7 @@ def _create_temp(dfd: int, name: str) -> tuple[int, str]:
     raise IodlError(f"cannot create a temporary file beside {name}: every name drawn exists")
 
 
-def _write_one(spec: FileSpec, buf: bytes) -> int:
+def _write_one(spec: FileSpec, buf: bytes, sync: bool = True) -> int:
     dfd, name = _open_parent(spec)
     fd, tmp = -1, None
     try:
@@ -405,7 +405,8 @@ def _write_one(spec: FileSpec, buf: bytes) -> int:
                                  f"its own, and it writes only files it marked: run write jobs elsewhere") from None
             # no user xattrs here (tmpfs before Linux 6.6, some NFS): the file stays unmarked, so a
             # later run reads it but will not extend it
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
         try:
             # a new name: link() never replaces what appeared there meanwhile
             os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
@@ -448,6 +449,20 @@ def lay_out(files: list[FileSpec], allow_create: bool = True, chunk: int = 1 << 
     buf = os.urandom(chunk) if todo else b""
     with _term_interrupts():
         return sum(_write_one(spec, buf) for spec in todo)
+
+
+def renew_own(spec: FileSpec) -> None:
+    """fio's unlink_each_loop on a write job's file (backend.c unlink_all_files, then the next loop's
+    open with O_CREAT): the file at the name removed, and a new empty one there instead. Only iodl's own
+    marked file is removed (the rule of unlink=1): an empty marked file is linked in beside it, or renamed
+    over it, never through a symlink; a descriptor still open on the old file keeps it until closed.
+    No fsync: fio does none there either."""
+    if os.path.lexists(spec.path) and not is_marked(spec.path):
+        raise IodlError(f"{spec.path} is not iodl's own file (no mark) any more; iodl never removes a file it "
+                        "did not lay out")
+    if not spec.write:
+        raise ValueError(f"{spec.path}: only a write job's file is renewed")
+    _write_one(spec, b"", sync=False)
 
 
 @contextlib.contextmanager

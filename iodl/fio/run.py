@@ -80,6 +80,7 @@ class JobPlan:
     fsync_n: int = 0      # fsync=N: an fsync after every N writes issued (fio io_u.c get_rw_ddir)
     fdatasync_n: int = 0  # fdatasync=N
     end_sync: bool = False  # end_fsync=1 or fsync_on_close=1: each file fsynced when the job's pass ends
+    unlink_each_loop: bool = False  # each clone's files removed and made again, empty, between loops (_unlink_each_loop)
     reset: str = ""       # how each side's file starts (layout.reset_for_write), write jobs only
     read_pct: int = 100   # of the I/Os, the reads' percentage: 100 reads only, 0 writes only, else rwmixread
     write_block_sizes: list = field(default_factory=list)   # the writes' [(size, weight)] (bs=r,w): block_sizes else
@@ -226,6 +227,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     if align and align != min(s for s, _ in block_sizes):
         plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
 
+    plan.unlink_each_loop = _unlink_each_loop(job, plan)
     if plan.numjobs > MAX_CLONES:
         raise _reject(job, "numjobs", f"value 'numjobs={plan.numjobs}' (fio allows {MAX_CLONES} jobs)")
     if plan.numjobs * max(1, job.get("nrfiles", 1)) > MAX_FILES:
@@ -235,6 +237,23 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     _check_directory(job)
     plan.files = [clone_files(job, n, taken, null=engine == "null", write=write) for n in range(plan.numjobs)]
     return plan
+
+
+def _unlink_each_loop(job: Job, plan: JobPlan) -> bool:
+    """fio 3.33 unlink_each_loop (backend.c thread_main): before each loop after the first, each of the
+    clone's files is unlinked, and the loop's open (O_CREAT) makes it again, empty, with no lay-out; the
+    last loop's files stay (unlink=1 removes them). A time_based job runs one loop (fio wraps its files
+    inside it), as does a job with loops=1 and io_size at most its size: no effect. A job that reads fails in fio at its
+    second loop (open: ENOENT; a mixed job's reads of the new empty file: EIO): refused."""
+    size = job.get("size")
+    one_loop = plan.loops <= 1 and (not plan.io_limit or (isinstance(size, int) and plan.io_limit <= size))
+    if not job.get("unlink_each_loop", 0) or plan.time_based or one_loop \
+            or plan.engine == "null":   # fio's null engine makes no files (iodl's opens /dev/null)
+        return False
+    if plan.reads:
+        raise _reject(job, "unlink_each_loop", "option 'unlink_each_loop' in a job that reads (fio's next loop "
+                                               "reads the file it removed and fails: ENOENT, or EIO when mixed)")
+    return True
 
 
 def _check_meta(job: Job, rw: str) -> None:
@@ -843,8 +862,11 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     cursor = Cursor(engine, res, t0)
     names = [f.path for f in plan.files[res.jobnum]]
     cpu0 = _cpu()
-    budget_bytes = plan.io_limit or 0
-    budget_ios = plan.number_ios or 0
+    # fio's io_size and number_ios cap all loops together at loops times their value (backend.c
+    # io_bytes_exceeded, exceeds_number_ios: `limit *= td->loops`); after `loops` loops, keep_running
+    # starts more while fewer than io_size bytes are done (a block at least short)
+    budget_bytes = (plan.io_limit or 0) * plan.loops
+    budget_ios = (plan.number_ios or 0) * plan.loops
     passes = 0
     sync = _SyncState()
 
@@ -854,7 +876,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
         return _finish(res, cpu0)
 
     while True:
-        if not plan.time_based and passes >= plan.loops and not budget_bytes:
+        if not plan.time_based and passes >= plan.loops and \
+                plan.io_limit - res.bytes - res.write_bytes < max(plan.max_bs, 1):
             break
         if plan.invalidate and not plan.direct:
             # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
@@ -862,6 +885,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         if not plan.files[res.jobnum]:
             break   # a clone whose names its first clone took reads nothing (fio's add_file)
+        if passes and plan.unlink_each_loop:
+            _renew_files(plan, fds, plan.files[res.jobnum])
         rows = pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
         if not len(rows):
             raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
@@ -908,6 +933,18 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
             _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
     return _finish(res, cpu0)
+
+
+def _renew_files(plan: JobPlan, fds: list, files: list) -> None:
+    """unlink_each_loop between two loops: each file removed and created again, empty (iodl's own
+    marked files only: layout.renew_own), and opened anew in place of the old descriptor."""
+    from .layout import open_own_for_write, renew_own
+
+    for i, spec in enumerate(files):
+        renew_own(spec)
+        fd = open_own_for_write(spec, plan.direct, read=plan.reads)
+        fds[i], old = fd, fds[i]
+        os.close(old)
 
 
 def _file_rngs(plan: JobPlan, jobnum: int) -> list | None:
