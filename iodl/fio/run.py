@@ -45,6 +45,7 @@ SERVICE_TYPES = ("roundrobin", "sequential", "random")
 MAX_PLAN_ROWS = 1 << 20   # rows per engine call at most (memory: 32 B a row)
 PLAN_TARGET_ROWS = 1 << 16   # time_based, unpaced: passes joined into one call up to this many rows
 DISTINCT_PASSES = 32         # of which at most this many are drawn anew (Python time before the run)
+FILE_OPS_CHUNK = 4096        # metadata engines: files per C call (a stop is seen between calls)
 
 
 @dataclass
@@ -731,10 +732,12 @@ class CloneResult:
             self.syncs += syncs
 
 
-def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None = None) -> CloneResult:
-    """Run one clone as fio would: ramp, then the measured window; returns its counters."""
+def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None = None,
+              stop: threading.Event | None = None) -> CloneResult:
+    """Run one clone as fio would: ramp, then the measured window; returns its counters. `stop`: set,
+    a metadata engine's clone stops after its current call (the others run on to their end)."""
     if plan.engine in META_ENGINES:
-        return _run_file_ops(plan, index, jobnum, start)
+        return _run_file_ops(plan, index, jobnum, start, stop or threading.Event())
     engine_mod = _engine_module()
     from .. import histogram
 
@@ -785,11 +788,13 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     return res
 
 
-def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None) -> CloneResult:
-    """A metadata engine's clone: its files' creates, stats or unlinks in one C call (native/fileops.c).
+def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None,
+                  stop: threading.Event) -> CloneResult:
+    """A metadata engine's clone: its files' creates, stats or unlinks in C (native/fileops.c), in calls of
+    FILE_OPS_CHUNK files, so that a stop (Ctrl-C: run_clones) is seen between two calls.
 
     As fio counts them: one I/O of the job's min bs per file, depth 1, the call's latency as clat
-    (fio's lat and slat stay empty); the window runs from the first call to the last."""
+    (fio's lat and slat stay empty); the window runs from the first call's start to the last's end."""
     from .. import _native, histogram
 
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
@@ -799,14 +804,20 @@ def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: threading.Barri
     if plan.engine == "filestat":
         op = STAT_TYPES[plan.job.get("stat_type", "stat")]
     # once per clone, not per I/O; filestat's loops: the list again (fio stats every file each loop)
-    paths = b"".join(os.fsencode(f.path) + b"\0" for f in plan.files[jobnum]) * plan.loops
+    names = [os.fsencode(f.path) + b"\0" for f in plan.files[jobnum]] * plan.loops
+    chunks = [b"".join(names[k:k + FILE_OPS_CHUNK]) for k in range(0, len(names), FILE_OPS_CHUNK)]
     cpu0 = _cpu()
     try:
         if start is not None:
             start.wait()
-        done, res.first_ns, res.last_ns = _native.file_ops(op, paths, res.clat_hist)
-        res.ios, res.bytes = done, done * min(s for s, _ in plan.block_sizes)
-        res.depth[0] = done
+        for chunk in chunks:
+            if stop.is_set():
+                break
+            done, first_ns, res.last_ns = _native.file_ops(op, chunk, res.clat_hist)
+            res.first_ns = res.first_ns or first_ns
+            res.ios += done
+        res.bytes = res.ios * min(s for s, _ in plan.block_sizes)
+        res.depth[0] = res.ios
         _finish(res, cpu0)
     except threading.BrokenBarrierError:
         pass   # another worker failed before the start; its error is reported
@@ -1038,6 +1049,19 @@ def _finish(res: CloneResult, cpu0) -> None:
     res.cpu_s = _cpu() - cpu0 if cpu0 is not None else 0.0
 
 
+def remove_created(plan: JobPlan, clones) -> None:
+    """filecreate: the files these clones of the job created, removed (each carries iodl's mark, checked by
+    the C loop, which never follows a link; fio-compare refuses a job whose files were there before)."""
+    from .. import _native, histogram
+    from .layout import existing
+
+    if plan.engine != "filecreate":
+        return
+    paths = list(existing(f.path for n in clones for f in plan.files[n]))
+    for k in range(0, len(paths), FILE_OPS_CHUNK):
+        _native.file_ops(4, b"".join(os.fsencode(p) + b"\0" for p in paths[k:k + FILE_OPS_CHUNK]), histogram.empty())
+
+
 def run_clones(plans: dict[int, JobPlan], comm) -> list[CloneResult]:
     """Run every clone of the given jobs at once (fio starts a group's jobs together); gathered on rank 0.
 
@@ -1049,21 +1073,41 @@ def run_clones(plans: dict[int, JobPlan], comm) -> list[CloneResult]:
     results: list[CloneResult | None] = [None] * len(mine)
 
     _engine_module()   # fail here, once, if the engine is missing
+    stop = threading.Event()
+    # set when a worker returns: after a KeyboardInterrupt in join(), Python 3.11's join() of a thread still
+    # running returns at once (its bpo-45274 clean-up releases the running thread's lock), so wait on these
+    ended = [threading.Event() for _ in mine]
 
     def work(slot, index, jobnum):
         try:
-            results[slot] = run_clone(plans[index], index, jobnum, barrier)
+            results[slot] = run_clone(plans[index], index, jobnum, barrier, stop)
         except BaseException as exc:   # reported below as one line, never a thread traceback
             results[slot] = CloneResult(index, jobnum, error=f"{type(exc).__name__}: {exc}")
             barrier.abort()
+        finally:
+            ended[slot].set()
 
     comm.barrier()
     threads = [threading.Thread(target=work, args=(s, i, n), name=f"{plans[i].job.name}.{n}")
                for s, (i, n) in enumerate(mine)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        # fio, run by fio-compare with unlink=1, stops its filecreate jobs on Ctrl-C and removes the files they
+        # made (backend.c: terminate, then close_and_free_files unlinks them); iodl's do the same
+        stop.set()
+        for slot, (i, _) in enumerate(mine):
+            if plans[i].engine in META_ENGINES:
+                ended[slot].wait()   # within one call of FILE_OPS_CHUNK files
+        for i, n in mine:
+            remove_created(plans[i], [n])
+        raise
+    if any(r is not None and r.error for r in results):
+        for i, n in mine:   # an error ends the round: what this rank created goes, as after the round
+            remove_created(plans[i], [n])
     gathered = comm.gather(results)
     if comm.rank != 0:
         return []
