@@ -75,7 +75,8 @@ def format_rows(rows: np.ndarray) -> bytes: ...   # (n, k) C-contiguous int64 ro
 class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
                  delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None,
-                 submit_batch: int = 1, reap_batch: int = 0, fresh_buffers: bool = False) -> None: ...
+                 submit_batch: int = 1, reap_batch: int = 0, fresh_buffers: bool = False,
+                 userspace_reap: bool = True) -> None: ...
         # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
         # fresh_buffers: each read gets a block of its own, malloc'd (length rounded up to ALIGN, + ALIGN - 1)
         #   and zeroed when its row is taken, freed when the row is done; it reads into the block's first
@@ -97,6 +98,9 @@ class Engine:
         #   0 (or >= depth) submits every request that has a slot in one call. Depth is sampled per batch.
         # reap_batch: completions taken per reap at most (fio's iodepth_batch_complete; fio's default reaps one
         #   and refills, so every submit sees the full depth); 0: all that are ready (iodl read's default)
+        # userspace_reap: aio only. True (iodl's default): completions already in the kernel's mmapped ring are
+        #   taken from it, io_getevents only to wait. False: every reap is an io_getevents call (fio libaio's
+        #   default, which fio-compare follows)
         # cache_check: buffered reads measure cached_bytes (RunStats.cached_bytes)
         # ValueError when depth x block_size (psync: 1 x block_size), each rounded up to ALIGN, exceeds 4 GiB or
         #   half of this machine's RAM: the pool is allocated and touched at once, so it must never be an OOM kill

@@ -46,19 +46,19 @@ static void engine_release(EngineObject *self)
 static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
-				  "cache_check", "device", "submit_batch", "reap_batch", "fresh_buffers", NULL };
+				  "cache_check", "device", "submit_batch", "reap_batch", "fresh_buffers", "userspace_reap", NULL };
 	const char *name;
 	Py_ssize_t depth = 1, block_size = 1 << 20, submit_batch = 1, reap_batch = 0;
-	int direct = 0, cache_check = 0, fresh_buffers = 0, rc;
+	int direct = 0, cache_check = 0, fresh_buffers = 0, userspace_reap = 1, rc;
 	long long delay_ns = 0, rate_bps = 0;
 	PyObject *device = Py_None;
 	const struct iodl_engine_ops *ops;
 	const char *failed = NULL;
 	EngineObject *self;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnnp:Engine", kwlist, &name, &depth,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnnpp:Engine", kwlist, &name, &depth,
 					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device,
-					 &submit_batch, &reap_batch, &fresh_buffers))
+					 &submit_batch, &reap_batch, &fresh_buffers, &userspace_reap))
 		return NULL;
 	ops = iodl_engine_find(name);
 	if (!ops)
@@ -116,6 +116,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return iodl_oserror_wsyscall(-rc, failed ? failed : name);
 	}
 	self->depth = self->ctx->depth;
+	self->ctx->syscall_reap = !userspace_reap;
 	return (PyObject *)self;
 }
 

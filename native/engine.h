@@ -97,6 +97,8 @@ struct iodl_ctx {
 	 */
 	int fresh_bufs;
 	int stamp_issued;		/* set by core for a run that measures slat/clat: see t_issued_ns */
+	int syscall_reap;		/* aio: every reap is an io_getevents call, never the mmapped ring
+					   (fio libaio's default: fio-compare does the work fio does) */
 	void *eng;			/* engine-private state, owned by ->init()/->cleanup() */
 	const char *failed_syscall;	/* set when a call fails, for "(originated from X)" */
 	/*

@@ -168,6 +168,9 @@ def run(comm, args) -> int:
         def on_leader():
             if not hosts.leader:
                 return
+            for p in disk.values():
+                if p.unlink_each_loop:   # fio removed its last loop's files (unlink=1): laid out again (marked)
+                    layout.lay_out([f for clone in p.files for f in clone])
             if reset and writes:
                 for spec, mode in writes.values():
                     layout.reset_for_write(spec, mode)
@@ -355,26 +358,20 @@ def _check_new(plan) -> None:
     from ..fio import layout
     from ..fio.jobfile import JobFileError
 
-    for clone in plan.files:
-        for spec in clone:
-            if os.path.lexists(spec.path) and (plan.engine == "filecreate" or not layout.is_marked(spec.path)):
-                file, line = plan.job.loc("ioengine")
-                what = "creates only new files" if plan.engine == "filecreate" else "deletes only files it laid out"
-                raise JobFileError(f"[{plan.job.name}] ioengine={plan.engine}: {spec.path} exists (iodl {what}; "
-                                   "remove it or name another directory=)", file, line)
+    for path in layout.existing(spec.path for clone in plan.files for spec in clone):
+        if plan.engine == "filecreate" or not layout.is_marked(path):
+            file, line = plan.job.loc("ioengine")
+            what = "creates only new files" if plan.engine == "filecreate" else "deletes only files it laid out"
+            raise JobFileError(f"[{plan.job.name}] ioengine={plan.engine}: {path} exists (iodl {what}; "
+                               "remove it or name another directory=)", file, line)
 
 
 def _remove_created(plans: dict) -> None:
-    """After iodl's filecreate round: the files it created (each carries iodl's mark; the C loop
-    checks it and never follows a link) are removed, one C call per clone."""
-    from .. import _native, histogram
+    """After iodl's filecreate round: the files it created, removed (iodl.fio.run.remove_created)."""
+    from ..fio.run import remove_created
 
     for p in plans.values():
-        if p.engine != "filecreate":
-            continue
-        for clone in p.files:
-            paths = [os.fsencode(f.path) + b"\0" for f in clone if os.path.lexists(f.path)]
-            _native.file_ops(4, b"".join(paths), histogram.empty())
+        remove_created(p, range(p.numjobs))
 
 
 def _unlink_own(plans: dict) -> None:

@@ -50,8 +50,7 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
         raise JobFileError(f"no jobs in {path}")
     from .run import plan_job
 
-    for job in jobs:
-        plan_job(job, files=False)
+    renewed = {id(job) for job in jobs if plan_job(job, files=False).unlink_each_loop}
     extra: dict[str, list[str]] = {}
     for job in jobs:
         lines = []
@@ -71,9 +70,11 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
             if job.get("startdelay", 0) > runtime_s * 1e6:
                 # a short run does not wait minutes to start: the delay is capped at the runtime
                 lines.append(f"startdelay={int(runtime_s * 1e6)}us")
-        if job.get("ioengine") == "filecreate":
+        if job.get("ioengine") == "filecreate" or id(job) in renewed:
             # fio removes the files it created after its round: iodl's round then creates its own
-            # (fio-compare refuses a filecreate job whose files are already there)
+            # (fio-compare refuses a filecreate job whose files are already there); unlink_each_loop:
+            # fio's last loop made its files (unmarked), which iodl could not use: fio removes them, and
+            # iodl lays its own out again before the next side (fio_compare.py)
             lines.append("unlink=1")
         elif job.get("unlink"):
             # fio would remove the files after its round (even files iodl did not lay out);

@@ -132,6 +132,7 @@ HONOURED = set("""
     buffer_compress_percentage buffer_compress_chunk dedupe_percentage dedupe_mode buffer_pattern zero_buffers
     refill_buffers scramble_buffers
     write_bw_log write_lat_log write_iops_log log_avg_msec log_offset per_job_logs
+    userspace_reap unlink_each_loop
 """.split())
 
 # Honoured only in write jobs (fio does no sync in a job that does not write: should_fsync).
@@ -206,7 +207,6 @@ IGNORED = {
     "unified_rw_reporting": "reads only", "bwavgtime": "statistics", "iopsavgtime": "statistics",
     "stats": "statistics", "disk_util": "statistics",
     "create_fsync": "layout detail", "mem": "buffer allocation",
-    "userspace_reap": "iodl reaps libaio completions from the ring when they are there",
     "fixedbufs": "iodl's io_uring engine registers its buffers", "registerfiles": "engine tuning",
     "sqthread_poll_cpu": "engine tuning", "nonvectored": "engine tuning", "lockmem": "memory locking",
     "block_error_percentiles": "trim error statistics only", "error_dump": "error messages only",
@@ -265,9 +265,8 @@ _WHY = [
     (("cgroup",), "cgroups are not emulated"),
     (("prio", "nice"), "process and I/O priorities are not emulated"),
     (("rwmix", "sync_file_range", "write_barrier", "fill_device", "file_append", "buffer_", "dedupe",
-      "scramble", "zero_buffers", "refill_buffers", "unlink_each_loop", "trim", "pre_read"),
-     "iodl reads and writes with fsync/fdatasync only (no trims, range syncs, barriers, dedupe working sets "
-     "or file removal)"),
+      "scramble", "zero_buffers", "refill_buffers", "trim", "pre_read"),
+     "iodl reads and writes with fsync/fdatasync only (no trims, range syncs, barriers or dedupe working sets)"),
 ]
 
 

@@ -35,6 +35,7 @@ SERVICE_TYPES = ("roundrobin", "sequential", "random")
 MAX_PLAN_ROWS = 1 << 20   # rows per engine call at most (memory: 32 B a row)
 PLAN_TARGET_ROWS = 1 << 16   # time_based, unpaced: passes joined into one call up to this many rows
 DISTINCT_PASSES = 32         # of which at most this many are drawn anew (Python time before the run)
+FILE_OPS_CHUNK = 4096        # metadata engines: files per C call (a stop is seen between calls)
 
 
 @dataclass
@@ -46,6 +47,7 @@ class JobPlan:
     depth: int
     submit_batch: int     # iodepth_batch(_submit): requests per submit call, 0 = all that have a slot
     reap_batch: int       # completions taken per reap at most (fio's iodepth_batch_complete_max, after its fix-ups)
+    userspace_reap: bool  # libaio reaps from the mmapped ring, not with io_getevents (see _userspace_reap)
     direct: bool
     random: bool
     seq_len: int          # rw=randread:N -> N sequential blocks per random pick; rw=read:N -> hole bytes
@@ -69,6 +71,7 @@ class JobPlan:
     fsync_n: int = 0      # fsync=N: an fsync after every N writes issued (fio io_u.c get_rw_ddir)
     fdatasync_n: int = 0  # fdatasync=N
     end_sync: bool = False  # end_fsync=1 or fsync_on_close=1: each file fsynced when the job's pass ends
+    unlink_each_loop: bool = False  # each clone's files removed and made again, empty, between loops (_unlink_each_loop)
     reset: str = ""       # how each side's file starts (layout.reset_for_write), write jobs only
     read_pct: int = 100   # of the I/Os, the reads' percentage: 100 reads only, 0 writes only, else rwmixread
     write_block_sizes: list = field(default_factory=list)   # the writes' [(size, weight)] (bs=r,w): block_sizes else
@@ -194,7 +197,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     align = align[ddir] if isinstance(align, list) else align
     plan = JobPlan(
         job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
-        submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job),
+        submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job), userspace_reap=_userspace_reap(job),
         direct=direct, random=random, seq_len=seq_len, block_sizes=block_sizes,
         align=align or min(s for s, _ in block_sizes), rate_bps=rate_bps, time_based=time_based,
         runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
@@ -213,6 +216,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     if align and align != min(s for s, _ in block_sizes):
         plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
 
+    plan.unlink_each_loop = _unlink_each_loop(job, plan)
     if plan.numjobs > MAX_CLONES:
         raise _reject(job, "numjobs", f"value 'numjobs={plan.numjobs}' (fio allows {MAX_CLONES} jobs)")
     if plan.numjobs * max(1, job.get("nrfiles", 1)) > MAX_FILES:
@@ -222,6 +226,23 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     _check_directory(job)
     plan.files = [clone_files(job, n, taken, null=engine == "null", write=write) for n in range(plan.numjobs)]
     return plan
+
+
+def _unlink_each_loop(job: Job, plan: JobPlan) -> bool:
+    """fio 3.33 unlink_each_loop (backend.c thread_main): before each loop after the first, each of the
+    clone's files is unlinked, and the loop's open (O_CREAT) makes it again, empty, with no lay-out; the
+    last loop's files stay (unlink=1 removes them). A time_based job runs one loop (fio wraps its files
+    inside it), as does a job with loops=1 and io_size at most its size: no effect. A job that reads fails in fio at its
+    second loop (open: ENOENT; a mixed job's reads of the new empty file: EIO): refused."""
+    size = job.get("size")
+    one_loop = plan.loops <= 1 and (not plan.io_limit or (isinstance(size, int) and plan.io_limit <= size))
+    if not job.get("unlink_each_loop", 0) or plan.time_based or one_loop \
+            or plan.engine == "null":   # fio's null engine makes no files (iodl's opens /dev/null)
+        return False
+    if plan.reads:
+        raise _reject(job, "unlink_each_loop", "option 'unlink_each_loop' in a job that reads (fio's next loop "
+                                               "reads the file it removed and fails: ENOENT, or EIO when mixed)")
+    return True
 
 
 def _check_meta(job: Job, rw: str) -> None:
@@ -404,6 +425,14 @@ def _reap_batch(job: Job) -> int:
     lo = job.get("iodepth_batch_complete_min", 1)
     hi = max(job.get("iodepth_batch_complete_max", 0), lo)
     return max(1, hi)
+
+
+def _userspace_reap(job: Job) -> bool:
+    """fio 3.33 engines/libaio.c: a reap reads the mmapped completion ring only when the job sets
+    userspace_reap and iodepth_batch_complete_min=0 (then it polls the ring); otherwise every reap is
+    an io_getevents call, also with userspace_reap set. iodl's aio engine does the same work (its own
+    `iodl read` keeps reading the ring when completions are there: a syscall saved per reap)."""
+    return bool(job.get("userspace_reap", 0)) and job.get("iodepth_batch_complete_min", 1) == 0
 
 
 def _check_directory(job: Job) -> None:
@@ -691,10 +720,12 @@ class CloneResult:
             self.syncs += syncs
 
 
-def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None = None) -> CloneResult:
-    """Run one clone as fio would: ramp, then the measured window; returns its counters."""
+def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None = None,
+              stop: threading.Event | None = None) -> CloneResult:
+    """Run one clone as fio would: ramp, then the measured window; returns its counters. `stop`: set,
+    a metadata engine's clone stops after its current call (the others run on to their end)."""
     if plan.engine in META_ENGINES:
-        return _run_file_ops(plan, index, jobnum, start)
+        return _run_file_ops(plan, index, jobnum, start, stop or threading.Event())
     from .. import histogram
 
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
@@ -723,7 +754,8 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
             fds = [open_input(f.path, plan.direct) for f in files]
         with engines.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
                                  rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
-                                 reap_batch=min(plan.reap_batch, plan.depth)) as engine:
+                                 reap_batch=min(plan.reap_batch, plan.depth),
+                                 userspace_reap=plan.userspace_reap) as engine:
             if plan.content is not None and plan.engine != "null":
                 engine.set_content(**plan.content, seed=(plan.seed << 16) + jobnum)
             if start is not None:
@@ -743,11 +775,13 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
     return res
 
 
-def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None) -> CloneResult:
-    """A metadata engine's clone: its files' creates, stats or unlinks in one C call (native/fileops.c).
+def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier | None,
+                  stop: threading.Event) -> CloneResult:
+    """A metadata engine's clone: its files' creates, stats or unlinks in C (native/fileops.c), in calls of
+    FILE_OPS_CHUNK files, so that a stop (Ctrl-C: run_clones) is seen between two calls.
 
     As fio counts them: one I/O of the job's min bs per file, depth 1, the call's latency as clat
-    (fio's lat and slat stay empty); the window runs from the first call to the last."""
+    (fio's lat and slat stay empty); the window runs from the first call's start to the last's end."""
     from .. import _native, histogram
 
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
@@ -757,14 +791,20 @@ def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: threading.Barri
     if plan.engine == "filestat":
         op = STAT_TYPES[plan.job.get("stat_type", "stat")]
     # once per clone, not per I/O; filestat's loops: the list again (fio stats every file each loop)
-    paths = b"".join(os.fsencode(f.path) + b"\0" for f in plan.files[jobnum]) * plan.loops
+    names = [os.fsencode(f.path) + b"\0" for f in plan.files[jobnum]] * plan.loops
+    chunks = [b"".join(names[k:k + FILE_OPS_CHUNK]) for k in range(0, len(names), FILE_OPS_CHUNK)]
     cpu0 = _cpu()
     try:
         if start is not None:
             start.wait()
-        done, res.first_ns, res.last_ns = _native.file_ops(op, paths, res.clat_hist)
-        res.ios, res.bytes = done, done * min(s for s, _ in plan.block_sizes)
-        res.depth[0] = done
+        for chunk in chunks:
+            if stop.is_set():
+                break
+            done, first_ns, res.last_ns = _native.file_ops(op, chunk, res.clat_hist)
+            res.first_ns = res.first_ns or first_ns
+            res.ios += done
+        res.bytes = res.ios * min(s for s, _ in plan.block_sizes)
+        res.depth[0] = res.ios
         _finish(res, cpu0)
     except threading.BrokenBarrierError:
         pass   # another worker failed before the start; its error is reported
@@ -820,8 +860,11 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     cursor = Cursor(engine, res, t0)
     names = [f.path for f in plan.files[res.jobnum]]
     cpu0 = _cpu()
-    budget_bytes = plan.io_limit or 0
-    budget_ios = plan.number_ios or 0
+    # fio's io_size and number_ios cap all loops together at loops times their value (backend.c
+    # io_bytes_exceeded, exceeds_number_ios: `limit *= td->loops`); after `loops` loops, keep_running
+    # starts more while fewer than io_size bytes are done (a block at least short)
+    budget_bytes = (plan.io_limit or 0) * plan.loops
+    budget_ios = (plan.number_ios or 0) * plan.loops
     passes = 0
     sync = _SyncState()
 
@@ -831,7 +874,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
         return _finish(res, cpu0)
 
     while True:
-        if not plan.time_based and passes >= plan.loops and not budget_bytes:
+        if not plan.time_based and passes >= plan.loops and \
+                plan.io_limit - res.bytes - res.write_bytes < max(plan.max_bs, 1):
             break
         if plan.invalidate and not plan.direct:
             # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
@@ -839,6 +883,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         if not plan.files[res.jobnum]:
             break   # a clone whose names its first clone took reads nothing (fio's add_file)
+        if passes and plan.unlink_each_loop:
+            _renew_files(plan, fds, plan.files[res.jobnum])
         rows = pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
         if not len(rows):
             raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
@@ -885,6 +931,18 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
             # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
             _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
     return _finish(res, cpu0)
+
+
+def _renew_files(plan: JobPlan, fds: list, files: list) -> None:
+    """unlink_each_loop between two loops: each file removed and created again, empty (iodl's own
+    marked files only: layout.renew_own), and opened anew in place of the old descriptor."""
+    from .layout import open_own_for_write, renew_own
+
+    for i, spec in enumerate(files):
+        renew_own(spec)
+        fd = open_own_for_write(spec, plan.direct, read=plan.reads)
+        fds[i], old = fd, fds[i]
+        os.close(old)
 
 
 def _file_rngs(plan: JobPlan, jobnum: int) -> list | None:
@@ -978,6 +1036,19 @@ def _finish(res: CloneResult, cpu0) -> None:
     res.cpu_s = _cpu() - cpu0 if cpu0 is not None else 0.0
 
 
+def remove_created(plan: JobPlan, clones) -> None:
+    """filecreate: the files these clones of the job created, removed (each carries iodl's mark, checked by
+    the C loop, which never follows a link; fio-compare refuses a job whose files were there before)."""
+    from .. import _native, histogram
+    from .layout import existing
+
+    if plan.engine != "filecreate":
+        return
+    paths = list(existing(f.path for n in clones for f in plan.files[n]))
+    for k in range(0, len(paths), FILE_OPS_CHUNK):
+        _native.file_ops(4, b"".join(os.fsencode(p) + b"\0" for p in paths[k:k + FILE_OPS_CHUNK]), histogram.empty())
+
+
 def run_clones(plans: dict[int, JobPlan], comm) -> list[CloneResult]:
     """Run every clone of the given jobs at once (fio starts a group's jobs together); gathered on rank 0.
 
@@ -988,20 +1059,41 @@ def run_clones(plans: dict[int, JobPlan], comm) -> list[CloneResult]:
     barrier = threading.Barrier(len(mine)) if mine else None
     results: list[CloneResult | None] = [None] * len(mine)
 
+    stop = threading.Event()
+    # set when a worker returns: after a KeyboardInterrupt in join(), Python 3.11's join() of a thread still
+    # running returns at once (its bpo-45274 clean-up releases the running thread's lock), so wait on these
+    ended = [threading.Event() for _ in mine]
+
     def work(slot, index, jobnum):
         try:
-            results[slot] = run_clone(plans[index], index, jobnum, barrier)
+            results[slot] = run_clone(plans[index], index, jobnum, barrier, stop)
         except BaseException as exc:   # reported below as one line, never a thread traceback
             results[slot] = CloneResult(index, jobnum, error=f"{type(exc).__name__}: {exc}")
             barrier.abort()
+        finally:
+            ended[slot].set()
 
     comm.barrier()
     threads = [threading.Thread(target=work, args=(s, i, n), name=f"{plans[i].job.name}.{n}")
                for s, (i, n) in enumerate(mine)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        # fio, run by fio-compare with unlink=1, stops its filecreate jobs on Ctrl-C and removes the files they
+        # made (backend.c: terminate, then close_and_free_files unlinks them); iodl's do the same
+        stop.set()
+        for slot, (i, _) in enumerate(mine):
+            if plans[i].engine in META_ENGINES:
+                ended[slot].wait()   # within one call of FILE_OPS_CHUNK files
+        for i, n in mine:
+            remove_created(plans[i], [n])
+        raise
+    if any(r is not None and r.error for r in results):
+        for i, n in mine:   # an error ends the round: what this rank created goes, as after the round
+            remove_created(plans[i], [n])
     gathered = comm.gather(results)
     if comm.rank != 0:
         return []

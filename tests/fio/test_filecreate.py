@@ -11,10 +11,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+
+from pathlib import Path
 
 from iodl.fio import compare, layout
 from iodl.fio.run import plan_job, run_clones
@@ -168,3 +172,49 @@ def test_refused_in_one_line(tmp_path, extra, named):
     r = _fio_compare(_job(tmp_path, extra=extra), d, tmp_path / "o.json", "--no-fio")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"'{named}" in r.stderr, r.stderr
     assert os.listdir(d) == []
+
+
+def _signal_once_created(cmd, d, sig, at_least):
+    """Run cmd; once `at_least` files are in d, send sig; (its exit status, stderr)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(os.listdir(d)) < at_least and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.005)
+    assert p.poll() is None, "the creates ended before the signal: give the job more files"
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    return p.returncode, err
+
+
+@pytest.mark.fio
+def test_fio_removes_its_created_files_on_ctrl_c(tmp_path):
+    """Ground truth for the next test: fio as fio-compare runs it (unlink=1) stops on SIGINT and removes
+    the files its filecreate job made (backend.c: terminate, close_and_free_files)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    job = tmp_path / "fc.fio"
+    job.write_text(f"[fc]\nioengine=filecreate\nnrfiles=20000\nfilesize=4k\nopenfiles=1\ncreate_on_open=1\n"
+                   f"unlink=1\ndirectory={d}\n")
+    code, err = _signal_once_created(["fio", str(job)], d, signal.SIGINT, 200)
+    assert os.listdir(d) == [], (code, err[-300:])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopped_round_removes_what_it_created(sig):
+    """Ctrl-C (or SIGTERM) in iodl's filecreate round: the creates stop and the files made so far are
+    removed, as fio's (above); exit 130, one line."""
+    d = Path("/dev/shm") / f"iodl-test-fc-{os.getpid()}"
+    d.mkdir()
+    try:
+        job = d.parent / f"iodl-test-fc-{os.getpid()}.fio"
+        job.write_text(JOB.format(engine="filecreate").replace(f"nrfiles={NRFILES}", "nrfiles=150000")
+                       .replace(f"numjobs={NUMJOBS}", "numjobs=1"))
+        code, err = _signal_once_created([sys.executable, "-m", "iodl", "fio-compare", str(job), "--no-fio",
+                                          "--directory", str(d)], d, sig, 1000)
+        assert code == 130 and err.count("\n") == 1 and "interrupted" in err, err
+        assert os.listdir(d) == []
+    finally:
+        job.unlink(missing_ok=True)
+        for n in os.listdir(d):
+            os.unlink(d / n)
+        d.rmdir()
