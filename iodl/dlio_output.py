@@ -26,7 +26,7 @@ from datetime import datetime
 
 import numpy as np
 
-from .training import STEP_FIELDS
+from .result import STEP_FIELDS
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -13,6 +13,8 @@ import os
 from . import _native
 from .errors import UsageError
 
+CACHED_SHARDS = 64   # shard layouts a step rank keeps: an epoch revisits shards, 72 ranks share the RAM
+
 MAX_FILES = 100_000_000            # shards per copy
 MAX_COPIES = 100_000
 MAX_SHARDS = 100_000_000           # files x copies: the names a rank may have to address
@@ -199,12 +201,10 @@ def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, bat
     largest, total = stats or (int(np.max(sizes)), int(np.sum(sizes, dtype=np.int64)))
     n = len(sizes)
     if pattern in ("train-sync", "infer-async"):
-        from .training import SampleStream
-
         shard_rows = -(-largest // block_size)
         mean_sample = total / (n * max(1, samples_per_shard))
         step_rows = -(-int(batch_size * mean_sample) // block_size) + shards_per_step(batch_size, samples_per_shard)
-        held = min(SampleStream.CACHED_SHARDS, n) * (shard_rows * PLAN_ROW + 16 * samples_per_shard)
+        held = min(CACHED_SHARDS, n) * (shard_rows * PLAN_ROW + 16 * samples_per_shard)
         need = held + step_rows * STEP_ROW_PEAK
         if step_rows >= shard_rows:
             return step_rows, need, f"a step of {batch_size:,} samples (~{int(batch_size * mean_sample):,} bytes)"

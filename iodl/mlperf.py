@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
+from .result import STEP_FIELDS
+
 MIN_STEPS = 500          # the dataset holds at least 500 steps of every accelerator's batch...
 RAM_MULTIPLE = 5         # ...and at least 5x the memory of all client hosts together
 GiB = 1 << 30
@@ -121,10 +125,6 @@ def summary(per_rank: list, au_threshold: float) -> dict | None:
     whole time, first step included. AU is then the mean over ranks, samples/s the sum over
     ranks, each a mean over epochs; pass: AU >= the workload's threshold. per_rank: each rank's
     step records (training.STEP_FIELDS)."""
-    import numpy as np
-
-    from .training import STEP_FIELDS
-
     col = {name: i for i, name in enumerate(STEP_FIELDS)}
     au: dict[int, list[float]] = {}
     rate: dict[int, list[float]] = {}

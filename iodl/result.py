@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 from typing import TypedDict
 
+# The columns of a rank's step records (train-sync, infer-async: one row per step, seconds since the
+# start barrier); checkpoint: seconds of the step spent writing an in-training checkpoint (after its barrier)
+STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch", "checkpoint")
+
 RESULT = "iodl.result/1"      # iodl read --out
 SWEEP = "iodl.sweep/1"        # iodl sweep --out
 

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _native, plan, reduce
+from . import _native, limits, plan, reduce
 from .cursor import Cancelled, Cursor, ShardFiles
 from .data.tables import int_rows
 from .engines import open_engine
 from .metrics import LIVE_STEPS
+from .result import STEP_FIELDS
 
 if TYPE_CHECKING:
     from .patterns import Run
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
 
 WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
 
-
-# checkpoint: seconds of the step spent writing an in-training checkpoint (after its barrier)
-STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch", "checkpoint")
 
 
 def buffer_size(shuffle: str, shuffle_size: int, samples_per_shard: int) -> int:
@@ -54,7 +52,7 @@ class SampleStream:
     of a share is taken exactly once per epoch. Each finished share is checked for that.
     """
 
-    CACHED_SHARDS = 64   # layouts kept per rank: an epoch revisits shards, 72 ranks share the RAM
+    CACHED_SHARDS = limits.CACHED_SHARDS
 
     def __init__(self, next_shard, sample_ends, sizes: np.ndarray, block_size: int, buffer: int = 0,
                  rng: np.random.Generator | None = None, check: bool = True, records: bool = False,
