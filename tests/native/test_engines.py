@@ -148,7 +148,12 @@ def test_each_entry_says_what_it_is():
     kinds = {kind: [e.name for e in engines.ENGINES.values() if e.kind == kind]
              for kind in (engines.C_OPS, engines.PYTHON, engines.C_PER_FILE)}
     assert kinds[engines.C_OPS] == _native.engines()             # the compiled-in ops tables, in order
-    assert kinds[engines.PYTHON] == ["asyncio"] and engines.ENGINES["asyncio"].make is AsyncioEngine
+    assert kinds[engines.PYTHON] == ["asyncio"]
+    made = engines.ENGINES["asyncio"].make(depth=2, block_size=4096)
+    try:
+        assert isinstance(made, AsyncioEngine)
+    finally:
+        made.close()
     assert kinds[engines.C_PER_FILE] == list(META_ENGINES)       # fio-compare's per-file C calls
     assert sum(len(v) for v in kinds.values()) == len(engines.ENGINES)
     assert engines.plan_engines() == kinds[engines.C_OPS] + kinds[engines.PYTHON]
