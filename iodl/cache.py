@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from . import reduce
 from .errors import UsageError
@@ -76,7 +77,6 @@ def _resident_and_size(path: str) -> tuple[int | None, int]:
 def _probe(paths) -> tuple[int | None, int]:
     """(resident bytes or None, bytes) of these files, asked on a few threads: a cold inode cache
     makes each open wait on the disk (~0.5 ms), and the waits overlap."""
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="iodl-cache-probe") as pool:
         got = list(pool.map(_resident_and_size, paths))

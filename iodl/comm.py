@@ -6,8 +6,11 @@ that 72 ranks on 2 cores leave the CPU to the ranks doing I/O.
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -246,8 +249,6 @@ class NodeShared:
     TAIL = 64   # bytes after the per-rank slots, for one node-wide word (the null engine's device)
 
     def __init__(self, comm, size: int = 4096, per_rank: int = 0):
-        import mmap
-
         self.mm, self.shared = None, True
         if comm.is_mpi:
             node = comm._comm.Split_type(comm._MPI.COMM_TYPE_SHARED)
@@ -372,7 +373,6 @@ def split_hosts(comm) -> HostSplit:
 
 def _shared_file(size: int):
     """A zeroed file in /dev/shm (tmpfs: memory shared by the node's processes)."""
-    import tempfile
 
     fd, path = tempfile.mkstemp(prefix="iodl-shm-", dir="/dev/shm")
     try:
@@ -388,7 +388,6 @@ def _shared_file(size: int):
 
 def _sysv_shm_works() -> bool:
     """Can this process create a SysV shared-memory segment (some containers forbid it)?"""
-    import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     ipc_private, ipc_creat, ipc_rmid = 0, 0o1000, 0
@@ -465,7 +464,6 @@ def node_shared_arrays(group, build) -> dict[str, np.ndarray]:
     of the group from one /dev/shm file (unlinked once all mapped it): a node holds them once,
     whatever its number of ranks. build() may raise an IodlError: every rank of the group then
     raises it. Without /dev/shm the arrays are sent to each rank instead (each holds a copy)."""
-    import mmap
 
     from .errors import IodlError, UsageError
 

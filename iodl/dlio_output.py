@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import time
 from datetime import datetime
 
@@ -338,7 +339,6 @@ def write_run(base: str, directory: str, summary_: dict, outputs: list[tuple[dic
 def _make_dirs(base: str, directory: str) -> None:
     """directory and the ones between base (--dlio-dir, checked) and it, never through a symlink:
     an existing component must be a real directory (lstat), a missing one is created."""
-    import stat
 
     from .errors import UsageError
 

@@ -7,7 +7,9 @@ turns a run's first error into an OSError naming the file and what the row did.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import stat
 
 import numpy as np
 
@@ -70,7 +72,6 @@ def blocking_once(fd: int, check) -> int:
     """fd made blocking once check(fd) has passed (check raises when the file is not one to use);
     closed on any failure. Files are opened O_NONBLOCK and checked through their descriptor: a
     FIFO in a file's place cannot hang the open, and what is checked is what was opened."""
-    import fcntl
 
     try:
         check(fd)
@@ -101,7 +102,6 @@ def open_for_write(path: str, direct: bool) -> int:
 
 def _readable_kind(mode: int, expected_size: int | None) -> bool:
     """A regular file; a block device only where no shard size is promised (fio-compare reads devices)."""
-    import stat
 
     return stat.S_ISREG(mode) or (expected_size is None and stat.S_ISBLK(mode))
 

@@ -30,9 +30,13 @@ record in the file:
 """
 from __future__ import annotations
 
+import io
 import os
 import struct
+import zipfile
+import zlib
 from dataclasses import dataclass
+from importlib.metadata import version
 
 import numpy as np
 
@@ -43,7 +47,6 @@ _MASK_DELTA = 0xA282EAD8
 
 def crc32c_version() -> str:
     """What computes TFRecord's CRCs (recorded with generation benchmarks)."""
-    from importlib.metadata import version
 
     return f"crc32c {version('crc32c')}"
 
@@ -397,8 +400,6 @@ class Npz(Format):
             np.savez(f, **arrays)
 
     def extents_from_file(self, path, samples):
-        import zipfile  # imported where used: the readers of other formats need not load it
-
         ext = np.empty((samples, 2), dtype=np.uint64)
         with open(path, "rb") as f, zipfile.ZipFile(f) as z:
             infos = z.infolist()
@@ -412,8 +413,6 @@ class Npz(Format):
         return ext
 
     def check_file(self, path, sizes):
-        import zipfile
-
         try:
             with zipfile.ZipFile(path) as z:
                 infos = z.infolist()
@@ -471,8 +470,6 @@ class Npy(Format):
 
     @staticmethod
     def header(nbytes: int) -> bytes:
-        import io
-
         from numpy.lib import format as npy
 
         out = io.BytesIO()
@@ -552,8 +549,6 @@ class _Image(Format):
 
 
 def _encode(array: np.ndarray, fmt: str, **options) -> bytes:
-    import io
-
     from PIL import Image
 
     out = io.BytesIO()
@@ -618,8 +613,6 @@ class Png(_Image):
         return len(self.base()) + 12 + self.FIRST   # one ioDL chunk: 12 bytes of framing, FIRST of payload
 
     def lay_out(self, view, key):
-        import zlib
-
         image = self.base()
         head = len(image) - 12
         view[:head] = np.frombuffer(image, dtype=np.uint8)[:head]

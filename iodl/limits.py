@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 
 from . import _native
 from .errors import UsageError
@@ -194,9 +195,9 @@ def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, bat
     stats: (largest, total) of sizes when known (a dataset's: its mapped size table is then not
     read whole by every rank).
     """
-    from . import plan
-
     import numpy as np
+
+    from . import plan
 
     largest, total = stats or (int(np.max(sizes)), int(np.sum(sizes, dtype=np.int64)))
     n = len(sizes)
@@ -234,7 +235,6 @@ def shards_per_step(batch_size: int, samples_per_file: int) -> int:
 
 def check_open_files(what: str, needed: int) -> None:
     """Refuse when a step would hold more files open than RLIMIT_NOFILE leaves."""
-    import resource
 
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft != resource.RLIM_INFINITY and needed + FD_HEADROOM > soft:

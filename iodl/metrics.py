@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -130,7 +131,6 @@ class RankResult:
 
     def note_process(self, startup_s: float) -> None:
         """What this rank's process cost: start-up time, CPU, peak memory."""
-        import resource
 
         ru = resource.getrusage(resource.RUSAGE_SELF)
         self.startup_s = startup_s

@@ -11,6 +11,7 @@ mlpstorage_py/report_generator.py (@0366ccfc9fc629dde3379a8022cb4c4ff8285b53: _a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from statistics import fmean
 
 import numpy as np
 
@@ -155,7 +156,6 @@ def aggregate_runs(results: list[dict], dlio: list[dict | None]) -> dict:
     mean AU and samples/s (DLIO's figures) and the read bandwidth: the mean of the runs'
     train_io_mean_MB_per_second (MiB/s) / 1024, in GiB/s. Every measured run must meet its AU; a
     CLOSED result has RUNS runs. iodl's own bandwidth is averaged beside it (MB/s)."""
-    from statistics import fmean
 
     runs = []
     for i, (res, s) in enumerate(zip(results, dlio)):

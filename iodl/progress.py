@@ -10,6 +10,10 @@ to show progress with no terminal (a log), it prints one plain line every `inter
 """
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import textwrap
 import threading
 import time
 
@@ -108,14 +112,12 @@ class Progress:
 
 def console_width() -> int:
     """COLUMNS, else the terminal's width, else 80 (a pipe, a log)."""
-    import shutil
 
     return shutil.get_terminal_size((80, 24)).columns
 
 
 def wrap(line: str) -> str:
     """A plain line folded at spaces to the console width (for print(), which does not wrap)."""
-    import textwrap
 
     return textwrap.fill(line, console_width(), break_long_words=False, break_on_hyphens=False) or line
 
@@ -139,8 +141,6 @@ class Ticker:
 
     def __init__(self, label: str, total: float = 0.0, unit: str = "MB", scale: float = 1e6, stream=None,
                  tty: bool | None = None, every: float = 10.0, redraw: float = 0.25, clock=time.monotonic):
-        import os
-        import sys
 
         self.label, self.total, self.unit, self.scale = label, float(total), unit, scale
         self.stream = stream or sys.stdout

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 import os
-
-# rich is imported inside the functions: only rank 0 prints, and 72 ranks need not pay for it
+import tempfile
 
 from .cache import RAM_MULTIPLE
 from .histogram import DEPTH_LABELS
 from .result import RESULT as SCHEMA  # noqa: F401  (read.py writes it)
 from .sizing import meets, storage_MBps
+
+# rich is imported inside the functions: only rank 0 prints, and 72 ranks need not pay for it
+
 
 # a measured cache-hit fraction above what a dataset of RAM_MULTIPLE x RAM leaves to the page cache
 # in steady state (MLPerf Storage's rule): the run measured memory more than the storage
@@ -409,7 +411,6 @@ def check_output_path(flag: str, path: str) -> None:
 def write_text_atomically(path: str, write) -> None:
     """write(f) into an exclusively created temporary file beside `path`, renamed over it when
     complete: a reader never sees half a file, and no temporary file is left on any failure."""
-    import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
                                dir=os.path.dirname(os.path.abspath(path)))

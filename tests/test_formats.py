@@ -141,7 +141,7 @@ def test_generate_and_validate_round_trip(tmp_path, fmt):
     assert r.returncode == 0, r.stderr
     ds = open_dataset(root)
     total = sum(s.size for s in ds.shards)
-    assert f"{total} of {total} bytes read" in r.stdout
+    assert f"{total:,} of {total:,} bytes read" in " ".join(r.stdout.split())   # the report wraps at 80 columns
 
 
 def _dlio_index(path: str, samples: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,8 @@ back (iodl/checkpoint_run.py); the figures are docs/numbers.md's "Checkpoints".
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 
 GiB = 1 << 30
@@ -62,12 +64,10 @@ def run(comm, args) -> int:
 
 def _setup(comm, args):
     """Everything that can fail on bad input, on every rank, before any I/O."""
-    import os
 
-    from .. import cache, checkpoint, limits
+    from .. import cache, checkpoint, engines, limits
     from ..checkpoint_run import Plan, layout_for, signature
     from ..errors import UsageError
-    from .. import engines
     from ..report import check_output_path
     from ..units import parse_size
     from ..workload import load_workload
@@ -138,9 +138,8 @@ def checkpoint_run(comm, args) -> int:
               "subset": lay.subset, "full_ranks": lay.full_ranks(cm.parallelism), "fsync": run_plan.fsync,
               "drop_caches": run_plan.drop_caches, "roots": run_plan.roots, "partial": reduced["partial"],
               "checkpoint": reduced["checkpoint"]}
-    from ..mlperf import checkpoint_view
-
     from ..cache import meminfo
+    from ..mlperf import checkpoint_view
 
     result["mlperf"] = checkpoint_view(result, run_plan.writes, run_plan.reads, gap, meminfo().get("MemTotal", 0))
     _print_result(result, make_console())
@@ -169,7 +168,6 @@ def _write_dlio(base: str, result: dict, wl, plan, facts: list[dict], wall_start
 def _read_gap(plan) -> float | None:
     """A read-only run: seconds from the end of the last checkpoint written in its first root to
     this process's start (None when the store does not say when that was)."""
-    import time
 
     from ..checkpoint_run import read_store
     from ..metrics import process_age_s
@@ -250,8 +248,6 @@ def _schedule(wl) -> dict:
 
 
 def plan(args) -> int:
-    import json
-
     from .. import checkpoint, limits
     from ..workload import load_workload
 

@@ -1,6 +1,9 @@
 """`iodl datasize`: the smallest dataset MLPerf Storage accepts for a workload, and the command that makes it."""
 from __future__ import annotations
 
+import json
+import shlex
+
 
 def add_arguments(p) -> None:
     from ..limits import cli_float, cli_int
@@ -16,9 +19,6 @@ def add_arguments(p) -> None:
 
 
 def run(comm, args) -> int:
-    import json
-    import shlex
-
     from .. import cache, limits
     from ..mlperf import GiB, data_size, training_category
     from ..workload import load_workload

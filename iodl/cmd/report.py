@@ -1,7 +1,9 @@
 """`iodl report FILE...`: print result files again, write a run's time series as CSV, or plot them."""
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import fields
 
 
 def add_arguments(p) -> None:
@@ -61,7 +63,6 @@ def run(comm, args) -> int:
 
 def _json_file(path: str) -> str:
     """path, or a one-line UsageError when it is not JSON at all (say, a CSV or a log given by mistake)."""
-    import json
 
     from ..errors import UsageError
 
@@ -88,7 +89,6 @@ def _print_read(path: str, doc: dict, console, detail: bool) -> None:
 
 def _print_sweep(path: str, doc: dict, console) -> None:
     """The table `iodl sweep` printed (iodl.sweep.print_sweep), from whatever the file holds."""
-    from dataclasses import fields
 
     from ..errors import UsageError
     from ..sweep import Point, print_sweep

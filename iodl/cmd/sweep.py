@@ -3,8 +3,12 @@ iodl/sweep.py for why) and find how many accelerators the storage supports."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
-
+import shutil
+import signal
+import tempfile
+import time
 
 # the sweep's own options (each takes one value); every other option is passed on to `iodl read`
 OWN_OPTIONS = ("--ranks", "--threshold", "--out", "--keep", "--mpiexec", "--timeout")
@@ -122,8 +126,6 @@ def _workload_as_run(spec: dict, opts) -> dict:
 
 
 def _load(path: str):
-    import json
-
     try:
         with open(path) as f:
             return json.load(f)
@@ -132,17 +134,12 @@ def _load(path: str):
 
 
 def run(comm, args) -> int:
-    import shutil
-    import signal
-    import tempfile
-    import time
-
     from .. import sweep
     from ..comm import launched_by_mpi
+    from ..data.manifest import read_manifests, workload_for_roots
     from ..errors import IodlError, UsageError
     from ..report import write_result
     from ..sizing import workload_demand_MBps
-    from ..data.manifest import read_manifests, workload_for_roots
 
     if launched_by_mpi():
         raise UsageError("iodl sweep starts mpiexec itself for every rank count: run it without mpirun/mpiexec")

@@ -1,6 +1,8 @@
 """`iodl workloads`: the built-in workloads, their shape and where their numbers come from."""
 from __future__ import annotations
 
+import json
+
 
 def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print every built-in's resolved spec as JSON")
@@ -16,8 +18,6 @@ def category(w) -> str | None:
 
 
 def run(comm, args) -> int:
-    import json
-
     from ..mlperf import CLOSED_CHECKPOINT_RANKS, training_category
     from ..report import make_console, print_table
     from ..sizing import workload_demand_MBps

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from ..errors import UsageError
 from . import options as opts
@@ -102,7 +103,6 @@ def bc_eval(expr: str) -> str:
     """What `echo 'EXPR' | bc` prints for fio's keyword arithmetic (scale=0: a division truncates
     toward zero; + - * / % ^, unary minus, parentheses). Anything else is a bc error (BcError), as
     when bc prints nothing to fio."""
-    from fractions import Fraction
 
     pos, tokens = 0, []
     text = expr.rstrip()

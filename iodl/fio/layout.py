@@ -23,6 +23,8 @@ something fio would read (a character device, a FIFO, a socket, a directory).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import os
@@ -32,7 +34,6 @@ import signal
 import stat
 import struct
 import threading
-
 from dataclasses import dataclass
 
 from ..engine import blocking_once
@@ -558,9 +559,6 @@ _FALLOC_FL_KEEP_SIZE = 1
 
 
 def _fallocate_keep(fd: int, size: int) -> None:
-    import ctypes
-    import ctypes.util
-
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
     if libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) != 0:
