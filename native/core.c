@@ -266,8 +266,10 @@ static void fresh_buf(struct iodl_req *r)
 /* The row is done with its slot (and its block). */
 static void release(struct loop *L, struct iodl_req *r)
 {
-	free(r->own);
-	r->own = NULL;
+	if (r->own) {	/* fresh_bufs only: the pool's rows skip a call into libc per completion */
+		free(r->own);
+		r->own = NULL;
+	}
 	L->free_slots[L->nfree++] = r->slot;
 }
 
