@@ -268,6 +268,39 @@ class Plan:
     def total_bytes(self) -> int:
         return sum(self.per_rank_bytes)
 
+    def kinds(self) -> list[tuple[list[int], tuple[int, ...]]]:
+        """(ranks, their files' sizes) for each kind of rank (ranks that write the same sizes), by
+        the first rank of each kind."""
+        kinds: dict[tuple, list[int]] = {}
+        for r, fs in enumerate(self.files):
+            kinds.setdefault(tuple(b for _n, b in fs), []).append(r)
+        return sorted(((ranks, sizes) for sizes, ranks in kinds.items()), key=lambda kv: kv[0][0])
+
+    def to_dict(self, wl=None) -> dict:
+        """The JSON form (docs/checkpoint.md): model, ranks, total_bytes, per_rank_bytes, files and,
+        given the workload, what a run of it does with them (schedule)."""
+        d = {"model": self.name, "ranks": self.layout.ranks, "total_bytes": self.total_bytes,
+             "per_rank_bytes": self.per_rank_bytes,
+             "files": [[{"name": n, "bytes": b} for n, b in fs] for fs in self.files]}
+        return {**d, **schedule(wl)} if wl is not None else d
+
+
+def schedule(wl) -> dict:
+    """writes, reads and fsync of a run of workload wl. A checkpoint-only workload: its writes and
+    reads. A training workload checkpoints by epochs (the epochs after_epoch, after_epoch +
+    every_epochs, ... up to epochs) and reads none back; by steps, the writes depend on the steps
+    per epoch, which depend on the ranks: None."""
+    ck = wl.checkpoint
+    if wl.dataset is None:
+        writes, reads = ck.writes, ck.reads
+    elif ck.every_steps:
+        writes, reads = None, 0
+    else:
+        epochs = wl.train.epochs
+        writes = len(range(ck.after_epoch, epochs + 1, ck.every_epochs)) if ck.after_epoch <= epochs else 0
+        reads = 0
+    return {"writes": writes, "reads": reads, "fsync": ck.fsync}
+
 
 def plan(cm: CheckpointModel, ranks: int | None = None) -> Plan:
     """The whole checkpoint over `ranks` processes (default the workload's TP*PP*DP)."""

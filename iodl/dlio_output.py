@@ -311,6 +311,19 @@ def checkpoint_config(result: dict, wl, writes: int, reads: int, root: str) -> d
                        "mode": "subset" if result["subset"] else "default", "fsync": result["fsync"]}}}
 
 
+def write_checkpoint_run(base: str, result: dict, wl, writes: int, reads: int, facts: list[dict],
+                         wall_start: float) -> str:
+    """DLIO's files of an `iodl checkpoint` run in mlpstorage's layout; the run directory."""
+    root = result["roots"][0]
+    summary_ = checkpoint_summary(result, facts, wall_start, time.time())
+    overrides = [f"workload={result['model'].replace('-', '_')}",     # MLPerf's file: llama3_8b.yaml
+                 f"++workload.checkpoint.checkpoint_folder={root}",
+                 f"++workload.checkpoint.num_checkpoints_write={writes}",
+                 f"++workload.checkpoint.num_checkpoints_read={reads}"]
+    return write_run(base, run_directory(base, result["model"], wall_start, kind="checkpointing"), summary_, [],
+                     checkpoint_config(result, wl, writes, reads, root), overrides, result)
+
+
 def write_run(base: str, directory: str, summary_: dict, outputs: list[tuple[dict, dict]], config: dict,
               overrides: list[str], iodl_result: dict) -> str:
     """One run directory: summary.json, <rank>_output.json, <rank>_per_epoch_stats.json,

@@ -74,9 +74,9 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
     "iodl.reduce:checkpoint_block": tuple(f"checkpoint.OP.{k}" for k in _OP),
     "iodl.reduce:checkpoint_rank": tuple(f"checkpoint.OP.per_rank.{k}" for k in (
         "rank", "host", "mount", "bytes", "duration_s", "bandwidth_MBps", "fsync_s", "round_s")),
-    "iodl.checkpoint_run:reduce_ops": ("checkpoint.OP.mounts.path", "checkpoint.OP.mounts.ranks", "checkpoint.hosts",
-                                       "checkpoint.checkpoint.write", "checkpoint.checkpoint.read",
-                                       "result.checkpoint.write"),
+    "iodl.reduce:reduce_checkpoint": ("checkpoint.OP.mounts.path", "checkpoint.OP.mounts.ranks", "checkpoint.hosts",
+                                      "checkpoint.checkpoint.write", "checkpoint.checkpoint.read",
+                                      "result.checkpoint.write"),
     "iodl.mlperf:checkpoint_view": ("checkpoint.mlperf.category", "checkpoint.mlperf.reasons",
                                     "checkpoint.mlperf.read_gap_s"),
 }

@@ -181,8 +181,37 @@ def latency_hist(hist: np.ndarray) -> dict:
 
 # ---- checkpoints: each round's slowest rank, its bytes, its slowest rank's own bandwidth
 
+def reduce_checkpoint(comm, counters: dict, roots, fsync: bool, read_cache: bool) -> dict | None:
+    """Each checkpoint operation's figures on rank 0 (None on the others): counters is this rank's
+    op -> patterns.checkpoint.OpCounters, roots the mounts' paths, fsync whether writes were
+    fsync'd, read_cache whether a read's cache hits were measured. An operation no rank ran: None."""
+    out = {}
+    for op, c in counters.items():
+        rounds = int(comm.allreduce(len(c.round_s), "max"))
+        if not rounds:
+            out[op] = None
+            continue
+        rows = reduce_checkpoint_op(comm, c, len(roots), rounds)
+        op_fsync = fsync if op == "write" else None
+        parts = comm.gather({"rank": c.rank, "host": c.host, "mount": c.mount, "round_s": c.round_s,
+                             "round_bytes": c.round_bytes, **({"fsync_ns": c.fsync_ns} if op_fsync is not None else {})})
+        if comm.rank != 0:
+            continue
+        per_mount, everyone = rows
+        cache = op == "read" and read_cache
+        total = checkpoint_block(everyone, op_fsync, cache)
+        total["mounts"] = [{"path": path, "ranks": [p["rank"] for p in parts if p["mount"] == m],
+                            **checkpoint_block(per_mount[m], op_fsync, cache)} for m, path in enumerate(roots)]
+        total["per_rank"] = [checkpoint_rank(p) for p in parts]
+        out[op] = total
+    if comm.rank != 0:
+        return None
+    hosts = sorted({p["host"] for p in (out.get("write") or out.get("read") or {}).get("per_rank", [])})
+    return {"checkpoint": out, "hosts": hosts}
+
+
 def reduce_checkpoint_op(comm, c, n_mounts: int, rounds: int) -> tuple[list[dict], dict] | None:
-    """One checkpoint operation's counters (checkpoint_run.OpCounters) over every rank, on rank 0:
+    """One checkpoint operation's counters (patterns.checkpoint.OpCounters) over every rank, on rank 0:
     (each mount's reduced row, the total row). rounds: the most rounds any rank ran (a stopped
     rank ran fewer: its missing rounds count as not run)."""
     t, b = np.zeros(rounds), np.zeros(rounds, dtype=np.int64)

@@ -10,9 +10,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import cache, checkpoint, dlio_output, engines, limits
+from . import cache, dlio_output, limits
 from . import comm as comm_mod
-from .checkpoint_run import BLOCK_SIZE, IODEPTH, Checkpoints, Plan, TrainingCheckpoints, layout_for, reduce_ops, signature
 from .comm import NodeShared, RanksNotAnswering, SerialComm, collective
 from .data.generate import ensure_default_dataset
 from .data.manifest import read_manifests, workload_for_roots
@@ -23,6 +22,7 @@ from .errors import UsageError
 from .metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
 from .mlperf import data_size
 from .patterns import Run
+from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
 from .plan import mount_of, ranks_of_mount
 from .progress import Progress
 from .report import SCHEMA, check_output_path, make_console, print_result, write_result
@@ -44,27 +44,7 @@ def _setup(comm, args, patterns: dict, run_index: int):
         raise UsageError("--csv holds one run's time series: leave it out with --runs (--out keeps every run)")
     if args.dlio_dir:
         _check_dlio_dir(args.dlio_dir, spec.pattern)
-    return spec, _checkpoint_setup(comm, spec)
-
-
-def _checkpoint_setup(comm, spec):
-    """train-sync's in-training checkpoints: (plan, share, names, bytes) or None (docs/checkpoint.md)."""
-    if not spec.checkpoint_roots:
-        return None
-    if spec.pattern != "train-sync":
-        raise UsageError(f"--checkpoint-root: in-training checkpoints are train-sync's, not {spec.pattern}'s")
-    if len(spec.checkpoint_roots) > comm.size:
-        raise UsageError(f"{len(spec.checkpoint_roots)} checkpoint roots for {comm.size} rank(s): every root needs a rank")
-    wl = spec.workload
-    cm = wl.checkpoint_model()
-    lay = checkpoint.layout(cm, comm.size)
-    roots = [os.path.abspath(r) for r in spec.checkpoint_roots]
-    # written for real even when the run reads with null (no dataset) or asyncio (reads only)
-    engine = engines.choose("auto" if spec.engine in ("null", "asyncio") else spec.engine, spec.direct, writes=True)
-    plan = Plan(roots=roots, writes=0, reads=0, fsync=wl.checkpoint.fsync, direct=spec.direct, engine=engine,
-                iodepth=engines.depth(engine, IODEPTH), block_size=BLOCK_SIZE, drop_caches=False,
-                signature=signature(cm, lay, spec.direct))
-    return (plan, *layout_for(comm, cm, roots, spec.direct)[:3])
+    return spec, in_training(spec, comm.size)
 
 
 def _check_dlio_dir(path: str, pattern: str) -> None:
@@ -127,7 +107,7 @@ def run_once(comm, args, patterns: dict, run_index: int = 0) -> tuple[int, dict 
     """One run of one of `patterns`: (exit code, the result on rank 0 else None, DLIO's summary.json of
     it or None). run_index: --runs' run."""
     stop = Interrupt()
-    spec, ck_setup = collective(comm, lambda: _setup(comm, args, patterns, run_index))
+    spec, ck_spec = collective(comm, lambda: _setup(comm, args, patterns, run_index))
     wall_start = time.time()
     # every rank's host, before any rank can stop answering
     facts = comm.gather(dlio_output.host_facts()) if args.dlio_dir else None
@@ -143,7 +123,7 @@ def run_once(comm, args, patterns: dict, run_index: int = 0) -> tuple[int, dict 
     if console and node.probes is not None:
         for line in cache.small_dataset_warnings(cache.node_view(node.probes, [])):
             console.print(f"[yellow]warning:[/] {line}")
-    checkpoints = Checkpoints(comm, *ck_setup) if ck_setup is not None else None
+    checkpoints = Checkpoints(comm, ck_spec) if ck_spec is not None else None
     run = Run(comm=comm, spec=spec, paths=m.paths, sizes=int_rows(m.sizes), sample_ends=m.sample_ends,
               mount=m.index, n_mounts=len(m.roots), host=node.host, result=mine, stop=stop,
               on_epoch=(lambda _epoch: cache.drop_caches()) if spec.drop_caches == "epoch" and node.leader else None,
@@ -169,13 +149,13 @@ def run_once(comm, args, patterns: dict, run_index: int = 0) -> tuple[int, dict 
     if stop():
         comm.give_up_after(STOP_GRACE_S)
     partial, parts, reduced, ck_reduced, missing = _put_together(
-        comm, lambda c: _reduce(c, run, partial or stop(), m.roots, checkpoints, ck_setup))
+        comm, lambda c: _reduce(c, run, partial or stop(), m.roots, checkpoints))
     if comm.rank != 0:
         return (130 if partial else 0), None, None   # partial: agreed by every rank (_reduce)
     result = _result(spec, pattern, parts, reduced, partial, node.probes, len(m.roots))
     if ck_reduced is not None:
-        result["checkpoint"] = {"write": ck_reduced["checkpoint"]["write"], "fsync": ck_setup[0].fsync,
-                                "roots": ck_setup[0].roots}
+        result["checkpoint"] = {"write": ck_reduced["checkpoint"]["write"], "fsync": ck_spec.fsync,
+                                "roots": list(ck_spec.roots)}
     if missing:
         result["missing_ranks"] = missing
     summary = _report(args, spec, pattern, result, m, reduced, parts, facts, (wall_start, wall_run), ck_reduced,
@@ -285,11 +265,11 @@ def _progress(comm, args, spec, pattern, m: Mount, node: Node, console) -> Progr
                     other_nodes=node.shared.node_size < comm.size or not node.shared.shared, console=console).start()
 
 
-def _reduce(c, run: Run, partial: bool, roots, checkpoints, ck_setup):
+def _reduce(c, run: Run, partial: bool, roots, checkpoints):
     """(partial, every rank's (mount, run.part), reduced counters, checkpoints) of the ranks of c."""
     flag = bool(c.allreduce(int(partial), "max"))
     parts = c.gather((run.mount, run.part))
-    ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, ck_setup[0], flag) if checkpoints else None
+    ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, checkpoints.spec) if checkpoints else None
     # a stopped run's window is what it ran: from its first counted completion to its last
     window = run.spec.duration_s if run.spec.fixed_window and not flag else None
     return flag, parts, reduce_results(c, run.result, roots, window), ck

@@ -1,18 +1,21 @@
-"""Patterns: when each rank reads (and, for DL patterns, computes and synchronises).
+"""Patterns: when each rank reads (and, for DL patterns, computes and synchronises) or writes.
 
 A pattern is one module behind the protocol of iodl/patterns/base.py. PATTERNS is the registry
 `iodl read` uses, written out here; a caller may hand `iodl.cmd.read.run` a registry of its own
-(tests/mpi/test_own_pattern.py adds a pattern that way, with no other change).
+(tests/mpi/test_own_pattern.py adds a pattern that way, with no other change). WRITE_PATTERNS are
+the patterns that write (`iodl checkpoint`): they run under their own command, not `iodl read`.
 """
 from __future__ import annotations
 
 from .base import Pattern, Run
+from .checkpoint import CHECKPOINT
 from .shards import read_shards
 from .steps import INFER_ASYNC, TRAIN_SYNC
 from .storage_only import STORAGE_ONLY
 from .validate import VALIDATE
 
-__all__ = ["PATTERNS", "Pattern", "Run", "read_shards"]
+__all__ = ["PATTERNS", "WRITE_PATTERNS", "Pattern", "Run", "read_shards"]
 
 PATTERNS: dict[str, Pattern] = {p.name: p for p in (TRAIN_SYNC, INFER_ASYNC, STORAGE_ONLY, VALIDATE)}
 
+WRITE_PATTERNS: dict[str, Pattern] = {CHECKPOINT.name: CHECKPOINT}

@@ -6,7 +6,6 @@ import json
 import pytest
 
 from iodl import checkpoint as C
-from iodl.cmd.checkpoint import plan_dict
 from iodl.errors import UsageError
 from iodl.workload import load_workload
 from tests.helpers import iodl
@@ -57,7 +56,7 @@ checkpoint:
 
 
 def _same_plan(a, b):
-    da, db = plan_dict(a), plan_dict(b)
+    da, db = a.to_dict(), b.to_dict()
     da.pop("model"), db.pop("model")
     return da == db
 

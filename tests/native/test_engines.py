@@ -86,11 +86,11 @@ def _read(name, places):
 
 
 def _checkpoint(name, places):
-    """`iodl checkpoint`'s set-up, before any I/O: the engine of its Plan."""
+    """`iodl checkpoint`'s set-up, before any I/O: the engine of its CheckpointRunSpec."""
     args = _args(checkpoint.add_arguments, ["--workload", places["model"], "--root", places["ckpt"], "--engine", name,
                                             "--iodepth", str(DEPTH)])
-    plan = checkpoint._setup(SerialComm(), args)[3]
-    return plan.engine, plan.iodepth
+    spec = checkpoint.resolve(1, args)
+    return spec.engine, spec.iodepth
 
 
 def _fio_compare(name, places):
