@@ -3,7 +3,7 @@
 Reading: a FIFO in a file's place must not block the open, and a name a manifest gives must
 resolve inside its root. Writing: every file is created exclusively (O_EXCL|O_NOFOLLOW), a large
 one under a temporary name renamed when complete, so that a name iodl gives is never a link
-planted under it and a cut-short file never has its final name. checkpoint_run writes its store
+planted under it and a cut-short file never has its final name. A checkpoint root's store is written
 the same way (write_json).
 """
 from __future__ import annotations

@@ -48,7 +48,8 @@ class Run:
 
 
 class Pattern(Protocol):
-    """A read pattern as `iodl read` drives it."""
+    """A read pattern as `iodl read` drives it. A write pattern (iodl/patterns/checkpoint.py) keeps
+    the three duties, but its spec is its own and its command drives it: it opens no dataset."""
     name: str
     # each rank emulates an accelerator taking batches (steps, AU): the null engine may run it
     # without a dataset, and MLPerf's dataset-size rule and DLIO's output files apply to it

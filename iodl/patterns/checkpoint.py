@@ -28,10 +28,10 @@ from ..errors import UsageError
 from ..metrics import RankResult
 from ..mlperf import checkpoint_view
 from ..plan import OP_FSYNC, OP_WRITE, fd_budget, new_plan, shard_plan
+from ..result import CHECKPOINT as SCHEMA
 from .base import Pattern, Run
 from .checkpoint_store import complete, latest, new_checkpoint, prepare_root, read_gap_s
 
-SCHEMA = "iodl.checkpoint/1"
 BLOCK_SIZE = 1 << 20   # request size of checkpoint writes and reads unless told (iodl checkpoint --block-size)
 IODEPTH = 8            # requests in flight per rank unless told (--iodepth)
 
