@@ -192,9 +192,10 @@ def reduce_checkpoint(comm, counters: dict, roots, fsync: bool, read_cache: bool
             out[op] = None
             continue
         rows = reduce_checkpoint_op(comm, c, len(roots), rounds)
-        op_fsync = fsync if op == "write" else None
+        op_fsync = fsync if op == "write" else None   # None: a read
         parts = comm.gather({"rank": c.rank, "host": c.host, "mount": c.mount, "round_s": c.round_s,
-                             "round_bytes": c.round_bytes, **({"fsync_ns": c.fsync_ns} if op_fsync is not None else {})})
+                             "round_bytes": c.round_bytes,
+                             **({"fsync_ns": c.fsync_ns} if op_fsync is not None else {})})
         if comm.rank != 0:
             continue
         per_mount, everyone = rows

@@ -7,6 +7,12 @@ import os
 
 import pytest
 
+from iodl import checkpoint
+from iodl.comm import SerialComm
+from iodl.errors import UsageError
+from iodl.patterns import WRITE_PATTERNS
+from iodl.patterns.checkpoint import CheckpointRunSpec, execute
+from iodl.workload import load_workload
 from tests.helpers import iodl, load_json, transformer_toml
 
 MODEL = transformer_toml("small", layers=1, hidden=256, ffn=512, heads=4, vocab=1000, data=2)
@@ -51,6 +57,27 @@ def test_writes_the_planned_files_and_reads_them_back(tmp_path, model):
     write, read = result["checkpoint"]["write"], result["checkpoint"]["read"]
     assert write["bytes"] == read["bytes"] == sum(f["bytes"] for f in want)
     assert write["fsyncs"] == len(want) and write["rounds"] == read["rounds"] == 1
+
+
+def test_the_checkpoint_pattern_runs_in_process_from_its_registry(tmp_path, model):
+    """The pattern without the command: configured from WRITE_PATTERNS, run on a one-process
+    communicator; its bytes are the model's (iodl/checkpoint.py) and the files on disk."""
+    pattern = WRITE_PATTERNS["checkpoint"]
+    wl = load_workload(model, need_dataset=False)
+    root = str(tmp_path / "ckpt")
+    spec = pattern.configure(CheckpointRunSpec(workload=wl, ranks=1, roots=(root,), writes=2, reads=3, engine="psync"))
+    assert (spec.writes, spec.reads, spec.fsync, spec.layout.subset) == (2, 3, True, True)
+    result = execute(SerialComm(), spec, lambda: False)
+    want = checkpoint.rank_files(wl.checkpoint_model(), 0, 1)
+    latest = os.path.join(root, "ckpt-000002")
+    on_disk = {n: os.path.getsize(os.path.join(latest, n)) for n in os.listdir(latest)}
+    assert on_disk == dict(want)   # only the latest checkpoint is kept
+    write, read = result["checkpoint"]["write"], result["checkpoint"]["read"]
+    assert (write["rounds"], read["rounds"]) == (2, 3)
+    assert write["bytes"] == 2 * sum(on_disk.values()) and read["bytes"] == 3 * sum(on_disk.values())
+    assert write["fsyncs"] == 2 * len(want) and result["pattern"] == "checkpoint" and not result["partial"]
+    with pytest.raises(UsageError, match="nothing to do"):
+        pattern.configure(CheckpointRunSpec(workload=wl, ranks=1, roots=(root,), writes=0, reads=0))
 
 
 def test_refuses_roots_it_does_not_own_in_one_line_and_writes_nothing(tmp_path, model):

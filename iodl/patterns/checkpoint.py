@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import _native, cache, engines, histogram, limits, reduce
-from .. import checkpoint as model
+from .. import checkpoint
 from ..comm import collective
 from ..cursor import Cursor
 from ..engine import open_for_read, open_for_write
@@ -155,8 +155,8 @@ class CheckpointRunSpec:
     iodepth: int = IODEPTH
     block_size: int = BLOCK_SIZE
     drop_caches: bool = False
-    model: model.CheckpointModel | None = None
-    layout: model.Layout | None = None
+    model: checkpoint.CheckpointModel | None = None
+    layout: checkpoint.Layout | None = None
 
     @property
     def signature(self) -> dict:
@@ -183,7 +183,7 @@ def in_training(spec, ranks: int) -> CheckpointRunSpec | None:
     engine = engines.choose("auto" if spec.engine in ("null", "asyncio") else spec.engine, spec.direct, writes=True)
     return CheckpointRunSpec(workload=wl, ranks=ranks, roots=tuple(os.path.abspath(r) for r in spec.checkpoint_roots),
                              writes=0, reads=0, fsync=wl.checkpoint.fsync, direct=spec.direct, engine=engine,
-                             iodepth=engines.depth(engine, IODEPTH), model=cm, layout=model.layout(cm, ranks))
+                             iodepth=engines.depth(engine, IODEPTH), model=cm, layout=checkpoint.layout(cm, ranks))
 
 
 def _leader_of_mount(rank: int, n_roots: int) -> bool:
@@ -194,7 +194,7 @@ def _files(spec: CheckpointRunSpec, rank: int) -> tuple[RankShare, list[str], in
     """(this rank's share, and when it leads its mount every file name its mount's ranks write and
     the bytes they take on disk, else ([], 0))."""
     def share(r: int) -> RankShare:
-        files = model.rank_files(spec.model, r, spec.layout.ranks)
+        files = checkpoint.rank_files(spec.model, r, spec.layout.ranks)
         return RankShare([n for n, _b in files], [b for _n, b in files])
 
     names, need = [], 0
@@ -223,8 +223,8 @@ class Checkpoints:
         self.store = collective(comm, lambda: prepare_root(self.root) if self.leader else None)
         host = comm.hostname()
         self.counters = {op: OpCounters(rank=comm.rank, host=host, mount=self.mount) for op in ("write", "read")}
-        self.engine = engines.open_engine(spec.engine, depth=spec.iodepth, block_size=spec.block_size, direct=spec.direct,
-                                          cache_check=not spec.direct)
+        self.engine = engines.open_engine(spec.engine, depth=spec.iodepth, block_size=spec.block_size,
+                                          direct=spec.direct, cache_check=not spec.direct)
         self.t0 = _native.monotonic_ns()
 
     def _leaders_say(self, fn) -> str:
@@ -303,7 +303,7 @@ class Checkpoint(Pattern):
     def configure(self, spec: CheckpointRunSpec) -> CheckpointRunSpec:
         wl = spec.workload
         cm = wl.checkpoint_model()
-        lay = model.layout(cm, spec.ranks)
+        lay = checkpoint.layout(cm, spec.ranks)
         writes = spec.writes if spec.writes is not None else wl.checkpoint.writes
         reads = spec.reads if spec.reads is not None else wl.checkpoint.reads
         for flag, value in (("--writes", writes), ("--reads", reads)):
