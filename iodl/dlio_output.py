@@ -27,6 +27,8 @@ from datetime import datetime
 
 import numpy as np
 
+from .cache import meminfo
+from .errors import UsageError
 from .result import STEP_FIELDS
 
 MiB = 1 << 20
@@ -38,8 +40,6 @@ _COL = {name: i for i, name in enumerate(STEP_FIELDS)}
 
 def check_directory(path: str) -> None:
     """--dlio-dir: a directory iodl may create files in (never through a link); before any run."""
-    from .errors import UsageError
-
     if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
         raise UsageError(f"--dlio-dir {path}: not a directory (iodl never writes through links)")
     parent = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
@@ -163,8 +163,6 @@ def checkpoint_run_metric(result: dict) -> dict:
 
 def host_facts() -> dict:
     """What DLIO records of a rank's host: memory (psutil's total is MemTotal) and CPUs."""
-    from .cache import meminfo
-
     return {"host": socket.gethostname(), "host_memory_GB": meminfo().get("MemTotal", 0) / GiB,
             "host_cpu_count": os.cpu_count() or 0}
 
@@ -339,8 +337,6 @@ def write_run(base: str, directory: str, summary_: dict, outputs: list[tuple[dic
 def _make_dirs(base: str, directory: str) -> None:
     """directory and the ones between base (--dlio-dir, checked) and it, never through a symlink:
     an existing component must be a real directory (lstat), a missing one is created."""
-
-    from .errors import UsageError
 
     parts = os.path.relpath(directory, base).split(os.sep)
     path = base

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import TypedDict
 
+from .errors import UsageError
+
 # The columns of a rank's step records (train-sync, infer-async: one row per step, seconds since the
 # start barrier); checkpoint: seconds of the step spent writing an in-training checkpoint (after its barrier)
 STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch", "checkpoint")
@@ -159,8 +161,6 @@ OPTIONAL_KEYS = tuple(k for k in Result.__annotations__ if k not in _Result.__an
 
 def load(path: str, schemas: tuple[str, ...] = (RESULT, SWEEP)) -> dict:
     """A document of one of these schemas, or a one-line UsageError that names the file."""
-    from .errors import UsageError
-
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)

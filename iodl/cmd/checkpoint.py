@@ -68,7 +68,7 @@ def _setup(comm, args):
     from .. import cache, checkpoint, engines, limits
     from ..checkpoint_run import Plan, layout_for, signature
     from ..errors import UsageError
-    from ..report import check_output_path
+    from ..outputs import check_output_path
     from ..units import parse_size
     from ..workload import load_workload
 
@@ -114,7 +114,8 @@ def _setup(comm, args):
 def checkpoint_run(comm, args) -> int:
     from ..checkpoint_run import execute
     from ..comm import collective
-    from ..report import make_console, write_result
+    from ..outputs import write_result
+    from ..report import make_console
     from ..stop import Interrupt
 
     stop = Interrupt()

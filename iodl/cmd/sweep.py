@@ -10,6 +10,17 @@ import signal
 import tempfile
 import time
 
+from .. import sweep
+from ..comm import launched_by_mpi
+from ..data.manifest import read_manifests, workload_for_roots
+from ..errors import IodlError, UsageError
+from ..limits import check_read_options
+from ..outputs import write_result
+from ..patterns import PATTERNS
+from ..progress import Clock, wrap
+from ..sizing import workload_demand_MBps
+from . import read
+
 # the sweep's own options (each takes one value); every other option is passed on to `iodl read`
 OWN_OPTIONS = ("--ranks", "--threshold", "--out", "--keep", "--mpiexec", "--timeout")
 
@@ -67,23 +78,17 @@ def add_arguments(p) -> None:
 
 class _ReadParser(argparse.ArgumentParser):
     def error(self, message):
-        from ..errors import UsageError
-
         raise UsageError(f"read options after --: {message}")
 
 
 def _read_options(argv: list[str]):
     """Check the pass-through options with `iodl read`'s own parser now, before any launch."""
-    from ..errors import UsageError
-    from . import read
-
     argv = list(argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
     parser = _ReadParser(prog="iodl read", add_help=False)
     read.add_arguments(parser)
     opts = parser.parse_args(argv)
-    from ..limits import check_read_options
 
     check_read_options(opts)   # a bad number is refused now, not by every point
     if opts.out:
@@ -95,7 +100,6 @@ def _read_options(argv: list[str]):
     if opts.pattern is None:
         argv += ["--pattern", "train-sync"]   # AU needs a step pattern; the workload's may be storage-only
         opts.pattern = "train-sync"
-    from ..patterns import PATTERNS
 
     steps = [name for name, p in PATTERNS.items() if p.accelerators]   # the patterns that measure AU
     if opts.pattern not in steps:
@@ -105,8 +109,6 @@ def _read_options(argv: list[str]):
 
 
 def _check_out(path: str | None) -> None:
-    from ..errors import UsageError
-
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -134,13 +136,6 @@ def _load(path: str):
 
 
 def run(comm, args) -> int:
-    from .. import sweep
-    from ..comm import launched_by_mpi
-    from ..data.manifest import read_manifests, workload_for_roots
-    from ..errors import IodlError, UsageError
-    from ..report import write_result
-    from ..sizing import workload_demand_MBps
-
     if launched_by_mpi():
         raise UsageError("iodl sweep starts mpiexec itself for every rank count: run it without mpirun/mpiexec")
     ranks = sweep.parse_ranks(args.ranks)
@@ -158,7 +153,6 @@ def run(comm, args) -> int:
         raise KeyboardInterrupt
 
     old_term = signal.signal(signal.SIGTERM, on_term)
-    from ..progress import Clock, wrap
 
     points, first, failure, interrupted, k = [], None, None, None, None
     last_s = 0.0
