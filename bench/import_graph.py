@@ -17,6 +17,7 @@ ALLOWED = {
     ("iodl.cmd.read", "iodl.read_report"):
         "rank 0's side of a run (rich, the tables, DLIO's files, the progress line): rank 0 alone imports it, "
         "before the run opens files (an import fails with EMFILE once a run used its descriptors)",
+    ("iodl.runner", "iodl.data.generate"): "a read with no --root: the default dataset, generated on first use",
     ("iodl.workload", "iodl.dlio"): "DLIO's YAML reader (PyYAML, DLIO's key table): only for a YAML workload file",
     ("iodl.engines", "iodl.asyncio_engine"): "asyncio, ssl, aiofiles, uvloop (2.5 MB a rank): only when that engine runs",
     ("iodl.asyncio_engine", "aiofiles"): "optional dependency of the asyncio engine",

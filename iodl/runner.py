@@ -14,7 +14,6 @@ from . import cache, checkpoint, dlio_output, engines, limits
 from . import comm as comm_mod
 from .checkpoint_run import BLOCK_SIZE, IODEPTH, Checkpoints, Plan, TrainingCheckpoints, layout_for, reduce_ops, signature
 from .comm import NodeShared, RanksNotAnswering, SerialComm, collective
-from .data.generate import ensure_default_dataset
 from .data.manifest import read_manifests, workload_for_roots
 from .data.open import open_dataset
 from .data.tables import int_rows
@@ -189,6 +188,10 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
         return Mount(["(null: no dataset)"], 0, None, sizes, lambda i: ends, len(sizes) * ds.samples_per_file,
                      (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64))), synthetic=True)
     if not roots:
+        # no --root: the default dataset, generated on first use; a run given its roots never
+        # imports generate's modules (start-up: every rank imports what this module does)
+        from .data.generate import ensure_default_dataset
+
         roots = [ensure_default_dataset(comm, say=print if comm.rank == 0 else (lambda *a: None))]
     mount = mount_of(comm.rank, len(roots))
     group = comm.node_group(mount)
