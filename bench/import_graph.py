@@ -1,6 +1,7 @@
 """iodl's import graph: cycles between its modules, and imports made inside functions.
 
-Run from the repo: `python bench/import_graph.py` prints both and exits 1 when either is found.
+Run from the repo: `python bench/import_graph.py` prints both and exits 1 when a cycle or an import
+inside a function that ALLOWED does not name is found.
 tests/unit/test_import_graph.py holds the package to it. Read from the source (ast), nothing imported.
 """
 import ast
@@ -9,11 +10,32 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "iodl"
 
-# Imported inside a function on purpose: optional dependencies (a run without them still works),
-# mpi4py, whose import starts MPI (`iodl --help` and fio-compare must not), and the asyncio engine,
-# whose asyncio, ssl, aiofiles and uvloop cost every rank 2.5 MB when only C engines run.
-LAZY_OK = {"mpi4py", "h5py", "matplotlib", "uvloop", "aiofiles", "pyarrow", "rich", "yaml", "numpy.lib.format",
-           "iodl.asyncio_engine"}
+# Every import is at the top of its module but these, made inside a function on purpose. What a
+# rank imports is start-up time and memory: at 72 ranks on 2 cores each module costs ~36x its
+# import time before the first step, and its pages 72 times. (importing module, what it imports): why
+ALLOWED = {
+    ("iodl.cmd.read", "iodl.read_report"):
+        "rank 0's side of a run (rich, the tables, DLIO's files, the progress line): rank 0 alone imports it, "
+        "before the run opens files (an import fails with EMFILE once a run used its descriptors)",
+    ("iodl.runner", "iodl.data.generate"): "a read with no --root: the default dataset, generated on first use",
+    ("iodl.workload", "iodl.dlio"): "DLIO's YAML reader (PyYAML, DLIO's key table): only for a YAML workload file",
+    ("iodl.engines", "iodl.asyncio_engine"): "asyncio, ssl, aiofiles, uvloop (2.5 MB a rank): only when that engine runs",
+    ("iodl.asyncio_engine", "aiofiles"): "optional dependency of the asyncio engine",
+    ("iodl.asyncio_engine", "uvloop"): "optional dependency of the asyncio engine",
+    ("iodl.formats", "crc32c"): "tfrecord's CRCs, computed by generate and validate only (importlib.metadata: 2 MB a rank)",
+    ("iodl.formats", "PIL"): "jpeg and png shards only (Pillow and its codecs)",
+    ("iodl.formats", "h5py"): "hdf5 shards only (h5py loads the HDF5 C library: megabytes a rank)",
+    ("iodl.plot", "matplotlib"): "iodl report --plot only (matplotlib and its fonts)",
+    ("iodl.comm", "mpi4py"): "importing mpi4py.MPI starts MPI: only when mpirun launched the process",
+    ("iodl.cli", "iodl.comm"): "numpy only after main() took over SIGTERM (a stop while starting is one line)",
+    ("iodl.progress", "rich"): "rank 0's live view: every rank of iodl generate imports progress",
+    ("iodl.histogram", "iodl._native"): "is the C module built, and from these sources? (ImportError: not built)",
+    ("iodl.probe", "iodl.engines"): "iodl probe reports a C module not built instead of failing",
+}
+
+# Modules another branch is rewriting (checkpoint as a pattern module; the fio comparison's bands):
+# their imports inside functions are held to ALLOWED once that work lands.
+PENDING = ("iodl.fio.",)
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -61,9 +83,8 @@ def scan():
             internal = [n for n in names if n in modules and n != mod]
             deps.update(internal)
             if node.col_offset > 0 and not _guarded(tree, node):
-                top = names[0]
-                if not any(top == ok or top.startswith(ok + ".") for ok in LAZY_OK):
-                    lazy.append((mod, node.lineno, top))
+                # what it imports: `from a.b import c` -> a.b.c (a module or a name in a.b)
+                lazy.append((mod, node.lineno, names[1] if isinstance(node, ast.ImportFrom) else names[0]))
         graph[mod] = deps
     return graph, lazy
 
@@ -108,15 +129,22 @@ def cycles(graph) -> list[list[str]]:
     return out
 
 
+def allowed(mod: str, name: str) -> bool:
+    return mod.startswith(PENDING) or any(mod == m and (name == n or name.startswith(n + "."))
+                                          for m, n in ALLOWED)
+
+
 def main() -> int:
     graph, lazy = scan()
     found = cycles(graph)
     for comp in found:
         print("cycle:", " <-> ".join(comp))
-    for mod, line, name in lazy:
+    bad = [(mod, line, name) for mod, line, name in lazy if not allowed(mod, name)]
+    for mod, line, name in bad:
         print(f"import inside a function: {mod}:{line} imports {name}")
-    print(f"{len(graph)} modules, {len(found)} cycles, {len(lazy)} imports inside functions")
-    return 1 if found or lazy else 0
+    print(f"{len(graph)} modules, {len(found)} cycles, {len(lazy)} imports inside functions "
+          f"({len(lazy) - len(bad)} allowed: ALLOWED, PENDING), {len(bad)} not allowed")
+    return 1 if found or bad else 0
 
 
 if __name__ == "__main__":

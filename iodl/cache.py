@@ -13,8 +13,12 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from . import reduce
+import numpy as np
+
+from . import _native, reduce
+from .data.layout import MANIFEST
 from .errors import UsageError
+from .units import format_size
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 RAM_MULTIPLE = 5   # MLPerf Storage: the dataset must be at least 5x the host's RAM
@@ -57,8 +61,6 @@ NOT_MEASURABLE = ("not measurable: the kernel shows which pages are cached only 
 
 def _resident_and_size(path: str) -> tuple[int | None, int]:
     """(bytes of the file in the page cache or None as for resident, its size); (0, 0) if it vanished."""
-    from . import _native
-
     try:
         # a FIFO in place of a file must not block here; a link is not followed (it may lead
         # out of the dataset's root: its pages count nothing)
@@ -100,8 +102,6 @@ def resident_estimate(paths, sizes, total: int | None = None) -> int | None:
     per shard is ~10 us: 200,000 shards would hold every rank's start-up for seconds). total: the
     sizes' sum when known; the sample is weighed by the sizes its files have now (their fstat), so
     that a mapped size table is not read for it."""
-    import numpy as np
-
     n = len(paths)
     if n <= RESIDENT_PROBE_FILES:
         return resident(paths)
@@ -199,15 +199,11 @@ def cache_blocks(nodes: list[dict], n_mounts: int) -> tuple[dict, list[dict]]:
 
 def _plain_folder(path: str) -> bool:
     """A --root that is a folder of files with no iodl manifest: generate does not write there."""
-    from .data.layout import MANIFEST
-
     return os.path.isdir(path) and not os.path.exists(os.path.join(path, MANIFEST))
 
 
 def small_dataset_warnings(nodes: list[dict]) -> list[str]:
     """One line per host whose datasets are under RAM_MULTIPLE x its RAM, saying how to fix it."""
-    from .units import format_size
-
     out = []
     for h in nodes:
         ram, data = h["mem_total_bytes"], h["dataset_bytes"]

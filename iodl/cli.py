@@ -11,9 +11,10 @@ import traceback
 
 from . import __version__
 from .errors import IodlError
+from .launcher import launched_by_mpi, launcher_rank
 
-# iodl.comm (numpy) is imported inside the functions: main() takes over SIGTERM before the heavy
-# imports, so a stop that comes while the process starts is one line too, never a traceback
+# Nothing heavy at the top: main() takes over SIGTERM before the command's module (numpy, MPI) is
+# imported, so a stop that comes while the process starts is one line too, never a traceback.
 
 # name -> (module, one-line help); modules are imported only when their command runs
 COMMANDS = {
@@ -31,10 +32,13 @@ COMMANDS = {
 }
 
 
+# commands whose argv is rewritten before it is parsed: the function of the command's module that does it
+REWRITE_ARGV = {"sweep": "own_options_first",          # read options may follow without `--`
+                "fio-compare": "fio_options_as_flags"}  # fio's own --OPTION=VALUE, as on fio's command line
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        from .comm import launcher_rank
-
         # Under mpirun every rank parses the same argv: let rank 0 alone print the usage error.
         if launcher_rank() == 0:
             self.print_usage(sys.stderr)
@@ -50,15 +54,14 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        if "--help" in argv or "-h" in argv or name in argv:
-            # Only the chosen command's module is imported to add its options.
+        if name in argv:
+            # Only the chosen command's module is imported to add its options (`iodl --help` lists
+            # the commands from COMMANDS alone: it imports none of them)
             importlib.import_module(module).add_arguments(p)
     return parser
 
 
 def _fail(message: str, code: int) -> int:
-    from .comm import launched_by_mpi, launcher_rank
-
     rank = launcher_rank()
     prefix = f"iodl: error (rank {rank}): " if launched_by_mpi() and rank else "iodl: error: "
     sys.stderr.write(prefix + message.replace("\n", " ") + "\n")
@@ -95,16 +98,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     try:
-        if next((a for a in argv if not a.startswith("-")), None) == "sweep":
-            from .cmd.sweep import own_options_first
-
-            argv = own_options_first(argv)   # read options may follow without `--`
-        elif next((a for a in argv if not a.startswith("-")), None) == "fio-compare":
-            from .cmd.fio_compare import fio_options_as_flags
-
-            argv = fio_options_as_flags(argv)   # fio's own --OPTION=VALUE, as on fio's command line
+        name = next((a for a in argv if not a.startswith("-")), None)
+        if name in REWRITE_ARGV:
+            argv = getattr(importlib.import_module(COMMANDS[name][0]), REWRITE_ARGV[name])(argv)
         args = build_parser(argv).parse_args(argv)
         module = importlib.import_module(args._module)
+        # iodl.comm (numpy) only now, after the command's module: the one import here that is
+        # not the registry's, kept out of the top for the SIGTERM reason above
         from .comm import world
 
         # the communicator is built once, here (as mpi4py's bench does): a command takes it, so that
@@ -112,8 +112,6 @@ def _main(argv: list[str]) -> int:
         return int(module.run(world(), args) or 0)
     except IodlError as exc:
         if getattr(exc, "collective", False):
-            from .comm import launcher_rank
-
             # Every rank knows; rank 0 says it once and nobody needs to abort the job.
             return _fail(str(exc), exc.exit_code) if launcher_rank() == 0 else exc.exit_code
         code = _fail(str(exc), exc.exit_code)

@@ -16,25 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import IodlError
-
-# Variables that mpiexec launchers (MPICH/Hydra, Open MPI, Slurm PMI) set in every rank.
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
-
-
-def launched_by_mpi() -> bool:
-    return any(v in os.environ for v in _LAUNCHER_VARS)
-
-
-def launcher_rank() -> int:
-    """This process's rank as the launcher told it, without initialising MPI (0 if unknown)."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        if var in os.environ:
-            try:
-                return int(os.environ[var])
-            except ValueError:
-                pass
-    return 0
+from . import _native
+from .errors import IodlError, UsageError
+from .launcher import launched_by_mpi
 
 
 class SerialComm:
@@ -311,7 +295,6 @@ class NodeBarrier:
     def sync(self, flag: int) -> int:
         if self._mm is None:
             return int(self._comm.allreduce(int(flag), "bor"))
-        from . import _native
 
         local = _native.node_barrier(self._mm, self._node_size, int(flag))
         if self._nodes == 1:
@@ -424,8 +407,6 @@ def world():
         try:
             import mpi4py  # noqa: F401
         except ImportError:
-            from .errors import UsageError
-
             raise UsageError("launched by mpirun but mpi4py is not installed (pip install 'iodl[mpi]')")
         os.environ.update(mpi_env_defaults(os.environ))
         return MpiComm()
@@ -438,8 +419,6 @@ def collective(comm, fn):
     Bad input is usually seen by all ranks alike: rank 0 prints it once and all exit cleanly with
     no MPI abort. A rank that alone fails (a root missing on one node) is named in the message.
     """
-    from .errors import IodlError
-
     if comm.size == 1:
         return fn()  # alone: the error keeps its own type for callers of the API
     try:
@@ -464,8 +443,6 @@ def node_shared_arrays(group, build) -> dict[str, np.ndarray]:
     of the group from one /dev/shm file (unlinked once all mapped it): a node holds them once,
     whatever its number of ranks. build() may raise an IodlError: every rank of the group then
     raises it. Without /dev/shm the arrays are sent to each rank instead (each holds a copy)."""
-
-    from .errors import IodlError, UsageError
 
     if group.size == 1:
         return build()

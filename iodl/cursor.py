@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from . import _native
 from .engine import open_for_read, raise_for_errors
 
 
@@ -79,8 +80,6 @@ class ShardFiles:
 
     def _open_timed(self, shard: int) -> tuple[int, int, int]:
         """(fd, when its open returned, how long it took), on the engine's clock."""
-        from . import _native
-
         t0 = _native.monotonic_ns()
         fd = open_for_read(self.paths[shard], self.direct, int(self.sizes[shard]),
                            inside=getattr(self.paths, "inside", None))
@@ -114,8 +113,6 @@ class ShardFiles:
     def open(self, shards: list[int], then: list[int] = ()) -> list[int]:
         """The fds of shards (a batch's), opened now or ahead; then: the shards that come next,
         started after this batch's own opens (ahead)."""
-        from . import _native
-
         need = [s for s in dict.fromkeys(shards) if s not in self.fds]
         if self.paths is None:
             self.fds.update((s, -1) for s in need)
@@ -157,8 +154,6 @@ class ShardFiles:
     def close(self, shard: int) -> None:
         fd = self.fds.pop(shard, -1)
         if fd >= 0:
-            from . import _native
-
             t0 = _native.monotonic_ns()
             os.close(fd)
             if self.counters is not None:

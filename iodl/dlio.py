@@ -456,10 +456,6 @@ def dlio_version_of(top: dict) -> str:
     return "3.0"
 
 
-def looks_like_yaml(path: str) -> bool:
-    return path.lower().endswith((".yaml", ".yml"))
-
-
 def load(path: str, dlio_version: str | None, build: Callable):
     """The iodl Workload a DLIO YAML file describes, as the DLIO of `dlio_version` (None: the one
     the file's keys say, dlio_version_of) read it (UsageError with file:line otherwise). `build`

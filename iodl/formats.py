@@ -38,6 +38,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib import format as npy
 
 # ---------------------------------------------------------------- CRC32C (Castagnoli) --------
 
@@ -469,8 +470,6 @@ class Npy(Format):
 
     @staticmethod
     def header(nbytes: int) -> bytes:
-        from numpy.lib import format as npy
-
         out = io.BytesIO()
         npy.write_array_header_1_0(out, {"descr": "|u1", "fortran_order": False, "shape": (int(nbytes),)})
         return out.getvalue()

@@ -11,8 +11,11 @@ import math
 import os
 import resource
 
-from . import _native
+import numpy as np
+
+from . import _native, plan
 from .errors import UsageError
+from .units import parse_size
 
 CACHED_SHARDS = 64   # shard layouts a step rank keeps: an epoch revisits shards, 72 ranks share the RAM
 
@@ -170,8 +173,6 @@ READ_OPTIONS = (
 def check_read_options(args) -> int | None:
     """Bound every numeric option of `iodl read` (parsed by cli_int/cli_float); the --block-size given in
     bytes, or None when it was not given."""
-    from .units import parse_size
-
     for flag, attr, lo, hi, integer in READ_OPTIONS:
         value = getattr(args, attr, None)
         if value is not None:
@@ -195,10 +196,6 @@ def plan_needs(pattern: str, sizes, samples_per_shard: int, block_size: int, bat
     stats: (largest, total) of sizes when known (a dataset's: its mapped size table is then not
     read whole by every rank).
     """
-    import numpy as np
-
-    from . import plan
-
     largest, total = stats or (int(np.max(sizes)), int(np.sum(sizes, dtype=np.int64)))
     n = len(sizes)
     if pattern in ("train-sync", "infer-async"):

@@ -1,16 +1,18 @@
 """What rank 0 shows and writes: the rich tables and the result file (the result keys: docs/report.md, docs/numbers.md)."""
 from __future__ import annotations
 
-import json
 import os
-import tempfile
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from .cache import RAM_MULTIPLE
 from .histogram import DEPTH_LABELS
-from .result import RESULT as SCHEMA  # noqa: F401  (read.py writes it)
 from .sizing import meets, storage_MBps
 
-# rich is imported inside the functions: only rank 0 prints, and 72 ranks need not pay for it
+# rich at the top: this is the printing side, which of a run's ranks only rank 0 imports (iodl/cmd/read.py)
 
 
 # a measured cache-hit fraction above what a dataset of RAM_MULTIPLE x RAM leaves to the page cache
@@ -30,8 +32,6 @@ def _share(v: float) -> str:
 def make_console():
     """The terminal's width; 80 columns when output is not a terminal (a pipe, mpirun's rank 0, a
     log); COLUMNS says otherwise in both cases. Tables are fitted to it by print_table."""
-    from rich.console import Console
-
     return Console()
 
 
@@ -46,9 +46,6 @@ def print_table(console, title: str | None, columns: list[tuple[str, str]], rows
     squeezed and cut; a single cell wider than the console (a very long path) is folded onto more
     lines, never cut with an ellipsis.
     """
-    from rich.table import Table
-    from rich.text import Text
-
     if paths is not None:
         # column `paths` holds mount paths: when the table is too wide for them, the prefix they
         # share is printed once above it and each cell keeps what is left
@@ -135,8 +132,6 @@ def print_result(result: dict, console=None, detail: bool = False) -> None:
     its bandwidth against the demand, whether the page cache did the work), then one table per
     concern; `detail` adds the rest (latency percentiles, opens, queue depth, per node, per rank).
     Every figure is printed as the result holds it (docs/report.md)."""
-    from rich.markup import escape
-
     console = console or make_console()
     console.print(_heading(result), style="bold", highlight=False, markup=False)
     for line in _answer(result):
@@ -174,8 +169,6 @@ def _heading(result: dict) -> str:
 
 def _answer(result: dict) -> list[str]:
     """The lines that answer the run's question, in words, before any table."""
-    from rich.markup import escape
-
     lines = []
     if result.get("partial"):
         lines.append("[yellow]stopped early by a signal: the result is partial[/]")
@@ -391,44 +384,3 @@ def _num(v, digits: int = 0) -> str:
 
 def _ranks(ranks: list[int]) -> str:
     return ",".join(map(str, ranks)) if len(ranks) <= 6 else f"{len(ranks)} ranks"
-
-
-def check_output_path(flag: str, path: str) -> None:
-    """A UsageError unless `path` can be written as an output file (checked before any I/O)."""
-    from .errors import UsageError
-
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a directory (name a file)")
-    if not os.path.isdir(parent):
-        raise UsageError(f"{flag} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: directory {parent} is not writable")
-    if os.path.lexists(path) and not os.path.isfile(path):
-        raise UsageError(f"{flag} {path}: exists and is not a regular file")
-
-
-def write_text_atomically(path: str, write) -> None:
-    """write(f) into an exclusively created temporary file beside `path`, renamed over it when
-    complete: a reader never sees half a file, and no temporary file is left on any failure."""
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            write(f)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def write_result(result: dict, path: str) -> None:
-    def dump(f):
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    write_text_atomically(path, dump)

@@ -1,35 +1,33 @@
 """One run of `iodl read` on every rank: the resolved run's data opened, the caches looked at, its
-pattern run, the ranks' counters put together, and on rank 0 the result printed and written."""
+pattern run, the ranks' counters put together and handed to rank 0's side (iodl/read_report.py),
+which prints and writes them. Nothing here imports what printing needs: every rank imports this."""
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from . import cache, dlio_output, limits
 from . import comm as comm_mod
 from .comm import NodeShared, RanksNotAnswering, SerialComm, collective
-from .data.generate import ensure_default_dataset
 from .data.manifest import read_manifests, workload_for_roots
 from .data.open import open_dataset
 from .data.tables import int_rows
-from .dlio import looks_like_yaml
 from .errors import UsageError
 from .metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
-from .mlperf import data_size
+from .outputs import check_output_path
 from .patterns import Run
 from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
-from .plan import mount_of, ranks_of_mount
-from .progress import Progress
-from .report import SCHEMA, check_output_path, make_console, print_result, write_result
+from .plan import mount_of
 from .runspec import resolve
-from .series import write_csv
-from .sizing import sizing_block
 from .stop import STOP_GRACE_S, Interrupt
+from .workload import looks_like_yaml
+
+if TYPE_CHECKING:
+    from .read_report import ReadReport
 
 
 def _setup(comm, args, patterns: dict, run_index: int):
@@ -68,15 +66,6 @@ def _cache_probe(comm, shared, host, node_mounts, mount, root, paths, sizes, cop
     return probe
 
 
-def _datasize_warning(wl, reduced: dict, shards: int, root: str, console) -> None:
-    """MLPerf Storage's dataset-size rule (iodl datasize) for this run's ranks and hosts: say so
-    when the dataset is smaller. Memory: rank 0's host's, taken as every host's."""
-    need = data_size(wl, reduced["ranks"], len(reduced["hosts"]), cache.meminfo().get("MemTotal", 0))
-    if shards < need.files:
-        console.print(f"[yellow]warning:[/] {root} holds {shards:,} files; MLPerf Storage's rules ask at least "
-                      f"{need.files:,} for {reduced['ranks']} accelerator(s) on {len(reduced['hosts'])} host(s) "
-                      f"(500 steps x batch, and 5x the client memory): `iodl datasize` says why")
-
 
 @dataclass
 class Mount:
@@ -103,9 +92,9 @@ class Node:
     probes: list | None            # rank 0: every rank's cache probe (None: the cache is not measured)
 
 
-def run_once(comm, args, patterns: dict, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
+def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int = 0) -> tuple[int, dict | None, dict | None]:
     """One run of one of `patterns`: (exit code, the result on rank 0 else None, DLIO's summary.json of
-    it or None). run_index: --runs' run."""
+    it or None). out: rank 0's side (it prints and writes), None on every other rank; run_index: --runs' run."""
     stop = Interrupt()
     spec, ck_spec = collective(comm, lambda: _setup(comm, args, patterns, run_index))
     wall_start = time.time()
@@ -115,56 +104,56 @@ def run_once(comm, args, patterns: dict, run_index: int = 0) -> tuple[int, dict 
     m = _open_mount(comm, spec, pattern.accelerators)
     spec = collective(comm, lambda: _request_size(spec, m))
     spec, node = _prepare_node(comm, spec, m)
+    checkpoints = Checkpoints(comm, ck_spec) if ck_spec is not None else None
+    run = _rank_run(comm, spec, m, node, stop, checkpoints)
+    progress = out.before_run(comm, spec, pattern, m, node) if out is not None else None
+    startup_s = process_age_s()
+    wall_run = time.time()   # the steps' times count from the start barrier, which follows this at once
+    partial = _run_pattern(pattern, run, stop, progress, checkpoints)
+    run.result.note_process(startup_s)
+    if stop():
+        comm.give_up_after(STOP_GRACE_S)
+    partial, parts, reduced, ck_reduced, missing = _put_together(
+        comm, lambda c: _reduce(c, run, partial or stop(), m.roots, checkpoints))
+    if out is None:
+        return (130 if partial else 0), None, None   # partial: agreed by every rank (_reduce)
+    result, summary = out.after_run(spec, pattern, parts, reduced, partial, m, node, facts, (wall_start, wall_run),
+                                    ck_spec, ck_reduced, missing)
+    if missing:
+        raise RanksNotAnswering(STOP_GRACE_S, missing)   # one line, and the launcher ends the job
+    if result["total"]["errors"]:
+        return 1, result, summary
+    return (130 if partial else 0), result, summary  # 130: the shell's code for "ended by SIGINT"
+
+
+def _rank_run(comm, spec, m: Mount, node: Node, stop, checkpoints) -> Run:
+    """This rank's part of the run, counting into a RankResult whose live counters rank 0 can see."""
     mine = RankResult(rank=comm.rank, host=node.host, mount=m.index,
                       series=new_series(spec.ramp_s + spec.duration_s if spec.fixed_window else None),
                       live=np.frombuffer(node.shared.mm, dtype=np.int64, count=LIVE_SLOT // 8,
                                          offset=node.shared.node_rank * LIVE_SLOT))
-    console = make_console() if comm.rank == 0 else None
-    if console and node.probes is not None:
-        for line in cache.small_dataset_warnings(cache.node_view(node.probes, [])):
-            console.print(f"[yellow]warning:[/] {line}")
-    checkpoints = Checkpoints(comm, ck_spec) if ck_spec is not None else None
-    run = Run(comm=comm, spec=spec, paths=m.paths, sizes=int_rows(m.sizes), sample_ends=m.sample_ends,
-              mount=m.index, n_mounts=len(m.roots), host=node.host, result=mine, stop=stop,
-              on_epoch=(lambda _epoch: cache.drop_caches()) if spec.drop_caches == "epoch" and node.leader else None,
-              total_samples=m.total_samples,
-              after_step=TrainingCheckpoints(checkpoints, spec.workload.checkpoint) if checkpoints else None)
-    progress = _progress(comm, args, spec, pattern, m, node, console)
-    startup_s = process_age_s()
-    wall_run = time.time()   # the steps' times count from the start barrier, which follows this at once
+    return Run(comm=comm, spec=spec, paths=m.paths, sizes=int_rows(m.sizes), sample_ends=m.sample_ends,
+               mount=m.index, n_mounts=len(m.roots), host=node.host, result=mine, stop=stop,
+               on_epoch=(lambda _epoch: cache.drop_caches()) if spec.drop_caches == "epoch" and node.leader else None,
+               total_samples=m.total_samples,
+               after_step=TrainingCheckpoints(checkpoints, spec.workload.checkpoint) if checkpoints else None)
+
+
+def _run_pattern(pattern, run: Run, stop: Interrupt, progress, checkpoints) -> bool:
+    """pattern.run(run), which a signal may stop: True when it ended early (partial)."""
     try:
         stop.arm()
-        partial = pattern.run(run)
+        return pattern.run(run)
     except KeyboardInterrupt:
         # the signal landed outside the pattern's own waits (opening the engine, closing files):
-        # what was counted is in `mine` all the same, and what it hands over is in run.part
-        partial = True
+        # what was counted is in run.result all the same, and what it hands over is in run.part
+        return True
     finally:
         stop.disarm()
         if progress is not None:
             progress.stop()
         if checkpoints is not None:
             checkpoints.close()
-    mine.note_process(startup_s)
-    if stop():
-        comm.give_up_after(STOP_GRACE_S)
-    partial, parts, reduced, ck_reduced, missing = _put_together(
-        comm, lambda c: _reduce(c, run, partial or stop(), m.roots, checkpoints))
-    if comm.rank != 0:
-        return (130 if partial else 0), None, None   # partial: agreed by every rank (_reduce)
-    result = _result(spec, pattern, parts, reduced, partial, node.probes, len(m.roots))
-    if ck_reduced is not None:
-        result["checkpoint"] = {"write": ck_reduced["checkpoint"]["write"], "fsync": ck_spec.fsync,
-                                "roots": list(ck_spec.roots)}
-    if missing:
-        result["missing_ranks"] = missing
-    summary = _report(args, spec, pattern, result, m, reduced, parts, facts, (wall_start, wall_run), ck_reduced,
-                      missing, console)
-    if missing:
-        raise RanksNotAnswering(STOP_GRACE_S, missing)   # one line, and the launcher ends the job
-    if result["total"]["errors"]:
-        return 1, result, summary
-    return (130 if partial else 0), result, summary  # 130: the shell's code for "ended by SIGINT"
 
 
 def _open_mount(comm, spec, accelerators: bool) -> Mount:
@@ -179,6 +168,10 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
         return Mount(["(null: no dataset)"], 0, None, sizes, lambda i: ends, len(sizes) * ds.samples_per_file,
                      (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64))), synthetic=True)
     if not roots:
+        # no --root: the default dataset, generated on first use; a run given its roots never
+        # imports generate's modules (start-up: every rank imports what this module does)
+        from .data.generate import ensure_default_dataset
+
         roots = [ensure_default_dataset(comm, say=print if comm.rank == 0 else (lambda *a: None))]
     mount = mount_of(comm.rank, len(roots))
     group = comm.node_group(mount)
@@ -252,18 +245,6 @@ def _prepare_node(comm, spec, m: Mount):
     return spec, Node(shared, node_mounts, host, leader, probes if measure_cache else None)
 
 
-def _progress(comm, args, spec, pattern, m: Mount, node: Node, console) -> Progress | None:
-    """Rank 0's live per-mount MB/s (--progress), started."""
-    if comm.rank != 0 or not (args.progress == "on" or (args.progress == "auto" and console.is_terminal)):
-        return None
-    # storage-only and infer-async are measured over [ramp, ramp + duration] after the start
-    # barrier, fixed in advance (their ranks are not in step); train-sync over its steps' span
-    total_s = spec.ramp_s + spec.duration_s if spec.fixed_window else (spec.duration_s or 0.0)
-    total_steps = pattern.planned_steps(spec, m.total_samples, len(ranks_of_mount(m.index, len(m.roots), comm.size)))
-    return Progress(node.shared.mm, node.mounts, m.roots, total_s=total_s,
-                    total_steps=total_steps if not spec.duration_s else 0,
-                    other_nodes=node.shared.node_size < comm.size or not node.shared.shared, console=console).start()
-
 
 def _reduce(c, run: Run, partial: bool, roots, checkpoints):
     """(partial, every rank's (mount, run.part), reduced counters, checkpoints) of the ranks of c."""
@@ -302,78 +283,3 @@ def _put_together(comm, reduce):
             _flag, parts, reduced, ck = reduce(SerialComm())
         reduced["ranks"] = comm.size   # the run's size; per_rank holds the ranks that answered
         return True, parts, reduced, ck, missing
-
-
-def _result(spec, pattern, parts, reduced: dict, partial: bool, probes, n_mounts: int) -> dict:
-    """Rank 0: the run's result (iodl/result.py), the pattern's own blocks in it."""
-    blocks = pattern.summarize(spec, parts, reduced, partial)   # before the result: it may re-window reduced
-    result = {"schema": SCHEMA, "pattern": spec.pattern, "engine": spec.engine, "direct": spec.direct,
-              "iodepth": spec.iodepth, "block_size": spec.block_size, "ranks": reduced["ranks"],
-              "hosts": reduced["hosts"], "workload": spec.workload.to_dict(), "seed": spec.seed,
-              "duration_s": spec.duration_s or None, "ramp_s": spec.ramp_s if spec.fixed_window else None,
-              "partial": partial, "window_s": reduced["window_s"], "total": reduced["total"],
-              "mounts": reduced["mounts"], "per_rank": reduced["per_rank"], **blocks}
-    if probes is not None:
-        result["nodes"] = cache.node_view(probes, reduced["per_rank"])
-        result["total"]["cache"], per_mount = cache.cache_blocks(result["nodes"], n_mounts)
-        for entry, block in zip(result["mounts"], per_mount):
-            entry["cache"] = block
-        result["drop_caches"] = spec.drop_caches
-    demand = pattern.demand(spec, parts, n_mounts)
-    if demand is not None and math.isfinite(demand[0]):   # a workload without compute time asks for no particular rate
-        result["sizing"] = sizing_block(result, *demand)
-    if reduced["series"] is not None:
-        result["series"] = reduced["series"]
-    return result
-
-
-def _report(args, spec, pattern, result: dict, m: Mount, reduced: dict, parts, facts, walls, ck_reduced, missing,
-            console) -> dict | None:
-    """Rank 0: the result printed and written, DLIO's files written; DLIO's summary.json or None."""
-    print_result(result, console, detail=args.detail)
-    if ck_reduced is not None:
-        w = result["checkpoint"]["write"]
-        console.print(f"in-training checkpoints: {w['rounds'] if w else 0} written"
-                      + (f", {w['bytes'] / 1e9:,.3f} GB in {w['duration_s']:.2f} s ({w['bandwidth_MBps']:,.1f} MB/s); "
-                         f"the steps waited {result['train']['checkpoint_s_per_step']:.3f} s per step for them"
-                         if w else ""), highlight=False, markup=False)
-    if pattern.accelerators and not m.synthetic:
-        _datasize_warning(spec.workload, reduced, len(m.sizes), m.roots[m.index], console)
-    summary = None
-    if args.dlio_dir and pattern.accelerators and missing:
-        console.print("DLIO's files are not written: some ranks did not answer, and DLIO's figures are of "
-                      "every rank", highlight=False, markup=False)
-    elif args.dlio_dir and pattern.accelerators:
-        summary = _write_dlio(args, spec.workload, spec, result, [r for _m, r in parts], facts, len(m.sizes), walls,
-                              ck_reduced, console)
-    if args.out and args.runs == 1:
-        write_result(result, args.out)
-    if args.csv:
-        write_csv(result, args.csv)
-    return summary
-
-
-def _write_dlio(args, wl, spec, result: dict, steps: list, facts: list[dict], files: int,
-                walls: tuple[float, float], ck_reduced, console) -> dict:
-    """DLIO's files of this run in mlpstorage's run directory (iodl/dlio_output.py); its summary.
-    walls: wall clock at the run's start (after set-up's checks) and just before its start barrier."""
-    hosts = [p["host"] for p in sorted(result["per_rank"], key=lambda p: p["rank"])]
-    ck_bytes = 0
-    if ck_reduced is not None and result["checkpoint"]["write"]:
-        w = result["checkpoint"]["write"]
-        ck_bytes = w["bytes"] // max(w["rounds"], 1)
-    wall_start, wall0 = walls
-    summary = dlio_output.summary(steps, facts, hosts, wl, files, wall_start, time.time(), ck_bytes)
-    outputs = [dlio_output.rank_output(rows, fact, summary["data_size_per_host_GB"], wall0) for rows, fact in zip(steps, facts)]
-    config = dlio_output.dlio_config(wl, files, spec.batch_size, spec.compute_time_s, spec.epochs, ck_bytes > 0, spec.steps)
-    overrides = [f"workload={wl.name}", f"++workload.dataset.num_files_train={files}"]
-    model = config["workload"]["model"]["name"]
-    path = dlio_output.write_run(args.dlio_dir, dlio_output.run_directory(args.dlio_dir, model, wall_start), summary, outputs,
-                         config, overrides, result)
-    m = summary["metric"]
-    if m:
-        console.print(f"DLIO's figures (docs/mlperf.md): AU {m['train_au_mean_percentage']:.2f} % "
-                      f"({m['train_au_meet_expectation']}), {m['train_throughput_mean_samples_per_second']:,.1f} "
-                      f"samples/s, {m['train_io_mean_MB_per_second']:,.1f} MiB/s; written to {path}",
-                      highlight=False, markup=False)
-    return summary

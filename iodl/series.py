@@ -5,6 +5,7 @@ import csv
 
 from . import reduce
 from .errors import UsageError
+from .outputs import write_text_atomically
 
 # fixed decimals: plain numbers any CSV reader takes, and nothing below a byte/s or a nanosecond is lost
 FORMATS = {"t_s": "{:.3f}", "MBps": "{:.6f}", "iops": "{:.3f}", "p99_us": "{:.3f}", "cache_hit_fraction": "{:.6f}"}
@@ -42,8 +43,6 @@ def csv_rows(result: dict) -> list[dict]:
 
 def write_csv(result: dict, path: str) -> None:
     """Write csv_rows(result) to path atomically: a reader never sees half a file."""
-    from .report import write_text_atomically
-
     rows = csv_rows(result)
 
     def write(f):

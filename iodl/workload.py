@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dlio, limits
+from . import limits
 from .checkpoint import (DATATYPES, LAYOUTS, ZERO_STAGES, CheckpointModel, CheckpointSpec, ModelSpec, ParallelismSpec,
                          check_model)
 from .errors import UsageError
@@ -556,8 +556,17 @@ def load_workload(name_or_path: str, need_dataset: bool = True, dlio_version: st
     return wl.need_dataset() if need_dataset else wl
 
 
+def looks_like_yaml(path: str) -> bool:
+    """A DLIO / MLPerf Storage workload file (iodl/dlio.py reads it), not one of iodl's TOML specs."""
+    return path.lower().endswith((".yaml", ".yml"))
+
+
 def _load_workload(name_or_path: str, dlio_version: str | None = None) -> Workload:
-    if dlio.looks_like_yaml(name_or_path):
+    if looks_like_yaml(name_or_path):
+        # DLIO's reader (PyYAML and DLIO's key table) is imported only for a YAML file: a rank
+        # that runs a TOML or built-in workload never pays for it (iodl/cmd/read.py: start-up)
+        from . import dlio
+
         return dlio.load(name_or_path, dlio_version, workload_from_dict)
     if dlio_version is not None:
         raise UsageError(f"--dlio-version: {name_or_path} is not a DLIO YAML file")

@@ -19,7 +19,8 @@ from ..errors import UsageError
 from ..limits import cli_int
 from ..patterns import WRITE_PATTERNS
 from ..patterns.checkpoint import BLOCK_SIZE, IODEPTH, CheckpointRunSpec, execute
-from ..report import check_output_path, make_console, write_result
+from ..outputs import check_output_path, write_result
+from ..report import make_console
 from ..stop import Interrupt
 from ..units import parse_size
 from ..workload import load_workload

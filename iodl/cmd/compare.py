@@ -4,6 +4,12 @@ from __future__ import annotations
 import math
 import os
 
+from rich.table import Table
+
+from ..errors import UsageError
+from ..report import make_console
+from ..result import describe, kind, load, workload_name
+
 # (label, key path in a total/mount entry, format); cache rows only when either run was buffered
 FIGURES = [("MB/s", ("bandwidth_MBps",), ",.1f"), ("IOPS", ("iops",), ",.0f"),
            ("p50 µs", ("latency_us", "p50"), ",.0f"), ("p99 µs", ("latency_us", "p99"), ",.0f"),
@@ -20,12 +26,6 @@ def add_arguments(p) -> None:
 
 
 def run(comm, args) -> int:
-    from rich.table import Table
-
-    from ..errors import UsageError
-    from ..report import make_console
-    from ..result import describe, kind, load
-
     a, b = load(args.a), load(args.b)
     if kind(a) != kind(b) or a.get("pattern") != b.get("pattern"):
         raise UsageError(f"cannot compare a {describe(a)} with a {describe(b)}")
@@ -50,8 +50,6 @@ def run(comm, args) -> int:
 
 def _setup_rows(table, a: dict, b: dict) -> None:
     """What each run was: the reader sees at a glance which knob differs."""
-    from ..result import kind, workload_name
-
     def mode(d):
         return "?" if "direct" not in d else ("O_DIRECT" if d["direct"] else "buffered")
 

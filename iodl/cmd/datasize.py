@@ -4,10 +4,13 @@ from __future__ import annotations
 import json
 import shlex
 
+from .. import cache, limits
+from ..limits import cli_float, cli_int
+from ..mlperf import GiB, data_size, training_category
+from ..workload import load_workload
+
 
 def add_arguments(p) -> None:
-    from ..limits import cli_float, cli_int
-
     p.add_argument("--workload", required=True, metavar="NAME|FILE", help="built-in name, TOML or DLIO/MLPerf YAML file")
     p.add_argument("--accelerators", type=cli_int, required=True, metavar="N",
                    help="emulated accelerators of the run (MPI ranks over all hosts)")
@@ -19,10 +22,6 @@ def add_arguments(p) -> None:
 
 
 def run(comm, args) -> int:
-    from .. import cache, limits
-    from ..mlperf import GiB, data_size, training_category
-    from ..workload import load_workload
-
     limits.check_range("--accelerators", args.accelerators, 1, limits.MAX_RANKS, integer=True)
     limits.check_range("--hosts", args.hosts, 1, limits.MAX_RANKS, integer=True)
     if args.host_memory_gb is not None:

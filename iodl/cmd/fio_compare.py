@@ -9,6 +9,18 @@ import socket
 import tempfile
 import time
 
+import numpy as np
+from rich.console import Console
+
+from .. import histogram
+from ..cache import drop_caches
+from ..comm import collective, split_hosts
+from ..errors import IodlError, UsageError
+from ..fio import compare, layout, logs, options as opts, run as iodl_run
+from ..fio.compare import groups_of
+from ..fio.jobfile import JobFileError
+from ..fio.run import CloneResult, remove_created
+
 SETTLE_S = 0.5   # after a write job's files are prepared, before each side (see prepare_writes)
 
 
@@ -29,8 +41,6 @@ def fio_options_as_flags(argv: list[str]) -> list[str]:
     """`--OPTION=VALUE` / `--OPTION VALUE` / a bare `--switch` naming a fio option (and not one of
     fio-compare's own flags) becomes `--fio-option OPTION=VALUE`, as fio takes job options on its
     command line (fio parses them with getopt_long_only: a value is `=VALUE` or the next word)."""
-    from ..fio import options as opts
-
     own = {"--directory", "--scale", "--runtime", "--ramp-time", "--fio-json", "--no-fio", "--fio", "--out",
            "--repeat", "--keep-jobfile", "--size", "--filename", "--section", "--fio-option", "--help", "-h"}
     out, i = [], 0
@@ -75,11 +85,6 @@ def add_arguments(parser) -> None:
 
 
 def run(comm, args) -> int:
-    from ..comm import collective, split_hosts
-    from ..errors import UsageError
-    from ..fio import compare, layout, logs
-    from ..fio import run as iodl_run
-
     if args.scale is not None and not args.scale > 0:
         raise UsageError("--scale must be > 0")
     for name in ("runtime", "ramp_time"):
@@ -257,8 +262,6 @@ def run(comm, args) -> int:
         for host in doc["per_host"]:
             _mark_not_measured(host, jobs)   # each host's entries have the document's shape
 
-    from rich.console import Console
-
     compare.render(doc, Console())
     if args.out:
         with open(args.out, "w") as f:
@@ -277,8 +280,6 @@ _LATENCY_OFF = {"gtod_reduce": ("lat_us", "latency_us", "slat_us"), "disable_lat
 def _mark_not_measured(doc: dict, jobs) -> None:
     """Latency kinds a job switched off are "not measured" on both sides (fio has none to compare
     with); bandwidth and IOPS are compared as usual. A group's kind is off when every job's is."""
-    from ..fio.compare import groups_of
-
     off = [{k for opt, kinds in _LATENCY_OFF.items() if job.get(opt) for k in kinds} for job in jobs]
     groups = groups_of(jobs)
     group_off = {g: set.intersection(*[off[i] for i in range(len(jobs)) if groups[i] == g]) for g in set(groups)}
@@ -301,8 +302,6 @@ def _mark_not_measured(doc: dict, jobs) -> None:
 def _check_something_to_do(plan, scale: float | None) -> None:
     """A job whose every file is smaller than one block would do no I/O (fio reads and writes
     whole blocks only): refused before anything runs, naming the direction and the sizes."""
-    from ..fio.jobfile import JobFileError
-
     if plan.engine == "null" or plan.job.get("create_only"):
         return
     sizes = [f.io_size for clone in plan.files for f in clone]
@@ -324,8 +323,6 @@ def _check_direct_alignment(plan) -> None:
     block size fail in the kernel (EINVAL), and fio's job fails with them; iodl's engine would
     round such a read up to its alignment and succeed. Refused before any I/O instead (checked
     against 512 bytes, the smallest logical block)."""
-    from ..fio.jobfile import JobFileError
-
     if not plan.direct or plan.write or plan.engine == "null":
         return
     off = plan.job.get("offset", 0)
@@ -341,11 +338,6 @@ def _check_direct_alignment(plan) -> None:
 
 def _idle_clone(index: int, jobnum: int):
     """The result of a clone that does no I/O (create_only=1): zero bytes, empty histograms."""
-    import numpy as np
-
-    from .. import histogram
-    from ..fio.run import CloneResult
-
     return CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(),
                        slat_hist=histogram.empty(), depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64),
                        sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
@@ -355,9 +347,6 @@ def _check_new(plan) -> None:
     """filecreate creates only new files: one already there (fio's or anyone's) is refused.
     filedelete: fio would unlink whatever is at the job's names, so only iodl's own marked files
     (laid out by an earlier run) may be there; anything else is refused."""
-    from ..fio import layout
-    from ..fio.jobfile import JobFileError
-
     for path in layout.existing(spec.path for clone in plan.files for spec in clone):
         if plan.engine == "filecreate" or not layout.is_marked(path):
             file, line = plan.job.loc("ioengine")
@@ -368,8 +357,6 @@ def _check_new(plan) -> None:
 
 def _remove_created(plans: dict) -> None:
     """After iodl's filecreate round: the files it created, removed (iodl.fio.run.remove_created)."""
-    from ..fio.run import remove_created
-
     for p in plans.values():
         remove_created(p, range(p.numjobs))
 
@@ -377,8 +364,6 @@ def _remove_created(plans: dict) -> None:
 def _unlink_own(plans: dict) -> None:
     """fio's unlink=1, kept safe: only files carrying iodl's lay-out mark are removed, never through
     a symlink; anything else the job used is left where it is."""
-    from ..fio import layout
-
     for p in plans.values():
         if not p.job.get("@source", p.job).get("unlink") or p.engine == "null":
             continue
@@ -393,8 +378,6 @@ def _unlink_own(plans: dict) -> None:
 
 def _check_did_io(doc: dict, jobs, create_only: set) -> None:
     """A job that did no I/O on iodl's side never ends in exit 0 (fio fails such a job too)."""
-    from ..errors import IodlError
-
     for n, entry in enumerate(doc["jobs"]):
         mine = entry.get("iodl") or {}
         if n in create_only or not mine:
@@ -409,9 +392,6 @@ def _refuse_shared(comm, hosts, dirs: list[str]) -> None:
     --directory) would write each other's files while the other measures. Each host's leader
     creates a marker of its own in every write directory (exclusively, a random name, removed
     again at once); a host that finds another host's marker refuses, on every rank."""
-    from ..comm import collective
-    from ..errors import UsageError
-
     token = f".iodl-host-probe.{secrets.token_hex(8)}"
     made: list[str] = []
 
@@ -443,6 +423,4 @@ def _refuse_shared(comm, hosts, dirs: list[str]) -> None:
 
 def _drop(enabled: bool) -> None:
     if enabled:
-        from ..cache import drop_caches
-
         drop_caches()

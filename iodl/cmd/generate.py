@@ -1,11 +1,15 @@
 """`iodl generate`: write a workload's dataset under one or more roots (ranks share the shards)."""
 from __future__ import annotations
 
+from ..comm import collective
+from ..data.generate import generate
+from ..limits import cli_int
+from ..progress import Ticker, wrap
+from ..units import format_size
+from ..workload import FORMATS, load_workload
+
 
 def add_arguments(p) -> None:
-    from ..limits import cli_int   # numbers are bounded by Workload.with_overrides: a bad one is one line
-    from ..workload import FORMATS
-
     p.add_argument("--workload", default="tiny", metavar="NAME|FILE", help="built-in workload name, TOML file, or DLIO/MLPerf YAML file (default tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR", required=True,
                    help="dataset root (repeatable: every root gets the whole dataset; one per mount)")
@@ -21,15 +25,9 @@ def add_arguments(p) -> None:
 
 
 def run(comm, args) -> int:
-    from ..comm import collective
-    from ..data.generate import generate
-    from ..units import format_size
-    from ..workload import load_workload
-
     wl = collective(comm, lambda: load_workload(args.workload).with_overrides(
         files=args.files, copies=args.copies, format=args.format, seed=args.seed,
         subfolders=args.subfolders))
-    from ..progress import Ticker, wrap
 
     talk = comm.rank == 0 and not args.quiet
     # rank 0 sees its own share of the shards; the ranks' shares are near equal, so its fraction

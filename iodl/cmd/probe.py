@@ -1,6 +1,11 @@
 """`iodl probe`: the capabilities iodl found here, as a table or JSON."""
 import json
 
+from rich.table import Table
+
+from .. import probe
+from ..report import make_console
+
 
 def add_arguments(p) -> None:
     p.add_argument("--root", action="append", default=None, metavar="DIR",
@@ -9,11 +14,6 @@ def add_arguments(p) -> None:
 
 
 def run(comm, args) -> int:
-    from rich.table import Table
-
-    from .. import probe
-    from ..report import make_console
-
     caps = probe.all_capabilities(args.root)
     if args.json:
         print(json.dumps([c.to_dict() for c in caps], indent=2))

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 from .. import engines
 from ..limits import check_range, cli_float, cli_int
-from ..mlperf import RUNS, aggregate_runs
 from ..patterns import PATTERNS
-from ..report import make_console, print_table, write_result
 from ..runner import run_once
 
 MAX_RUNS = 100       # --runs: MLPerf's procedure is 6; a long series of consecutive runs may be cut later
@@ -67,12 +65,19 @@ def add_arguments(p, patterns: dict = PATTERNS) -> None:
 def run(comm, args, patterns: dict = PATTERNS) -> int:
     """One run of one of `patterns`, or --runs N back to back: each reported as it ends, then MLPerf's aggregate."""
     check_range("--runs", args.runs, 1, MAX_RUNS, integer=True)   # the same on every rank: no I/O yet
+    # Rank 0 alone prints and writes; its side (rich, the tables, DLIO's files, the progress line) is
+    # imported here, by no other rank: at 72 ranks on 2 cores every module a rank imports costs ~36x
+    # its import time at start-up. Here, before the run: an import fails (EMFILE) once a run has
+    # used its descriptors.
+    if comm.rank == 0:
+        from ..read_report import ReadReport
+    out = ReadReport(args) if comm.rank == 0 else None
     if args.runs == 1:
-        return run_once(comm, args, patterns)[0]
+        return run_once(comm, args, patterns, out)[0]
     results, dlio = [], []
     worst = 0
     for index in range(args.runs):
-        code, result, summary = run_once(comm, args, patterns, index)
+        code, result, summary = run_once(comm, args, patterns, out, index)
         worst = max(worst, code)
         if result is not None:
             results.append(result)
@@ -80,22 +85,5 @@ def run(comm, args, patterns: dict = PATTERNS) -> int:
         if (result["partial"] if result is not None else code == 130):
             break    # stopped (every rank agreed on it): the series ends here, on every rank
     if results:
-        agg = aggregate_runs(results, dlio)
-        _print_runs(agg, make_console())
-        if args.out:
-            write_result({"schema": "iodl.runs/1", "runs": results, "mlperf": agg, "planned_runs": args.runs,
-                          "procedure_runs": RUNS}, args.out)
+        out.runs(results, dlio)
     return worst
-
-
-def _print_runs(agg: dict, console) -> None:
-    rows = [[str(r["run"]) + (" (warm-up)" if r["warmup"] else ""), f"{r['bandwidth_MBps']:,.1f}",
-             f"{r['au']:.1%}" if r["au"] is not None else "-",
-             f"{r['dlio_au_percentage']:.2f}" if r["dlio_au_percentage"] is not None else "-",
-             f"{r['dlio_samples_per_s']:,.1f}" if r["dlio_samples_per_s"] is not None else "-",
-             f"{r['dlio_io_MiBps']:,.1f}" if r["dlio_io_MiBps"] is not None else "-",
-             r["dlio_au_meet_expectation"] or "-"] for r in agg["runs"]]
-    print_table(console, f"{len(agg['runs'])} run(s) back to back", [
-        ("run", "left"), ("MB/s", "right"), ("AU", "right"), ("DLIO AU %", "right"), ("DLIO samples/s", "right"),
-        ("DLIO MiB/s", "right"), ("AU met", "left")], rows)
-    console.print(agg["summary"], highlight=False, markup=False)

@@ -5,6 +5,13 @@ import json
 import os
 from dataclasses import fields
 
+from ..errors import UsageError
+from ..plot import check_path, plot, require_matplotlib
+from ..report import make_console, print_result
+from ..result import kind, load, printable
+from ..series import write_csv
+from ..sweep import Point, print_sweep
+
 
 def add_arguments(p) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
@@ -19,15 +26,9 @@ def add_arguments(p) -> None:
 
 
 def run(comm, args) -> int:
-    from ..errors import UsageError
-    from ..report import make_console
-    from ..result import kind, load
-
     # everything that can be wrong is found before anything is printed or written
     docs = [(path, load(_json_file(path))) for path in args.files]
     if args.plot:
-        from ..plot import check_path, require_matplotlib
-
         check_path(args.plot)
         require_matplotlib()
         kinds = {kind(d) for _p, d in docs}
@@ -49,13 +50,9 @@ def run(comm, args) -> int:
             _print_read(path, doc, console, args.detail)
 
     if args.csv:
-        from ..series import write_csv
-
         write_csv(docs[0][1], args.csv)
         console.print(f"time series written to {args.csv}")
     if args.plot:
-        from ..plot import plot
-
         plot(docs, args.plot)
         console.print(f"plot written to {args.plot}")
     return 0
@@ -63,8 +60,6 @@ def run(comm, args) -> int:
 
 def _json_file(path: str) -> str:
     """path, or a one-line UsageError when it is not JSON at all (say, a CSV or a log given by mistake)."""
-
-    from ..errors import UsageError
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -77,10 +72,6 @@ def _json_file(path: str) -> str:
 
 
 def _print_read(path: str, doc: dict, console, detail: bool) -> None:
-    from ..errors import UsageError
-    from ..report import print_result
-    from ..result import printable
-
     try:
         print_result(printable(doc), console, detail)
     except (KeyError, TypeError) as exc:   # a key this iodl's table needs and the file lacks
@@ -89,9 +80,6 @@ def _print_read(path: str, doc: dict, console, detail: bool) -> None:
 
 def _print_sweep(path: str, doc: dict, console) -> None:
     """The table `iodl sweep` printed (iodl.sweep.print_sweep), from whatever the file holds."""
-
-    from ..errors import UsageError
-    from ..sweep import Point, print_sweep
 
     names = [f.name for f in fields(Point)]
     nan = float("nan")

@@ -2,6 +2,11 @@
 the storage of a measured run can feed."""
 from __future__ import annotations
 
+from .. import workload
+from ..report import make_console, print_table
+from ..result import RESULT, load
+from ..sizing import accelerators_fed, storage_MBps, workload_demand_MBps
+
 
 def add_arguments(p) -> None:
     p.add_argument("--workload", action="append", default=[], metavar="NAME|FILE",
@@ -11,11 +16,6 @@ def add_arguments(p) -> None:
 
 
 def run(comm, args) -> int:
-    from .. import workload
-    from ..report import make_console, print_table
-    from ..result import RESULT, load
-    from ..sizing import accelerators_fed, storage_MBps, workload_demand_MBps
-
     if args.workload:
         wls = [workload.load_workload(w) for w in args.workload]
     else:   # the built-ins that read a dataset (the checkpoint-only ones have no demand to size)

@@ -10,6 +10,17 @@ import signal
 import tempfile
 import time
 
+from .. import sweep
+from ..comm import launched_by_mpi
+from ..data.manifest import read_manifests, workload_for_roots
+from ..errors import IodlError, UsageError
+from ..limits import check_read_options
+from ..outputs import write_result
+from ..patterns import PATTERNS
+from ..progress import Clock, wrap
+from ..sizing import workload_demand_MBps
+from . import read
+
 # the sweep's own options (each takes one value); every other option is passed on to `iodl read`
 OWN_OPTIONS = ("--ranks", "--threshold", "--out", "--keep", "--mpiexec", "--timeout")
 
@@ -67,23 +78,17 @@ def add_arguments(p) -> None:
 
 class _ReadParser(argparse.ArgumentParser):
     def error(self, message):
-        from ..errors import UsageError
-
         raise UsageError(f"read options after --: {message}")
 
 
 def _read_options(argv: list[str]):
     """Check the pass-through options with `iodl read`'s own parser now, before any launch."""
-    from ..errors import UsageError
-    from . import read
-
     argv = list(argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
     parser = _ReadParser(prog="iodl read", add_help=False)
     read.add_arguments(parser)
     opts = parser.parse_args(argv)
-    from ..limits import check_read_options
 
     check_read_options(opts)   # a bad number is refused now, not by every point
     if opts.out:
@@ -95,7 +100,6 @@ def _read_options(argv: list[str]):
     if opts.pattern is None:
         argv += ["--pattern", "train-sync"]   # AU needs a step pattern; the workload's may be storage-only
         opts.pattern = "train-sync"
-    from ..patterns import PATTERNS
 
     steps = [name for name, p in PATTERNS.items() if p.accelerators]   # the patterns that measure AU
     if opts.pattern not in steps:
@@ -105,8 +109,6 @@ def _read_options(argv: list[str]):
 
 
 def _check_out(path: str | None) -> None:
-    from ..errors import UsageError
-
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -134,13 +136,6 @@ def _load(path: str):
 
 
 def run(comm, args) -> int:
-    from .. import sweep
-    from ..comm import launched_by_mpi
-    from ..data.manifest import read_manifests, workload_for_roots
-    from ..errors import IodlError, UsageError
-    from ..report import write_result
-    from ..sizing import workload_demand_MBps
-
     if launched_by_mpi():
         raise UsageError("iodl sweep starts mpiexec itself for every rank count: run it without mpirun/mpiexec")
     ranks = sweep.parse_ranks(args.ranks)
@@ -152,49 +147,7 @@ def run(comm, args) -> int:
     _check_out(args.out)
     keep = sweep.check_keep_dir(args.keep, ranks) if args.keep else None
     workdir = keep or tempfile.mkdtemp(prefix="iodl-sweep-")
-
-    # SIGTERM ends the sweep as Ctrl-C does: stop the running point, keep what was done
-    def on_term(*_):
-        raise KeyboardInterrupt
-
-    old_term = signal.signal(signal.SIGTERM, on_term)
-    from ..progress import Clock, wrap
-
-    points, first, failure, interrupted, k = [], None, None, None, None
-    last_s = 0.0
-    try:
-        for i, k in enumerate(ranks):
-            out = os.path.join(workdir, sweep.result_name(k))
-            print(f"sweep: point {i + 1}/{len(ranks)}: {k} rank(s) ...", flush=True)
-            start = time.monotonic()
-            # on a terminal a clock ticks while the point runs (its own output is in its result file)
-            with Clock(f"sweep: point {i + 1}/{len(ranks)}, {k} rank(s)", last_s):
-                done = sweep.run_point(sweep.point_command(mpiexec, k, read_argv, out), timeout)
-            last_s = time.monotonic() - start
-            result = _load(out)
-            why = done.error_line or "no error output"
-            if done.timed_out:
-                failure = f"the {k}-rank point ran past --timeout {timeout:g} s and was stopped" + (
-                    f": {done.error_line}" if done.error_line else "")
-            elif done.exit_code not in (0, sweep.PARTIAL_EXIT):
-                failure = f"the {k}-rank point failed (mpiexec exit {done.exit_code}): {why}"
-            elif result is None:
-                failure = f"the {k}-rank point wrote no result file (mpiexec exit {done.exit_code}): {why}"
-            if failure:
-                break
-            point = sweep.point_from_result(k, result, out if keep else None, done.exit_code)
-            points.append(point)
-            first = first or result
-            print(wrap(f"sweep: {k} rank(s): AU {100 * point.au:.1f}%, {point.samples_per_s:,.1f} samples/s, "
-                       f"{'-' if point.storage_bandwidth_MBps is None else f'{point.storage_bandwidth_MBps:,.1f}'} "
-                       f"storage MB/s ({last_s:.1f} s)"), flush=True)
-    except KeyboardInterrupt:
-        interrupted = k  # the point that was running (run_point has stopped it)
-    finally:
-        signal.signal(signal.SIGTERM, old_term)
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-
+    points, first, failure, interrupted = _run_points(ranks, mpiexec, read_argv, workdir, keep, timeout)
     spec = _workload_as_run(first["workload"] if first else wl.to_dict(), opts)
     engine = first["engine"] if first else opts.engine
     doc = sweep.document(opts.pattern, spec, engine, threshold, points, workload_demand_MBps(spec))
@@ -210,3 +163,54 @@ def run(comm, args) -> int:
     if failure:
         raise IodlError(failure + (f" ({len(points)} point(s) done, written to {args.out})" if args.out else ""))
     return 0
+
+
+def _run_points(ranks: list[int], mpiexec: str, read_argv: list[str], workdir: str, keep, timeout):
+    """Each rank count's `iodl read` in turn until one fails or the user stops the sweep:
+    (points, the first point's result, why it failed or None, the rank count interrupted or None)."""
+    # SIGTERM ends the sweep as Ctrl-C does: stop the running point, keep what was done
+    def on_term(*_):
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    points, first, failure, interrupted, k = [], None, None, None, None
+    last_s = 0.0
+    try:
+        for i, k in enumerate(ranks):
+            out = os.path.join(workdir, sweep.result_name(k))
+            print(f"sweep: point {i + 1}/{len(ranks)}: {k} rank(s) ...", flush=True)
+            start = time.monotonic()
+            # on a terminal a clock ticks while the point runs (its own output is in its result file)
+            with Clock(f"sweep: point {i + 1}/{len(ranks)}, {k} rank(s)", last_s):
+                done = sweep.run_point(sweep.point_command(mpiexec, k, read_argv, out), timeout)
+            last_s = time.monotonic() - start
+            result = _load(out)
+            failure = _point_failure(k, done, result, timeout)
+            if failure:
+                break
+            point = sweep.point_from_result(k, result, out if keep else None, done.exit_code)
+            points.append(point)
+            first = first or result
+            print(wrap(f"sweep: {k} rank(s): AU {100 * point.au:.1f}%, {point.samples_per_s:,.1f} samples/s, "
+                       f"{'-' if point.storage_bandwidth_MBps is None else f'{point.storage_bandwidth_MBps:,.1f}'} "
+                       f"storage MB/s ({last_s:.1f} s)"), flush=True)
+    except KeyboardInterrupt:
+        interrupted = k  # the point that was running (run_point has stopped it)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return points, first, failure, interrupted
+
+
+def _point_failure(k: int, done, result, timeout) -> str | None:
+    """Why the k-rank point gives no point of the sweep, or None."""
+    why = done.error_line or "no error output"
+    if done.timed_out:
+        return f"the {k}-rank point ran past --timeout {timeout:g} s and was stopped" + (
+            f": {done.error_line}" if done.error_line else "")
+    if done.exit_code not in (0, sweep.PARTIAL_EXIT):
+        return f"the {k}-rank point failed (mpiexec exit {done.exit_code}): {why}"
+    if result is None:
+        return f"the {k}-rank point wrote no result file (mpiexec exit {done.exit_code}): {why}"
+    return None

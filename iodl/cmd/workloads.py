@@ -3,6 +3,12 @@ from __future__ import annotations
 
 import json
 
+from ..checkpoint import plan
+from ..mlperf import CLOSED_CHECKPOINT_RANKS, training_category
+from ..report import make_console, print_table
+from ..sizing import workload_demand_MBps
+from ..workload import builtin_names, load_workload
+
 
 def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print every built-in's resolved spec as JSON")
@@ -10,19 +16,12 @@ def add_arguments(p) -> None:
 
 def category(w) -> str | None:
     """The MLPerf Storage category a built-in runs in (iodl/mlperf.py); checkpoints: at their ranks."""
-    from ..mlperf import CLOSED_CHECKPOINT_RANKS, training_category
-
     if w.dataset is None:
         return "CLOSED" if w.name in CLOSED_CHECKPOINT_RANKS else None
     return training_category(w)
 
 
 def run(comm, args) -> int:
-    from ..mlperf import CLOSED_CHECKPOINT_RANKS, training_category
-    from ..report import make_console, print_table
-    from ..sizing import workload_demand_MBps
-    from ..workload import builtin_names, load_workload
-
     wls = [load_workload(n, need_dataset=False) for n in builtin_names()]
     if args.json:
         print(json.dumps([{**w.to_dict(), "mlperf_category": category(w)} for w in wls], indent=2))
@@ -36,8 +35,6 @@ def run(comm, args) -> int:
     print_table(console, "built-in workloads (--workload NAME; a TOML or DLIO YAML file works too)", columns, rows)
     checkpoints = [w for w in wls if w.dataset is None]
     if checkpoints:
-        from ..checkpoint import plan
-
         crows = []
         for w in checkpoints:
             p, par = plan(w.checkpoint_model()), w.parallelism
