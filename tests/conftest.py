@@ -24,7 +24,7 @@ from iodl import probe
 from iodl.groundtruth import CpuSteal
 from tests.helpers import NotJudged, mpiexec
 
-pytest_plugins = ["pytester"]   # tests/test_timing_claims.py runs small suites under this conftest
+pytest_plugins = ["pytester"]   # tests/unit/test_timing_claims.py runs small suites under this conftest
 
 STOLEN = 0.03
 NOT_JUDGED = "not judged"   # the outcome, and its word in pytest's closing line
@@ -63,7 +63,7 @@ def pytest_configure(config):
 # The fast tier: unit tests, the C engines' contract on tmpfs and the in-process commands. It runs
 # first, and when any of it fails the session stops at its end: a broken build is told in about two
 # minutes, not after the whole ground-truth battery.
-FAST_TIER = ("tests/unit/", "tests/native/", "tests/test_cli.py")
+FAST_TIER = ("tests/unit/", "tests/native/", "tests/cmd/test_cli.py")
 
 
 class FastTier:
@@ -72,7 +72,7 @@ class FastTier:
 
     def pytest_collection_modifyitems(self, session, items):
         if not session.config.getoption("with_mpi", False):
-            # tests/mpi is written for any size and run by tests/test_mpi_sizes.py under mpiexec -n 1
+            # tests/mpi is written for any size and run by tests/mpi/test_sizes.py under mpiexec -n 1
             # and -n 3; outside mpiexec those tests are not skips of a missing capability: leave them out
             mpi = [i for i in items if i.get_closest_marker("mpi")]
             if mpi:
