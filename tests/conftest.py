@@ -22,7 +22,7 @@ from pytest_rerunfailures import get_reruns_count   # the plugin that owns `flak
 
 from iodl import probe
 from iodl.groundtruth import CpuSteal
-from tests.helpers import NotJudged, mpiexec
+from tests.helpers import REPO, NotJudged, mpiexec
 
 pytest_plugins = ["pytester"]   # tests/unit/test_timing_claims.py runs small suites under this conftest
 
@@ -177,7 +177,6 @@ def _crash(report) -> str:
 # An iodl an ordinary user can run (uid 65534 through setpriv): the test interpreter may live in
 # root's home (mode 700), so the user gets a venv of Debian's system python3 in a world-readable
 # temporary directory with a copy of this checkout installed, built once per session.
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.helpers import iodl, load_json, transformer_toml
+from tests.helpers import REPO, iodl, load_json, transformer_toml
 
 MODEL = transformer_toml("small", layers=1, hidden=256, ffn=512, heads=4, vocab=1000, data=2)
 
@@ -134,7 +134,7 @@ def test_every_key_of_a_real_result_is_in_docs_numbers_and_back(tmp_path, model)
     """docs/numbers.md's checkpoint schema block against a real result with writes and reads."""
     import re
 
-    docs = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "numbers.md")).read()
+    docs = open(os.path.join(REPO, "docs", "numbers.md")).read()
     section = docs[docs.index("Result file, schema `iodl.checkpoint/1`"):]
     block = section[section.index("```") + 3:section.index("```", section.index("```") + 3)]
     documented = set(re.findall(r'"([A-Za-z_0-9]+)"', block)) - {"iodl", "checkpoint/1"}
