@@ -72,7 +72,7 @@ class FastTier:
 
     def pytest_collection_modifyitems(self, session, items):
         if not session.config.getoption("with_mpi", False):
-            # tests/mpi is written for any size and run by tests/mpi/test_sizes.py under mpiexec -n 1
+            # tests/mpi is written for any size and run by tests/test_mpi_sizes.py under mpiexec -n 1
             # and -n 3; outside mpiexec those tests are not skips of a missing capability: leave them out
             mpi = [i for i in items if i.get_closest_marker("mpi")]
             if mpi:

@@ -1,5 +1,4 @@
-"""The MPI suite (the tests marked `mpi` in this folder, written for any size) run once per size, as
-mpi4py's own CI does. This driver is not marked `mpi`, so `-m mpi` keeps it out of the runs it starts."""
+"""The MPI suite (tests/mpi, written for any size) run once per size, as mpi4py's own CI does."""
 import subprocess
 import sys
 
@@ -15,7 +14,7 @@ from tests.helpers import mpiexec
 def test_mpi_suite(ranks):
     exe = mpiexec()
     assert exe, "mpiexec not found next to the test interpreter (pip install mpich)"
-    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-m", "mpi", "-q",
+    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-q",
                            "-p", "no:cacheprovider", "-p", "no:randomly", "tests/mpi"],
                           capture_output=True, text=True, timeout=600)
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
