@@ -21,7 +21,7 @@ CHECKPOINT = "iodl.checkpoint/1"   # iodl checkpoint --out
 
 
 # ---- the read result's schema (iodl.result/1), as types: docs/numbers.md explains every key, and
-# tests/test_result_docs.py holds real results, these types and that page to one another.
+# tests/cmd/test_result_docs.py holds real results, these types and that page to one another.
 
 class Latency(TypedDict):
     p50: float

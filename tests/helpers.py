@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 BIN = os.path.dirname(sys.executable)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the checkout: docs/, bench/, tests/
 
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]   # run as an ordinary user

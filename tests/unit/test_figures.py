@@ -1,7 +1,7 @@
 """Each number defined once: every key docs/numbers.md documents is made by one function
 (iodl/figures.py), that function names it, and no other function divides to make a figure of that
 name (a rate or fraction computed a second time). These are checks of the source, not of a run;
-tests/test_result_docs.py holds real results to the same page."""
+tests/cmd/test_result_docs.py holds real results to the same page."""
 import ast
 import importlib
 import inspect

@@ -8,9 +8,9 @@ import re
 import pytest
 
 from iodl import result as R
-from tests.helpers import iodl, load_json
+from tests.helpers import REPO, iodl, load_json
 
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "numbers.md")
+DOCS = os.path.join(REPO, "docs", "numbers.md")
 
 
 def _schema_block() -> str:

@@ -13,7 +13,7 @@ from iodl.errors import UsageError
 from iodl.patterns import WRITE_PATTERNS
 from iodl.patterns.checkpoint import CheckpointRunSpec, execute
 from iodl.workload import load_workload
-from tests.helpers import iodl, load_json, transformer_toml
+from tests.helpers import REPO, iodl, load_json, transformer_toml
 
 MODEL = transformer_toml("small", layers=1, hidden=256, ffn=512, heads=4, vocab=1000, data=2)
 
@@ -161,7 +161,7 @@ def test_every_key_of_a_real_result_is_in_docs_numbers_and_back(tmp_path, model)
     """docs/numbers.md's checkpoint schema block against a real result with writes and reads."""
     import re
 
-    docs = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "numbers.md")).read()
+    docs = open(os.path.join(REPO, "docs", "numbers.md")).read()
     section = docs[docs.index("Result file, schema `iodl.checkpoint/1`"):]
     block = section[section.index("```") + 3:section.index("```", section.index("```") + 3)]
     documented = set(re.findall(r'"([A-Za-z_0-9]+)"', block)) - {"iodl", "checkpoint/1"}
