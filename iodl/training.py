@@ -86,7 +86,7 @@ class SampleStream:
                 rows = plan.npz_load_plan(int(self._sizes[shard]), self._bs)
                 layout = (ends, rows, np.full(len(ends), len(rows), dtype=np.int64))
             else:
-                layout = (ends, plan.shard_plan([self._sizes[shard]], self._bs), -(-ends.astype(np.int64) // self._bs))
+                layout = (ends, plan.file_plan(self._sizes[shard], self._bs), -(-ends.astype(np.int64) // self._bs))
             self._layouts[shard] = layout
         return layout
 
@@ -527,13 +527,18 @@ class _Reader(threading.Thread):
         shards = [shard for shard, _rows, _done in segments]
         if len(segments) == 1:
             rows = segments[0][1]            # one shard's plan: its file column is already 0
+        elif segments:
+            # one copy of every segment's rows, each numbered by its place in the batch (filled in
+            # place: np.concatenate of structured arrays promotes their fields pair by pair)
+            lengths = [len(part) for _shard, part, _done in segments]
+            rows = plan.new_plan(sum(lengths))
+            at = 0
+            for (_shard, part, _done), n in zip(segments, lengths):
+                rows[at:at + n] = part
+                at += n
+            rows["file"] = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
         else:
-            parts = []
-            for i, (_shard, part, _done) in enumerate(segments):
-                part = part.copy()
-                part["file"] = i
-                parts.append(part)
-            rows = np.concatenate(parts) if parts else plan.new_plan(0)
+            rows = plan.new_plan(0)
         ahead = self.files.ahead_cap
         if self.batches:   # no file past the run's last batch (the shard being read holds some of it)
             left = (self.batches - self.fetched - 1) * self.cfg.batch_size - self.stream.left_in_shard()
