@@ -2,10 +2,12 @@
 several rank counts, with --engine null (no I/O at all) and reading a page-cache-resident dataset.
 
 Beside each, the floor at the same rank count: processes that only sleep the compute time and
-meet at iodl's barrier (tests/system/bare_steps.py). Per run: AU, samples/s, data and barrier wait per step, the result's emulator figures
+meet at iodl's barrier (tests/system/bare_steps.py). Per run: AU, samples/s, data and barrier wait
+per step, the result's emulator figures
 (train.emulator: process CPU per step and per sample, its loader part) and, measured from outside,
-each rank's CPU by thread (/proc/PID/task/TID/stat utime+stime, sampled while the steps run: the
-step loop is the main thread, the others are the reader, the open threads and MPI's). Rank counts
+each rank's CPU by thread (/proc/PID/task/TID/stat utime+stime, in ticks, over the middle half of the
+process's life: the step loop is the main thread, the others are the reader, the open threads and
+MPI's; a run of few steps puts start-up in that half, and these columns are then rough). Rank counts
 and the two cases are interleaved and repeated, as the machine is shared; the load average at each
 run is kept beside it.
 

@@ -126,7 +126,8 @@ class RankResult:
 
     def scalars(self) -> "PerRank":
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
-                                              "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "cores", "max_rss_mb",
+                                              "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s",
+                                              "cores", "max_rss_mb",
                                               "pss_mb", "epochs_checked", "epochs_wrong", "opens", "open_max_ns",
                                               "open_wait_s", "closes", "close_max_ns")}
 

@@ -12,7 +12,8 @@ from ..errors import UsageError
 from ..reduce import emulator_cpu, set_window, steps_run_window
 from ..mlperf import summary
 from ..sizing import demand_MBps
-from ..training import STEP_FIELDS, counted_steps, data_wait_share, planned_steps, run_steps, steps_window, summarize_steps
+from ..training import (STEP_FIELDS, counted_steps, data_wait_share, planned_steps, run_steps, steps_window,
+                        summarize_steps)
 from .base import Pattern, Run, duration_default
 
 
