@@ -34,8 +34,8 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
     "iodl.metrics:RankResult.note_open": ("result.per_rank.opens", "result.per_rank.open_max_ns"),
     "iodl.metrics:RankResult.note_close": ("result.per_rank.closes", "result.per_rank.close_max_ns"),
     "iodl.metrics:RankResult.note_open_wait": ("result.per_rank.open_wait_s",),
-    "iodl.metrics:RankResult.note_process": tuple(f"result.per_rank.{k}" for k in ("startup_s", "cpu_s", "max_rss_mb",
-                                                                                    "pss_mb")),
+    "iodl.metrics:RankResult.note_process": tuple(f"result.per_rank.{k}" for k in ("startup_s", "cpu_s", "cores",
+                                                                                    "max_rss_mb", "pss_mb")),
     "iodl.metrics:RankResult.scalars": ("result.per_rank.rank", "result.per_rank.host", "result.per_rank.mount"),
     "iodl.training:run_steps": ("result.per_rank.epochs_checked", "result.per_rank.epochs_wrong"),
     # the time series
@@ -48,6 +48,9 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
         "window_s", "consumed_bytes", "consumed_MBps", "data_wait_s_per_step", "barrier_wait_s_per_step",
         "compute_s_per_step", "checkpoint_s_per_step", *(f"step_time_s.{q}" for q in ("p50", "p90", "p99", "max")),
         *(f"per_rank_samples_per_s.{q}" for q in ("min", "median", "max", "sum")))),
+    "iodl.reduce:emulator_cpu": tuple(f"result.train.emulator.{k}" for k in (
+        "cpu_s_per_step", "cpu_s_per_sample", "loader_cpu_s_per_step", "client_cpu_share", "client_bound",
+        "by_rank.rank", "by_rank.cpu_s_per_step", "by_rank.cpu_s_per_sample", "by_rank.loader_cpu_s_per_step")),
     "iodl.mlperf:summary": tuple(f"result.train.mlperf.{k}" for k in ("au", "samples_per_s", "au_threshold", "pass",
                                                                       "epochs")),
     "iodl.mlperf:run_category": ("result.train.mlperf.category",),

@@ -49,6 +49,7 @@ class RankResult:
     max_ns: int = 0
     startup_s: float = 0.0    # process start -> ready to run (imports, MPI init, setup)
     cpu_s: float = 0.0        # user + system CPU of the whole process
+    cores: int = 0            # CPUs the host has online: what the emulator's own CPU is set against
     max_rss_mb: float = 0.0
     pss_mb: float = 0.0       # proportional set size: shared pages (MPI's shared memory) split over their users
     hist: np.ndarray = field(default_factory=histogram.empty)
@@ -125,7 +126,8 @@ class RankResult:
 
     def scalars(self) -> "PerRank":
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
-                                              "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s", "max_rss_mb",
+                                              "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s",
+                                              "cores", "max_rss_mb",
                                               "pss_mb", "epochs_checked", "epochs_wrong", "opens", "open_max_ns",
                                               "open_wait_s", "closes", "close_max_ns")}
 
@@ -135,6 +137,7 @@ class RankResult:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         self.startup_s = startup_s
         self.cpu_s = ru.ru_utime + ru.ru_stime
+        self.cores = os.cpu_count() or 1
         self.max_rss_mb = ru.ru_maxrss / 1024.0
         self.pss_mb = _pss_kb() / 1024.0
 

@@ -48,6 +48,18 @@ def shard_plan(sizes: list[int] | np.ndarray, block_size: int) -> np.ndarray:
     return plan
 
 
+def file_plan(size: int, block_size: int) -> np.ndarray:
+    """shard_plan of one file: the same rows, made with a few operations on scalars (a step of
+    one-sample files makes one per sample)."""
+    n = -(-int(size) // block_size)
+    plan = new_plan(n)
+    if n:
+        plan["offset"] = np.arange(0, n * block_size, block_size, dtype=np.int64)
+        plan["length"] = block_size
+        plan["length"][-1] = int(size) - (n - 1) * block_size
+    return plan
+
+
 def npz_load_plan(size: int, block_size: int) -> np.ndarray:
     """Rows that read an npz file as numpy's np.load does (DLIO's npz reader, buffered): 4 KiB at
     its start (zipfile's magic check), its last 22 bytes (the end-of-central-directory record) and
@@ -59,7 +71,7 @@ def npz_load_plan(size: int, block_size: int) -> np.ndarray:
     head = new_plan(2 + len(tail))
     head["offset"] = [0, *[o for o, _n in tail], 0]
     head["length"] = [min(4096, size), *[n for _o, n in tail], min(4096, size)]
-    return np.concatenate([head, shard_plan([size], block_size)])
+    return np.concatenate([head, file_plan(size, block_size)])
 
 
 TFRECORD_HEADER = 12   # a tfrecord record's length (8 bytes) and the length's masked CRC32C (4)

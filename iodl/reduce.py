@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import histogram
+from .result import STEP_FIELDS
 
 MB = 1e6
 
@@ -126,6 +127,46 @@ def steps_run_window(fixed: bool, partial: bool, ramp_s: float, duration_s: floa
     if fixed:
         return (lo, hi) if hi >= lo else (0.0, 0.0)
     return min(steps_span[0], lo), max(steps_span[1], hi)
+
+
+# ---- the emulator's own cost (step patterns): CPU per step and per sample, per rank and per host
+
+CPU, LOOP_CPU, SAMPLES, COMPUTE = (STEP_FIELDS.index(k) for k in ("cpu", "loop_cpu", "samples", "compute"))
+
+
+def emulator_cpu(rows: list[np.ndarray], counted: list[np.ndarray], ranks: list[int], hosts: list[str],
+                 cores: list[int], au: float, au_threshold: float, no_storage: bool) -> dict:
+    """What the emulator itself cost over the counted steps (those AU counts), from the step
+    records of every rank (training.run_steps: process CPU and the step loop's thread CPU per
+    step). rows, counted (masks), ranks, hosts, cores: per rank, in the same order. by_rank: cpu_s_per_step
+    (the whole process's CPU / its counted steps), cpu_s_per_sample (/ their samples),
+    loader_cpu_s_per_step (of it, outside the step loop's thread: the reader, the open threads).
+    Over all ranks the same three (summed CPU / summed steps or samples), and client_cpu_share:
+    on the busiest host, its ranks' CPU per step / (its cores x the compute time of a step), the
+    part of the host's CPU the emulator needs while the accelerators compute. At 1 or more the
+    emulator's own work does not fit in a step: the client, not the storage, holds AU down;
+    client_bound says so when AU is under its threshold (or when there was no storage at all,
+    the null engine, and AU still fell short)."""
+    by_rank, need, cpu_all, loader_all, steps_all, samples_all = [], {}, 0.0, 0.0, 0, 0.0
+    for a, m, rank, host, n_cores in zip(rows, counted, ranks, hosts, cores, strict=True):
+        a = a[m]
+        cpu, loader = float(a[:, CPU].sum()), float((a[:, CPU] - a[:, LOOP_CPU]).sum())
+        samples = float(a[:, SAMPLES].sum())
+        by_rank.append({"rank": rank, "cpu_s_per_step": cpu / len(a) if len(a) else 0.0,
+                        "cpu_s_per_sample": cpu / samples if samples else 0.0,
+                        "loader_cpu_s_per_step": loader / len(a) if len(a) else 0.0})
+        cpu_all, loader_all, steps_all, samples_all = (cpu_all + cpu, loader_all + loader, steps_all + len(a),
+                                                       samples_all + samples)
+        if len(a):   # per host: its ranks' CPU per step, summed; their compute per step summed, how many
+            used, compute, n, _ = need.get(host, (0.0, 0.0, 0, 0))
+            need[host] = (used + cpu / len(a), compute + float(a[:, COMPUTE].mean()), n + 1, max(n_cores, 1))
+    share = max((used / (n_cores * compute / n) if compute > 0 else 0.0 for used, compute, n, n_cores in need.values()),
+                default=0.0)
+    return {"cpu_s_per_step": cpu_all / steps_all if steps_all else 0.0,
+            "cpu_s_per_sample": cpu_all / samples_all if samples_all else 0.0,
+            "loader_cpu_s_per_step": loader_all / steps_all if steps_all else 0.0,
+            "client_cpu_share": share,
+            "client_bound": bool(au < au_threshold and (share >= 1.0 or no_storage)), "by_rank": by_rank}
 
 
 # ---- read patterns: what each rank adds, and a group's block

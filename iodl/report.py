@@ -193,6 +193,9 @@ def _answer(result: dict) -> list[str]:
             lines.append(f"MLPerf Storage's view: AU {_pct(m['au'])}, {passed} at {_share(m['au_threshold'])} "
                          f"(compute / run time per rank and epoch, first step left out); "
                          f"{m['samples_per_s']:,.1f} samples/s (first step included)")
+        emu = t.get("emulator")
+        if emu:
+            lines.append(_emulator_line(emu, result))
         spread = t.get("per_rank_samples_per_s")
         if spread:
             lines.append(f"per-rank samples/s: min {spread['min']:,.1f}, median {spread['median']:,.1f}, max "
@@ -215,6 +218,19 @@ def _answer(result: dict) -> list[str]:
                          "RAM leaves to it (MLPerf Storage's rule): this run says little about the storage. "
                          "Read with --direct, or a larger dataset (iodl datasize)")
     return lines
+
+
+def _emulator_line(emu: dict, result: dict) -> str:
+    """The emulator's own CPU, and in words when it, not the storage, held AU down."""
+    cost = (f"{emu['cpu_s_per_step'] * 1e3:,.2f} ms per step per rank ({emu['cpu_s_per_sample'] * 1e6:,.0f} µs per "
+            f"sample; loader {emu['loader_cpu_s_per_step'] * 1e3:,.2f} ms), {_pct(emu['client_cpu_share'])} of the "
+            "busiest host's CPU while the accelerators compute")
+    if not emu["client_bound"]:
+        return f"emulator CPU: {cost}"
+    why = ("there was no storage (--engine null): what held AU down is the emulator's own cost on this client"
+           if result["engine"] == "null" and not emu["client_cpu_share"] >= 1.0 else
+           "its own work does not fit in a step on this host's cores: fewer ranks per client, or more cores")
+    return f"[yellow]the client, not the storage, limits AU[/]: emulator CPU {cost}; {why}"
 
 
 def _bandwidth_line(result: dict, t: dict | None, sizing: dict | None) -> str:

@@ -11,8 +11,11 @@ from typing import TypedDict
 from .errors import UsageError
 
 # The columns of a rank's step records (train-sync, infer-async: one row per step, seconds since the
-# start barrier); checkpoint: seconds of the step spent writing an in-training checkpoint (after its barrier)
-STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch", "checkpoint")
+# start barrier); checkpoint: seconds of the step spent writing an in-training checkpoint (after its barrier);
+# cpu: CPU seconds the rank's whole process used from the previous step's end to this one's (every thread:
+# the step loop, the reader, the open threads), loop_cpu: those of them the step loop's own thread used
+STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "samples", "epoch", "checkpoint",
+               "cpu", "loop_cpu")
 
 RESULT = "iodl.result/1"      # iodl read --out
 SWEEP = "iodl.sweep/1"        # iodl sweep --out
@@ -94,8 +97,19 @@ class _Train(TypedDict):
     mlperf: MLPerfView | None
 
 
+class Emulator(TypedDict):
+    """The emulator's own CPU over the counted steps (reduce.emulator_cpu)."""
+    cpu_s_per_step: float
+    cpu_s_per_sample: float
+    loader_cpu_s_per_step: float
+    client_cpu_share: float
+    client_bound: bool
+    by_rank: list[dict]     # {"rank", "cpu_s_per_step", "cpu_s_per_sample", "loader_cpu_s_per_step"}
+
+
 class Train(_Train, total=False):
     per_rank_samples_per_s: dict    # infer-async
+    emulator: Emulator
 
 
 class PerRank(TypedDict):
@@ -113,6 +127,7 @@ class PerRank(TypedDict):
     max_ns: int
     startup_s: float
     cpu_s: float
+    cores: int
     max_rss_mb: float
     pss_mb: float
     epochs_checked: int

@@ -86,7 +86,7 @@ class SampleStream:
                 rows = plan.npz_load_plan(int(self._sizes[shard]), self._bs)
                 layout = (ends, rows, np.full(len(ends), len(rows), dtype=np.int64))
             else:
-                layout = (ends, plan.shard_plan([self._sizes[shard]], self._bs), -(-ends.astype(np.int64) // self._bs))
+                layout = (ends, plan.file_plan(self._sizes[shard], self._bs), -(-ends.astype(np.int64) // self._bs))
             self._layouts[shard] = layout
         return layout
 
@@ -527,13 +527,18 @@ class _Reader(threading.Thread):
         shards = [shard for shard, _rows, _done in segments]
         if len(segments) == 1:
             rows = segments[0][1]            # one shard's plan: its file column is already 0
+        elif segments:
+            # one copy of every segment's rows, each numbered by its place in the batch (filled in
+            # place: np.concatenate of structured arrays promotes their fields pair by pair)
+            lengths = [len(part) for _shard, part, _done in segments]
+            rows = plan.new_plan(sum(lengths))
+            at = 0
+            for (_shard, part, _done), n in zip(segments, lengths):
+                rows[at:at + n] = part
+                at += n
+            rows["file"] = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
         else:
-            parts = []
-            for i, (_shard, part, _done) in enumerate(segments):
-                part = part.copy()
-                part["file"] = i
-                parts.append(part)
-            rows = np.concatenate(parts) if parts else plan.new_plan(0)
+            rows = plan.new_plan(0)
         ahead = self.files.ahead_cap
         if self.batches:   # no file past the run's last batch (the shard being read holds some of it)
             left = (self.batches - self.fetched - 1) * self.cfg.batch_size - self.stream.left_in_shard()
@@ -672,6 +677,9 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     sync = cfg.pattern == "train-sync"
     comm.barrier()
     t0 = _native.monotonic_ns()
+    # the emulator's own cost, per step (docs/numbers.md "The emulator's own cost"): the kernel's CPU
+    # clocks of this process and of this (the step loop's) thread, exact to the ns, two syscalls a step
+    cpu_at, loop_at = time.process_time_ns(), time.thread_time_ns()
     clock = lambda: (_native.monotonic_ns() - t0) / 1e9  # noqa: E731
     run_until = cfg.duration_s + (cfg.ramp_s if cfg.fixed_window else 0.0)
     if cfg.fixed_window:
@@ -713,9 +721,11 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
                 partial = True
                 break
             end = clock()
+            cpu_was, loop_was, cpu_at, loop_at = cpu_at, loop_at, time.process_time_ns(), time.thread_time_ns()
             records.add(t_start=start, t_end=end, data_wait=fetched - start, compute=computed - fetched,
                         barrier=end - computed - stalled, bytes=nbytes, samples=cfg.batch_size,
-                        epoch=(step - 1) // steps_per_epoch, checkpoint=stalled)
+                        epoch=(step - 1) // steps_per_epoch, checkpoint=stalled, cpu=(cpu_at - cpu_was) / 1e9,
+                        loop_cpu=(loop_at - loop_was) / 1e9)
             if result.live is not None:
                 result.live[LIVE_STEPS] = step
             if interrupted:
@@ -751,6 +761,16 @@ def _measured(a: np.ndarray) -> np.ndarray:
     return ~first
 
 
+def counted_steps(per_rank: list[np.ndarray]) -> tuple[list[np.ndarray], str]:
+    """Per rank, the mask of its steps that AU counts, and which steps were left out (in words):
+    the first of each epoch, or none when that would leave no step at all."""
+    masks = [_measured(a) for a in per_rank]
+    if not any(m.any() for m in masks):   # a one-step epoch leaves nothing: use every step, say so
+        return ([np.ones(len(a), dtype=bool) for a in per_rank],
+                "none (too few steps to leave out the first of each epoch)")
+    return masks, "first step of each epoch"
+
+
 def in_window(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """Per step, the share of it inside [lo, hi]: a step's samples are taken as consumed evenly
     over its time (a whole step inside counts 1, one straddling an edge its share)."""
@@ -775,10 +795,8 @@ def summarize_steps(per_rank: list[np.ndarray], pattern: str, au_threshold: floa
     each rank's rate, so that the total is the sum of the ranks' rates."""
     rows = [a for a in per_rank if len(a)]
     allsteps = np.concatenate(rows) if rows else np.empty((0, len(STEP_FIELDS)))
-    mask = np.concatenate([_measured(a) for a in rows]) if rows else np.empty(0, dtype=bool)
-    excluded = "first step of each epoch"
-    if not mask.any():                       # a one-step epoch leaves nothing: use every step, say so
-        mask, excluded = np.ones(len(allsteps), dtype=bool), "none (too few steps to leave out the first of each epoch)"
+    masks, excluded = counted_steps(rows)
+    mask = np.concatenate(masks) if rows else np.empty(0, dtype=bool)
     m = allsteps[mask]
     step_time = _col(m, "t_end") - _col(m, "t_start")
     au = float(np.mean(_col(m, "compute") / step_time)) if len(m) else 0.0

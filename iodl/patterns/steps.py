@@ -9,10 +9,11 @@ import dataclasses
 import numpy as np
 
 from ..errors import UsageError
-from ..reduce import set_window, steps_run_window
+from ..reduce import emulator_cpu, set_window, steps_run_window
 from ..mlperf import summary
 from ..sizing import demand_MBps
-from ..training import STEP_FIELDS, data_wait_share, planned_steps, run_steps, steps_window, summarize_steps
+from ..training import (STEP_FIELDS, counted_steps, data_wait_share, planned_steps, run_steps, steps_window,
+                        summarize_steps)
 from .base import Pattern, Run, duration_default
 
 
@@ -33,6 +34,11 @@ class Steps(Pattern):
         train = summarize_steps(steps, spec.pattern, au_threshold, window)
         train["epochs_checked"], train["epochs_wrong"] = reduced["epochs_checked"], reduced["epochs_wrong"]
         train["shuffle"] = spec.shuffle if spec.sampling == "epoch" else "random shards"
+        # the emulator's own CPU, per rank and over all ranks (parts and per_rank: both in rank order)
+        ranks = reduced["per_rank"]
+        train["emulator"] = emulator_cpu(steps, counted_steps(steps)[0], [p["rank"] for p in ranks],
+                                         [p["host"] for p in ranks], [p["cores"] for p in ranks], train["au"],
+                                         au_threshold, spec.engine == "null" and not spec.delay_ns)
         train["mlperf"] = summary(steps, au_threshold)
         if train["mlperf"] is not None:
             train["mlperf"]["category"] = spec.mlperf_category

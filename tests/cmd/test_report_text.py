@@ -85,6 +85,24 @@ def test_the_answer_follows_the_results_au_against_its_threshold(results):
     assert "a step waited" in render(results["low"])   # a "no" says where the step's time went
 
 
+def test_the_emulators_own_cost_and_when_it_limits_au_in_words(results):
+    result = results["high"]
+    emu = result["train"]["emulator"]
+    assert not emu["client_bound"]   # AU high: nothing held it down
+    text = render(result)
+    assert f"emulator CPU: {emu['cpu_s_per_step'] * 1e3:,.2f} ms per step per rank" in text
+    assert "limits AU" not in text
+    # the same figures, had they held AU down: with the null engine there was no storage to blame
+    bound = dict(result, train=dict(result["train"], emulator=dict(emu, client_bound=True)))
+    words = " ".join(render(bound, width=1000).split())
+    assert "the client, not the storage, limits AU" in words and "there was no storage (--engine null)" in words
+    # on a storage engine the words say the emulator's work does not fit the host's cores
+    busy = dict(bound, engine="psync", train=dict(bound["train"], emulator=dict(emu, client_bound=True,
+                                                                                  client_cpu_share=1.4)))
+    assert "does not fit in a step on this host's cores" in " ".join(render(busy, width=1000).split())
+    assert not results["low"]["train"]["emulator"]["client_bound"]   # an emulated device (--delay-us) is storage
+
+
 def test_bandwidth_against_demand_and_accelerators_per_mount_are_the_results(results):
     result = results["train-sync"]
     sizing, total = result["sizing"], result["total"]

@@ -59,7 +59,7 @@ def _rank(steps, epoch_of=None):
         rows.append({"t_start": t, "t_end": t + wait + compute + barrier + ck, "data_wait": wait, "compute": compute,
                      "barrier": barrier, "bytes": 0, "samples": samples, "checkpoint": ck,
                      "epoch": epoch_of(i) if epoch_of else 0})
-    return np.array([[r[f] for f in STEP_FIELDS] for r in rows])
+    return np.array([[r.get(f, 0.0) for f in STEP_FIELDS] for r in rows])
 
 
 def _steps(start, n, wait, compute, barrier=0.0, first_wait=None, samples=10, ck_at=None, ck=0.0):

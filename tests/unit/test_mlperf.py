@@ -83,7 +83,7 @@ def test_mlperf_au_and_samples_per_s_from_known_steps():
                          "barrier": 0.0, "bytes": 100, "samples": 10, "epoch": 0,
                          "checkpoint": saving if i == 2 else 0.0})
             t += length
-        return np.array([[r[f] for f in STEP_FIELDS] for r in rows])
+        return np.array([[r.get(f, 0.0) for f in STEP_FIELDS] for r in rows])
 
     got = summary([rank(1.0, 1.0, 0.8), rank(3.0, 1.0, 0.5)], 0.7)
     assert got["au"] == pytest.approx(0.65) and got["samples_per_s"] == pytest.approx(16.0)

@@ -16,6 +16,12 @@ def test_shard_plan_reads_every_byte_once_in_order(sizes, bs):
     assert (np.diff(p["file"].astype(np.int64)) >= 0).all()      # shard after shard
 
 
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 322_957, 3 << 20])
+def test_file_plan_is_shard_plan_of_one_file(size):
+    assert plan.file_plan(size, 4096).tolist() == plan.shard_plan([size], 4096).tolist()
+    assert plan.file_plan(size, 1 << 20).tolist() == plan.shard_plan([size], 1 << 20).tolist()
+
+
 def test_random_order_is_seeded_and_differs_per_rank_and_epoch():
     a = plan.random_order(100, 7, 0, 0)
     assert (a == plan.random_order(100, 7, 0, 0)).all()

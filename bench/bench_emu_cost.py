@@ -1,0 +1,186 @@
+"""Accelerators per client: the emulator's own cost and AU of retinanet_b200-shaped train-sync at
+several rank counts, with --engine null (no I/O at all) and reading a page-cache-resident dataset.
+
+Beside each, the floor at the same rank count: processes that only sleep the compute time and
+meet at iodl's barrier (tests/system/bare_steps.py). Per run: AU, samples/s, data and barrier wait
+per step, the result's emulator figures
+(train.emulator: process CPU per step and per sample, its loader part) and, measured from outside,
+each rank's CPU by thread (/proc/PID/task/TID/stat utime+stime, in ticks, over the middle half of the
+process's life: the step loop is the main thread, the others are the reader, the open threads and
+MPI's; a run of few steps puts start-up in that half, and these columns are then rough). Rank counts
+and the two cases are interleaved and repeated, as the machine is shared; the load average at each
+run is kept beside it.
+
+    python bench/bench_emu_cost.py --root DIR [--ranks 1 4 8 16] [--rounds 2] [--steps 80] [--out NAME]
+
+DIR: a retinanet_b200 dataset (iodl generate --workload retinanet_b200 --files 4000 --root DIR),
+read once before so that it is in the page cache.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def rank_pids(launcher: int) -> list[int]:
+    """The iodl rank processes under a launcher (mpiexec's proxy's children)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if b"iodl" in cmd and b"-m" in cmd and ppid != launcher and int(pid) != launcher:
+            out.append(int(pid))
+    return out
+
+
+def threads_cpu(pid: int) -> dict[int, float]:
+    """tid -> CPU seconds (utime + stime) of each thread of a process."""
+    out = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / TICK
+    except OSError:
+        pass
+    return out
+
+
+def warm(root: str) -> None:
+    """Read every file of the dataset once, so that the run finds it in the page cache."""
+    for d, _s, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(d, name), "rb", buffering=0) as f:
+                while f.read(1 << 20):
+                    pass
+
+
+def one(ranks: int, root: str | None, steps: int, tmp: str) -> dict:
+    out = os.path.join(tmp, f"r{ranks}-{'null' if root is None else 'cache'}.json")
+    args = ["--workload", "retinanet_b200", "--steps", str(steps), "--progress", "off", "--out", out]
+    args += ["--engine", "null"] if root is None else ["--root", root, "--engine", "psync"]
+    if root is not None:
+        warm(root)   # others on the machine may have dropped the page cache since the last run
+    cmd = [sys.executable, "-m", "iodl", "read", *args]
+    if ranks > 1:
+        cmd = [shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]),
+               "-n", str(ranks), *cmd]
+    load = os.getloadavg()[0]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    samples: list[dict[int, dict[int, float]]] = []
+    while proc.poll() is None:   # per-thread CPU of every rank, every 0.5 s
+        pids = rank_pids(proc.pid) if ranks > 1 else [proc.pid]
+        samples.append({pid: threads_cpu(pid) for pid in pids})
+        time.sleep(0.5)
+    err = proc.stderr.read().decode()
+    if proc.returncode:
+        raise RuntimeError(err)
+    with open(out) as f:
+        doc = json.load(f)
+    t = doc["train"]
+    emu = t.get("emulator") or {k: float("nan") for k in ("cpu_s_per_step", "loader_cpu_s_per_step", "cpu_s_per_sample",
+                                                          "client_cpu_share")}   # a result from before the figure
+    # per thread class over the middle of the run (the first and last quarter of the samples left
+    # out: start-up, the result): main thread, and every other thread together
+    lo, hi = samples[len(samples) // 4], samples[max(len(samples) * 3 // 4, len(samples) // 4 + 1) - 1]
+    span = (len(samples) * 3 // 4 - len(samples) // 4 - 1) * 0.5 or 0.5
+    main, other, n_threads = [], [], []
+    for pid, after in hi.items():
+        before = lo.get(pid, {})
+        main.append((after.get(pid, 0) - before.get(pid, 0)) / span)
+        other.append(sum(after[tid] - before.get(tid, 0) for tid in after if tid != pid) / span)
+        n_threads.append(len(after))
+    return {"ranks": ranks, "case": "null" if root is None else "page cache", "load_1min": round(load, 2),
+            "au": round(t["au"], 4), "samples_per_s": round(t["samples_per_s"], 1),
+            "data_wait_ms": round(t["data_wait_s_per_step"] * 1e3, 2),
+            "barrier_wait_ms": round(t["barrier_wait_s_per_step"] * 1e3, 2),
+            "step_p50_ms": round(t["step_time_s"]["p50"] * 1e3, 2),
+            "cpu_ms_per_step": round(emu["cpu_s_per_step"] * 1e3, 3),
+            "loader_cpu_ms_per_step": round(emu["loader_cpu_s_per_step"] * 1e3, 3),
+            "cpu_us_per_sample": round(emu["cpu_s_per_sample"] * 1e6, 1),
+            "client_cpu_share": round(emu["client_cpu_share"], 3),
+            "proc_main_thread_cores": round(sum(main), 3), "proc_other_threads_cores": round(sum(other), 3),
+            "threads_per_rank": max(n_threads, default=0)}
+
+
+BARE = os.path.join(os.path.dirname(RESULTS), "..", "tests", "system", "bare_steps.py")
+
+
+def bare(ranks: int, steps: int) -> dict:
+    """The floor: ranks that only sleep the compute time and meet at iodl's barrier (no reader, no
+    engine, no bookkeeping: tests/system/bare_steps.py). Its loss is the machine's wake-up skew."""
+    load = os.getloadavg()[0]
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, BARE, str(steps), "0.04755"], capture_output=True,
+                          text=True, check=True)
+    return {"ranks": ranks, "case": "bare barrier+sleep", "load_1min": round(load, 2),
+            "au": round(json.loads(proc.stdout.strip().splitlines()[-1])["au"], 4)}
+
+
+def plain_loop(root: str, limit: int = 2000) -> dict:
+    """The physical reference: a plain single-threaded Python loop, open - read whole - close, over
+    the same files (in the page cache): files per CPU second of its own (one core)."""
+    paths = sorted(os.path.join(d, f) for d, _s, fs in os.walk(root) for f in fs if not f.startswith("iodl-"))[:limit]
+    warm(root)
+    cpu0 = time.process_time()
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            f.read()
+    cpu = time.process_time() - cpu0
+    return {"ranks": 1, "case": "plain open-read-close loop", "load_1min": round(os.getloadavg()[0], 2),
+            "files_per_cpu_s": round(len(paths) / cpu, 1), "cpu_us_per_sample": round(cpu / len(paths) * 1e6, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[1, 4, 8, 16])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--out", default="emu-cost")
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="iodl-emu-cost-") as tmp:
+        for _ in range(a.rounds):
+            rows.append(plain_loop(a.root))
+            print(json.dumps(rows[-1]), flush=True)
+            for ranks in a.ranks:
+                for row in (bare(ranks, a.steps), one(ranks, None, a.steps, tmp), one(ranks, a.root, a.steps, tmp)):
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    cols = list(rows[2]) + ["files_per_cpu_s"]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["case"], r["ranks"]), []).append(r)
+    with open(os.path.join(RESULTS, a.out + ".json"), "w") as f:
+        json.dump({"nproc": os.cpu_count(), "rows": rows}, f, indent=1)
+    with open(os.path.join(RESULTS, a.out + ".md"), "w") as f:
+        f.write(f"# {a.out}: retinanet_b200 train-sync, {a.steps} steps, {os.cpu_count()} cores "
+                f"(bench/bench_emu_cost.py; median of {a.rounds} interleaved rounds)\n\n")
+        f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+        for (case, ranks), rs in sorted(groups.items()):
+            med = {c: (statistics.median(r[c] for r in rs) if isinstance(rs[0].get(c, ""), (int, float))
+                       else rs[0].get(c, "")) for c in cols}
+            f.write("| " + " | ".join(str(round(med[c], 3)) if isinstance(med[c], float) else str(med[c])
+                                      for c in cols) + " |\n")
+
+
+if __name__ == "__main__":
+    main()
