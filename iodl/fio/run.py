@@ -48,6 +48,7 @@ class JobPlan:
     submit_batch: int     # iodepth_batch(_submit): requests per submit call, 0 = all that have a slot
     reap_batch: int       # completions taken per reap at most (fio's iodepth_batch_complete_max, after its fix-ups)
     userspace_reap: bool  # libaio reaps from the mmapped ring, not with io_getevents (see _userspace_reap)
+    fixed_buffers: bool   # io_uring registers its buffers (fio's fixedbufs; off by default, as fio)
     direct: bool
     random: bool
     seq_len: int          # rw=randread:N -> N sequential blocks per random pick; rw=read:N -> hole bytes
@@ -198,6 +199,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     plan = JobPlan(
         job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
         submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job), userspace_reap=_userspace_reap(job),
+        fixed_buffers=bool(job.get("fixedbufs", 0)),
         direct=direct, random=random, seq_len=seq_len, block_sizes=block_sizes,
         align=align or min(s for s, _ in block_sizes), rate_bps=rate_bps, time_based=time_based,
         runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
@@ -752,10 +754,12 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
                 fds.append(open_own_for_write(f, plan.direct, read=plan.reads))
         else:
             fds = [open_input(f.path, plan.direct) for f in files]
+        # io_uring: the ring as fio's engine makes it, in this thread, which runs it (fio 3.33 engines/io_uring.c: see _native.pyi fio_ring)
+        ring = {"fio_ring": True, "fixed_buffers": plan.fixed_buffers} if plan.engine == "uring" else {}
         with engines.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
                                  rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
                                  reap_batch=min(plan.reap_batch, plan.depth),
-                                 userspace_reap=plan.userspace_reap) as engine:
+                                 userspace_reap=plan.userspace_reap, **ring) as engine:
             if plan.content is not None and plan.engine != "null":
                 engine.set_content(**plan.content, seed=(plan.seed << 16) + jobnum)
             if start is not None:
