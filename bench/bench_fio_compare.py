@@ -79,19 +79,21 @@ def main():
            "backing": a.backing, "kernel": os.uname().release, "cases": rows}
     with open(a.out + ".json", "w") as f:
         json.dump(doc, f, indent=1)
-    lines = ["| case | fio MB/s | iodl MB/s | bw ratio | fio IOPS | iodl IOPS | IOPS ratio | criterion | steal | load |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | fio MB/s | iodl MB/s | bw ratio | fio IOPS | iodl IOPS | IOPS ratio | rounds (IOPS ratio) | criterion "
+             "| steal | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | error: {r['error']} ||||||||")
+            lines.append(f"| {r['name']} | error: {r['error']} |||||||||")
             continue
         # a job of reads and writes: a row per direction (fio's read and write objects beside iodl's)
         for d in [d for d in ("read", "write") if r["fio"].get(d)] or [None]:
             f, i, q = ((r["fio"][d], r["iodl"][d], r["ratio"][d]) if d else (r["fio"], r["iodl"], r["ratio"]))
             name = f"{r['name']} {d}s" if d else r["name"]
+            # each round's own ratio: the median hides how far apart the rounds were (a busy machine)
+            per_round = " / ".join(f"{(x['ratio'][d] if d else x['ratio'])['iops']:.2f}" for x in r.get("rounds", []))
             lines.append(f"| {name} | {f['bandwidth_MBps']:.1f} | {i['bandwidth_MBps']:.1f} | {q['bandwidth']:.3f} | "
-                         f"{f['iops']:.0f} | {i['iops']:.0f} | {q['iops']:.3f} | {r['criterion']} ({r['metric']}) | "
-                         f"{r['steal']:.1%} | {r.get('load', '-')} |")
+                         f"{f['iops']:.0f} | {i['iops']:.0f} | {q['iops']:.3f} | {per_round or '-'} | "
+                         f"{r['criterion']} ({r['metric']}) | {r['steal']:.1%} | {r.get('load', '-')} |")
     with open(a.out + ".md", "w") as f:
         f.write(f"# fio-compare on loop mounts backed by {a.backing} ({doc['when']}, runtime {a.runtime}s, ramp {a.ramp}s, "
                 f"{a.repeat} interleaved runs per tool; medians, ratio = median of per-round ratios)\n\n")

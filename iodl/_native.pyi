@@ -76,7 +76,7 @@ class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
                  delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None,
                  submit_batch: int = 1, reap_batch: int = 0, fresh_buffers: bool = False,
-                 userspace_reap: bool = True) -> None: ...
+                 userspace_reap: bool = True, fio_ring: bool = False, fixed_buffers: bool = True) -> None: ...
         # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
         # fresh_buffers: each read gets a block of its own, malloc'd (length rounded up to ALIGN, + ALIGN - 1)
         #   and zeroed when its row is taken, freed when the row is done; it reads into the block's first
@@ -101,6 +101,11 @@ class Engine:
         # userspace_reap: aio only. True (iodl's default): completions already in the kernel's mmapped ring are
         #   taken from it, io_getevents only to wait. False: every reap is an io_getevents call (fio libaio's
         #   default, which fio-compare follows)
+        # fio_ring: uring only. The ring as fio 3.33's io_uring engine makes it (CQSIZE = depth, COOP_TASKRUN |
+        #   SINGLE_ISSUER | DEFER_TASKRUN, GETEVENTS on every submit; fio-compare). The ring then belongs to the
+        #   thread of the first run: a run in another thread fails with EEXIST
+        # fixed_buffers: uring only. True (iodl's default): the pool is registered once, READ_FIXED/WRITE_FIXED.
+        #   False: plain READ/WRITE, pages pinned per request (fio's fixedbufs=0, its default)
         # cache_check: buffered reads measure cached_bytes (RunStats.cached_bytes)
         # ValueError when depth x block_size (psync: 1 x block_size), each rounded up to ALIGN, exceeds 4 GiB or
         #   half of this machine's RAM: the pool is allocated and touched at once, so it must never be an OOM kill

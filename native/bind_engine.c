@@ -46,19 +46,21 @@ static void engine_release(EngineObject *self)
 static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
-				  "cache_check", "device", "submit_batch", "reap_batch", "fresh_buffers", "userspace_reap", NULL };
+				  "cache_check", "device", "submit_batch", "reap_batch", "fresh_buffers", "userspace_reap", "fio_ring",
+				  "fixed_buffers", NULL };
 	const char *name;
 	Py_ssize_t depth = 1, block_size = 1 << 20, submit_batch = 1, reap_batch = 0;
-	int direct = 0, cache_check = 0, fresh_buffers = 0, userspace_reap = 1, rc;
+	int direct = 0, cache_check = 0, fresh_buffers = 0, userspace_reap = 1, fio_ring = 0, fixed_buffers = 1, rc;
 	long long delay_ns = 0, rate_bps = 0;
 	PyObject *device = Py_None;
 	const struct iodl_engine_ops *ops;
 	const char *failed = NULL;
 	EngineObject *self;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnnpp:Engine", kwlist, &name, &depth,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnnpppp:Engine", kwlist, &name, &depth,
 					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device,
-					 &submit_batch, &reap_batch, &fresh_buffers, &userspace_reap))
+					 &submit_batch, &reap_batch, &fresh_buffers, &userspace_reap, &fio_ring,
+					 &fixed_buffers))
 		return NULL;
 	ops = iodl_engine_find(name);
 	if (!ops)
@@ -109,7 +111,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->cache_check = cache_check;
 	Py_BEGIN_ALLOW_THREADS
 	rc = iodl_ctx_open(&self->ctx, ops, (unsigned)depth, (size_t)block_size, direct, fresh_buffers,
-			   (uint64_t)delay_ns, self->device.obj ? self->device.buf : NULL, &failed);
+			   fio_ring, fixed_buffers, (uint64_t)delay_ns, self->device.obj ? self->device.buf : NULL, &failed);
 	Py_END_ALLOW_THREADS
 	if (rc < 0) {
 		Py_DECREF(self);

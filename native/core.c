@@ -120,8 +120,8 @@ static void write_content(struct iodl_ctx *c, struct iodl_req *r, uint64_t len)
 }
 
 int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
-		  size_t block_size, int direct, int fresh_bufs, uint64_t delay_ns, uint64_t *device,
-		  const char **failed)
+		  size_t block_size, int direct, int fresh_bufs, int fio_ring, int register_bufs,
+		  uint64_t delay_ns, uint64_t *device, const char **failed)
 {
 	struct iodl_ctx *c;
 	int rc;
@@ -136,6 +136,8 @@ int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsi
 	c->slot_size = round_up(block_size ? block_size : 1, IODL_ALIGN);
 	c->direct = direct;
 	c->fresh_bufs = fresh_bufs && !(ops->flags & IODL_ENG_FAKE);
+	c->fio_ring = fio_ring;
+	c->register_bufs = register_bufs;
 	c->delay_ns = delay_ns;
 	c->device = device;
 	c->reqs = calloc(depth, sizeof(*c->reqs));

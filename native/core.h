@@ -213,8 +213,8 @@ void iodl_account_submit(const struct iodl_run_args *a, struct iodl_stats *st, u
 void iodl_account_finish(const struct iodl_run_args *a, struct iodl_stats *st, uint64_t now);
 
 int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsigned depth,
-		  size_t block_size, int direct, int fresh_bufs, uint64_t delay_ns, uint64_t *device,
-		  const char **failed);
+		  size_t block_size, int direct, int fresh_bufs, int fio_ring, int register_bufs,
+		  uint64_t delay_ns, uint64_t *device, const char **failed);
 void iodl_ctx_close(struct iodl_ctx *c);
 /* 0, or -errno when the engine itself broke (c->failed_syscall says where) */
 int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stats *st);

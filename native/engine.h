@@ -10,12 +10,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IODL_OPS_VERSION 6	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
+#define IODL_OPS_VERSION 7	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
 				   4: async engines stamp t_issued_ns when asked (iodl_ctx.stamp_issued);
 				   5: iodl_req.op: a request is a read or a write (an engine that
 				      ignored it would read where the plan writes);
 				   6: iodl_ctx.fresh_bufs: a read's buf may lie outside the pool (an
-				      engine that registered the pool must not read into it then) */
+				      engine that registered the pool must not read into it then);
+				   7: iodl_ctx.fio_ring, register_bufs (uring: fio's ring, its fixedbufs) */
 #define IODL_ALIGN 4096		/* O_DIRECT buffer/offset/length alignment */
 
 enum iodl_q_status {
@@ -99,6 +100,17 @@ struct iodl_ctx {
 	int stamp_issued;		/* set by core for a run that measures slat/clat: see t_issued_ns */
 	int syscall_reap;		/* aio: every reap is an io_getevents call, never the mmapped ring
 					   (fio libaio's default: fio-compare does the work fio does) */
+	/*
+	 * uring, set before ->init(): fio_ring makes the ring as fio 3.33's io_uring engine does
+	 * (CQSIZE = depth, COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN: completions are posted only
+	 * when the issuing thread enters with GETEVENTS, which every submit passes), so that
+	 * fio-compare's kernel does per request what it does for fio. A SINGLE_ISSUER ring belongs
+	 * to one thread: it is made disabled and enabled by the thread of the first submit, and a
+	 * run in another thread afterwards fails (EEXIST). register_bufs: register the pool once
+	 * (READ_FIXED/WRITE_FIXED, no page pinning per request); fio registers only with fixedbufs=1.
+	 */
+	int fio_ring;
+	int register_bufs;
 	void *eng;			/* engine-private state, owned by ->init()/->cleanup() */
 	const char *failed_syscall;	/* set when a call fails, for "(originated from X)" */
 	/*

@@ -6,7 +6,8 @@
  * by polling). An EAGAIN/EBUSY from io_uring_enter leaves the SQEs in the ring: they are
  * submitted again after the next completions, as fio does. The pool is registered once so
  * requests use READ_FIXED/WRITE_FIXED (no page pinning per I/O); if the kernel refuses
- * (RLIMIT_MEMLOCK before 5.12), plain READ/WRITE are used instead.
+ * (RLIMIT_MEMLOCK before 5.12), plain READ/WRITE are used instead. c->fio_ring and
+ * c->register_bufs (engine.h) make the ring and the requests as fio's engine makes them instead.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,8 @@ struct uring_data {
 	unsigned nstaged, nfailed;
 	int fixed;
 	int ext_arg;			/* waits can carry a timeout (IORING_FEAT_EXT_ARG) */
+	int disabled;			/* made R_DISABLED: the first submitting thread enables it */
+	unsigned submit_flags;		/* io_uring_enter flags of a submit (fio: GETEVENTS) */
 };
 
 static int op_supported(const struct io_uring_probe *p, unsigned op)
@@ -108,14 +111,32 @@ static int uring_setup(struct iodl_ctx *c, struct uring_data *d)
 	struct io_uring_params p;
 	unsigned char *sq, *cq;
 
-	/* COOP_TASKRUN (5.19): completions wait for our next io_uring_enter, no IPI; older: without */
-	memset(&p, 0, sizeof(p));
-	p.flags = IORING_SETUP_COOP_TASKRUN;
-	d->fd = sys_io_uring_setup(c->depth, &p);
-	if (d->fd == -EINVAL) {
+	/*
+	 * COOP_TASKRUN (5.19): completions wait for our next io_uring_enter, no IPI; older: without.
+	 * fio_ring: fio 3.33's flags (engines/io_uring.c fio_ioring_queue_init), each dropped as fio
+	 * drops it when the kernel refuses it; R_DISABLED (5.10) so that the issuer is the thread
+	 * that runs, not the one that made the engine.
+	 */
+	static const unsigned fio_flags[] = {
+		IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
+			IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED,
+		IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN,
+		IORING_SETUP_CQSIZE,
+		0,
+	};
+	static const unsigned own_flags[] = { IORING_SETUP_COOP_TASKRUN, 0 };
+	const unsigned *flags = c->fio_ring ? fio_flags : own_flags;
+	size_t n = c->fio_ring ? sizeof(fio_flags) / sizeof(*fio_flags) : sizeof(own_flags) / sizeof(*own_flags);
+
+	d->fd = -EINVAL;
+	for (size_t i = 0; i < n && d->fd == -EINVAL; i++) {
 		memset(&p, 0, sizeof(p));
+		p.flags = flags[i];
+		p.cq_entries = c->depth;
 		d->fd = sys_io_uring_setup(c->depth, &p);
 	}
+	d->disabled = d->fd >= 0 && (p.flags & IORING_SETUP_R_DISABLED);
+	d->submit_flags = c->fio_ring ? IORING_ENTER_GETEVENTS : 0;
 	if (d->fd < 0) {
 		c->failed_syscall = "io_uring_setup";
 		return d->fd;
@@ -184,7 +205,8 @@ static int uring_init(struct iodl_ctx *c)
 		uring_cleanup(c);
 		return rc;
 	}
-	iov = c->fresh_bufs ? NULL : calloc(c->depth, sizeof(*iov));	/* fresh: reads never use the pool */
+	/* fresh: reads never use the pool; !register_bufs: fio's fixedbufs=0, pages pinned per request */
+	iov = c->fresh_bufs || !c->register_bufs ? NULL : calloc(c->depth, sizeof(*iov));
 	if (iov) {
 		for (unsigned i = 0; i < c->depth; i++) {
 			iov[i].iov_base = c->pool + (size_t)i * c->slot_size;
@@ -228,7 +250,16 @@ static int uring_commit(struct iodl_ctx *c)
 
 	__atomic_store_n(d->sq_tail, d->tail, __ATOMIC_RELEASE);
 	while (submitted < d->nstaged) {
-		int rc = sys_io_uring_enter(d->fd, d->nstaged - submitted, 0, 0);
+		int rc = 0;
+
+		/* SINGLE_ISSUER: the thread that enables the ring is its issuer (this run's); a refusal
+		 * fails the staged requests as a refused submit does */
+		if (d->disabled) {
+			rc = sys_io_uring_register(d->fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0);
+			d->disabled = rc < 0;
+		}
+		if (rc == 0)
+			rc = sys_io_uring_enter(d->fd, d->nstaged - submitted, 0, d->submit_flags);
 
 		if (rc > 0) {
 			if (c->stamp_issued) {

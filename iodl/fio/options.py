@@ -132,7 +132,7 @@ HONOURED = set("""
     buffer_compress_percentage buffer_compress_chunk dedupe_percentage dedupe_mode buffer_pattern zero_buffers
     refill_buffers scramble_buffers
     write_bw_log write_lat_log write_iops_log log_avg_msec log_offset per_job_logs
-    userspace_reap unlink_each_loop
+    userspace_reap fixedbufs unlink_each_loop
 """.split())
 
 # Honoured only in write jobs (fio does no sync in a job that does not write: should_fsync).
@@ -207,7 +207,7 @@ IGNORED = {
     "unified_rw_reporting": "reads only", "bwavgtime": "statistics", "iopsavgtime": "statistics",
     "stats": "statistics", "disk_util": "statistics",
     "create_fsync": "layout detail", "mem": "buffer allocation",
-    "fixedbufs": "iodl's io_uring engine registers its buffers", "registerfiles": "engine tuning",
+    "registerfiles": "engine tuning",
     "sqthread_poll_cpu": "engine tuning", "nonvectored": "engine tuning", "lockmem": "memory locking",
     "block_error_percentiles": "trim error statistics only", "error_dump": "error messages only",
 }

@@ -8,12 +8,14 @@ dealt over ranks and each rank runs its share as threads.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import resource
 import stat
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +50,7 @@ class JobPlan:
     submit_batch: int     # iodepth_batch(_submit): requests per submit call, 0 = all that have a slot
     reap_batch: int       # completions taken per reap at most (fio's iodepth_batch_complete_max, after its fix-ups)
     userspace_reap: bool  # libaio reaps from the mmapped ring, not with io_getevents (see _userspace_reap)
+    fixed_buffers: bool   # io_uring registers its buffers (fio's fixedbufs; off by default, as fio)
     direct: bool
     random: bool
     seq_len: int          # rw=randread:N -> N sequential blocks per random pick; rw=read:N -> hole bytes
@@ -198,6 +201,7 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     plan = JobPlan(
         job=job, engine=engine, depth=1 if engine in SYNC_ENGINES else max(1, job.get("iodepth", 1)),
         submit_batch=job.get("iodepth_batch", 1), reap_batch=_reap_batch(job), userspace_reap=_userspace_reap(job),
+        fixed_buffers=bool(job.get("fixedbufs", 0)),
         direct=direct, random=random, seq_len=seq_len, block_sizes=block_sizes,
         align=align or min(s for s, _ in block_sizes), rate_bps=rate_bps, time_based=time_based,
         runtime_ns=runtime_us * 1000, ramp_ns=ramp_us * 1000, startdelay_ns=job.get("startdelay", 0) * 1000,
@@ -752,10 +756,12 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: threading.Barrier |
                 fds.append(open_own_for_write(f, plan.direct, read=plan.reads))
         else:
             fds = [open_input(f.path, plan.direct) for f in files]
+        # io_uring: the ring as fio's engine makes it, in this thread, which runs it (fio 3.33 engines/io_uring.c: see _native.pyi fio_ring)
+        ring = {"fio_ring": True, "fixed_buffers": plan.fixed_buffers} if plan.engine == "uring" else {}
         with engines.open_engine(plan.engine, depth=plan.depth, block_size=plan.max_bs, direct=plan.direct,
                                  rate_bps=plan.rate_bps, submit_batch=min(plan.submit_batch, plan.depth),
                                  reap_batch=min(plan.reap_batch, plan.depth),
-                                 userspace_reap=plan.userspace_reap) as engine:
+                                 userspace_reap=plan.userspace_reap, **ring) as engine:
             if plan.content is not None and plan.engine != "null":
                 engine.set_content(**plan.content, seed=(plan.seed << 16) + jobnum)
             if start is not None:
@@ -868,69 +874,91 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     passes = 0
     sync = _SyncState()
 
+    driver, planner_cpu = threading.get_ident(), [0.0]
+
     def finish():
         if plan.write:
             _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
-        return _finish(res, cpu0)
+        _finish(res, cpu0)
+        res.cpu_s += planner_cpu[0]   # the clone's passes drawn in the planner thread are its work too
 
-    while True:
-        if not plan.time_based and passes >= plan.loops and \
-                plan.io_limit - res.bytes - res.write_bytes < max(plan.max_bs, 1):
-            break
-        if plan.invalidate and not plan.direct:
-            # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
-            for fd in fds:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        if not plan.files[res.jobnum]:
-            break   # a clone whose names its first clone took reads nothing (fio's add_file)
-        if passes and plan.unlink_each_loop:
-            _renew_files(plan, fds, plan.files[res.jobnum])
+    # time_based: the next pass is drawn while the engine runs this one (Engine.run lets go of the GIL), so
+    # the queue is empty between two runs only for their drain, as fio, drawing each offset when it issues,
+    # keeps its queue full across passes. Drawn after the run (the numpy work of a 4 KiB pass over 256 MiB:
+    # 10-140 ms, more the busier the machine), it left the device idle that long every 65536 requests. The
+    # passes are the same, in the same order: only the planner draws from rng while a run is on.
+    ahead = None
+
+    def next_pass():
+        c0 = _cpu()
         rows = pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
-        if not len(rows):
-            raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
-        passes += 1
-        k = _passes_per_run(plan, len(rows), (end - now()) if end else 0)
-        if k > 1:
-            # up to DISTINCT_PASSES freshly drawn passes, repeated to k (small files: many passes)
-            block = [rows] + [pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
-                              for _ in range(min(k, DISTINCT_PASSES) - 1)]
-            n = len(rows)
-            rows = np.concatenate(block)
-            if k > len(block):
-                rows = np.tile(rows, -(-k // len(block)))[: k * n]
-            passes += k - 1
-        if plan.write:
-            # fio between loops (observed with strace, fio 3.33): a loop that is not the last issues the
-            # sync due after its last write, and the next loop, after reopening its files, issues the
-            # due sync again before its first write (should_fsync's last_was_sync starts afresh)
-            last = plan.time_based or budget_bytes or passes >= plan.loops
-            rows = _write_rows(plan, rows, sync, leading=passes > 1 and not plan.time_based, trailing=not last)
-        while len(rows):
-            if end and now() >= end:
-                return finish()
-            part = rows[:MAX_PLAN_ROWS]
-            if budget_ios and now() >= ramp_end:
-                part = part[: max(0, budget_ios - res.ios - res.write_ios)]
-            if budget_bytes and not plan.time_based and now() >= ramp_end:
-                # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
-                left = budget_bytes - res.bytes - res.write_bytes
-                part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
-                if not len(part):
+        if threading.get_ident() != driver:
+            planner_cpu[0] += _cpu() - c0
+        return rows
+
+    planning = ThreadPoolExecutor(1, thread_name_prefix="iodl-plan") if plan.time_based else contextlib.nullcontext()
+    with planning as planner:
+        while True:
+            if not plan.time_based and passes >= plan.loops and \
+                    plan.io_limit - res.bytes - res.write_bytes < max(plan.max_bs, 1):
+                break
+            if plan.invalidate and not plan.direct:
+                # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
+                for fd in fds:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            if not plan.files[res.jobnum]:
+                break   # a clone whose names its first clone took reads nothing (fio's add_file)
+            if passes and plan.unlink_each_loop:
+                _renew_files(plan, fds, plan.files[res.jobnum])
+            rows = ahead.result() if ahead is not None else next_pass()
+            ahead = None
+            if not len(rows):
+                raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
+            passes += 1
+            k = _passes_per_run(plan, len(rows), (end - now()) if end else 0)
+            if k > 1:
+                # up to DISTINCT_PASSES freshly drawn passes, repeated to k (small files: many passes)
+                block = [rows] + [next_pass() for _ in range(min(k, DISTINCT_PASSES) - 1)]
+                n = len(rows)
+                rows = np.concatenate(block)
+                if k > len(block):
+                    rows = np.tile(rows, -(-k // len(block)))[: k * n]
+                passes += k - 1
+            if plan.write:
+                # fio between loops (observed with strace, fio 3.33): a loop that is not the last issues the
+                # sync due after its last write, and the next loop, after reopening its files, issues the
+                # due sync again before its first write (should_fsync's last_was_sync starts afresh)
+                last = plan.time_based or budget_bytes or passes >= plan.loops
+                rows = _write_rows(plan, rows, sync, leading=passes > 1 and not plan.time_based, trailing=not last)
+            if planner is not None:
+                ahead = planner.submit(next_pass)
+            while len(rows):
+                if end and now() >= end:
                     return finish()
-            if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
-                from .logs import empty_records
-                res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
-            st = cursor.run(fds, part, names, deadline_ns=end)
-            if st["ios"]:
-                if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
-                    return finish()
-                if budget_ios and res.ios + res.write_ios >= budget_ios:
-                    return finish()
-            rows = rows[st["done"]:]
-        if plan.write and not plan.time_based:
-            # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
-            _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
-    return _finish(res, cpu0)
+                part = rows[:MAX_PLAN_ROWS]
+                if budget_ios and now() >= ramp_end:
+                    part = part[: max(0, budget_ios - res.ios - res.write_ios)]
+                if budget_bytes and not plan.time_based and now() >= ramp_end:
+                    # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
+                    left = budget_bytes - res.bytes - res.write_bytes
+                    part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
+                    if not len(part):
+                        return finish()
+                if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
+                    from .logs import empty_records
+                    res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
+                st = cursor.run(fds, part, names, deadline_ns=end)
+                if st["ios"]:
+                    if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
+                        return finish()
+                    if budget_ios and res.ios + res.write_ios >= budget_ios:
+                        return finish()
+                rows = rows[st["done"]:]
+            if plan.write and not plan.time_based:
+                # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
+                _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
+    _finish(res, cpu0)
+    res.cpu_s += planner_cpu[0]
 
 
 def _renew_files(plan: JobPlan, fds: list, files: list) -> None:

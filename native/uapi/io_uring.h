@@ -73,7 +73,10 @@ struct io_uring_probe {
 
 /* io_uring_setup() flags */
 #define IORING_SETUP_CQSIZE		(1U << 3)
+#define IORING_SETUP_R_DISABLED		(1U << 6)	/* 5.10 */
 #define IORING_SETUP_COOP_TASKRUN	(1U << 8)	/* 5.19 */
+#define IORING_SETUP_SINGLE_ISSUER	(1U << 12)	/* 6.0 */
+#define IORING_SETUP_DEFER_TASKRUN	(1U << 13)	/* 6.1 */
 
 /* opcodes */
 #define IORING_OP_READ_FIXED		4
@@ -106,6 +109,7 @@ struct io_uring_getevents_arg {
 #define IORING_REGISTER_BUFFERS		0
 #define IORING_UNREGISTER_BUFFERS	1
 #define IORING_REGISTER_PROBE		8
+#define IORING_REGISTER_ENABLE_RINGS	12
 
 #define IO_URING_OP_SUPPORTED		(1U << 0)
 
