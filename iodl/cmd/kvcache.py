@@ -1,0 +1,174 @@
+"""`iodl kvcache`: MLPerf Storage v3.0's LLM-inference KV-cache offload workload (docs/kvcache.md).
+
+Every MPI rank is one of MLPerf's clients: its users' requests write and re-read KV-cache entries,
+one file each, under its own folder of a root iodl owns. The figures are docs/numbers.md's
+"KV cache"; the run is resolved once by iodl.kvcache.resolve, one rank runs it in
+iodl/patterns/kvcache.py.
+"""
+from __future__ import annotations
+
+import os
+
+from .. import _native, reduce
+from ..comm import collective
+from ..errors import UsageError
+from ..kvcache import MODELS, OPTIONS, USER_TYPES, KVSpec, resolve
+from ..metrics import process_age_s
+from ..patterns.kvcache import (KVCACHE, Entries, capacity, check_room, kv_block, prepare_root, rank_directory,
+                                rank_sums)
+from ..stop import STOP_GRACE_S, Interrupt
+
+SCHEMA = "iodl.kvcache/1"
+
+
+def add_arguments(p) -> None:
+    from .. import engines
+    from ..limits import cli_float, cli_int
+
+    p.add_argument("--root", required=True, metavar="DIR",
+                   help="where the entries go: a new or empty directory, or one an earlier kvcache run marked")
+    p.add_argument("--option", type=int, choices=sorted(OPTIONS),
+                   help="MLPerf's option: 1 llama3.1-8b x 200 users, 2 8b x 100 users + 4 GiB CPU tier, "
+                        "3 llama3.1-70b-instruct x 70 users; 300 s each")
+    p.add_argument("--model", choices=list(MODELS), help="the model (default: the option's)")
+    p.add_argument("--users", type=cli_int, help="users per rank (default: the option's, else 100)")
+    p.add_argument("--duration", type=cli_float, metavar="S", help="measured seconds (default 300)")
+    p.add_argument("--trials", type=cli_int, default=1, help="runs of the option (only 1 for now)")
+    p.add_argument("--seed", type=cli_int, default=42, help="rank r draws with seed + r (default 42, MLPerf's)")
+    p.add_argument("--cpu-memory-gb", type=cli_float, metavar="GB", help="the CPU tier (not built yet: 0)")
+    p.add_argument("--max-concurrent-writes", type=cli_int, metavar="N",
+                   help="entries written at once per rank (default: the option's, 16; 4 for 70B)")
+    p.add_argument("--workers", type=cli_int, metavar="N", help="requests served at once per rank "
+                                                                "(default min(users, 500), as kv-cache.py)")
+    p.add_argument("--context", metavar="MIN:MAX", help="every user's context range in tokens (default: by user "
+                                                        "type, " + ", ".join(f"{t.name} {t.context[0]}:{t.context[1]}"
+                                                                             for t in USER_TYPES) + ")")
+    p.add_argument("--no-multi-turn", action="store_true", help="no reads of a conversation's earlier turns")
+    p.add_argument("--prefill-only", action="store_true",
+                   help="every request only writes its entry (as requests of 10,000 tokens or more always do)")
+    p.add_argument("--max-requests", type=cli_int, default=0, metavar="N",
+                   help="each rank ends after N requests (default 0: the duration alone)")
+    p.add_argument("--engine", default="psync", help=f"{engines.choices(writes=True)} (default psync: one "
+                                                     "blocking request per worker, as kv-cache.py)")
+    p.add_argument("--direct", action="store_true", help="O_DIRECT (entries padded to whole 4 KiB blocks)")
+    p.add_argument("--block-size", default="1MiB", metavar="SIZE", help="request size (default 1MiB)")
+    p.add_argument("--out", metavar="FILE", help="write the result JSON here")
+
+
+def _setup(comm, args) -> KVSpec:
+    from ..report import check_output_path
+
+    spec = resolve(args)
+    if spec.trials != 1:
+        raise UsageError("--trials: one trial per run for now (run the command again for another)")
+    if args.out:
+        check_output_path("--out", args.out)
+    return spec
+
+
+def _largest_context(spec: KVSpec) -> int:
+    return spec.context[1] if spec.context else max(t.context[1] for t in USER_TYPES)
+
+
+def _rank_root(comm, spec: KVSpec) -> Entries:
+    """This rank's folder and its share of the free space, checked against the largest entry."""
+    directory = rank_directory(spec.root, comm.rank)
+    mine = (comm.hostname(), os.stat(spec.root).st_dev)
+    sharing = comm.allgather(mine).count(mine)
+    room = capacity(spec.root, sharing)
+    check_room(spec, room, _largest_context(spec))
+    return Entries(directory, room)
+
+
+def run(comm, args) -> int:
+    from ..metrics import RankResult
+
+    stop = Interrupt()
+    spec = collective(comm, lambda: _setup(comm, args))
+    collective(comm, lambda: prepare_root(spec.root) if comm.rank == 0 else None)
+    entries = collective(comm, lambda: _rank_root(comm, spec))
+    process = RankResult(rank=comm.rank, host=comm.hostname(), mount=0)
+    startup_s = process_age_s()
+    comm.barrier()   # the common origin of every rank's window
+    t0 = _native.monotonic_ns()
+    stop.arm()
+    try:
+        tally, end_s, partial = KVCACHE.run_rank(spec, comm.rank, entries, t0, stop)
+    finally:
+        stop.disarm()
+        entries.close()
+    process.note_process(startup_s)
+    if stop():
+        comm.give_up_after(STOP_GRACE_S)
+    partial = bool(comm.allreduce(int(partial or stop()), "max"))
+    ops = rank_sums(tally, end_s)
+    got = reduce.across_ranks(comm, 0, 1, **ops)
+    per_rank = comm.gather({"rank": comm.rank, "host": process.host, "mount": 0, "end_s": end_s,
+                            "tokens": tally.tokens, "requests": tally.requests, "written_bytes": tally.written_bytes,
+                            "read_bytes": tally.read_bytes, "entries_written": tally.entries_written,
+                            "entry_reads": tally.entry_reads, "evictions": tally.evictions, "errors": tally.errors,
+                            "cpu_s": process.cpu_s, "max_rss_mb": process.max_rss_mb})
+    if comm.rank != 0:
+        return 130 if partial else (1 if tally.errors else 0)
+    result = _result(spec, got, sorted(per_rank, key=lambda p: p["rank"]), partial)
+    from ..report import make_console, write_result
+
+    print_result(result, make_console())
+    if args.out:
+        write_result(result, args.out)
+    if result["kvcache"]["errors"]:
+        return 1
+    return 130 if partial else 0
+
+
+def _result(spec: KVSpec, got, per_rank: list[dict], partial: bool) -> dict:
+    """Rank 0: the result (docs/numbers.md, "KV cache"). The window is the longest rank's: the
+    duration, or to the stop, or to its last request (--max-requests)."""
+    mounts, total = got
+    window_s = max(0.0, float(total["end_s"]))
+    bpt = spec.model.bytes_per_token
+    block = kv_block(total, window_s, bpt)
+    block["mounts"] = [{"path": spec.root, "ranks": [p["rank"] for p in per_rank], **kv_block(m, window_s, bpt)}
+                       for m in mounts]
+    block["per_rank"] = per_rank
+    return {"schema": SCHEMA, "pattern": "kvcache", "option": spec.option, "model": spec.model.name,
+            "users": spec.users, "duration_s": spec.duration_s, "seed": spec.seed, "engine": spec.engine,
+            "direct": spec.direct, "block_size": spec.block_size, "workers": spec.workers,
+            "max_concurrent_writes": spec.max_concurrent_writes, "multi_turn": spec.multi_turn,
+            "prefill_only": spec.prefill_only, "context": list(spec.context) if spec.context else None,
+            "max_requests": spec.max_requests, "ranks": len(per_rank),
+            "hosts": sorted({p["host"] for p in per_rank}), "root": spec.root, "partial": partial, "kvcache": block}
+
+
+def print_result(result: dict, console) -> None:
+    from ..report import print_table
+
+    kv = result["kvcache"]
+    opt = f"option {result['option']}: " if result["option"] else ""
+    console.print(f"kvcache {opt}{result['model']} ({kv['bytes_per_token']:,} B/token), {result['users']} users x "
+                  f"{result['ranks']} rank(s), engine {result['engine']}{' direct' if result['direct'] else ''}, "
+                  f"window {kv['window_s']:.2f} s", highlight=False, markup=False)
+
+    def ms(lat, q):
+        return f"{lat[q] / 1e3:,.1f}" if lat else "-"
+
+    rows = [["write + fsync", f"{kv['written_bytes'] / 1e9:,.3f}", f"{kv['write_bandwidth_MBps']:,.1f}",
+             f"{kv['entries_written']:,}", ms(kv["entry_write_latency_us"], "p50"),
+             ms(kv["entry_write_latency_us"], "p99"), ms(kv["write_latency_us"], "p99")],
+            ["read", f"{kv['read_bytes'] / 1e9:,.3f}", f"{kv['read_bandwidth_MBps']:,.1f}", f"{kv['entry_reads']:,}",
+             ms(kv["entry_read_latency_us"], "p50"), ms(kv["entry_read_latency_us"], "p99"),
+             ms(kv["read_latency_us"], "p99")]]
+    print_table(console, None, [("", "left"), ("GB", "right"), ("MB/s", "right"), ("entries", "right"),
+                                ("entry p50 ms", "right"), ("entry p99 ms", "right"), ("request p99 ms", "right")],
+                rows)
+    device = kv["device_read_fraction"]
+    console.print(f"{kv['tokens']:,} tokens in {kv['requests']:,} requests: {kv['tokens_per_s']:,.1f} tokens/s; "
+                  f"cache hit rate (MLPerf's) {kv['cache_hit_rate']:.1%}; "
+                  + (f"{device:.1%} of the bytes read came from the storage" if device is not None
+                     else "the storage's share of the reads was not measured")
+                  + (f"; fsync p50 {ms(kv['fsync_latency_us'], 'p50')} ms" if kv["fsync_latency_us"] else ""),
+                  highlight=False, markup=False)
+    if kv["evictions"]:
+        console.print(f"{kv['evictions']:,} entries unlinked to make room", highlight=False, markup=False)
+    if result["partial"]:
+        console.print("stopped: the figures cover what ran before the stop", highlight=False, markup=False)
