@@ -13,7 +13,9 @@ import math
 import os
 from dataclasses import dataclass
 
+from . import engines, limits
 from .errors import UsageError
+from .units import parse_size
 
 FP16 = 2
 
@@ -142,9 +144,6 @@ def parse_range(flag: str, text: str) -> tuple[int, int]:
 
 def resolve(args) -> KVSpec:
     """The run the options ask for: an --option's settings, each knob given over them."""
-    from . import engines, limits
-    from .units import parse_size
-
     option = OPTIONS[args.option] if args.option else None
     model_name = args.model or (option.model if option else None)
     if model_name is None:

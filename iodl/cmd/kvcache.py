@@ -9,22 +9,20 @@ from __future__ import annotations
 
 import os
 
-from .. import _native, reduce
+from .. import _native, engines, reduce
 from ..comm import collective
 from ..errors import UsageError
 from ..kvcache import MODELS, OPTIONS, USER_TYPES, KVSpec, resolve
-from ..metrics import process_age_s
+from ..limits import cli_float, cli_int
+from ..metrics import RankResult, process_age_s
 from ..patterns.kvcache import (KVCACHE, Entries, capacity, check_room, kv_block, prepare_root, rank_directory,
                                 rank_sums)
+from ..report import check_output_path, make_console, print_table, write_result
+from ..result import KVCACHE as SCHEMA
 from ..stop import STOP_GRACE_S, Interrupt
-
-SCHEMA = "iodl.kvcache/1"
 
 
 def add_arguments(p) -> None:
-    from .. import engines
-    from ..limits import cli_float, cli_int
-
     p.add_argument("--root", required=True, metavar="DIR",
                    help="where the entries go: a new or empty directory, or one an earlier kvcache run marked")
     p.add_argument("--option", type=int, choices=sorted(OPTIONS),
@@ -56,8 +54,6 @@ def add_arguments(p) -> None:
 
 
 def _setup(comm, args) -> KVSpec:
-    from ..report import check_output_path
-
     spec = resolve(args)
     if spec.trials != 1:
         raise UsageError("--trials: one trial per run for now (run the command again for another)")
@@ -81,8 +77,6 @@ def _rank_root(comm, spec: KVSpec) -> Entries:
 
 
 def run(comm, args) -> int:
-    from ..metrics import RankResult
-
     stop = Interrupt()
     spec = collective(comm, lambda: _setup(comm, args))
     collective(comm, lambda: prepare_root(spec.root) if comm.rank == 0 else None)
@@ -111,8 +105,6 @@ def run(comm, args) -> int:
     if comm.rank != 0:
         return 130 if partial else (1 if tally.errors else 0)
     result = _result(spec, got, sorted(per_rank, key=lambda p: p["rank"]), partial)
-    from ..report import make_console, write_result
-
     print_result(result, make_console())
     if args.out:
         write_result(result, args.out)
@@ -141,8 +133,6 @@ def _result(spec: KVSpec, got, per_rank: list[dict], partial: bool) -> dict:
 
 
 def print_result(result: dict, console) -> None:
-    from ..report import print_table
-
     kv = result["kvcache"]
     opt = f"option {result['option']}: " if result["option"] else ""
     console.print(f"kvcache {opt}{result['model']} ({kv['bytes_per_token']:,} B/token), {result['users']} users x "

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import _native, histogram, reduce
+from ..data.files import write_json
 from ..engines import open_engine
 from ..errors import IodlError, UsageError
 from ..kvcache import (END_TURN_P, MAX_TURNS, PREFILL_ONLY_TOKENS, QOS, STORAGE_SHARE, USER_TYPES,
@@ -124,8 +125,6 @@ class Arrivals:
 def prepare_root(root: str) -> None:
     """Create the root (or adopt an empty directory) and mark it; a root iodl marked is taken as is.
     Anything else (a file, a link, a folder of someone else's files) is refused."""
-    from ..data.files import write_json
-
     try:
         os.mkdir(root)
     except FileExistsError:

@@ -1,0 +1,89 @@
+"""`iodl kvcache` as a user runs it: its result's keys against docs/numbers.md, its figures
+against their own definitions, usage errors in one line, Ctrl-C within about a second."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import iodl, load_json, mpiexec
+
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "numbers.md")
+SMALL = ["--model", "tiny-1b", "--users", "6", "--context", "200:2000"]
+
+
+def _documented() -> set[str]:
+    text = open(DOCS, encoding="utf-8").read()
+    section = text[text.index("Result file, schema `iodl.kvcache/1`"):]
+    block = section[section.index("```") + 3:section.index("```", section.index("```") + 3)]
+    return set(re.findall(r'"([A-Za-z_0-9]+)"', block)) - {"iodl", "kvcache/1"}
+
+
+def _keys(obj) -> set[str]:
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in _keys(v)}
+    if isinstance(obj, list):
+        return {k for v in obj for k in _keys(v)}
+    return set()
+
+
+@pytest.mark.parametrize("ranks", [0, 2], ids=["serial", "mpiexec-2"])
+def test_a_run_writes_the_documented_result_whose_figures_follow_their_definitions(tmp_path, ranks):
+    if ranks and not mpiexec():
+        pytest.skip("no mpiexec")
+    out = tmp_path / "r.json"
+    proc = iodl("kvcache", "--root", str(tmp_path / "kv"), *SMALL, "--duration", "3", "--out", str(out),
+                ranks=ranks, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "tokens/s" in proc.stdout
+    r = load_json(out)
+    latency = {"p50", "p90", "p99", "p999", "max"}
+    assert _keys(r) - latency == _documented() - latency, (_keys(r) ^ _documented())
+    kv = r["kvcache"]
+    assert r["schema"] == "iodl.kvcache/1" and r["ranks"] == max(ranks, 1) and not r["partial"]
+    assert kv["window_s"] == 3.0 and kv["bytes_per_token"] == 24_576
+    assert kv["write_bandwidth_MBps"] == pytest.approx(kv["written_bytes"] / 3.0 / 1e6, rel=1e-12)
+    assert kv["read_bandwidth_MBps"] == pytest.approx(kv["read_bytes"] / 3.0 / 1e6, rel=1e-12)
+    assert kv["tokens_per_s"] == pytest.approx(kv["tokens"] / 3.0, rel=1e-12)
+    for key in ("tokens", "requests", "written_bytes", "read_bytes", "entries_written", "entry_reads"):
+        assert kv[key] == sum(p[key] for p in kv["per_rank"]) == kv["mounts"][0][key]
+        assert all(p[key] > 0 for p in kv["per_rank"]), key
+    assert kv["device_read_fraction"] > 0.99   # each file's pages are dropped before it is read
+    assert kv["fsyncs"] >= kv["entries_written"] > 0
+
+
+def test_a_root_holding_someone_elses_files_is_refused_in_one_line(tmp_path):
+    (tmp_path / "theirs.txt").write_text("keep me")
+    proc = iodl("kvcache", "--root", str(tmp_path), *SMALL, "--duration", "1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "did not write" in proc.stderr
+    assert os.listdir(tmp_path) == ["theirs.txt"]
+
+
+def test_neither_option_nor_model_is_a_usage_error(tmp_path):
+    proc = iodl("kvcache", "--root", str(tmp_path / "kv"))
+    assert proc.returncode == 2 and "--option" in proc.stderr
+
+
+def test_ctrl_c_ends_the_run_within_about_a_second_with_a_partial_result(tmp_path):
+    """SIGINT 2 s into a 60 s run of large entries: the process ends within 1.5 s (the engines
+    stop within 100 ms; the window ends at the stop) and writes its result, marked partial."""
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "iodl", "kvcache", "--root", str(tmp_path / "kv"), "--model", "llama3.1-8b",
+           "--users", "8", "--context", "2000:4000", "--duration", "60", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4.0)   # start-up (imports) and 2 s or more of I/O
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert proc.returncode == 130, stderr
+    assert took < 1.5, took
+    r = json.loads(out.read_text())
+    kv = r["kvcache"]
+    assert r["partial"] is True and "stopped" in stdout
+    assert 0.5 < kv["window_s"] < 4.0 and kv["written_bytes"] > 0
