@@ -273,8 +273,12 @@ class Tally:
     entry_read_hist: np.ndarray = field(default_factory=histogram.empty)
     entry_write_hist: np.ndarray = field(default_factory=histogram.empty)
 
-    def add_run(self, stats: dict) -> None:
-        self.written_bytes += stats["write_bytes"]
+    def add_run(self, stats: dict, direct: bool) -> None:
+        """One engine run's counts. A buffered entry's bytes are on the storage once its fsync returns,
+        so they count then (an entry whose fsync returns after the window counts nothing); a direct
+        write's when it completes."""
+        if direct or stats["fsyncs"]:
+            self.written_bytes += stats["write_bytes"]
         self.write_ios += stats["write_ios"]
         self.read_bytes += stats["bytes"] - stats["write_bytes"]
         self.read_ios += stats["ios"] - stats["write_ios"]
@@ -432,7 +436,7 @@ class RankRun:
     def _run(self, engine, fd: int, plan: np.ndarray, tally: Tally) -> dict:
         stats = engine.run([fd], plan, tally.read_hist, write_hist=tally.write_hist, fsync_hist=tally.fsync_hist,
                            deadline_ns=self.end_ns, window_start_ns=self.t0, window_end_ns=self.end_ns)
-        tally.add_run(stats)
+        tally.add_run(stats, self.spec.direct)
         return stats
 
     def _write(self, r: Request, engine, tally: Tally) -> bool:
