@@ -306,7 +306,8 @@ class RankRun:
     def __init__(self, spec: KVSpec, rank: int, entries: Entries, t0_ns: int):
         self.spec, self.entries, self.t0 = spec, entries, t0_ns
         self.end_ns = t0_ns + int(spec.duration_s * 1e9)
-        rng = random.Random(spec.seed + rank)    # kv-cache.py: seed + rank
+        self.seed = spec.seed + rank
+        rng = random.Random(self.seed)    # kv-cache.py: seed + rank
         self.arrivals = Arrivals(make_users(spec, rng), rng)
         self.queue: queue.PriorityQueue = queue.PriorityQueue()
         self.write_slots = threading.BoundedSemaphore(spec.max_concurrent_writes)
@@ -405,6 +406,9 @@ class RankRun:
                 if engine is None:
                     engine = open_engine(self.spec.engine, depth=1, block_size=self.spec.block_size,
                                          direct=self.spec.direct, cache_check=not self.spec.direct)
+                    # fresh random bytes before every write: no 512-byte block repeats (the engine's own
+                    # content is unique per 4 KiB block only; storage that dedups at 512 B exists)
+                    engine.set_content(refill=True, seed=self.seed * 1024 + len(self.engines))   # < 1024 workers
                     with self.lock:
                         self.engines.append(engine)
                         if self.stop.is_set():

@@ -109,3 +109,28 @@ def test_a_root_without_room_for_the_largest_entry_is_refused_before_writing(tmp
         line = [ln for ln in proc.stderr.splitlines() if ln.startswith("iodl: error")][0]
         assert "131,072,128 bytes" in line and "free space" in line, line
         assert _entries(root) == []
+
+
+@pytest.mark.blkio
+@pytest.mark.flaky(reruns=1)
+def test_two_ranks_on_one_core_report_what_they_report_on_two(tmp_path):
+    """kv-cache.py's scores follow the client's CPU (mlcommons/storage#334); iodl's must not: 2 ranks
+    under a 40 MB/s read throttle report the same read bandwidth (within 5 %) on one core as on two."""
+    bps, got = 40 * MB, {}
+    for cores in ({0, 1}, {0}):
+        with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup(f"iodl-kvcache-cores-{len(cores)}") as group:
+            group.throttle_read(m.majmin, bps)
+            out = tmp_path / f"r{len(cores)}.json"
+
+            def enter(group=group, cores=cores):
+                group.enter()
+                os.sched_setaffinity(0, cores)
+
+            proc = iodl("kvcache", "--root", os.path.join(m.path, "kv"), "--model", "llama3.1-8b", "--users", "32",
+                        "--context", "10:30", "--duration", "12", "--out", str(out), ranks=2, preexec_fn=enter,
+                        timeout=120)
+            assert proc.returncode == 0, proc.stderr
+        got[len(cores)] = load_json(out)["kvcache"]["read_bandwidth_MBps"] * MB
+    print(f"read throttle {bps / MB:.0f} MB/s: two cores {got[2] / MB:.2f} MB/s, one core {got[1] / MB:.2f} MB/s")
+    assert got[1] == pytest.approx(got[2], rel=0.05)
+    assert got[1] == pytest.approx(bps, rel=0.05) and got[1] <= bps * 1.005
