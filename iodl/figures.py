@@ -18,7 +18,7 @@ _OP = ("rounds", "bytes", "ios", "duration_s", "bandwidth_MBps", "min_rank_bandw
        "fsyncs", "fsync_latency_us", "cache_hit_fraction", "per_round.bytes", "per_round.duration_s",
        "per_round.bandwidth_MBps", "per_round.min_rank_bandwidth_MBps")
 _KV = ("tokens", "tokens_per_s", "prefill_tokens", "bytes_per_token", "requests", "entries_written", "entry_reads",
-       "evictions", "written_bytes", "read_bytes", "window_s", "write_bandwidth_MBps", "read_bandwidth_MBps",
+       "evictions", "cpu_entries", "cpu_reads", "demotions", "written_bytes", "read_bytes", "window_s", "write_bandwidth_MBps", "read_bandwidth_MBps",
        "write_ios", "read_ios", "fsyncs", "errors", "cache_hit_rate", "device_read_fraction", "read_latency_us",
        "write_latency_us", "fsync_latency_us", "entry_read_latency_us", "entry_write_latency_us")
 

@@ -61,7 +61,7 @@ HEADER_BYTES = 128
 class Option:
     model: str
     users: int                 # per rank
-    cpu_memory_gb: float       # the CPU tier in front of the storage (0: none)
+    cpu_memory_gb: float       # the CPU tier in front of the storage, GiB (0: none)
     max_concurrent_writes: int
     duration_s: float = 300.0
 
@@ -157,8 +157,7 @@ def resolve(args) -> KVSpec:
     users = pick(args.users, option and option.users, 100)
     limits.check_range("--users", users, 1, 100_000, integer=True)
     cpu_gb = pick(args.cpu_memory_gb, option and option.cpu_memory_gb, 0.0)
-    if cpu_gb:
-        raise UsageError("--cpu-memory-gb: the CPU tier (option 2) is not built yet; give --cpu-memory-gb 0")
+    limits.check_range("--cpu-memory-gb", cpu_gb, 0, 1 << 20)
     writes = pick(args.max_concurrent_writes, option and option.max_concurrent_writes, 16)
     limits.check_range("--max-concurrent-writes", writes, 1, MAX_WORKERS, integer=True)
     duration = pick(args.duration, option and option.duration_s, 300.0)

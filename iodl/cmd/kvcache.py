@@ -33,7 +33,8 @@ def add_arguments(p) -> None:
     p.add_argument("--duration", type=cli_float, metavar="S", help="measured seconds (default 300)")
     p.add_argument("--trials", type=cli_int, default=1, help="runs of the option (only 1 for now)")
     p.add_argument("--seed", type=cli_int, default=42, help="rank r draws with seed + r (default 42, MLPerf's)")
-    p.add_argument("--cpu-memory-gb", type=cli_float, metavar="GB", help="the CPU tier (not built yet: 0)")
+    p.add_argument("--cpu-memory-gb", type=cli_float, metavar="GB", help="the CPU tier in front of the storage, GiB "
+                                                                        "(default: the option's, else 0: none)")
     p.add_argument("--max-concurrent-writes", type=cli_int, metavar="N",
                    help="entries written at once per rank (default: the option's, 16; 4 for 70B)")
     p.add_argument("--workers", type=cli_int, metavar="N", help="requests served at once per rank "
@@ -155,9 +156,13 @@ def print_result(result: dict, console) -> None:
     console.print(f"{kv['tokens']:,} tokens in {kv['requests']:,} requests: {kv['tokens_per_s']:,.1f} tokens/s; "
                   f"cache hit rate (MLPerf's) {kv['cache_hit_rate']:.1%}; "
                   + (f"{device:.1%} of the bytes read came from the storage" if device is not None
+                     else "no read reached the storage" if not kv["read_bytes"]
                      else "the storage's share of the reads was not measured")
                   + (f"; fsync p50 {ms(kv['fsync_latency_us'], 'p50')} ms" if kv["fsync_latency_us"] else ""),
                   highlight=False, markup=False)
+    if kv["cpu_entries"] or kv["cpu_reads"]:
+        console.print(f"CPU tier: {kv['cpu_entries']:,} entries went there, {kv['cpu_reads']:,} reads were served from "
+                      f"it, {kv['demotions']:,} entries demoted to the storage", highlight=False, markup=False)
     if kv["evictions"]:
         console.print(f"{kv['evictions']:,} entries unlinked to make room", highlight=False, markup=False)
     if result["partial"]:

@@ -222,6 +222,44 @@ class Entries:
         os.close(self.dir_fd)
 
 
+class CpuTier:
+    """The CPU-memory tier in front of the storage (option 2), as kv-cache.py keeps it: a new entry goes
+    there unless it is larger than 95 % of the tier; the tier is kept at most 80 % full by demoting
+    its least recently used entries to the storage (a read from memory, a write to storage); entries
+    are never promoted back. Its entries' context tokens only: their bytes never reach the storage,
+    and iodl measures the storage."""
+    FILL, LARGEST = 0.80, 0.95
+
+    def __init__(self, capacity: int, bytes_of):
+        self.capacity, self.bytes_of = capacity, bytes_of
+        self.lru: OrderedDict[str, int] = OrderedDict()   # key -> context tokens
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def admit(self, key: str, tokens: int) -> list[tuple[str, int]] | None:
+        """None: the entry is too large for this tier (it goes to the storage); else the entries demoted
+        to make room for it, least recently used first, (key, tokens) each."""
+        size = self.bytes_of(tokens)
+        if size > self.LARGEST * self.capacity:
+            return None
+        demoted = []
+        with self.lock:
+            while self.used + size > self.FILL * self.capacity and self.lru:
+                old, old_tokens = self.lru.popitem(last=False)
+                self.used -= self.bytes_of(old_tokens)
+                demoted.append((old, old_tokens))
+            self.lru[key] = tokens
+            self.used += size
+        return demoted
+
+    def lookup(self, key: str) -> bool:
+        with self.lock:
+            if key not in self.lru:
+                return False
+            self.lru.move_to_end(key)
+            return True
+
+
 def capacity(root: str, sharing: int) -> int:
     """This rank's share of STORAGE_SHARE of the root's free space now (`sharing` ranks of this host
     write to the same filesystem)."""
@@ -242,7 +280,7 @@ def check_room(spec: KVSpec, room: int, largest_context: int) -> None:
 
 _SUMS = ("read_bytes", "read_ios", "cached_bytes", "cache_unmeasured_bytes", "written_bytes", "write_ios", "fsyncs",
          "errors", "tokens", "prefill_tokens", "requests", "entries_written", "entry_reads", "hits", "misses",
-         "evictions")
+         "evictions", "cpu_entries", "cpu_reads", "demotions")
 _HISTS = ("read_hist", "write_hist", "fsync_hist", "entry_read_hist", "entry_write_hist")
 
 
@@ -259,13 +297,16 @@ class Tally:
     errors: int = 0
     first_errno: int = 0
     tokens: int = 0            # context + generated tokens of the requests completed
-    prefill_tokens: int = 0    # context tokens of the entries written whole
+    prefill_tokens: int = 0    # context tokens of the entries written whole to the storage
     requests: int = 0
-    entries_written: int = 0
-    entry_reads: int = 0       # whole-entry reads (decode and earlier turns)
-    hits: int = 0              # MLPerf's cache hits: reads that found their entry
-    misses: int = 0            # earlier turns no longer stored
+    entries_written: int = 0   # to the storage: a request's own, or demoted from the CPU tier
+    entry_reads: int = 0       # whole-entry reads from the storage (decode and earlier turns)
+    hits: int = 0              # MLPerf's cache hits: reads that found their entry, in either tier
+    misses: int = 0            # reads that found no entry (unlinked for room, being demoted, not yet written)
     evictions: int = 0
+    cpu_entries: int = 0       # entries that went to the CPU tier
+    cpu_reads: int = 0         # reads served by it (no storage I/O)
+    demotions: int = 0         # entries moved from it to the storage (also in entries_written)
     max_ns: int = 0
     read_hist: np.ndarray = field(default_factory=histogram.empty)
     write_hist: np.ndarray = field(default_factory=histogram.empty)
@@ -309,6 +350,8 @@ class RankRun:
         self.seed = spec.seed + rank
         rng = random.Random(self.seed)    # kv-cache.py: seed + rank
         self.arrivals = Arrivals(make_users(spec, rng), rng)
+        self.cpu = (CpuTier(int(spec.cpu_memory_gb * (1 << 30)), lambda tokens: entry_bytes(tokens, spec.model))
+                    if spec.cpu_memory_gb else None)
         self.queue: queue.PriorityQueue = queue.PriorityQueue()
         self.write_slots = threading.BoundedSemaphore(spec.max_concurrent_writes)
         self.stop = threading.Event()
@@ -422,13 +465,14 @@ class RankRun:
         """One request: earlier turns read, the entry written, then read back while decoding."""
         if self.spec.multi_turn:
             for turn in range(r.turn):
-                self._read(entry_key(r.user, r.conversation, turn), engine, tally, previous_turn=True)
+                self._read(entry_key(r.user, r.conversation, turn), engine, tally)
         if not self._write(r, engine, tally):
             return
         if not (r.prefill_only or self.spec.prefill_only):
             for _ in range(decode_reads(r.generation)):
-                if self.stop.is_set() or not self._read(r.key, engine, tally):
+                if self.stop.is_set():
                     return
+                self._read(r.key, engine, tally)   # a miss (unlinked, or being demoted) goes on, as in kv-cache.py
         now = _native.monotonic_ns()
         if self.in_window(now):
             tally.tokens += r.context + r.generation * (not (r.prefill_only or self.spec.prefill_only))
@@ -444,38 +488,56 @@ class RankRun:
         return stats
 
     def _write(self, r: Request, engine, tally: Tally) -> bool:
-        """The request's entry written whole and fsync'd; False when it was not (stopped, window over, error)."""
-        size = entry_bytes(r.context, self.spec.model)
-        on_disk = aligned(size) if self.spec.direct else size   # O_DIRECT writes whole 4 KiB blocks
+        """The request's entry stored: in the CPU tier (demoting what it must to the storage) or
+        written to the storage; False when it was not (stopped, window over)."""
         with self.write_slots:
             if self.stop.is_set():
                 return False
-            tally.evictions += self.entries.reserve(on_disk)
-            start = _native.monotonic_ns()
-            fd = self.entries.create(r.key, self.spec.direct)
-            try:
-                stats = self._run(engine, fd, write_plan(on_disk, self.spec.block_size), tally)
-            finally:
-                os.close(fd)
+            demoted = self.cpu.admit(r.key, r.context) if self.cpu is not None else None
+            if demoted is None:
+                return self._store(r.key, r.context, engine, tally)
+            if self.in_window(_native.monotonic_ns()):
+                tally.cpu_entries += 1
+            for key, tokens in demoted:
+                if self._store(key, tokens, engine, tally) and self.in_window(_native.monotonic_ns()):
+                    tally.demotions += 1
+            return True
+
+    def _store(self, key: str, tokens: int, engine, tally: Tally) -> bool:
+        """An entry written whole to the storage and fsync'd; False when it was not (stopped, window over)."""
+        size = entry_bytes(tokens, self.spec.model)
+        on_disk = aligned(size) if self.spec.direct else size   # O_DIRECT writes whole 4 KiB blocks
+        tally.evictions += self.entries.reserve(on_disk)
+        start = _native.monotonic_ns()
+        fd = self.entries.create(key, self.spec.direct)
+        try:
+            stats = self._run(engine, fd, write_plan(on_disk, self.spec.block_size), tally)
+        finally:
+            os.close(fd)
         end = _native.monotonic_ns()
         if stats["errors"] or stats["done"] < len_plan(on_disk, self.spec.block_size) + 1:
-            self.entries.failed(r.key, on_disk)
+            self.entries.failed(key, on_disk)
             if stats["errors"]:
-                raise IodlError(f"writing {r.key}{SUFFIX}: {os.strerror(stats['first_errno'])}")
+                raise IodlError(f"writing {key}{SUFFIX}: {os.strerror(stats['first_errno'])}")
             return False
-        self.entries.stored(r.key, on_disk)
+        self.entries.stored(key, on_disk)
         if self.in_window(end):
             tally.entries_written += 1
-            tally.prefill_tokens += r.context
+            tally.prefill_tokens += tokens
             tally.entry_write_hist[histogram.index_one(end - start)] += 1
         return True
 
-    def _read(self, key: str, engine, tally: Tally, previous_turn: bool = False) -> bool:
+    def _read(self, key: str, engine, tally: Tally) -> bool:
         """One whole read of a stored entry after dropping its cached pages; False: not stored (a miss) or
-        not read whole."""
+        not read whole. An entry in the CPU tier is read from memory: a hit, no storage I/O."""
+        if self.cpu is not None and self.cpu.lookup(key):
+            if self.in_window(_native.monotonic_ns()):
+                tally.hits += 1
+                tally.cpu_reads += 1
+            return True
         found = self.entries.lookup(key)
         if found is None:
-            if previous_turn and self.in_window(_native.monotonic_ns()):
+            if self.in_window(_native.monotonic_ns()):
                 tally.misses += 1
             return False
         size, one_reader = found
@@ -551,6 +613,7 @@ def kv_block(g: dict, window_s: float, bytes_per_token: int) -> dict:
         "prefill_tokens": int(g["prefill_tokens"]), "bytes_per_token": bytes_per_token,
         "requests": int(g["requests"]), "entries_written": int(g["entries_written"]),
         "entry_reads": int(g["entry_reads"]), "evictions": int(g["evictions"]),
+        "cpu_entries": int(g["cpu_entries"]), "cpu_reads": int(g["cpu_reads"]), "demotions": int(g["demotions"]),
         "written_bytes": written, "read_bytes": read, "window_s": window_s,
         "write_bandwidth_MBps": reduce.mbps(written, window_s), "read_bandwidth_MBps": reduce.mbps(read, window_s),
         "write_ios": int(g["write_ios"]), "read_ios": int(g["read_ios"]), "fsyncs": int(g["fsyncs"]),
@@ -558,7 +621,7 @@ def kv_block(g: dict, window_s: float, bytes_per_token: int) -> dict:
         # MLPerf's cache hit rate: reads that found their entry over all lookups (decode re-reads are hits)
         "cache_hit_rate": reduce.rate(int(g["hits"]), lookups),
         # of the bytes read, those the storage delivered (buffered: the page cache is dropped before each read)
-        "device_read_fraction": None if hit is None else 1.0 - hit,
+        "device_read_fraction": None if hit is None or not read else 1.0 - hit,
         "read_latency_us": _latency(g["read_hist"]), "write_latency_us": _latency(g["write_hist"]),
         "fsync_latency_us": _latency(g["fsync_hist"]),
         "entry_read_latency_us": _latency(g["entry_read_hist"]),

@@ -70,23 +70,29 @@ def test_neither_option_nor_model_is_a_usage_error(tmp_path):
 
 
 def test_ctrl_c_ends_the_run_within_about_a_second_with_a_partial_result(tmp_path):
-    """SIGINT 2 s into a 60 s run of large entries: the process ends within 1.5 s (the engines
-    stop within 100 ms; the window ends at the stop) and writes its result, marked partial."""
+    """SIGINT 1 s into the I/O of a 60 s run: the process ends within 1.5 s (the engines stop within
+    100 ms, plus the fsync in progress, which no stop interrupts: entries of 6-13 MB keep it short;
+    the window ends at the stop) and writes its result, marked partial."""
     out = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "iodl", "kvcache", "--root", str(tmp_path / "kv"), "--model", "llama3.1-8b",
-           "--users", "8", "--context", "2000:4000", "--duration", "60", "--out", str(out)]
+           "--users", "8", "--context", "50:100", "--duration", "60", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4.0)   # start-up (imports) and 2 s or more of I/O
+    entries = tmp_path / "kv" / "rank_0"
+    deadline = time.monotonic() + 30
+    while not (entries.is_dir() and any(entries.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)   # start-up (imports, a busy machine's) until the first entry is being written
+    time.sleep(1.0)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=30)
     took = time.monotonic() - sent
+    print(f"stopped {took:.2f} s after SIGINT")
     assert proc.returncode == 130, stderr
     assert took < 1.5, took
     r = json.loads(out.read_text())
     kv = r["kvcache"]
     assert r["partial"] is True and "stopped" in stdout
-    assert 0.5 < kv["window_s"] < 4.0 and kv["written_bytes"] > 0
+    assert 0.5 < kv["window_s"] < 30 and kv["written_bytes"] + kv["read_bytes"] > 0
 
 
 @pytest.mark.skipif(not mpiexec(), reason="no mpiexec")

@@ -137,11 +137,42 @@ def test_a_rank_says_what_it_wrote_and_read_and_the_files_agree(tmp_path):
 def test_resolve_refuses_what_is_not_built_and_names_the_choices(tmp_path):
     with pytest.raises(UsageError, match="choose from"):
         resolve(_args(tmp_path, model="gpt-5"))
-    with pytest.raises(UsageError, match="CPU tier"):
-        resolve(_args(tmp_path, option=2, model=None))
+    two = resolve(_args(tmp_path, option=2, model=None, users=None, duration=None))
+    assert (two.model.name, two.users, two.cpu_memory_gb, two.max_concurrent_writes) == ("llama3.1-8b", 100, 4, 16)
     with pytest.raises(UsageError, match="MIN:MAX"):
         resolve(_args(tmp_path, context="a:b"))
     spec = resolve(_args(tmp_path, option=3, model=None, users=None, duration=None))
     assert (spec.model.name, spec.users, spec.max_concurrent_writes, spec.workers, spec.duration_s) == \
         ("llama3.1-70b-instruct", 70, 4, 70, 300.0)
     assert np.isclose(spec.model.bytes_per_token, 327_680)
+
+
+def test_the_cpu_tier_keeps_entries_off_the_storage_until_it_demotes_them(tmp_path):
+    """A 16 MiB CPU tier in front of the storage, tiny-1b entries of 4-30 MB: those over 95 % of
+    the tier go to the storage directly; the rest stay in memory, kept at most 80 % full by demoting
+    the least recently used: what reaches the files is exactly the demoted and too-large entries,
+    and reads of entries in memory move no storage byte."""
+    root = tmp_path / "kv"
+    spec = resolve(_args(root, users=6, duration=60.0, context="600:1200", max_requests=40, no_multi_turn=True,
+                         cpu_memory_gb=1 / 64))
+    prepare_root(spec.root)
+    directory = rank_directory(spec.root, 0)
+    entries = Entries(directory, 1 << 40)
+    run = RankRun(spec, 0, entries, _native.monotonic_ns())
+    tally, _end_s, partial = run.run(lambda: False)
+    entries.close()
+    sizes = [os.stat(os.path.join(directory, n)).st_size for n in os.listdir(directory)]
+    bpt = MODELS["tiny-1b"].bytes_per_token
+    tier = run.cpu
+    assert not partial and tally.requests == 40 and tally.errors == 0
+    assert tally.cpu_entries > 0 and tally.demotions > 0 and tally.cpu_reads > 0
+    # every request's entry went to exactly one tier; the storage holds the demoted and the too-large
+    assert tally.cpu_entries + (tally.entries_written - tally.demotions) == 40
+    assert tally.entries_written == len(sizes)
+    assert tally.written_bytes == sum(sizes) == tally.prefill_tokens * bpt + len(sizes) * HEADER_BYTES
+    assert tier.used == sum(tier.bytes_of(t) for t in tier.lru.values()) <= tier.capacity
+    assert not set(tier.lru) & {n[:-len(SUFFIX)] for n in os.listdir(directory)}   # never in both tiers
+    # storage reads: whole entries of the storage only
+    assert tally.entry_reads + tally.cpu_reads == tally.hits
+    assert tally.read_bytes <= tally.entry_reads * max(sizes)
+    assert any(s > 0.95 * tier.capacity for s in sizes)   # some went to the storage for being too large
