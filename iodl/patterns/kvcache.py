@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import _native, histogram, reduce
-from ..data.files import write_json
+from ..data.files import make_dir, open_dir, write_json
 from ..engines import open_engine
 from ..errors import IodlError, UsageError
 from ..kvcache import (END_TURN_P, MAX_TURNS, PREFILL_ONLY_TOKENS, QOS, STORAGE_SHARE, USER_TYPES,
@@ -126,14 +126,9 @@ def prepare_root(root: str) -> None:
     """Create the root (or adopt an empty directory) and mark it; a root iodl marked is taken as is.
     Anything else (a file, a link, a folder of someone else's files) is refused."""
     try:
-        os.mkdir(root)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise UsageError(f"--root {root}: cannot create it: {exc.strerror}") from None
-    st = os.lstat(root)
-    if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"--root {root}: not a directory (iodl never writes through links)")
+        make_dir(root)
+    except FileNotFoundError:
+        raise UsageError(f"--root {root}: its parent directory does not exist") from None
     mark = os.path.join(root, MARK)
     if os.path.lexists(mark):
         if not os.path.isfile(mark) or os.path.islink(mark):
@@ -149,12 +144,8 @@ def rank_directory(root: str, rank: int) -> str:
     """This rank's folder in the root, emptied of the entries an earlier run left (kv-cache.py
     clears them too): only regular files named as iodl names entries."""
     path = os.path.join(root, f"rank_{rank}")
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        if os.path.islink(path) or not os.path.isdir(path):
-            raise UsageError(f"{path}: not a directory iodl made") from None
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    make_dir(path)
+    fd = open_dir(path)
     try:
         for name in os.listdir(fd):
             if name.endswith(SUFFIX) and stat.S_ISREG(os.lstat(name, dir_fd=fd).st_mode):
@@ -168,7 +159,7 @@ class Entries:
     """The rank's stored entries, least recently used first, within a capacity in bytes."""
 
     def __init__(self, directory: str, capacity: int):
-        self.dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        self.dir_fd = open_dir(directory)
         self.capacity = capacity
         self.lru: OrderedDict[str, int] = OrderedDict()   # key -> file size, written whole
         self.used = 0                                      # stored and being written
