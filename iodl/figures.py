@@ -20,7 +20,8 @@ _OP = ("rounds", "bytes", "ios", "duration_s", "bandwidth_MBps", "min_rank_bandw
 _KV = ("tokens", "tokens_per_s", "prefill_tokens", "bytes_per_token", "requests", "entries_written", "entry_reads",
        "evictions", "cpu_entries", "cpu_reads", "demotions", "written_bytes", "read_bytes", "window_s", "write_bandwidth_MBps", "read_bandwidth_MBps",
        "write_ios", "read_ios", "fsyncs", "errors", "cache_hit_rate", "device_read_fraction", "read_latency_us",
-       "write_latency_us", "fsync_latency_us", "entry_read_latency_us", "entry_write_latency_us")
+       "write_latency_us", "fsync_latency_us", "entry_read_latency_us", "entry_write_latency_us",
+       "request_storage_latency_us")
 
 DEFINED_BY: dict[str, tuple[str, ...]] = {
     # a group of ranks' read figures: reduced over ranks, then rated over one window
@@ -85,9 +86,14 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
                                     "checkpoint.mlperf.read_gap_s"),
     # the KV-cache workload (iodl kvcache): a group of ranks' figures, the run's, each rank's
     "iodl.patterns.kvcache:kv_block": tuple(f"kvcache.KV.{k}" for k in _KV),
-    "iodl.cmd.kvcache:_result": ("kvcache.kvcache", "kvcache.ranks", "kvcache.hosts", "kvcache.KV.mounts.path",
-                                 "kvcache.KV.mounts.ranks"),
-    "iodl.cmd.kvcache:run": tuple(f"kvcache.KV.per_rank.{k}" for k in (
+    "iodl.patterns.kvcache:mlperf_view": tuple(f"kvcache.MLPERF.{k}" for k in (
+        "avg_throughput_tokens_per_sec", "storage_throughput_tokens_per_sec", "tier_storage_read_bandwidth_gbps",
+        "tier_storage_write_bandwidth_gbps", "aggregated_p95_latency_ms", "aggregated_device_read_p95_ms",
+        "aggregated_device_write_p95_ms")),
+    "iodl.cmd.kvcache:_result": ("kvcache.kvcache", "kvcache.mlperf", "kvcache.trials.kvcache",
+                                 "kvcache.trials.mlperf", "kvcache.ranks", "kvcache.hosts", "kvcache.trial_count"),
+    "iodl.cmd.kvcache:_block": ("kvcache.KV.mounts.path", "kvcache.KV.mounts.ranks"),
+    "iodl.cmd.kvcache:_gathered": tuple(f"kvcache.KV.per_rank.{k}" for k in (
         "rank", "host", "mount", "end_s", "tokens", "requests", "written_bytes", "read_bytes", "entries_written",
         "entry_reads", "evictions", "errors", "cpu_s", "max_rss_mb")),
 }
@@ -105,7 +111,8 @@ AS_RUN = (
                                   "workload", "model", "subset", "full_ranks", "fsync", "drop_caches", "roots",
                                   "partial")),
     *(f"kvcache.{k}" for k in ("schema", "pattern", "option", "model", "users", "duration_s", "seed", "engine",
-                               "direct", "block_size", "workers", "max_concurrent_writes", "multi_turn",
+                               "direct", "block_size", "workers", "cpu_memory_gb", "max_concurrent_writes",
+                               "multi_turn",
                                "prefill_only", "context", "max_requests", "root", "partial")),
 )
 

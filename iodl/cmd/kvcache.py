@@ -11,12 +11,11 @@ import os
 
 from .. import _native, engines, reduce
 from ..comm import collective
-from ..errors import UsageError
 from ..kvcache import MODELS, OPTIONS, USER_TYPES, KVSpec, resolve
 from ..limits import cli_float, cli_int
 from ..metrics import RankResult, process_age_s
-from ..patterns.kvcache import (KVCACHE, Entries, capacity, check_room, kv_block, prepare_root, rank_directory,
-                                rank_sums)
+from ..patterns.kvcache import (KVCACHE, Entries, Tally, capacity, check_room, kv_block, mean_over_trials,
+                                mlperf_view, prepare_root, rank_directory, rank_sums)
 from ..report import check_output_path, make_console, print_table, write_result
 from ..result import KVCACHE as SCHEMA
 from ..stop import STOP_GRACE_S, Interrupt
@@ -31,7 +30,7 @@ def add_arguments(p) -> None:
     p.add_argument("--model", choices=list(MODELS), help="the model (default: the option's)")
     p.add_argument("--users", type=cli_int, help="users per rank (default: the option's, else 100)")
     p.add_argument("--duration", type=cli_float, metavar="S", help="measured seconds (default 300)")
-    p.add_argument("--trials", type=cli_int, default=1, help="runs of the option (only 1 for now)")
+    p.add_argument("--trials", type=cli_int, default=1, help="runs of the same option, one after the other (MLPerf's CLOSED: 3)")
     p.add_argument("--seed", type=cli_int, default=42, help="rank r draws with seed + r (default 42, MLPerf's)")
     p.add_argument("--cpu-memory-gb", type=cli_float, metavar="GB", help="the CPU tier in front of the storage, GiB "
                                                                         "(default: the option's, else 0: none)")
@@ -56,8 +55,6 @@ def add_arguments(p) -> None:
 
 def _setup(comm, args) -> KVSpec:
     spec = resolve(args)
-    if spec.trials != 1:
-        raise UsageError("--trials: one trial per run for now (run the command again for another)")
     if args.out:
         check_output_path("--out", args.out)
     return spec
@@ -81,31 +78,32 @@ def run(comm, args) -> int:
     stop = Interrupt()
     spec = collective(comm, lambda: _setup(comm, args))
     collective(comm, lambda: prepare_root(spec.root) if comm.rank == 0 else None)
-    entries = collective(comm, lambda: _rank_root(comm, spec))
     process = RankResult(rank=comm.rank, host=comm.hostname(), mount=0)
     startup_s = process_age_s()
-    comm.barrier()   # the common origin of every rank's window
-    t0 = _native.monotonic_ns()
-    stop.arm()
-    try:
-        tally, end_s, partial = KVCACHE.run_rank(spec, comm.rank, entries, t0, stop)
-    finally:
-        stop.disarm()
-        entries.close()
+    trials, everything, windows, partial = [], Tally(), 0.0, False
+    for _trial in range(spec.trials):   # MLPerf's trials: the same run again, from an emptied folder
+        entries = collective(comm, lambda: _rank_root(comm, spec))
+        comm.barrier()   # the common origin of every rank's window
+        t0 = _native.monotonic_ns()
+        stop.arm()
+        try:
+            tally, end_s, stopped = KVCACHE.run_rank(spec, comm.rank, entries, t0, stop)
+        finally:
+            stop.disarm()
+            entries.close()
+        if stop():
+            comm.give_up_after(STOP_GRACE_S)
+        partial = bool(comm.allreduce(int(stopped or stop()), "max"))
+        trials.append(_gathered(comm, tally, end_s, process))
+        everything.merge(tally)
+        windows += end_s
+        if partial:
+            break
     process.note_process(startup_s)
-    if stop():
-        comm.give_up_after(STOP_GRACE_S)
-    partial = bool(comm.allreduce(int(partial or stop()), "max"))
-    ops = rank_sums(tally, end_s)
-    got = reduce.across_ranks(comm, 0, 1, **ops)
-    per_rank = comm.gather({"rank": comm.rank, "host": process.host, "mount": 0, "end_s": end_s,
-                            "tokens": tally.tokens, "requests": tally.requests, "written_bytes": tally.written_bytes,
-                            "read_bytes": tally.read_bytes, "entries_written": tally.entries_written,
-                            "entry_reads": tally.entry_reads, "evictions": tally.evictions, "errors": tally.errors,
-                            "cpu_s": process.cpu_s, "max_rss_mb": process.max_rss_mb})
+    whole = trials[0] if len(trials) == 1 else _gathered(comm, everything, windows, process)
     if comm.rank != 0:
-        return 130 if partial else (1 if tally.errors else 0)
-    result = _result(spec, got, sorted(per_rank, key=lambda p: p["rank"]), partial)
+        return 130 if partial else (1 if everything.errors else 0)
+    result = _result(spec, whole, trials, partial)
     print_result(result, make_console())
     if args.out:
         write_result(result, args.out)
@@ -114,23 +112,49 @@ def run(comm, args) -> int:
     return 130 if partial else 0
 
 
-def _result(spec: KVSpec, got, per_rank: list[dict], partial: bool) -> dict:
-    """Rank 0: the result (docs/numbers.md, "KV cache"). The window is the longest rank's: the
-    duration, or to the stop, or to its last request (--max-requests)."""
-    mounts, total = got
+def _gathered(comm, tally: Tally, end_s: float, process: RankResult):
+    """Every rank's counts put together on rank 0: (per mount, all) reduced rows and the per-rank list."""
+    got = reduce.across_ranks(comm, 0, 1, **rank_sums(tally, end_s))
+    per_rank = comm.gather({"rank": comm.rank, "host": process.host, "mount": 0, "end_s": end_s,
+                            "tokens": tally.tokens, "requests": tally.requests, "written_bytes": tally.written_bytes,
+                            "read_bytes": tally.read_bytes, "entries_written": tally.entries_written,
+                            "entry_reads": tally.entry_reads, "evictions": tally.evictions, "errors": tally.errors,
+                            "cpu_s": process.cpu_s, "max_rss_mb": process.max_rss_mb})
+    return (got, sorted(per_rank, key=lambda p: p["rank"])) if comm.rank == 0 else None
+
+
+def _block(spec: KVSpec, gathered) -> tuple[dict, dict]:
+    """(iodl's kvcache block, MLPerf's view) of one trial or of all. The window is the longest
+    rank's: the duration, or to the stop, or to its last request (--max-requests); over trials,
+    their windows added."""
+    (mounts, total), per_rank = gathered
     window_s = max(0.0, float(total["end_s"]))
     bpt = spec.model.bytes_per_token
     block = kv_block(total, window_s, bpt)
     block["mounts"] = [{"path": spec.root, "ranks": [p["rank"] for p in per_rank], **kv_block(m, window_s, bpt)}
                        for m in mounts]
     block["per_rank"] = per_rank
-    return {"schema": SCHEMA, "pattern": "kvcache", "option": spec.option, "model": spec.model.name,
-            "users": spec.users, "duration_s": spec.duration_s, "seed": spec.seed, "engine": spec.engine,
-            "direct": spec.direct, "block_size": spec.block_size, "workers": spec.workers,
-            "max_concurrent_writes": spec.max_concurrent_writes, "multi_turn": spec.multi_turn,
-            "prefill_only": spec.prefill_only, "context": list(spec.context) if spec.context else None,
-            "max_requests": spec.max_requests, "ranks": len(per_rank),
-            "hosts": sorted({p["host"] for p in per_rank}), "root": spec.root, "partial": partial, "kvcache": block}
+    return block, mlperf_view(total, window_s)
+
+
+def _result(spec: KVSpec, whole, trials: list, partial: bool) -> dict:
+    """Rank 0: the result (docs/numbers.md, "KV cache"): iodl's figures over every trial, MLPerf's
+    aggregate (the mean of the trials'), and each trial's when there are several."""
+    block, _view = _block(spec, whole)
+    per_trial = [_block(spec, t) for t in trials]
+    per_rank = block["per_rank"]
+    result = {"schema": SCHEMA, "pattern": "kvcache", "option": spec.option, "model": spec.model.name,
+              "users": spec.users, "duration_s": spec.duration_s, "seed": spec.seed, "engine": spec.engine,
+              "direct": spec.direct, "block_size": spec.block_size, "workers": spec.workers,
+              "cpu_memory_gb": spec.cpu_memory_gb, "max_concurrent_writes": spec.max_concurrent_writes,
+              "multi_turn": spec.multi_turn, "prefill_only": spec.prefill_only,
+              "context": list(spec.context) if spec.context else None, "max_requests": spec.max_requests,
+              "trial_count": len(trials), "ranks": len(per_rank), "hosts": sorted({p["host"] for p in per_rank}),
+              "root": spec.root, "partial": partial, "kvcache": block,
+              "mlperf": mean_over_trials([view for _b, view in per_trial])}
+    if len(trials) > 1:
+        result["trials"] = [{"kvcache": b, "mlperf": view} for b, view in per_trial]
+    return result
 
 
 def print_result(result: dict, console) -> None:
@@ -159,6 +183,13 @@ def print_result(result: dict, console) -> None:
                      else "no read reached the storage" if not kv["read_bytes"]
                      else "the storage's share of the reads was not measured")
                   + (f"; fsync p50 {ms(kv['fsync_latency_us'], 'p50')} ms" if kv["fsync_latency_us"] else ""),
+                  highlight=False, markup=False)
+    m = result["mlperf"]
+    console.print(f"MLPerf's figures (mean of {result['trial_count']} trial(s)): "
+                  f"{m['avg_throughput_tokens_per_sec']:,.1f} tokens/s, storage throughput "
+                  f"{m['storage_throughput_tokens_per_sec']:,.1f} tokens/s, read {m['tier_storage_read_bandwidth_gbps']:.3f} "
+                  f"GiB/s, write {m['tier_storage_write_bandwidth_gbps']:.3f} GiB/s, P95 {m['aggregated_p95_latency_ms']:,.1f} "
+                  f"ms (device read {m['aggregated_device_read_p95_ms']:,.1f}, write {m['aggregated_device_write_p95_ms']:,.1f})",
                   highlight=False, markup=False)
     if kv["cpu_entries"] or kv["cpu_reads"]:
         console.print(f"CPU tier: {kv['cpu_entries']:,} entries went there, {kv['cpu_reads']:,} reads were served from "

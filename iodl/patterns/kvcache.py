@@ -271,8 +271,8 @@ def check_room(spec: KVSpec, room: int, largest_context: int) -> None:
 
 _SUMS = ("read_bytes", "read_ios", "cached_bytes", "cache_unmeasured_bytes", "written_bytes", "write_ios", "fsyncs",
          "errors", "tokens", "prefill_tokens", "requests", "entries_written", "entry_reads", "hits", "misses",
-         "evictions", "cpu_entries", "cpu_reads", "demotions")
-_HISTS = ("read_hist", "write_hist", "fsync_hist", "entry_read_hist", "entry_write_hist")
+         "evictions", "cpu_entries", "cpu_reads", "demotions", "storage_ns")
+_HISTS = ("read_hist", "write_hist", "fsync_hist", "entry_read_hist", "entry_write_hist", "request_hist")
 
 
 @dataclass
@@ -298,12 +298,15 @@ class Tally:
     cpu_entries: int = 0       # entries that went to the CPU tier
     cpu_reads: int = 0         # reads served by it (no storage I/O)
     demotions: int = 0         # entries moved from it to the storage (also in entries_written)
+    storage_ns: int = 0        # the completed requests' time in whole-entry reads and writes (kv-cache.py's
+    pending_ns: int = 0        # storage_io_latency: the sum over a request's accesses); the request's so far
     max_ns: int = 0
     read_hist: np.ndarray = field(default_factory=histogram.empty)
     write_hist: np.ndarray = field(default_factory=histogram.empty)
     fsync_hist: np.ndarray = field(default_factory=histogram.empty)
     entry_read_hist: np.ndarray = field(default_factory=histogram.empty)
     entry_write_hist: np.ndarray = field(default_factory=histogram.empty)
+    request_hist: np.ndarray = field(default_factory=histogram.empty)   # each request's storage time
 
     def add_run(self, stats: dict, direct: bool) -> None:
         """One engine run's counts. A buffered entry's bytes are on the storage once its fsync returns,
@@ -454,6 +457,7 @@ class RankRun:
 
     def _serve(self, r: Request, engine, tally: Tally) -> None:
         """One request: earlier turns read, the entry written, then read back while decoding."""
+        tally.pending_ns = 0
         if self.spec.multi_turn:
             for turn in range(r.turn):
                 self._read(entry_key(r.user, r.conversation, turn), engine, tally)
@@ -468,6 +472,8 @@ class RankRun:
         if self.in_window(now):
             tally.tokens += r.context + r.generation * (not (r.prefill_only or self.spec.prefill_only))
             tally.requests += 1
+            tally.storage_ns += tally.pending_ns
+            tally.request_hist[histogram.index_one(tally.pending_ns)] += 1
         with self.lock:
             self.done += 1
             self.last_done_ns = max(self.last_done_ns, now)
@@ -506,6 +512,7 @@ class RankRun:
         finally:
             os.close(fd)
         end = _native.monotonic_ns()
+        tally.pending_ns += end - start
         if stats["errors"] or stats["done"] < len_plan(on_disk, self.spec.block_size) + 1:
             self.entries.failed(key, on_disk)
             if stats["errors"]:
@@ -545,6 +552,7 @@ class RankRun:
             finally:
                 os.close(fd)
         end = _native.monotonic_ns()
+        tally.pending_ns += end - start
         if stats["errors"]:
             raise IodlError(f"reading {key}{SUFFIX}: {os.strerror(stats['first_errno'])}")
         if stats["done"] < len_plan(size, self.spec.block_size):
@@ -589,9 +597,38 @@ class KVCache(Pattern):
 
 
 def rank_sums(t: Tally, end_s: float) -> dict:
-    """What a rank adds to the reduction: its counts (SUM), latencies' maxima and its end (MAX)."""
-    return {"sum": {**{k: getattr(t, k) for k in _SUMS}, **{k: getattr(t, k) for k in _HISTS}},
-            "max": {"max_ns": t.max_ns, "end_s": end_s}}
+    """What a rank adds to the reduction: its counts (SUM), its own P95s of whole-entry reads, of
+    fsyncs and of requests' storage time (MAX: MLPerf's rule), its end (MAX), and MLPerf's storage
+    throughput, its tokens / its requests' storage seconds (SUM over ranks, as mlpstorage sums it)."""
+    p95 = {f"rank_p95_{name}_ms": histogram.percentiles(getattr(t, f"{name}_hist"), (95.0,))[95.0] / 1e3
+           for name in ("entry_read", "fsync", "request")}
+    storage_s = t.storage_ns / 1e9
+    return {"sum": {**{k: getattr(t, k) for k in _SUMS}, **{k: getattr(t, k) for k in _HISTS},
+                    "storage_tokens_per_s": reduce.rate(t.tokens, storage_s)},
+            "max": {"max_ns": t.max_ns, "end_s": end_s, **p95}}
+
+
+GiB = 1 << 30
+
+
+def mlperf_view(g: dict, window_s: float) -> dict:
+    """MLPerf's figures of one trial (mlpstorage's kvcache aggregation) from the reduced row: sums over
+    ranks, bandwidth in GiB/s, the largest per-rank P95 under both names the rules have used. Bytes
+    are iodl's (counted by completion inside the window; kv-cache.py counts them when an access starts)."""
+    return {
+        "avg_throughput_tokens_per_sec": reduce.rate(int(g["tokens"]), window_s),
+        "storage_throughput_tokens_per_sec": float(g["storage_tokens_per_s"]),
+        "tier_storage_read_bandwidth_gbps": reduce.rate(int(g["read_bytes"]) / GiB, window_s),
+        "tier_storage_write_bandwidth_gbps": reduce.rate(int(g["written_bytes"]) / GiB, window_s),
+        "aggregated_p95_latency_ms": float(g["rank_p95_request_ms"]),
+        "aggregated_device_read_p95_ms": float(g["rank_p95_entry_read_ms"]),
+        "aggregated_device_write_p95_ms": float(g["rank_p95_fsync_ms"]),
+    }
+
+
+def mean_over_trials(views: list[dict]) -> dict:
+    """MLPerf's aggregate over trials: the mean of each figure."""
+    return {k: float(np.mean([v[k] for v in views])) for k in views[0]}
 
 
 def kv_block(g: dict, window_s: float, bytes_per_token: int) -> dict:
@@ -617,6 +654,7 @@ def kv_block(g: dict, window_s: float, bytes_per_token: int) -> dict:
         "fsync_latency_us": _latency(g["fsync_hist"]),
         "entry_read_latency_us": _latency(g["entry_read_hist"]),
         "entry_write_latency_us": _latency(g["entry_write_hist"]),
+        "request_storage_latency_us": _latency(g["request_hist"]),
     }
 
 
