@@ -30,7 +30,8 @@ def add_arguments(p) -> None:
     p.add_argument("--model", choices=list(MODELS), help="the model (default: the option's)")
     p.add_argument("--users", type=cli_int, help="users per rank (default: the option's, else 100)")
     p.add_argument("--duration", type=cli_float, metavar="S", help="measured seconds (default 300)")
-    p.add_argument("--trials", type=cli_int, default=1, help="runs of the same option, one after the other (MLPerf's CLOSED: 3)")
+    p.add_argument("--trials", type=cli_int, default=1,
+                   help="runs of the same option, one after the other (MLPerf's CLOSED: 3)")
     p.add_argument("--seed", type=cli_int, default=42, help="rank r draws with seed + r (default 42, MLPerf's)")
     p.add_argument("--cpu-memory-gb", type=cli_float, metavar="GB", help="the CPU tier in front of the storage, GiB "
                                                                         "(default: the option's, else 0: none)")
@@ -187,10 +188,12 @@ def print_result(result: dict, console) -> None:
     m = result["mlperf"]
     console.print(f"MLPerf's figures (mean of {result['trial_count']} trial(s)): "
                   f"{m['avg_throughput_tokens_per_sec']:,.1f} tokens/s, storage throughput "
-                  f"{m['storage_throughput_tokens_per_sec']:,.1f} tokens/s, read {m['tier_storage_read_bandwidth_gbps']:.3f} "
-                  f"GiB/s, write {m['tier_storage_write_bandwidth_gbps']:.3f} GiB/s, P95 {m['aggregated_p95_latency_ms']:,.1f} "
-                  f"ms (device read {m['aggregated_device_read_p95_ms']:,.1f}, write {m['aggregated_device_write_p95_ms']:,.1f})",
-                  highlight=False, markup=False)
+                  f"{m['storage_throughput_tokens_per_sec']:,.1f} tokens/s, "
+                  f"read {m['tier_storage_read_bandwidth_gbps']:.3f} GiB/s, "
+                  f"write {m['tier_storage_write_bandwidth_gbps']:.3f} GiB/s, "
+                  f"P95 {m['aggregated_p95_latency_ms']:,.1f} ms "
+                  f"(device read {m['aggregated_device_read_p95_ms']:,.1f}, "
+                  f"write {m['aggregated_device_write_p95_ms']:,.1f})", highlight=False, markup=False)
     if kv["cpu_entries"] or kv["cpu_reads"]:
         console.print(f"CPU tier: {kv['cpu_entries']:,} entries went there, {kv['cpu_reads']:,} reads were served from "
                       f"it, {kv['demotions']:,} entries demoted to the storage", highlight=False, markup=False)
