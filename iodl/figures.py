@@ -86,12 +86,13 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
                                     "checkpoint.mlperf.read_gap_s"),
     # the KV-cache workload (iodl kvcache): a group of ranks' figures, the run's, each rank's
     "iodl.patterns.kvcache:kv_block": tuple(f"kvcache.KV.{k}" for k in _KV),
-    "iodl.patterns.kvcache:mlperf_view": tuple(f"kvcache.MLPERF.{k}" for k in (
-        "avg_throughput_tokens_per_sec", "storage_throughput_tokens_per_sec", "tier_storage_read_bandwidth_gbps",
-        "tier_storage_write_bandwidth_gbps", "aggregated_p95_latency_ms", "aggregated_device_read_p95_ms",
-        "aggregated_device_write_p95_ms")),
+    "iodl.kvcache_mlperf:option_summary": tuple(f"kvcache.MLPERF.{k}" for k in (
+        "option", "aggregated_read_bandwidth_gbps", "aggregated_write_bandwidth_gbps",
+        "aggregated_avg_throughput_tokens_per_sec", "aggregated_storage_throughput_tokens_per_sec",
+        "aggregated_p95_latency_ms", "aggregated_device_read_p95_ms", "aggregated_device_write_p95_ms", "rank_count",
+        "trial_count", "partial_failure", "missing_files", "cpu_tier_ranks")),
     "iodl.cmd.kvcache:_result": ("kvcache.kvcache", "kvcache.mlperf", "kvcache.trials.kvcache",
-                                 "kvcache.trials.mlperf", "kvcache.ranks", "kvcache.hosts", "kvcache.trial_count"),
+                                 "kvcache.trials.mlperf", "kvcache.ranks", "kvcache.hosts"),
     "iodl.cmd.kvcache:_block": ("kvcache.KV.mounts.path", "kvcache.KV.mounts.ranks"),
     "iodl.cmd.kvcache:_gathered": tuple(f"kvcache.KV.per_rank.{k}" for k in (
         "rank", "host", "mount", "end_s", "tokens", "requests", "written_bytes", "read_bytes", "entries_written",
@@ -113,7 +114,7 @@ AS_RUN = (
     *(f"kvcache.{k}" for k in ("schema", "pattern", "option", "model", "users", "duration_s", "seed", "engine",
                                "direct", "block_size", "workers", "cpu_memory_gb", "max_concurrent_writes",
                                "multi_turn",
-                               "prefill_only", "context", "max_requests", "root", "partial")),
+                               "prefill_only", "context", "max_requests", "trial_count", "root", "partial")),
 )
 
 

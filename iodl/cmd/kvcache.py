@@ -11,11 +11,13 @@ import os
 
 from .. import _native, engines, reduce
 from ..comm import collective
+from ..errors import UsageError
 from ..kvcache import MODELS, OPTIONS, USER_TYPES, KVSpec, resolve
 from ..limits import cli_float, cli_int
 from ..metrics import RankResult, process_age_s
-from ..patterns.kvcache import (KVCACHE, Entries, Tally, capacity, check_room, kv_block, mean_over_trials,
-                                mlperf_view, prepare_root, rank_directory, rank_sums)
+from ..kvcache_mlperf import option_summary, rank_summary, write_run
+from ..patterns.kvcache import (KVCACHE, Entries, Tally, capacity, check_room, kv_block, prepare_root,
+                                rank_directory, rank_sums)
 from ..report import check_output_path, make_console, print_table, write_result
 from ..result import KVCACHE as SCHEMA
 from ..stop import STOP_GRACE_S, Interrupt
@@ -52,10 +54,18 @@ def add_arguments(p) -> None:
     p.add_argument("--direct", action="store_true", help="O_DIRECT (entries padded to whole 4 KiB blocks)")
     p.add_argument("--block-size", default="1MiB", metavar="SIZE", help="request size (default 1MiB)")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here")
+    p.add_argument("--mlperf-dir", metavar="DIR",
+                   help="also write MLPerf's files of the run there: option_<O>/trial_<T>/rank_<N>/"
+                        "kvcache_results_<ts>.json and kvcache_run_summary_<ts>.json (needs --option)")
 
 
 def _setup(comm, args) -> KVSpec:
     spec = resolve(args)
+    if args.mlperf_dir and not spec.option:
+        raise UsageError("--mlperf-dir: MLPerf's files are an option's (give --option 1|2|3)")
+    if args.mlperf_dir:   # a directory iodl may make, or make files in
+        d = args.mlperf_dir
+        check_output_path("--mlperf-dir", os.path.join(d, "x") if os.path.isdir(d) else d.rstrip(os.sep))
     if args.out:
         check_output_path("--out", args.out)
     return spec
@@ -108,41 +118,49 @@ def run(comm, args) -> int:
     print_result(result, make_console())
     if args.out:
         write_result(result, args.out)
+    if args.mlperf_dir:
+        hosts = [p["host"] for p in result["kvcache"]["per_rank"]]
+        path = write_run(args.mlperf_dir, spec.option, [t[2] for t in trials], sorted(set(hosts)),
+                         max(hosts.count(h) for h in hosts))
+        print(f"MLPerf's files (mlpstorage's kvcache layout) written; the run's summary: {path}")
     if result["kvcache"]["errors"]:
         return 1
     return 130 if partial else 0
 
 
 def _gathered(comm, tally: Tally, end_s: float, process: RankResult):
-    """Every rank's counts put together on rank 0: (per mount, all) reduced rows and the per-rank list."""
+    """Every rank's counts put together on rank 0: ((per mount, all) reduced rows, the per-rank list,
+    every rank's summary as kv-cache.py writes it)."""
     got = reduce.across_ranks(comm, 0, 1, **rank_sums(tally, end_s))
+    summaries = comm.gather(rank_summary(tally, end_s))
     per_rank = comm.gather({"rank": comm.rank, "host": process.host, "mount": 0, "end_s": end_s,
                             "tokens": tally.tokens, "requests": tally.requests, "written_bytes": tally.written_bytes,
                             "read_bytes": tally.read_bytes, "entries_written": tally.entries_written,
                             "entry_reads": tally.entry_reads, "evictions": tally.evictions, "errors": tally.errors,
                             "cpu_s": process.cpu_s, "max_rss_mb": process.max_rss_mb})
-    return (got, sorted(per_rank, key=lambda p: p["rank"])) if comm.rank == 0 else None
+    if comm.rank != 0:
+        return None
+    order = sorted(range(len(per_rank)), key=lambda i: per_rank[i]["rank"])
+    return got, [per_rank[i] for i in order], [summaries[i] for i in order]
 
 
-def _block(spec: KVSpec, gathered) -> tuple[dict, dict]:
-    """(iodl's kvcache block, MLPerf's view) of one trial or of all. The window is the longest
-    rank's: the duration, or to the stop, or to its last request (--max-requests); over trials,
-    their windows added."""
-    (mounts, total), per_rank = gathered
+def _block(spec: KVSpec, gathered) -> dict:
+    """iodl's kvcache block of one trial or of all. The window is the longest rank's: the duration,
+    or to the stop, or to its last request (--max-requests); over trials, their windows added."""
+    (mounts, total), per_rank, _summaries = gathered
     window_s = max(0.0, float(total["end_s"]))
     bpt = spec.model.bytes_per_token
     block = kv_block(total, window_s, bpt)
     block["mounts"] = [{"path": spec.root, "ranks": [p["rank"] for p in per_rank], **kv_block(m, window_s, bpt)}
                        for m in mounts]
     block["per_rank"] = per_rank
-    return block, mlperf_view(total, window_s)
+    return block
 
 
 def _result(spec: KVSpec, whole, trials: list, partial: bool) -> dict:
     """Rank 0: the result (docs/numbers.md, "KV cache"): iodl's figures over every trial, MLPerf's
-    aggregate (the mean of the trials'), and each trial's when there are several."""
-    block, _view = _block(spec, whole)
-    per_trial = [_block(spec, t) for t in trials]
+    aggregate of the option (iodl/kvcache_mlperf.py), and each trial's when there are several."""
+    block = _block(spec, whole)
     per_rank = block["per_rank"]
     result = {"schema": SCHEMA, "pattern": "kvcache", "option": spec.option, "model": spec.model.name,
               "users": spec.users, "duration_s": spec.duration_s, "seed": spec.seed, "engine": spec.engine,
@@ -152,9 +170,10 @@ def _result(spec: KVSpec, whole, trials: list, partial: bool) -> dict:
               "context": list(spec.context) if spec.context else None, "max_requests": spec.max_requests,
               "trial_count": len(trials), "ranks": len(per_rank), "hosts": sorted({p["host"] for p in per_rank}),
               "root": spec.root, "partial": partial, "kvcache": block,
-              "mlperf": mean_over_trials([view for _b, view in per_trial])}
+              "mlperf": option_summary(spec.option or 0, [t[2] for t in trials])}
     if len(trials) > 1:
-        result["trials"] = [{"kvcache": b, "mlperf": view} for b, view in per_trial]
+        result["trials"] = [{"kvcache": _block(spec, t), "mlperf": option_summary(spec.option or 0, [t[2]])}
+                            for t in trials]
     return result
 
 
@@ -186,11 +205,11 @@ def print_result(result: dict, console) -> None:
                   + (f"; fsync p50 {ms(kv['fsync_latency_us'], 'p50')} ms" if kv["fsync_latency_us"] else ""),
                   highlight=False, markup=False)
     m = result["mlperf"]
-    console.print(f"MLPerf's figures (mean of {result['trial_count']} trial(s)): "
-                  f"{m['avg_throughput_tokens_per_sec']:,.1f} tokens/s, storage throughput "
-                  f"{m['storage_throughput_tokens_per_sec']:,.1f} tokens/s, "
-                  f"read {m['tier_storage_read_bandwidth_gbps']:.3f} GiB/s, "
-                  f"write {m['tier_storage_write_bandwidth_gbps']:.3f} GiB/s, "
+    console.print(f"MLPerf's figures ({result['trial_count']} trial(s)): "
+                  f"{m['aggregated_avg_throughput_tokens_per_sec']:,.1f} tokens/s, storage throughput "
+                  f"{m['aggregated_storage_throughput_tokens_per_sec']:,.1f} tokens/s, "
+                  f"read {m['aggregated_read_bandwidth_gbps']:.3f} GiB/s, "
+                  f"write {m['aggregated_write_bandwidth_gbps']:.3f} GiB/s, "
                   f"P95 {m['aggregated_p95_latency_ms']:,.1f} ms "
                   f"(device read {m['aggregated_device_read_p95_ms']:,.1f}, "
                   f"write {m['aggregated_device_write_p95_ms']:,.1f})", highlight=False, markup=False)

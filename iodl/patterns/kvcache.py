@@ -597,38 +597,9 @@ class KVCache(Pattern):
 
 
 def rank_sums(t: Tally, end_s: float) -> dict:
-    """What a rank adds to the reduction: its counts (SUM), its own P95s of whole-entry reads, of
-    fsyncs and of requests' storage time (MAX: MLPerf's rule), its end (MAX), and MLPerf's storage
-    throughput, its tokens / its requests' storage seconds (SUM over ranks, as mlpstorage sums it)."""
-    p95 = {f"rank_p95_{name}_ms": histogram.percentiles(getattr(t, f"{name}_hist"), (95.0,))[95.0] / 1e3
-           for name in ("entry_read", "fsync", "request")}
-    storage_s = t.storage_ns / 1e9
-    return {"sum": {**{k: getattr(t, k) for k in _SUMS}, **{k: getattr(t, k) for k in _HISTS},
-                    "storage_tokens_per_s": reduce.rate(t.tokens, storage_s)},
-            "max": {"max_ns": t.max_ns, "end_s": end_s, **p95}}
-
-
-GiB = 1 << 30
-
-
-def mlperf_view(g: dict, window_s: float) -> dict:
-    """MLPerf's figures of one trial (mlpstorage's kvcache aggregation) from the reduced row: sums over
-    ranks, bandwidth in GiB/s, the largest per-rank P95 under both names the rules have used. Bytes
-    are iodl's (counted by completion inside the window; kv-cache.py counts them when an access starts)."""
-    return {
-        "avg_throughput_tokens_per_sec": reduce.rate(int(g["tokens"]), window_s),
-        "storage_throughput_tokens_per_sec": float(g["storage_tokens_per_s"]),
-        "tier_storage_read_bandwidth_gbps": reduce.rate(int(g["read_bytes"]) / GiB, window_s),
-        "tier_storage_write_bandwidth_gbps": reduce.rate(int(g["written_bytes"]) / GiB, window_s),
-        "aggregated_p95_latency_ms": float(g["rank_p95_request_ms"]),
-        "aggregated_device_read_p95_ms": float(g["rank_p95_entry_read_ms"]),
-        "aggregated_device_write_p95_ms": float(g["rank_p95_fsync_ms"]),
-    }
-
-
-def mean_over_trials(views: list[dict]) -> dict:
-    """MLPerf's aggregate over trials: the mean of each figure."""
-    return {k: float(np.mean([v[k] for v in views])) for k in views[0]}
+    """What a rank adds to the reduction: its counts (SUM), its latencies' maximum and its end (MAX)."""
+    return {"sum": {**{k: getattr(t, k) for k in _SUMS}, **{k: getattr(t, k) for k in _HISTS}},
+            "max": {"max_ns": t.max_ns, "end_s": end_s}}
 
 
 def kv_block(g: dict, window_s: float, bytes_per_token: int) -> dict:

@@ -55,10 +55,11 @@ def test_a_run_writes_the_documented_result_whose_figures_follow_their_definitio
     assert sum(t["written_bytes"] for t in per_trial) == kv["written_bytes"]
     # MLPerf's: the mean over trials of each trial's sums over ranks, bandwidth in GiB/s
     m = r["mlperf"]
-    assert m["tier_storage_read_bandwidth_gbps"] == pytest.approx(
-        sum(t["read_bytes"] / 3.0 / 2**30 for t in per_trial) / trials, rel=1e-9)
-    assert m["avg_throughput_tokens_per_sec"] == pytest.approx(sum(t["tokens_per_s"] for t in per_trial) / trials,
-                                                               rel=1e-9)
+    assert (m["trial_count"], m["rank_count"]) == (trials, max(ranks, 1))
+    assert m["aggregated_read_bandwidth_gbps"] == pytest.approx(
+        sum(p["read_bytes"] / p["end_s"] / 2**30 for t in per_trial for p in t["per_rank"]) / trials, rel=1e-9)
+    assert m["aggregated_avg_throughput_tokens_per_sec"] == pytest.approx(
+        sum(t["tokens_per_s"] for t in per_trial) / trials, rel=1e-9)
     assert 0 < m["aggregated_device_write_p95_ms"] <= max(t["fsync_latency_us"]["max"] for t in per_trial) / 1e3
     for key in ("tokens", "requests", "written_bytes", "read_bytes", "entries_written", "entry_reads"):
         assert kv[key] == sum(p[key] for p in kv["per_rank"]) == kv["mounts"][0][key]
@@ -125,3 +126,39 @@ def test_no_block_of_4096_or_512_bytes_repeats_in_what_two_ranks_wrote(tmp_path)
                     seen.add(hashlib.blake2b(data[at:at + size], digest_size=16).digest())
                     blocks += 1
         assert blocks > 10_000 and len(seen) == blocks, (size, blocks - len(seen))
+
+
+@pytest.mark.skipif(not mpiexec(), reason="no mpiexec")
+def test_mlperf_files_are_in_mlpstorages_layout_and_aggregate_by_its_rule(tmp_path):
+    """--mlperf-dir: option_1/trial_T/rank_N/kvcache_results_*.json for 2 ranks x 2 trials, and the
+    run summary mlpstorage writes, whose option entry is its aggregation of those files (sum over
+    ranks, mean over trials; the largest P95 over ranks and trials) and the result's `mlperf`."""
+    import glob
+    from statistics import fmean
+
+    out, mlperf = tmp_path / "r.json", tmp_path / "mlperf"
+    proc = iodl("kvcache", "--root", str(tmp_path / "kv"), "--option", "1", *SMALL, "--duration", "2",
+                "--trials", "2", "--mlperf-dir", str(mlperf), "--out", str(out), ranks=2, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    files = [[json.loads(open(glob.glob(str(mlperf / "option_1" / f"trial_{t}" / f"rank_{r}" /
+                                             "kvcache_results_*.json"))[0]).read())["summary"] for r in (0, 1)]
+             for t in (0, 1)]
+    (summary_path,) = glob.glob(str(mlperf / "kvcache_run_summary_*.json"))
+    summary = json.loads(open(summary_path).read())
+    entry = summary["options"]["1"]
+    assert (summary["total_ranks"], summary["trials_per_option"], summary["npernode"]) == (2, 2, 2)
+
+    def by_rule(get):
+        return fmean(sum(get(s) for s in trial) for trial in files)
+
+    assert entry["aggregated_read_bandwidth_gbps"] == pytest.approx(
+        by_rule(lambda s: s["cache_stats"]["tier_storage_read_bandwidth_gbps"]), rel=1e-12)
+    assert entry["aggregated_avg_throughput_tokens_per_sec"] == pytest.approx(
+        by_rule(lambda s: s["avg_throughput_tokens_per_sec"]), rel=1e-12)
+    assert entry["aggregated_device_read_p95_ms"] == max(s["cache_stats"]["storage_read_device_p95_ms"]
+                                                         for trial in files for s in trial)
+    assert entry["aggregated_p95_latency_ms"] == max(s["storage_io_latency_ms"]["p95"]
+                                                     for trial in files for s in trial)
+    assert json.loads(out.read_text())["mlperf"] == entry
+    r = json.loads(out.read_text())
+    assert sum(s["cache_stats"]["storage_entries"] for trial in files for s in trial) == r["kvcache"]["entries_written"]
