@@ -29,6 +29,7 @@ COMMANDS = {
     "checkpoint": ("iodl.cmd.checkpoint", "what each rank of an MLPerf-Storage-style checkpoint writes (--plan)"),
     "report": ("iodl.cmd.report", "print result files again, write their time series as CSV, or plot them"),
     "compare": ("iodl.cmd.compare", "put two result files side by side"),
+    "kvcache": ("iodl.cmd.kvcache", "MLPerf Storage's LLM KV-cache offload workload: entries written and re-read"),
 }
 
 

@@ -17,6 +17,11 @@ _READ_RATES = ("window_s", "bandwidth_MBps", "iops", "opens_per_s", "cache_hit_f
 _OP = ("rounds", "bytes", "ios", "duration_s", "bandwidth_MBps", "min_rank_bandwidth_MBps", "latency_us", "fsync",
        "fsyncs", "fsync_latency_us", "cache_hit_fraction", "per_round.bytes", "per_round.duration_s",
        "per_round.bandwidth_MBps", "per_round.min_rank_bandwidth_MBps")
+_KV = ("tokens", "tokens_per_s", "prefill_tokens", "bytes_per_token", "requests", "entries_written", "entry_reads",
+       "evictions", "cpu_entries", "cpu_reads", "demotions", "written_bytes", "read_bytes", "window_s", "write_bandwidth_MBps", "read_bandwidth_MBps",
+       "write_ios", "read_ios", "fsyncs", "errors", "cache_hit_rate", "device_read_fraction", "read_latency_us",
+       "write_latency_us", "fsync_latency_us", "entry_read_latency_us", "entry_write_latency_us",
+       "request_storage_latency_us")
 
 DEFINED_BY: dict[str, tuple[str, ...]] = {
     # a group of ranks' read figures: reduced over ranks, then rated over one window
@@ -82,6 +87,19 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
                                       "result.checkpoint.write"),
     "iodl.mlperf:checkpoint_view": ("checkpoint.mlperf.category", "checkpoint.mlperf.reasons",
                                     "checkpoint.mlperf.read_gap_s"),
+    # the KV-cache workload (iodl kvcache): a group of ranks' figures, the run's, each rank's
+    "iodl.patterns.kvcache:kv_block": tuple(f"kvcache.KV.{k}" for k in _KV),
+    "iodl.kvcache_mlperf:option_summary": tuple(f"kvcache.MLPERF.{k}" for k in (
+        "option", "aggregated_read_bandwidth_gbps", "aggregated_write_bandwidth_gbps",
+        "aggregated_avg_throughput_tokens_per_sec", "aggregated_storage_throughput_tokens_per_sec",
+        "aggregated_p95_latency_ms", "aggregated_device_read_p95_ms", "aggregated_device_write_p95_ms", "rank_count",
+        "trial_count", "partial_failure", "missing_files", "cpu_tier_ranks")),
+    "iodl.cmd.kvcache:_result": ("kvcache.kvcache", "kvcache.mlperf", "kvcache.trials.kvcache",
+                                 "kvcache.trials.mlperf", "kvcache.ranks", "kvcache.hosts"),
+    "iodl.cmd.kvcache:_block": ("kvcache.KV.mounts.path", "kvcache.KV.mounts.ranks"),
+    "iodl.cmd.kvcache:_gathered": tuple(f"kvcache.KV.per_rank.{k}" for k in (
+        "rank", "host", "mount", "end_s", "tokens", "requests", "written_bytes", "read_bytes", "entries_written",
+        "entry_reads", "evictions", "errors", "cpu_s", "max_rss_mb")),
 }
 
 # modules that write another tool's figures by that tool's definitions: DLIO's summary and
@@ -96,6 +114,10 @@ AS_RUN = (
     *(f"checkpoint.{k}" for k in ("schema", "pattern", "engine", "direct", "iodepth", "block_size", "ranks",
                                   "workload", "model", "subset", "full_ranks", "fsync", "drop_caches", "roots",
                                   "partial")),
+    *(f"kvcache.{k}" for k in ("schema", "pattern", "option", "model", "users", "duration_s", "seed", "engine",
+                               "direct", "block_size", "workers", "cpu_memory_gb", "max_concurrent_writes",
+                               "multi_turn",
+                               "prefill_only", "context", "max_requests", "trial_count", "root", "partial")),
 )
 
 

@@ -20,6 +20,7 @@ STEP_FIELDS = ("t_start", "t_end", "data_wait", "compute", "barrier", "bytes", "
 RESULT = "iodl.result/1"      # iodl read --out
 SWEEP = "iodl.sweep/1"        # iodl sweep --out
 CHECKPOINT = "iodl.checkpoint/1"   # iodl checkpoint --out
+KVCACHE = "iodl.kvcache/1"    # iodl kvcache --out (docs/numbers.md, "KV cache")
 
 
 

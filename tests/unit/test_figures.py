@@ -24,7 +24,7 @@ def doc_paths(text: str) -> set[str]:
     out = set()
     blocks = re.findall(r"```\n(.*?)```", text, re.S)
     schemas = [b for b in blocks if '"schema"' in b]
-    for name, block in zip(("result", "checkpoint"), schemas):
+    for name, block in zip(("result", "checkpoint", "kvcache"), schemas):
         stack, pending, prev = [name], None, ""
         for m in _TOKEN.finditer(block):
             tok = m.group(0)

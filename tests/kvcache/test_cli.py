@@ -1,0 +1,164 @@
+"""`iodl kvcache` as a user runs it: its result's keys against docs/numbers.md, its figures
+against their own definitions, usage errors in one line, Ctrl-C within about a second."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import iodl, load_json, mpiexec
+
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "numbers.md")
+SMALL = ["--model", "tiny-1b", "--users", "6", "--context", "200:2000"]
+
+
+def _documented() -> set[str]:
+    text = open(DOCS, encoding="utf-8").read()
+    section = text[text.index("Result file, schema `iodl.kvcache/1`"):]
+    block = section[section.index("```") + 3:section.index("```", section.index("```") + 3)]
+    return set(re.findall(r'"([A-Za-z_0-9]+)"', block)) - {"iodl", "kvcache/1"}
+
+
+def _keys(obj) -> set[str]:
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in _keys(v)}
+    if isinstance(obj, list):
+        return {k for v in obj for k in _keys(v)}
+    return set()
+
+
+@pytest.mark.parametrize("ranks", [0, 2], ids=["serial", "mpiexec-2"])
+def test_a_run_writes_the_documented_result_whose_figures_follow_their_definitions(tmp_path, ranks):
+    if ranks and not mpiexec():
+        pytest.skip("no mpiexec")
+    out = tmp_path / "r.json"
+    trials = 2 if ranks else 1
+    proc = iodl("kvcache", "--root", str(tmp_path / "kv"), *SMALL, "--duration", "3", "--trials", str(trials),
+                "--out", str(out), ranks=ranks, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "tokens/s" in proc.stdout
+    r = load_json(out)
+    latency = {"p50", "p90", "p99", "p999", "max"}
+    documented = _documented() - ({"trials"} if trials == 1 else set())
+    assert _keys(r) - latency == documented - latency, (_keys(r) ^ documented)
+    kv, window = r["kvcache"], 3.0 * trials
+    assert r["schema"] == "iodl.kvcache/1" and r["ranks"] == max(ranks, 1) and not r["partial"]
+    assert r["trial_count"] == trials and kv["window_s"] == window and kv["bytes_per_token"] == 24_576
+    assert kv["write_bandwidth_MBps"] == pytest.approx(kv["written_bytes"] / window / 1e6, rel=1e-12)
+    assert kv["read_bandwidth_MBps"] == pytest.approx(kv["read_bytes"] / window / 1e6, rel=1e-12)
+    assert kv["tokens_per_s"] == pytest.approx(kv["tokens"] / window, rel=1e-12)
+    per_trial = [t["kvcache"] for t in r.get("trials", [])] or [kv]
+    assert sum(t["written_bytes"] for t in per_trial) == kv["written_bytes"]
+    # MLPerf's: the mean over trials of each trial's sums over ranks, bandwidth in GiB/s
+    m = r["mlperf"]
+    assert (m["trial_count"], m["rank_count"]) == (trials, max(ranks, 1))
+    assert m["aggregated_read_bandwidth_gbps"] == pytest.approx(
+        sum(p["read_bytes"] / p["end_s"] / 2**30 for t in per_trial for p in t["per_rank"]) / trials, rel=1e-9)
+    assert m["aggregated_avg_throughput_tokens_per_sec"] == pytest.approx(
+        sum(t["tokens_per_s"] for t in per_trial) / trials, rel=1e-9)
+    assert 0 < m["aggregated_device_write_p95_ms"] <= max(t["fsync_latency_us"]["max"] for t in per_trial) / 1e3
+    for key in ("tokens", "requests", "written_bytes", "read_bytes", "entries_written", "entry_reads"):
+        assert kv[key] == sum(p[key] for p in kv["per_rank"]) == kv["mounts"][0][key]
+        assert all(p[key] > 0 for p in kv["per_rank"]), key
+    assert kv["device_read_fraction"] > 0.99   # each file's pages are dropped before it is read
+    assert kv["fsyncs"] >= kv["entries_written"] > 0
+
+
+def test_a_root_holding_someone_elses_files_is_refused_in_one_line(tmp_path):
+    (tmp_path / "theirs.txt").write_text("keep me")
+    proc = iodl("kvcache", "--root", str(tmp_path), *SMALL, "--duration", "1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "did not write" in proc.stderr
+    assert os.listdir(tmp_path) == ["theirs.txt"]
+
+
+def test_neither_option_nor_model_is_a_usage_error(tmp_path):
+    proc = iodl("kvcache", "--root", str(tmp_path / "kv"))
+    assert proc.returncode == 2 and "--option" in proc.stderr
+
+
+def test_ctrl_c_ends_the_run_within_about_a_second_with_a_partial_result(tmp_path):
+    """SIGINT 1 s into the I/O of a 60 s run: the process ends within 1.5 s (the engines stop within
+    100 ms, plus the fsync in progress, which no stop interrupts: entries of 6-13 MB keep it short;
+    the window ends at the stop) and writes its result, marked partial."""
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "iodl", "kvcache", "--root", str(tmp_path / "kv"), "--model", "llama3.1-8b",
+           "--users", "8", "--context", "50:100", "--duration", "60", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    entries = tmp_path / "kv" / "rank_0"
+    deadline = time.monotonic() + 30
+    while not (entries.is_dir() and any(entries.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)   # start-up (imports, a busy machine's) until the first entry is being written
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    print(f"stopped {took:.2f} s after SIGINT")
+    assert proc.returncode == 130, stderr
+    assert took < 1.5, took
+    r = json.loads(out.read_text())
+    kv = r["kvcache"]
+    assert r["partial"] is True and "stopped" in stdout
+    assert 0.5 < kv["window_s"] < 30 and kv["written_bytes"] + kv["read_bytes"] > 0
+
+
+@pytest.mark.skipif(not mpiexec(), reason="no mpiexec")
+def test_no_block_of_4096_or_512_bytes_repeats_in_what_two_ranks_wrote(tmp_path):
+    """Storage that deduplicates would store less than was written (kv-cache.py's entries once
+    deduplicated 96.7 %): every whole 4 KiB and 512 B block of every entry of both ranks is unique."""
+    import hashlib
+
+    root = tmp_path / "kv"
+    proc = iodl("kvcache", "--root", str(root), *SMALL, "--no-multi-turn", "--max-requests", "12", "--duration", "60",
+                ranks=2, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for size in (4096, 512):
+        seen, blocks = set(), 0
+        for rank_dir in ("rank_0", "rank_1"):
+            for name in os.listdir(root / rank_dir):
+                data = (root / rank_dir / name).read_bytes()
+                for at in range(0, len(data) - size + 1, size):
+                    seen.add(hashlib.blake2b(data[at:at + size], digest_size=16).digest())
+                    blocks += 1
+        assert blocks > 10_000 and len(seen) == blocks, (size, blocks - len(seen))
+
+
+@pytest.mark.skipif(not mpiexec(), reason="no mpiexec")
+def test_mlperf_files_are_in_mlpstorages_layout_and_aggregate_by_its_rule(tmp_path):
+    """--mlperf-dir: option_1/trial_T/rank_N/kvcache_results_*.json for 2 ranks x 2 trials, and the
+    run summary mlpstorage writes, whose option entry is its aggregation of those files (sum over
+    ranks, mean over trials; the largest P95 over ranks and trials) and the result's `mlperf`."""
+    import glob
+    from statistics import fmean
+
+    out, mlperf = tmp_path / "r.json", tmp_path / "mlperf"
+    proc = iodl("kvcache", "--root", str(tmp_path / "kv"), "--option", "1", *SMALL, "--duration", "2",
+                "--trials", "2", "--mlperf-dir", str(mlperf), "--out", str(out), ranks=2, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    files = [[json.loads(open(glob.glob(str(mlperf / "option_1" / f"trial_{t}" / f"rank_{r}" /
+                                             "kvcache_results_*.json"))[0]).read())["summary"] for r in (0, 1)]
+             for t in (0, 1)]
+    (summary_path,) = glob.glob(str(mlperf / "kvcache_run_summary_*.json"))
+    summary = json.loads(open(summary_path).read())
+    entry = summary["options"]["1"]
+    assert (summary["total_ranks"], summary["trials_per_option"], summary["npernode"]) == (2, 2, 2)
+
+    def by_rule(get):
+        return fmean(sum(get(s) for s in trial) for trial in files)
+
+    assert entry["aggregated_read_bandwidth_gbps"] == pytest.approx(
+        by_rule(lambda s: s["cache_stats"]["tier_storage_read_bandwidth_gbps"]), rel=1e-12)
+    assert entry["aggregated_avg_throughput_tokens_per_sec"] == pytest.approx(
+        by_rule(lambda s: s["avg_throughput_tokens_per_sec"]), rel=1e-12)
+    assert entry["aggregated_device_read_p95_ms"] == max(s["cache_stats"]["storage_read_device_p95_ms"]
+                                                         for trial in files for s in trial)
+    assert entry["aggregated_p95_latency_ms"] == max(s["storage_io_latency_ms"]["p95"]
+                                                     for trial in files for s in trial)
+    assert json.loads(out.read_text())["mlperf"] == entry
+    r = json.loads(out.read_text())
+    assert sum(s["cache_stats"]["storage_entries"] for trial in files for s in trial) == r["kvcache"]["entries_written"]
