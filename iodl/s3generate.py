@@ -26,7 +26,8 @@ from .comm import collective
 from .data.generate import GenerateResult, generate
 from .data.layout import MANIFEST, SCHEMA
 from .errors import UsageError
-from .s3store import S3Store, Target, endpoint_url
+from .s3root import Target, endpoint_url
+from .s3store import S3Store
 
 UPLOADS_IN_FLIGHT = 8   # per rank
 

@@ -20,69 +20,19 @@ import re
 import threading
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 from awscrt import auth, http, io as crt_io, s3
 from awscrt.exceptions import AwsCrtError
 
-from .errors import IodlError, UsageError
+from .errors import IodlError
+from .s3root import region
 
-SCHEME = "s3://"
-DEFAULT_REGION = "us-east-1"
 # objects above this are written in parts of PART_SIZE (S3's parts are 5 MiB .. 5 GiB, at most 10,000)
 MULTIPART_THRESHOLD = 64 << 20
 PART_SIZE = 16 << 20
 RETRIES = 3                    # attempts after the first, for 5xx (SlowDown, InternalError) and dropped connections
 BACKOFF_S = 0.2
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-
-
-def is_s3(root: str) -> bool:
-    return root.startswith(SCHEME)
-
-
-@dataclass(frozen=True)
-class Target:
-    """An s3:// root: the bucket and the prefix under it (no leading or trailing slash)."""
-    bucket: str
-    prefix: str
-
-    @classmethod
-    def parse(cls, root: str) -> "Target":
-        bucket, _, prefix = root[len(SCHEME):].partition("/")
-        prefix = prefix.strip("/")
-        if not _BUCKET.match(bucket):
-            raise UsageError(f"--root {root}: '{bucket}' is not an S3 bucket name (3-63 of a-z, 0-9, '.', '-')")
-        if not prefix:
-            raise UsageError(f"--root {root}: give a prefix (s3://{bucket}/NAME): iodl writes only under a prefix "
-                             "it creates, never at a bucket's top")
-        if any(part in ("", ".", "..") for part in prefix.split("/")):
-            raise UsageError(f"--root {root}: the prefix may not hold empty, '.' or '..' parts")
-        return cls(bucket, prefix)
-
-    def key(self, rel: str) -> str:
-        return f"{self.prefix}/{rel}"
-
-    def url(self, rel: str = "") -> str:
-        return f"s3://{self.bucket}/{self.key(rel) if rel else self.prefix}"
-
-
-def endpoint_url(given: str | None) -> str:
-    """--endpoint as iodl connects to it; without one, AWS's endpoint for the region."""
-    if not given:
-        return f"https://s3.{region()}.amazonaws.com"
-    parts = urlsplit(given)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
-        raise UsageError(f"--endpoint {given}: give http://HOST[:PORT] or https://HOST[:PORT]")
-    if parts.username or parts.password:
-        raise UsageError("--endpoint: credentials do not go in the URL (use AWS_ACCESS_KEY_ID and "
-                         "AWS_SECRET_ACCESS_KEY, or the AWS config files)")
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def region() -> str:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
 
 
 class S3Error(IodlError):

@@ -27,6 +27,7 @@ def run(comm, args) -> int:
     from ..comm import collective
     from ..data.generate import generate
     from ..errors import UsageError
+    from ..s3root import is_s3
     from ..units import format_size
     from ..workload import load_workload
 
@@ -35,7 +36,7 @@ def run(comm, args) -> int:
         subfolders=args.subfolders))
     from ..progress import Ticker, wrap
 
-    objects = [r for r in args.root if r.startswith("s3://")]
+    objects = [r for r in args.root if is_s3(r)]
     if objects and len(objects) != len(args.root):
         raise UsageError("generate: give either directories or s3:// roots, not both")
     if args.endpoint and not objects:
