@@ -168,6 +168,9 @@ class S3Engine:
                             submit(row)
                         finally:
                             cv.acquire()
+                    if st.stop and st.retry:   # retries not yet sent: dropped, they count as not done
+                        st.inflight -= len(st.retry)
+                        st.retry.clear()
                     if st.inflight == 0 and (st.stop or (st.next_row >= st.nrows and not st.retry)):
                         break
                     if st.stop and st.inflight == 0:
