@@ -31,12 +31,17 @@ def fetch_manifest(root: str, endpoint: str | None) -> dict:
     if body is None:
         raise UsageError(f"{store.endpoint}: {t.url()}: no {MANIFEST}: iodl reads buckets it generated "
                          "(iodl generate --root s3://...)")
+    return parse_manifest(body, store.endpoint, t)
+
+
+def parse_manifest(body: bytes, endpoint: str, t: Target) -> dict:
+    """A manifest object's content, or a UsageError: not one iodl writes."""
     try:
         manifest = json.loads(body)
     except ValueError:
         manifest = None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-        raise UsageError(f"{store.endpoint}: {t.url(MANIFEST)}: not an iodl dataset manifest")
+        raise UsageError(f"{endpoint}: {t.url(MANIFEST)}: not an iodl dataset manifest")
     return manifest
 
 

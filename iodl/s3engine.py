@@ -7,8 +7,8 @@ one GET with `Range: bytes=OFFSET-END` (a whole object's row too: the plan holds
 whether a row ends its object), one HTTP request per row (S3RequestType.DEFAULT: the CRT never
 splits or merges them). The body is counted
 as it arrives and dropped. Latency is a GET's whole time (request handed to the CRT -> last byte);
-its time to first byte (-> response headers) goes to ttfb_hist. A 5xx answer or a dropped
-connection is retried up to s3store.RETRIES times, each counted in `retries`; a request that fails
+its time to first byte (-> response headers) goes to the stats' ttfb_hist. A 5xx answer or a dropped
+connection is retried up to s3store.RETRIES times, each counted in the stats' `retries`; a request that fails
 for good stops the run as a failed read does (errno: EACCES for 403, ENOENT for 404, ECONNREFUSED,
 ETIMEDOUT, else EIO) and its one-line reason is `last_error`.
 """
@@ -41,9 +41,7 @@ class S3Engine:
         self._stores: dict[str, S3Store] = {}
         self._lock = threading.Lock()
         self._cancelled = False
-        self.ttfb_hist = histogram.empty()   # time to first byte of every counted GET, all runs
-        self.retries = 0
-        self.errors = 0
+        self.retries = 0     # of the run in progress (its stats say each run's)
         self.last_error = ""
 
     def _store(self, netloc_url: str) -> S3Store:
@@ -75,6 +73,7 @@ class S3Engine:
         handles = [urlsplit(h) for h in fds]
         live_view = np.frombuffer(memoryview(live).cast("B"), dtype=np.int64, count=3) if live is not None else None
         st = _State(len(cols))
+        self.retries = 0
         cv = threading.Condition()
         clock = _native.monotonic_ns
         interrupt = None
@@ -137,7 +136,6 @@ class S3Engine:
                 s3code = _s3_code(error_body)
                 why = f"HTTP {code}" + (f" {s3code}" if s3code else "") if code else name
                 err = _ERRNO.get(code, errno.EIO) if code else _CRT_ERRNO.get(name, errno.EIO)
-                self.errors += 1
                 finish(row, t0, got, first, (err, f"{h.scheme}://{h.netloc}: GET s3:/{h.path}: {why}"
                                              + (f" after {attempt} retries" if attempt else "")), 0)
 
@@ -190,13 +188,15 @@ class S3Engine:
                                   unmeasured=done[4], submit_ns=subs[0], inflight=subs[1],
                                   t_start_ns=st.t_start, t_end_ns=st.t_end or st.t_start)
         tt = _cols(st.ttfb, 2)
-        _native.account(tt[0], np.zeros_like(tt[0]), None, tt[1], self.ttfb_hist,
-                        window_start_ns=int(window_start_ns), window_end_ns=int(window_end_ns))
+        ttfb = histogram.empty()
+        ttfb_counted = _native.account(tt[0], np.zeros_like(tt[0]), None, tt[1], ttfb,
+                                       window_start_ns=int(window_start_ns), window_end_ns=int(window_end_ns))
         stats = {"done": st.first_error_row if st.errors else st.next_row, **counted, "errors": st.errors,
                  "first_errno": st.first_errno, "first_error_row": st.first_error_row,
                  "interrupted": st.interrupted, "short_rows": st.short_rows, "first_short_row": st.first_short_row,
                  "short_file_size": st.short_file_size, "abandoned": st.inflight,
-                 "write_ios": 0, "write_bytes": 0, "fsyncs": 0, "fsync_ns": 0}
+                 "write_ios": 0, "write_bytes": 0, "fsyncs": 0, "fsync_ns": 0,
+                 "retries": self.retries, "ttfb_hist": ttfb, "ttfb_max_ns": ttfb_counted["max_ns"]}
         if interrupt is not None:
             interrupt.stats = stats
             raise interrupt

@@ -26,6 +26,7 @@ from .comm import collective
 from .data.generate import GenerateResult, generate
 from .data.layout import MANIFEST, SCHEMA
 from .errors import UsageError
+from .s3dataset import parse_manifest
 from .s3root import Target, endpoint_url
 from .s3store import S3Store
 
@@ -87,12 +88,7 @@ def _mark(store: S3Store, targets: list[Target], spec: dict) -> None:
                                  "created; give a new prefix")
             new.append(t)
             continue
-        try:
-            theirs = json.loads(body)
-        except ValueError:
-            theirs = None
-        if not isinstance(theirs, dict) or theirs.get("schema") != SCHEMA:
-            raise UsageError(f"{t.url(MANIFEST)}: not an iodl dataset manifest; give a new prefix")
+        theirs = parse_manifest(body, store.endpoint, t)
         if theirs.get("spec") != spec:
             raise UsageError(f"{t.url()}: holds another dataset (workload {theirs.get('workload')!r}, generated "
                              "with other options); give a new prefix")

@@ -52,6 +52,10 @@ def test_storage_only_whole_and_ranged_gets(seaweed, dataset, tmp_path, block):
     total = json.loads((tmp_path / "s.json").read_text())["total"]
     assert total["bytes"] > 4e6 and total["ios"] > 0
     mean = total["bytes"] / total["ios"]
+    # time to first byte: of every counted GET, never longer than the GET itself; no retries on a healthy server
+    assert 0 < total["ttfb_us"]["p50"] <= total["latency_us"]["p50"]
+    assert total["ttfb_us"]["max"] <= total["latency_us"]["max"]
+    assert total["retries"] == 0 and total["errors"] == 0
     if block == "1MiB":   # every part but each object's last is 1 MiB; tiny's objects are ~4 MB
         assert 0.7 * (1 << 20) <= mean <= (1 << 20)
     else:                 # whole objects of 3.8-4.5 MB
