@@ -163,12 +163,17 @@ def _key(op: str, size: int, i: int) -> str:
     return f"{'get' if op == 'GET' else 'put'}/{size}/{i % OBJECTS}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=6.0)
+def bench_args(doc: str, seconds: float, name: str):
+    """The S3 benches' options: --seconds per cell, --rounds, --out (bench/results/NAME without suffix)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=seconds)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "s3-client"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=os.path.join(HERE, "results", name))
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = bench_args(__doc__, 6.0, "s3-client")
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()
     rows = []
     try:

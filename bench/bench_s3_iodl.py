@@ -9,7 +9,6 @@ this process, the same requests (one GET per object, Range over the whole object
 dropped: bench_s3_client.Crt), the same objects, the same number in flight, MB/s over --seconds.
 Rounds interleave the two. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratio iodl / loop.
 """
-import argparse
 import json
 import os
 import statistics
@@ -22,7 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from bench_s3_client import Crt  # noqa: E402
+from bench_s3_client import Crt, bench_args  # noqa: E402
 from tests.s3.server import Seaweed  # noqa: E402
 
 BUCKET = "iodl-bench"
@@ -72,11 +71,7 @@ def iodl_read(server, inflight: int, seconds: float) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "s3-iodl-vs-loop"))
-    args = ap.parse_args()
+    args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop")
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()
     rows = []
     try:
