@@ -116,6 +116,8 @@ class ShardFiles:
         need = [s for s in dict.fromkeys(shards) if s not in self.fds]
         if self.paths is None:
             self.fds.update((s, -1) for s in need)
+        elif getattr(self.paths, "objects", False):
+            return [self.paths[s] for s in shards]   # objects (iodl.s3dataset): the handle is the "fd", nothing to open
         elif self._pool is None:
             for shard in need:
                 fd, t, took = self._open_timed(shard)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import importlib.util
 from dataclasses import dataclass
 from typing import Callable
 
@@ -65,6 +66,16 @@ def _asyncio_unusable() -> str | None:
     return unavailable()
 
 
+# The s3 engine's module brings awscrt (the s3 extra): imported only for a run that reads a bucket.
+def _s3(**options):
+    from .s3engine import S3Engine
+    return S3Engine(**options)
+
+
+def _s3_unusable() -> str | None:
+    return None if importlib.util.find_spec("awscrt") else "no awscrt (pip install 'iodl[s3]')"
+
+
 ENGINES: dict[str, Entry] = {e.name: e for e in (
     _c_ops("null", "no I/O, a delay per request", ("null",)),
     # fio's sync (read(2) after lseek) and pvsync/pvsync2 (preadv) as psync: one positional read at a time
@@ -72,6 +83,7 @@ ENGINES: dict[str, Entry] = {e.name: e for e in (
     _c_ops("aio", "Linux native AIO, io_submit", ("libaio",), "io_setup"),
     _c_ops("uring", "io_uring", ("io_uring",), "io_uring_setup"),
     Entry("asyncio", PYTHON, "aiofiles on uvloop", writes=False, make=_asyncio, unusable=_asyncio_unusable),
+    Entry("s3", PYTHON, "ranged GETs to an S3 endpoint (awscrt)", writes=False, make=_s3, unusable=_s3_unusable),
     Entry("filecreate", C_PER_FILE, "open(O_CREAT|O_EXCL) per file", ("filecreate",)),
     Entry("filestat", C_PER_FILE, "stat per file", ("filestat",), writes=False),
     Entry("filedelete", C_PER_FILE, "unlink per file", ("filedelete",)),

@@ -75,6 +75,11 @@ class RankResult:
     closes: int = 0
     close_max_ns: int = 0
     close_hist: np.ndarray = field(default_factory=histogram.empty)
+    # object storage (the s3 engine): attempts repeated after a 5xx or a dropped connection, and each
+    # counted GET's time to first byte (request handed over -> response headers); 0 and empty on files
+    retries: int = 0
+    ttfb_max_ns: int = 0
+    ttfb_hist: np.ndarray = field(default_factory=histogram.empty)
 
     def engine_args(self, t0_ns: int) -> dict:
         """The keywords that make an Engine.run count in this rank's window and feed its series
@@ -88,8 +93,12 @@ class RankResult:
 
     def add(self, stats: dict, t0_ns: int) -> None:
         """Fold one engine run (whose histogram was accumulated into self.hist) into the counters."""
+        self.retries += stats.get("retries", 0)   # a run of nothing but failed attempts has them too
         if not stats["ios"]:
             return
+        if "ttfb_hist" in stats:
+            self.ttfb_hist += stats["ttfb_hist"]
+            self.ttfb_max_ns = max(self.ttfb_max_ns, stats["ttfb_max_ns"])
         self.bytes += stats["bytes"]
         self.ios += stats["ios"]
         self.cached_bytes += stats["cached_bytes"]
@@ -129,7 +138,7 @@ class RankResult:
                                               "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s",
                                               "cores", "max_rss_mb",
                                               "pss_mb", "epochs_checked", "epochs_wrong", "opens", "open_max_ns",
-                                              "open_wait_s", "closes", "close_max_ns")}
+                                              "open_wait_s", "closes", "close_max_ns", "retries", "ttfb_max_ns")}
 
     def note_process(self, startup_s: float) -> None:
         """What this rank's process cost: start-up time, CPU, peak memory."""

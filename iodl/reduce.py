@@ -172,8 +172,8 @@ def emulator_cpu(rows: list[np.ndarray], counted: list[np.ndarray], ranks: list[
 # ---- read patterns: what each rank adds, and a group's block
 
 READ_SUMS = ("bytes", "ios", "cached_bytes", "cache_unmeasured_bytes", "errors", "opens", "closes", "epochs_checked",
-             "epochs_wrong")
-READ_MAXES = ("max_ns", "open_max_ns", "close_max_ns")
+             "epochs_wrong", "retries")
+READ_MAXES = ("max_ns", "open_max_ns", "close_max_ns", "ttfb_max_ns")
 
 
 def reduce_read(comm, mine, n_mounts: int) -> tuple[list[dict], dict] | None:
@@ -182,7 +182,7 @@ def reduce_read(comm, mine, n_mounts: int) -> tuple[list[dict], dict] | None:
     return across_ranks(comm, mine.mount, n_mounts,
                         sum={**{k: getattr(mine, k) for k in READ_SUMS}, "open_wait_s": mine.open_wait_s,
                              "hist": mine.hist, "depth": mine.depth, "open_hist": mine.open_hist,
-                             "close_hist": mine.close_hist},
+                             "close_hist": mine.close_hist, "ttfb_hist": mine.ttfb_hist},
                         max={**{k: getattr(mine, k) for k in READ_MAXES}, "t_end": mine.t_end},
                         min={"t_start": mine.t_start})
 
@@ -207,6 +207,8 @@ def read_block(g: dict, window_s: float | None = None) -> dict:
         "open_wait_s": float(g["open_wait_s"]),   # rank-seconds: summed over the ranks
         "closes": int(g["closes"]),
         "close_latency_us": histogram.summary_us(g["close_hist"], int(g["close_max_ns"])),
+        "retries": int(g["retries"]),
+        "ttfb_us": histogram.summary_us(g["ttfb_hist"], int(g["ttfb_max_ns"])),
     }
     rates(block, window_s)
     block["depth"] = g["depth"].tolist()

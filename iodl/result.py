@@ -56,6 +56,8 @@ class Block(TypedDict):
     open_wait_s: float
     closes: int
     close_latency_us: Latency
+    retries: int            # object storage: requests sent again (0 on files)
+    ttfb_us: Latency        # object storage: time to first byte per GET (all 0 on files)
 
 
 class _Mount(Block):
@@ -138,6 +140,8 @@ class PerRank(TypedDict):
     open_wait_s: float
     closes: int
     close_max_ns: int
+    retries: int
+    ttfb_max_ns: int
 
 
 class _Result(TypedDict):

@@ -23,6 +23,7 @@ from .patterns import Run
 from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
 from .plan import mount_of
 from .runspec import resolve
+from .s3root import is_s3
 from .stop import STOP_GRACE_S, Interrupt
 from .workload import looks_like_yaml
 
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 
 def _setup(comm, args, patterns: dict, run_index: int):
     """Everything that can fail on bad input, done before any I/O, on every rank."""
-    manifests = read_manifests(args.root)   # read once: open_dataset takes them from the spec
+    manifests = read_manifests([r for r in args.root if not is_s3(r)])   # read once: open_dataset takes them from the spec
+    if any(is_s3(r) for r in args.root):
+        from .s3dataset import fetch_manifest   # awscrt: loaded only for a bucket
+        manifests.update((r, fetch_manifest(r, args.endpoint)) for r in args.root if is_s3(r))
     wl = workload_for_roots(manifests, args.workload)
     spec = resolve(args, wl, patterns, run_index, manifests)
     for flag, path in (("--out", args.out), ("--csv", args.csv)):
@@ -160,7 +164,7 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
     """This rank's mount, opened by the ranks of a node that read it together: a plain directory is
     listed once per node, a generated dataset's tables are mapped (shared pages), names derived."""
     wl = spec.workload
-    roots = [os.path.abspath(r) for r in spec.roots]
+    roots = [r if is_s3(r) else os.path.abspath(r) for r in spec.roots]
     if spec.engine == "null" and not roots and accelerators:
         ds = wl.dataset   # the null engine needs no dataset: shard and sample sizes come from the workload
         ends = np.cumsum(np.full(ds.samples_per_file, ds.sample_size, dtype=np.int64))
@@ -180,8 +184,13 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
     # a DLIO workload file describes the plain directory DLIO generated: its samples per file hold
     # there (a tfrecord file: many); iodl's own workloads read a plain directory file by file
     per_file = shape.samples_per_file if looks_like_yaml(wl.source) else 1
-    ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
-                                               samples_per_file=per_file, manifests=spec.manifests))
+    if is_s3(roots[mount]):
+        from .s3dataset import open_s3_dataset
+        ds = collective(comm, lambda: open_s3_dataset(roots[mount], spec.manifests[roots[mount]],
+                                                      spec.engine_extra.get("endpoint")))
+    else:
+        ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
+                                                   samples_per_file=per_file, manifests=spec.manifests))
     return Mount(roots, mount, ds.paths, ds.sizes, ds.sample_ends, ds.total_samples, (ds.largest, ds.total_bytes),
                  ds.copies, manifest=ds.manifest)
 
@@ -232,7 +241,7 @@ def _prepare_node(comm, spec, m: Mount):
         spec = replace(spec, engine_extra={**spec.engine_extra,
                                            "device": memoryview(shared.mm)[shared.device_offset:shared.device_offset + 8]})
     comm.barrier()  # every node's cache is dropped before any rank looks or reads
-    measure_cache = not m.synthetic and not spec.direct
+    measure_cache = not m.synthetic and not spec.direct and not getattr(m.paths, "objects", False)
     probes = comm.gather(_cache_probe(comm, shared, host, node_mounts, m.index, m.roots[m.index], m.paths, m.sizes,
                                       m.copies, m.stats[1]) if measure_cache else None)
     if spec.drop_caches and measure_cache:

@@ -14,6 +14,7 @@ from .errors import UsageError
 from .formats import Reading, format_for
 from . import engines
 from .mlperf import run_category
+from .s3root import is_s3
 from .training import buffer_size, request_shape
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,13 +96,21 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
                                 + (f" and a shuffle buffer of {ahead}" if ahead else "")
                                 + (f" and {opened_ahead} files opened ahead" if opened_ahead else ""),
                                 limits.shards_per_step(batch + ahead, ds.samples_per_file) + opened_ahead)
-    for root in args.root:
+    objects = [r for r in args.root if is_s3(r)]
+    if objects and len(objects) != len(args.root):
+        raise UsageError("--root: give either directories or s3:// roots, not both")
+    if getattr(args, "endpoint", None) and not objects:
+        raise UsageError("--endpoint is for s3:// roots")
+    if objects and engine_asked not in (engines.AUTO, "s3"):
+        raise UsageError(f"s3:// roots are read by --engine s3 (or auto), not {engine_asked}")
+    for root in () if objects else args.root:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root}: " + ("not a directory (give the folder that holds the dataset's "
                                                     "files)" if os.path.exists(root) else "no such directory"))
     if args.drop_caches:
         cache.check_can_drop()
-    engine = engines.choose(engine_asked, direct)
+    engine = engines.choose("s3" if objects else engine_asked, direct)
+    engine_extra = {"endpoint": args.endpoint} if objects else {}
     iodepth = engines.depth(engine, iodepth)   # the result says the depth that ran, not the one asked for
     return patterns[pattern].configure(RunSpec(
         pattern=pattern, engine=engine, direct=direct, iodepth=iodepth, block_size=block_size,
@@ -114,6 +123,6 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
         shuffle_size=train.shuffle_size, epochs=args.epochs or train.epochs, steps=args.steps or 0,
         read_threads=threads, total_steps=train.total_steps, reading=reading, workload=wl, roots=tuple(args.root),
         manifests=manifests or {}, block_given=given_block is not None, delay_shared=args.delay_shared,
-        drop_caches=args.drop_caches, checkpoint_roots=tuple(args.checkpoint_root),
+        drop_caches=args.drop_caches, checkpoint_roots=tuple(args.checkpoint_root), engine_extra=engine_extra,
         mlperf_category=run_category(wl, args)))
 

@@ -1,6 +1,6 @@
 """Markers map to iodl's own probes; a skip states the probe's reason.
 
-IODL_REQUIRE=aio,uring,asyncio,odirect,root,loopdev,blkio,fio,strace,mpiexec,hosts,fuse,loopback (CI sets it on machines that have these)
+IODL_REQUIRE=aio,uring,asyncio,odirect,root,loopdev,blkio,fio,strace,mpiexec,hosts,fuse,loopback,s3 (CI sets it on machines that have these)
 turns the skip of a listed capability into a failure, so a broken probe cannot hide a whole suite.
 
 Timing claims (the tests marked `flaky`, which get bounded reruns) are judged only on a host that

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from ..comm import collective
 from ..data.generate import generate
+from ..errors import UsageError
 from ..limits import cli_int
 from ..progress import Ticker, wrap
+from ..s3root import is_s3
 from ..units import format_size
 from ..workload import FORMATS, load_workload
 
@@ -12,7 +14,10 @@ from ..workload import FORMATS, load_workload
 def add_arguments(p) -> None:
     p.add_argument("--workload", default="tiny", metavar="NAME|FILE", help="built-in workload name, TOML file, or DLIO/MLPerf YAML file (default tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR", required=True,
-                   help="dataset root (repeatable: every root gets the whole dataset; one per mount)")
+                   help="dataset root (repeatable: every root gets the whole dataset; one per mount), or "
+                        "s3://BUCKET/PREFIX (docs/s3.md)")
+    p.add_argument("--endpoint", metavar="URL", help="S3 endpoint of s3:// roots, http(s)://HOST[:PORT] "
+                   "(default: AWS's for AWS_REGION); credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the AWS files")
     p.add_argument("--files", type=cli_int, metavar="N", help="shards per copy (default: the workload's)")
     p.add_argument("--copies", type=cli_int, metavar="N", help="copies of the dataset, in copy-NNNN/ directories (default: the workload's)")
     p.add_argument("--format", choices=FORMATS, metavar="F",
@@ -29,6 +34,11 @@ def run(comm, args) -> int:
         files=args.files, copies=args.copies, format=args.format, seed=args.seed,
         subfolders=args.subfolders))
 
+    objects = [r for r in args.root if is_s3(r)]
+    if objects and len(objects) != len(args.root):
+        raise UsageError("generate: give either directories or s3:// roots, not both")
+    if args.endpoint and not objects:
+        raise UsageError("--endpoint is for s3:// roots")
     talk = comm.rank == 0 and not args.quiet
     # rank 0 sees its own share of the shards; the ranks' shares are near equal, so its fraction
     # done and its time left stand for the whole job
@@ -39,9 +49,13 @@ def run(comm, args) -> int:
         ticker.total = total
         ticker.update(done)
 
+    say = (lambda line: print(wrap(line), flush=True)) if talk else None
     try:
-        result = generate(wl, args.root, comm, say=(lambda line: print(wrap(line), flush=True)) if talk else None,
-                          progress=progress if talk else None)
+        if objects:
+            from ..s3generate import generate_s3   # awscrt: loaded only for a bucket
+            result = generate_s3(wl, args.root, args.endpoint, comm, say=say, progress=progress if talk else None)
+        else:
+            result = generate(wl, args.root, comm, say=say, progress=progress if talk else None)
     finally:
         if ticker:
             ticker.close()

@@ -7,6 +7,7 @@ engine each is run as, fio's own list of engines (`fio --enghelp`), and the kern
 """
 import argparse
 import errno
+import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -37,6 +38,8 @@ NAMES = (*FIO_ALIASES, *FIO_METADATA, *IODL_ONLY, *NOT_HONOURED)
 
 def usable(engine: str) -> bool:
     """The kernel's word (or the Python modules'), asked without the registry."""
+    if engine == "s3":
+        return importlib.util.find_spec("awscrt") is not None
     return unavailable() is None if engine == "asyncio" else _native.probe(engine) == 0
 
 
@@ -148,7 +151,7 @@ def test_each_entry_says_what_it_is():
     kinds = {kind: [e.name for e in engines.ENGINES.values() if e.kind == kind]
              for kind in (engines.C_OPS, engines.PYTHON, engines.C_PER_FILE)}
     assert kinds[engines.C_OPS] == _native.engines()             # the compiled-in ops tables, in order
-    assert kinds[engines.PYTHON] == ["asyncio"]
+    assert kinds[engines.PYTHON] == ["asyncio", "s3"]
     made = engines.ENGINES["asyncio"].make(depth=2, block_size=4096)
     try:
         assert isinstance(made, AsyncioEngine)
@@ -157,7 +160,7 @@ def test_each_entry_says_what_it_is():
     assert kinds[engines.C_PER_FILE] == list(META_ENGINES)       # fio-compare's per-file C calls
     assert sum(len(v) for v in kinds.values()) == len(engines.ENGINES)
     assert engines.plan_engines() == kinds[engines.C_OPS] + kinds[engines.PYTHON]
-    assert [n for n in engines.plan_engines() if not engines.ENGINES[n].writes] == ["asyncio"]
+    assert [n for n in engines.plan_engines() if not engines.ENGINES[n].writes] == ["asyncio", "s3"]
     assert [n for n in engines.ENGINES if engines.ENGINES[n].serial] == ["psync"]
 
 

@@ -1,0 +1,61 @@
+"""`s3://BUCKET/PREFIX` roots and `--endpoint`, understood without loading any S3 client: the
+commands look at their roots with this, and import the client (iodl.s3store) only for a bucket."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from .errors import UsageError
+
+SCHEME = "s3://"
+DEFAULT_REGION = "us-east-1"
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def is_s3(root: str) -> bool:
+    return root.startswith(SCHEME)
+
+
+@dataclass(frozen=True)
+class Target:
+    """An s3:// root: the bucket and the prefix under it (no leading or trailing slash)."""
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def parse(cls, root: str) -> "Target":
+        bucket, _, prefix = root[len(SCHEME):].partition("/")
+        prefix = prefix.strip("/")
+        if not _BUCKET.match(bucket):
+            raise UsageError(f"--root {root}: '{bucket}' is not an S3 bucket name (3-63 of a-z, 0-9, '.', '-')")
+        if not prefix:
+            raise UsageError(f"--root {root}: give a prefix (s3://{bucket}/NAME): iodl writes only under a prefix "
+                             "it creates, never at a bucket's top")
+        if any(part in ("", ".", "..") for part in prefix.split("/")):
+            raise UsageError(f"--root {root}: the prefix may not hold empty, '.' or '..' parts")
+        return cls(bucket, prefix)
+
+    def key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}"
+
+    def url(self, rel: str = "") -> str:
+        return f"s3://{self.bucket}/{self.key(rel) if rel else self.prefix}"
+
+
+def endpoint_url(given: str | None) -> str:
+    """--endpoint as iodl connects to it; without one, AWS's endpoint for the region."""
+    if not given:
+        return f"https://s3.{region()}.amazonaws.com"
+    parts = urlsplit(given)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise UsageError(f"--endpoint {given}: give http://HOST[:PORT] or https://HOST[:PORT]")
+    if parts.username or parts.password:
+        raise UsageError("--endpoint: credentials do not go in the URL (use AWS_ACCESS_KEY_ID and "
+                         "AWS_SECRET_ACCESS_KEY, or the AWS config files)")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION

