@@ -18,7 +18,8 @@ from ..metrics import RankResult, process_age_s
 from ..kvcache_mlperf import option_summary, rank_summary, write_run
 from ..patterns.kvcache import (KVCACHE, Entries, Tally, capacity, check_room, kv_block, prepare_root,
                                 rank_directory, rank_sums)
-from ..report import check_output_path, make_console, print_table, write_result
+from ..outputs import check_output_path, write_result
+from ..report import make_console, print_table
 from ..result import KVCACHE as SCHEMA
 from ..stop import STOP_GRACE_S, Interrupt
 
