@@ -8,14 +8,12 @@ dealt over ranks and each rank runs its share as threads.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import resource
 import stat
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -874,91 +872,69 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult) -> None:
     passes = 0
     sync = _SyncState()
 
-    driver, planner_cpu = threading.get_ident(), [0.0]
-
     def finish():
         if plan.write:
             _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
-        _finish(res, cpu0)
-        res.cpu_s += planner_cpu[0]   # the clone's passes drawn in the planner thread are its work too
+        return _finish(res, cpu0)
 
-    # time_based: the next pass is drawn while the engine runs this one (Engine.run lets go of the GIL), so
-    # the queue is empty between two runs only for their drain, as fio, drawing each offset when it issues,
-    # keeps its queue full across passes. Drawn after the run (the numpy work of a 4 KiB pass over 256 MiB:
-    # 10-140 ms, more the busier the machine), it left the device idle that long every 65536 requests. The
-    # passes are the same, in the same order: only the planner draws from rng while a run is on.
-    ahead = None
-
-    def next_pass():
-        c0 = _cpu()
+    while True:
+        if not plan.time_based and passes >= plan.loops and \
+                plan.io_limit - res.bytes - res.write_bytes < max(plan.max_bs, 1):
+            break
+        if plan.invalidate and not plan.direct:
+            # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
+            for fd in fds:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if not plan.files[res.jobnum]:
+            break   # a clone whose names its first clone took reads nothing (fio's add_file)
+        if passes and plan.unlink_each_loop:
+            _renew_files(plan, fds, plan.files[res.jobnum])
         rows = pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
-        if threading.get_ident() != driver:
-            planner_cpu[0] += _cpu() - c0
-        return rows
-
-    planning = ThreadPoolExecutor(1, thread_name_prefix="iodl-plan") if plan.time_based else contextlib.nullcontext()
-    with planning as planner:
-        while True:
-            if not plan.time_based and passes >= plan.loops and \
-                    plan.io_limit - res.bytes - res.write_bytes < max(plan.max_bs, 1):
-                break
-            if plan.invalidate and not plan.direct:
-                # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
-                for fd in fds:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            if not plan.files[res.jobnum]:
-                break   # a clone whose names its first clone took reads nothing (fio's add_file)
-            if passes and plan.unlink_each_loop:
-                _renew_files(plan, fds, plan.files[res.jobnum])
-            rows = ahead.result() if ahead is not None else next_pass()
-            ahead = None
-            if not len(rows):
-                raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
-            passes += 1
-            k = _passes_per_run(plan, len(rows), (end - now()) if end else 0)
-            if k > 1:
-                # up to DISTINCT_PASSES freshly drawn passes, repeated to k (small files: many passes)
-                block = [rows] + [next_pass() for _ in range(min(k, DISTINCT_PASSES) - 1)]
-                n = len(rows)
-                rows = np.concatenate(block)
-                if k > len(block):
-                    rows = np.tile(rows, -(-k // len(block)))[: k * n]
-                passes += k - 1
-            if plan.write:
-                # fio between loops (observed with strace, fio 3.33): a loop that is not the last issues the
-                # sync due after its last write, and the next loop, after reopening its files, issues the
-                # due sync again before its first write (should_fsync's last_was_sync starts afresh)
-                last = plan.time_based or budget_bytes or passes >= plan.loops
-                rows = _write_rows(plan, rows, sync, leading=passes > 1 and not plan.time_based, trailing=not last)
-            if planner is not None:
-                ahead = planner.submit(next_pass)
-            while len(rows):
-                if end and now() >= end:
+        if not len(rows):
+            raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
+        passes += 1
+        k = _passes_per_run(plan, len(rows), (end - now()) if end else 0)
+        if k > 1:
+            # up to DISTINCT_PASSES freshly drawn passes, repeated to k (small files: many passes)
+            block = [rows] + [pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
+                              for _ in range(min(k, DISTINCT_PASSES) - 1)]
+            n = len(rows)
+            rows = np.concatenate(block)
+            if k > len(block):
+                rows = np.tile(rows, -(-k // len(block)))[: k * n]
+            passes += k - 1
+        if plan.write:
+            # fio between loops (observed with strace, fio 3.33): a loop that is not the last issues the
+            # sync due after its last write, and the next loop, after reopening its files, issues the
+            # due sync again before its first write (should_fsync's last_was_sync starts afresh)
+            last = plan.time_based or budget_bytes or passes >= plan.loops
+            rows = _write_rows(plan, rows, sync, leading=passes > 1 and not plan.time_based, trailing=not last)
+        while len(rows):
+            if end and now() >= end:
+                return finish()
+            part = rows[:MAX_PLAN_ROWS]
+            if budget_ios and now() >= ramp_end:
+                part = part[: max(0, budget_ios - res.ios - res.write_ios)]
+            if budget_bytes and not plan.time_based and now() >= ramp_end:
+                # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
+                left = budget_bytes - res.bytes - res.write_bytes
+                part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
+                if not len(part):
                     return finish()
-                part = rows[:MAX_PLAN_ROWS]
-                if budget_ios and now() >= ramp_end:
-                    part = part[: max(0, budget_ios - res.ios - res.write_ios)]
-                if budget_bytes and not plan.time_based and now() >= ramp_end:
-                    # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
-                    left = budget_bytes - res.bytes - res.write_bytes
-                    part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
-                    if not len(part):
-                        return finish()
-                if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
-                    from .logs import empty_records
-                    res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
-                st = cursor.run(fds, part, names, deadline_ns=end)
-                if st["ios"]:
-                    if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
-                        return finish()
-                    if budget_ios and res.ios + res.write_ios >= budget_ios:
-                        return finish()
-                rows = rows[st["done"]:]
-            if plan.write and not plan.time_based:
-                # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
-                _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
-    _finish(res, cpu0)
-    res.cpu_s += planner_cpu[0]
+            if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
+                from .logs import empty_records
+                res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
+            st = cursor.run(fds, part, names, deadline_ns=end)
+            if st["ios"]:
+                if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
+                    return finish()
+                if budget_ios and res.ios + res.write_ios >= budget_ios:
+                    return finish()
+            rows = rows[st["done"]:]
+        if plan.write and not plan.time_based:
+            # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
+            _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
+    return _finish(res, cpu0)
 
 
 def _renew_files(plan: JobPlan, fds: list, files: list) -> None:
