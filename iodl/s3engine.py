@@ -20,7 +20,13 @@ import time
 from urllib.parse import urlsplit
 
 import numpy as np
-from awscrt import http, s3
+
+from .errors import UsageError
+
+try:
+    from awscrt import http, s3
+except ImportError:   # the s3 extra is optional: without it an s3:// root is one line, not a traceback
+    raise UsageError("s3:// roots need the s3 extra (awscrt): pip install 'iodl[s3]'") from None
 
 from . import _native, histogram
 from .s3store import BACKOFF_S, RETRIES, S3Store, _retryable, _s3_code

@@ -22,10 +22,14 @@ import time
 import xml.etree.ElementTree as ET
 from urllib.parse import quote, urlsplit
 
-from awscrt import auth, http, io as crt_io, s3
-from awscrt.exceptions import AwsCrtError
+from .errors import IodlError, UsageError
 
-from .errors import IodlError
+try:
+    from awscrt import auth, http, io as crt_io, s3
+    from awscrt.exceptions import AwsCrtError
+except ImportError:   # the s3 extra is optional: without it an s3:// root is one line, not a traceback
+    raise UsageError("s3:// roots need the s3 extra (awscrt): pip install 'iodl[s3]'") from None
+
 from .s3root import region
 
 # objects above this are written in parts of PART_SIZE (S3's parts are 5 MiB .. 5 GiB, at most 10,000)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 
 import numpy as np
@@ -98,3 +99,40 @@ def open_dir(path: str) -> int:
     """A directory iodl made, opened without following a link in its place (files are then made
     relative to it: its name cannot be swapped for a link under us)."""
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+# the kernel's own filesystems (/dev's devtmpfs, /proc, /sys, ...): a name there that does not exist
+# is a device or kernel file that is not there (filename=/dev/sdz), never a file to lay out (fio
+# would create a regular file in devtmpfs). A tmpfs such as /dev/shm is ordinary storage.
+KERNEL_FS = {"devtmpfs", "proc", "sysfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs",
+             "configfs", "pstore", "bpf", "mqueue", "efivarfs", "binfmt_misc", "fusectl", "autofs", "rpc_pipefs"}
+
+
+def mount_of(path: str) -> tuple[str, str]:
+    """(mount point, filesystem type) of an existing path, from /proc/self/mountinfo."""
+    real = os.path.realpath(path)
+    best = ("/", "")
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])   # octal escapes
+                fstype = fields[fields.index("-") + 1]
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best[0]):
+                    best = (point, fstype)
+    except (OSError, ValueError, IndexError):
+        pass
+    return best
+
+
+def refuse_kernel_fs(root: str) -> None:
+    """A root (or, when it does not exist yet, the directory it would be made in) on one of the
+    kernel's own filesystems is refused: `--root /dev/x` would fill devtmpfs (RAM) with a dataset."""
+    path = os.path.abspath(root)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    point, fstype = mount_of(path)
+    if fstype in KERNEL_FS:
+        raise UsageError(f"--root {root}: on {point} ({fstype}), a filesystem of the kernel's own; "
+                         "iodl writes datasets, checkpoints and caches only on storage")

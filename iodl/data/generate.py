@@ -21,7 +21,7 @@ from ..errors import IodlError, UsageError
 from ..formats import BLOCK, Format, Stream, content_buffer, format_for
 from ..units import format_size
 from ..workload import Workload, load_workload
-from .files import TMP, create, make_dir, save_npy, unlink_quietly, write_json, write_via_temp
+from .files import TMP, create, make_dir, refuse_kernel_fs, save_npy, unlink_quietly, write_json, write_via_temp
 from .layout import (EXTENTS_FILE, FILE_SIZES_FILE, MANIFEST, SCHEMA, SIZES_FILE, ShardNames, copy_dir,
                      default_data_dir, folder_name, folders_of, sample_sizes)
 from .listing import not_present
@@ -132,6 +132,7 @@ def _check_roots(job: _Job) -> None:
 
 def _prepare_root(root: str, spec: dict, seed: int, folders: int = 1) -> str | None:
     """Check or create one root. Returns an error message, or None if fine."""
+    refuse_kernel_fs(root)
     if not os.path.exists(root):
         parent = os.path.dirname(root.rstrip(os.sep)) or "."
         if not os.path.isdir(parent):

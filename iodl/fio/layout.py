@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from ..engine import blocking_once
 from ..errors import IodlError, UsageError
+from ..data.files import KERNEL_FS, mount_of
 from .jobfile import Job, JobFileError, Percent, fio_list
 
 MARK = "user.iodl.layout"
@@ -323,31 +324,6 @@ def _below_root(spec: FileSpec) -> tuple[str, list[str]]:
         if os.path.isdir(start):
             return start, [p for p in parts[k:] if p not in ("", ".")]
     return ".", [p for p in parts if p not in ("", ".")]
-
-
-# the kernel's own filesystems (/dev's devtmpfs, /proc, /sys, ...): a name there that does not exist
-# is a device or kernel file that is not there (filename=/dev/sdz), never a file to lay out (fio
-# would create a regular file in devtmpfs). A tmpfs such as /dev/shm is ordinary storage.
-KERNEL_FS = {"devtmpfs", "proc", "sysfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs",
-             "configfs", "pstore", "bpf", "mqueue", "efivarfs", "binfmt_misc", "fusectl", "autofs", "rpc_pipefs"}
-
-
-def mount_of(path: str) -> tuple[str, str]:
-    """(mount point, filesystem type) of an existing path, from /proc/self/mountinfo."""
-    real = os.path.realpath(path)
-    best = ("/", "")
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                fields = line.split()
-                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])   # octal escapes
-                fstype = fields[fields.index("-") + 1]
-                inside = real == point or real.startswith(point.rstrip("/") + "/")
-                if inside and len(point) >= len(best[0]):
-                    best = (point, fstype)
-    except (OSError, ValueError, IndexError):
-        pass
-    return best
 
 
 def _check_creatable(spec: FileSpec, mounts: dict) -> None:

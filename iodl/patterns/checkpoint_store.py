@@ -11,7 +11,7 @@ import os
 import stat
 import time
 
-from ..data.files import write_json
+from ..data.files import refuse_kernel_fs, write_json
 from ..data.layout import MANIFEST
 from ..errors import UsageError
 from ..metrics import process_age_s
@@ -45,6 +45,7 @@ def read_store(root: str) -> dict | None:
 def prepare_root(root: str) -> dict:
     """The root's store, creating the root (or adopting an empty directory, e.g. a mount point)
     when new. A dataset root, a file, a link or a folder of someone else's files is refused."""
+    refuse_kernel_fs(root)
     try:
         st = os.lstat(root)
     except FileNotFoundError:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import _native, histogram, reduce
-from ..data.files import make_dir, open_dir, write_json
+from ..data.files import make_dir, open_dir, refuse_kernel_fs, write_json
 from ..engines import open_engine
 from ..errors import IodlError, UsageError
 from ..kvcache import (END_TURN_P, MAX_TURNS, PREFILL_ONLY_TOKENS, QOS, STORAGE_SHARE, USER_TYPES,
@@ -125,6 +125,7 @@ class Arrivals:
 def prepare_root(root: str) -> None:
     """Create the root (or adopt an empty directory) and mark it; a root iodl marked is taken as is.
     Anything else (a file, a link, a folder of someone else's files) is refused."""
+    refuse_kernel_fs(root)
     try:
         make_dir(root)
     except FileNotFoundError:
