@@ -1,0 +1,132 @@
+"""The object-storage truth and fault tests again, against a second implementation: Ceph's radosgw
+(tests/s3/radosgw.py), so that iodl's figures do not hold on one server's quirks alone.
+
+One cluster for the module, in a network namespace behind a 200 Mbit/s veth (tests/s3/link.py): what
+iodl says it wrote and read crossed the link (the veth's own counters, within 2% for HTTP and TCP/IP
+headers), at the link's rate (within 5% of its TCP payload rate); a wrong secret, and radosgw killed
+mid-read, each end in one line. The kill comes last: it takes the server away.
+"""
+import json
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from tests.conftest import require_or_skip
+from tests.helpers import iodl
+from tests.s3.link import NS_IP, Link, usable
+from tests.s3.radosgw import RadosGW, radosgw_missing
+
+pytestmark = pytest.mark.root
+
+LINK_PAYLOAD_MBPS = 200e6 / 8 * 1448 / 1500 / 1e6   # TCP payload of 1500-byte frames: ~24.1 MB/s
+BUCKET = "rgw-bkt"
+
+
+@pytest.fixture(scope="module")
+def rgw():
+    why = radosgw_missing()
+    require_or_skip("radosgw", why is None, f"radosgw: {why}")
+    why = usable()
+    require_or_skip("root", why is None, f"root: {why}")
+    link = Link("iodl-s3-rgw", "iodls3r", 200).open()
+    server = RadosGW(tempfile.mkdtemp(prefix="iodl-rgw-"), ip=NS_IP, netns=link.ns)
+    try:
+        server.start()
+        server.client().create_bucket(Bucket=BUCKET)
+        yield link, server
+    finally:
+        server.remove()
+        link.close()
+
+
+@pytest.fixture(scope="module")
+def written(rgw):
+    """A dataset generated over the link: (the bytes of its objects, of its samples' shards alone, the
+    bytes the host sent)."""
+    link, server = rgw
+    before = link.counters()
+    # 30 shards, ~125 MB: ~5 s on the link, so the first GETs' connection set-up is ~2% of validate's span
+    proc = iodl("generate", "--root", f"s3://{BUCKET}/ds", "--endpoint", server.endpoint, "--files", "30",
+                "--quiet", env=server.env())
+    sent = link.counters()["tx_bytes"] - before["tx_bytes"]
+    assert proc.returncode == 0, proc.stderr
+    assert server.secret_key not in proc.stdout + proc.stderr
+    pages = server.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="ds/")
+    objects = [o for page in pages for o in page.get("Contents", [])]
+    return sum(o["Size"] for o in objects), sum(o["Size"] for o in objects if "/copy-" in o["Key"]), sent
+
+
+def test_every_byte_generated_crossed_the_link(written):
+    stored, _, sent = written
+    assert stored > 100e6
+    assert stored <= sent <= stored * 1.02, (stored, sent)
+
+
+def test_validate_reads_every_byte_over_the_link_at_its_rate(rgw, written, tmp_path):
+    link, server = rgw
+    before = link.counters()
+    proc = iodl("read", "--root", f"s3://{BUCKET}/ds", "--endpoint", server.endpoint, "--pattern", "validate",
+                "--out", str(tmp_path / "v.json"), env=server.env())
+    received = link.counters()["rx_bytes"] - before["rx_bytes"]
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "v.json").read_text()
+    total = json.loads(text)["total"]
+    assert total["bytes"] == written[1]   # validate GETs every shard once, whole
+    assert total["bytes"] <= received <= total["bytes"] * 1.02, (total["bytes"], received)
+    assert abs(total["bandwidth_MBps"] - LINK_PAYLOAD_MBPS) <= 0.05 * LINK_PAYLOAD_MBPS, total["bandwidth_MBps"]
+    assert server.secret_key not in proc.stdout + proc.stderr + text
+
+
+def test_storage_only_ranged_gets_are_the_links_rate(rgw, written, tmp_path):
+    link, server = rgw
+    proc = iodl("read", "--root", f"s3://{BUCKET}/ds", "--endpoint", server.endpoint, "--pattern", "storage-only",
+                "--block-size", "1MiB", "--iodepth", "8", "--duration", "6", "--ramp", "2",
+                "--out", str(tmp_path / "s.json"), env=server.env())
+    assert proc.returncode == 0, proc.stderr
+    mbps = json.loads((tmp_path / "s.json").read_text())["total"]["bandwidth_MBps"]
+    assert abs(mbps - LINK_PAYLOAD_MBPS) <= 0.05 * LINK_PAYLOAD_MBPS, (mbps, LINK_PAYLOAD_MBPS)
+
+
+def test_wrong_secret_is_one_line_without_the_secret(rgw):
+    _, server = rgw
+    wrong = "wrong-" + server.secret_key[::-1]
+    proc = iodl("generate", "--root", f"s3://{BUCKET}/other", "--endpoint", server.endpoint, "--files", "2",
+                env={**server.env(), "AWS_SECRET_ACCESS_KEY": wrong})
+    assert proc.returncode == 1
+    line = proc.stderr.strip()
+    assert "\n" not in line and server.endpoint in line and f"s3://{BUCKET}" in line and "HTTP 403" in line, line
+    assert wrong not in proc.stdout + proc.stderr and server.secret_key not in proc.stdout + proc.stderr
+
+
+def _connections(server) -> int:
+    out = subprocess.run(["ss", "-Htn", "state", "established", "dst", f"{server.ip}:{server.port}"],
+                         capture_output=True, text=True).stdout
+    return len(out.splitlines())
+
+
+def test_radosgw_gone_mid_read_is_one_line_naming_the_object(rgw, written):
+    """Last in the module: radosgw is killed once the run's GETs are going (>= 6 connections)."""
+    _, server = rgw
+    proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", f"s3://{BUCKET}/ds", "--endpoint",
+                             server.endpoint, "--pattern", "storage-only", "--duration", "60", "--ramp", "0"],
+                            env=server.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _connections(server) < 6 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None and _connections(server) >= 6, "the run never started reading"
+        time.sleep(0.5)
+        server.kill()
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - t0 < 30, "the failure ends the run, not its 60 s"
+    assert proc.returncode == 1, out + err
+    line = err.strip()
+    assert "\n" not in line and line.startswith("iodl: error: ") and "Traceback" not in line, line
+    assert f"'{server.endpoint}/{BUCKET}/ds/copy-0000/train-" in line, line
