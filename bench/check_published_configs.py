@@ -14,8 +14,10 @@ it; nothing of it is kept here) for the resolved config every run saved (`.hydra
 - checkpoint file (`workflow.train: False, checkpoint: True` to the DLIO of v2.0 and later):
   `iodl checkpoint --plan --json` at the summary's `num_accelerators` ranks must give its
   `checkpoint_size_GB` (DLIO: the sum of the ranks' bytes / 1024^3, printed with its decimals);
+- object storage (`storage_type: s3`): a training file runs as above and its result says
+  `[read] storage: object`; a checkpoint file plans as above;
 - a data-generation file (v0.5/v1.0 `train: False`, or `generate_data` without training) and
-  object storage (`storage_type: s3`) must be refused in one line (exit 2).
+  `storage_type: aistore` must be refused in one line (exit 2).
 
 Any other refusal or a number that differs is a mismatch. Prints a markdown report (counts, then
 each refusal reason and mismatch) and exits 1 when there is a mismatch.
@@ -114,6 +116,7 @@ def expected(wl: dict, version: str | None = None) -> dict:
         ("train", "total_steps"): (max(steps, 0) if isinstance(steps, int) else None),
         ("read", "skip_listing"): (None if legacy or "skip_listing" not in ds else
                                    str(ds["skip_listing"]).strip().lower() in ("true", "1", "yes", "on")),
+        ("read", "storage"): "object" if st.get("storage_type") == "s3" else "posix",
     }
 
 
@@ -159,7 +162,7 @@ def check_one(path: str, version: str | None, cache: dict, run_all: bool) -> tup
     checkpoint = flow.get("checkpoint", False)
     datagen = not train and (legacy or not checkpoint)
     vargs = ["--dlio-version", version] if version else []
-    if st.get("storage_type") in ("s3", "aistore"):
+    if st.get("storage_type") == "aistore":
         proc = _iodl("checkpoint" if not train and checkpoint else "read", "--workload", path,
                      *(["--plan", "--json", *vargs] if not train and checkpoint else ["--engine", "null", "--steps", "3"]))
         return _refused(proc, "refused-object", "object storage")

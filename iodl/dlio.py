@@ -88,17 +88,18 @@ _POSIX = ("local_fs", "parallel_fs")
 
 
 def _storage_type(v):
-    """-> O_DIRECT or not. DLIO's local_fs and parallel_fs are POSIX paths, read as iodl reads
-    them; the fork's direct_fs is a POSIX path read with O_DIRECT (mlpstorage --o-direct)."""
+    """-> posix, direct or object. DLIO's local_fs and parallel_fs are POSIX paths, read as iodl
+    reads them; the fork's direct_fs is a POSIX path read with O_DIRECT (mlpstorage --o-direct);
+    s3 is a bucket, read from --root s3://BUCKET/PREFIX (docs/s3.md)."""
     if v in _POSIX:
-        return False
+        return "posix"
     if v == "direct_fs":
-        return True
-    if v in ("s3", "aistore"):
-        raise ValueError(f"{v} is object storage, which iodl does not emulate yet: iodl reads POSIX paths "
-                         "(local_fs, parallel_fs, direct_fs)")
-    raise ValueError(f"must be local_fs, parallel_fs or direct_fs (or an object store iodl does not emulate), "
-                     f"got {v!r}")
+        return "direct"
+    if v == "s3":
+        return "object"
+    if v == "aistore":
+        raise ValueError("aistore is an object store iodl does not speak (it reads POSIX paths and S3)")
+    raise ValueError(f"must be local_fs, parallel_fs, direct_fs or s3, got {v!r}")
 
 
 def _storage_library(v):
@@ -380,11 +381,13 @@ KEYS: dict[str, dict[str, Rule]] = {
                                        "docs/numbers.md)") for k in ("exclude_start_steps", "exclude_end_steps")}},
     "storage": {
         "storage_type": Rule(HONOUR, "local_fs and parallel_fs: a POSIX path (--root); direct_fs: the same read "
-                                     "with O_DIRECT; object stores (s3, aistore) are refused", ("read", "direct"),
-                             _storage_type),
+                                     "with O_DIRECT; s3: a bucket (--root s3://BUCKET/PREFIX); aistore is refused",
+                             ("read", "storage"), _storage_type),
         "storage_root": Rule(INFO, "where the data is: give it as --root"),
         "storage_options": Rule(HONOUR, "uri_scheme or storage_library direct: O_DIRECT reads (the fork's "
-                                        "local readers); the other options configure an object-store client",
+                                        "local readers); endpoint_url: recorded as [read] endpoint (the "
+                                        "run's is --endpoint); the other options configure DLIO's object-store "
+                                        "client (credentials come from the AWS environment, never the file)",
                                 ("read", "direct"), _storage_options),
         "storage_library": Rule(HONOUR, "direct: O_DIRECT reads (the fork's older form); another library reads "
                                         "buffered", ("read", "direct"), _storage_library),
@@ -579,7 +582,16 @@ def _translate(top: dict, label: str, version: str = "3.0") -> tuple[dict, dict]
                 continue
             if rule.to is None:       # checked, sets nothing (dataset.compression)
                 continue
-            if rule.to == ("read", "direct"):
+            if rule.to == ("read", "storage"):
+                # storage_type: a bucket, or O_DIRECT as the other storage keys give it
+                if value == "object":
+                    d["read"]["storage"] = "object"
+                    lines[("read", "storage")] = (line, f"[{section}] {key}")
+                value = value == "direct"
+            if (section, key) == ("storage", "storage_options") and _value(vnode).get("endpoint_url"):
+                d["read"]["endpoint"] = str(_value(vnode)["endpoint_url"])
+                lines[("read", "endpoint")] = (line, f"[{section}] {key}")
+            if rule.to in (("read", "direct"), ("read", "storage")):
                 # O_DIRECT from any of reader.odirect and the storage keys
                 if value and not d["read"].get("direct"):
                     d["read"]["direct"] = True

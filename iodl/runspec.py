@@ -101,6 +101,11 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
         raise UsageError("--root: give either directories or s3:// roots, not both")
     if getattr(args, "endpoint", None) and not objects:
         raise UsageError("--endpoint is for s3:// roots")
+    if wl.read.storage == "object" and not objects and engine_asked != "null":
+        # never a bucket's workload read from a directory without a word: the storage would not be the one asked
+        at = f" at {wl.read.endpoint}" if wl.read.endpoint else ""
+        raise UsageError(f"workload {wl.name}: its data is in a bucket{at} (DLIO storage_type s3): give --root "
+                         "s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md), or --engine null")
     if objects and engine_asked not in (engines.AUTO, "s3"):
         raise UsageError(f"s3:// roots are read by --engine s3 (or auto), not {engine_asked}")
     for root in () if objects else args.root:

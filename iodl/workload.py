@@ -83,6 +83,10 @@ class ReadSpec:
     # blocks: block_size requests; np.load: npz read as np.load reads it (DLIO's npz reader); whole: each
     # file in one request, as DLIO's odirect readers read (block_size: the largest file)
     access: str = "blocks"
+    # where the data is: posix, a directory tree (--root DIR); object, a bucket (--root s3://..., DLIO's
+    # storage_type s3) with the endpoint its file names (DLIO storage_options.endpoint_url), if any
+    storage: str = "posix"
+    endpoint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,9 @@ def _fraction(v):
     return float(v)
 
 
+STORAGES = ("posix", "object")
+
+
 def _text(v):
     if not isinstance(v, str):
         raise ValueError(f"must be a string, got {v!r}")
@@ -347,6 +354,8 @@ SCHEMA = {
         "listing_validation_interval": (_upto(_nonneg_int, limits.MAX_FILES), 1000),
         "file_prefix": (_name, "img"),
         "access": (_enum(ACCESS), "blocks"),
+        "storage": (_enum(STORAGES), "posix"),
+        "endpoint": (_optional(_name), None),
     },
     "metric": {
         "au_threshold": (_fraction, 0.90),

@@ -91,6 +91,10 @@ def resolve(ranks: int, args) -> CheckpointRunSpec:
     wl = load_workload(args.workload, need_dataset=False, dlio_version=args.dlio_version)
     if args.ranks is not None:
         raise UsageError("--ranks is for --plan: a run has as many ranks as mpirun starts")
+    if wl.read.storage == "object":
+        # DLIO writes such a workload's checkpoints to the bucket: into a directory they would be other storage
+        raise UsageError(f"workload {wl.name}: its checkpoints go to a bucket (DLIO storage_type s3), which "
+                         "iodl checkpoint does not write yet (docs/s3.md); --plan shows what each rank writes")
     spec = WRITE_PATTERNS["checkpoint"].configure(CheckpointRunSpec(
         workload=wl, ranks=ranks, roots=tuple(os.path.abspath(r) for r in args.root), writes=args.writes,
         reads=args.reads, fsync=not args.no_fsync, direct=args.direct, engine=args.engine, iodepth=args.iodepth,
