@@ -14,7 +14,7 @@ from .errors import UsageError
 from .formats import Reading, format_for
 from . import engines
 from .mlperf import run_category
-from .s3root import is_s3
+from .s3root import bucket_needed, is_s3
 from .training import buffer_size, request_shape
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,10 +102,7 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
     if getattr(args, "endpoint", None) and not objects:
         raise UsageError("--endpoint is for s3:// roots")
     if wl.read.storage == "object" and not objects and engine_asked != "null":
-        # never a bucket's workload read from a directory without a word: the storage would not be the one asked
-        at = f" at {wl.read.endpoint}" if wl.read.endpoint else ""
-        raise UsageError(f"workload {wl.name}: its data is in a bucket{at} (DLIO storage_type s3): give --root "
-                         "s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md), or --engine null")
+        raise bucket_needed(wl)
     if objects and engine_asked not in (engines.AUTO, "s3"):
         raise UsageError(f"s3:// roots are read by --engine s3 (or auto), not {engine_asked}")
     for root in () if objects else args.root:

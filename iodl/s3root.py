@@ -59,3 +59,11 @@ def endpoint_url(given: str | None) -> str:
 
 def region() -> str:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+
+
+def bucket_needed(workload, what: str = "or --engine null") -> UsageError:
+    """A workload whose data is in a bucket (DLIO storage_type s3), given directories: never read or
+    generated there without a word, the storage would not be the one the workload names."""
+    at = f" at {workload.read.endpoint}" if workload.read.endpoint else ""
+    return UsageError(f"workload {workload.name}: its data is in a bucket{at} (DLIO storage_type s3): give --root "
+                      f"s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md){', ' + what if what else ''}")

@@ -6,7 +6,7 @@ from ..data.generate import generate
 from ..errors import UsageError
 from ..limits import cli_int
 from ..progress import Ticker, wrap
-from ..s3root import is_s3
+from ..s3root import bucket_needed, is_s3
 from ..units import format_size
 from ..workload import FORMATS, load_workload
 
@@ -39,6 +39,8 @@ def run(comm, args) -> int:
         raise UsageError("generate: give either directories or s3:// roots, not both")
     if args.endpoint and not objects:
         raise UsageError("--endpoint is for s3:// roots")
+    if wl.read.storage == "object" and not objects:
+        raise bucket_needed(wl, "")
     talk = comm.rank == 0 and not args.quiet
     # rank 0 sees its own share of the shards; the ranks' shares are near equal, so its fraction
     # done and its time left stand for the whole job

@@ -51,6 +51,19 @@ def test_subfolders_spread_files_by_index_and_read_back(tmp_path):
     assert entries_per_dir(os.path.join(root, "copy-0000")) == {".": 4, "0": 8, "1": 8, "2": 7, "3": 7}
 
 
+def test_more_folders_than_files_is_a_dlio_layout_scaled_down(tmp_path):
+    """retinanet's 3,404 num_subfolders_train over a dataset scaled down to a few files (generate --files):
+    file i in folder i % 3404, the folders past the files empty; the dataset reads back (it was refused,
+    'subfolders 3404 is not a number of folders from 1 to 24')."""
+    root = str(tmp_path / "ds")
+    generate(raw(tmp_path, 24, "100B"), [root], COMM, subfolders=3404)
+    ds = open_dataset(root)
+    assert len(ds.shards) == 24
+    for i, s in enumerate(ds.shards):
+        _copy, folder, name = os.path.relpath(s.path, root).split(os.sep)
+        assert folder == f"{i:04d}" and name == shard_name("raw", i, 24) and os.path.getsize(s.path) == 100
+
+
 def test_subfolders_from_a_dlio_yaml(tmp_path):
     y = tmp_path / "w.yaml"
     y.write_text("model: {name: x}\nframework: pytorch\nworkflow: {generate_data: true, train: true}\n"

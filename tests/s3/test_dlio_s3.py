@@ -75,6 +75,16 @@ def test_without_a_bucket_to_read_the_run_is_one_line(seaweed, bucket, tmp_path)
         "s3): give --root s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md), or --engine null")
 
 
+def test_generating_it_into_a_directory_is_one_line(seaweed, bucket, tmp_path):
+    config, _ = _config(tmp_path, seaweed, bucket)
+    proc = iodl("generate", "--workload", str(config), "--root", str(tmp_path / "ds"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"iodl: error: workload unet3d_s3_small: its data is in a bucket at {seaweed.endpoint} (DLIO storage_type "
+        "s3): give --root s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md)")
+    assert not (tmp_path / "ds").exists()
+
+
 def test_scaled_down_against_the_server_reads_every_sample_of_its_steps(seaweed, bucket, tmp_path):
     """generate the file's dataset into the bucket, then train-sync on it: 3 steps x 4 samples of
     1 MiB (one per object) each GET once, whole."""
