@@ -23,7 +23,7 @@ from .patterns import Run
 from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
 from .plan import mount_of
 from .runspec import resolve
-from .s3root import is_s3
+from .s3root import endpoint_of, endpoint_urls, is_s3
 from .stop import STOP_GRACE_S, Interrupt
 from .workload import looks_like_yaml
 
@@ -36,7 +36,8 @@ def _setup(comm, args, patterns: dict, run_index: int):
     manifests = read_manifests([r for r in args.root if not is_s3(r)])   # read once: open_dataset takes them from the spec
     if any(is_s3(r) for r in args.root):
         from .s3dataset import fetch_manifest   # awscrt: loaded only for a bucket
-        manifests.update((r, fetch_manifest(r, args.endpoint)) for r in args.root if is_s3(r))
+        urls = endpoint_urls(args.endpoint)
+        manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)])) for r in args.root if is_s3(r))
     wl = workload_for_roots(manifests, args.workload)
     spec = resolve(args, wl, patterns, run_index, manifests)
     for flag, path in (("--out", args.out), ("--csv", args.csv)):
@@ -186,8 +187,9 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
     per_file = shape.samples_per_file if looks_like_yaml(wl.source) else 1
     if is_s3(roots[mount]):
         from .s3dataset import open_s3_dataset
+        urls = spec.engine_extra["endpoints"]
         ds = collective(comm, lambda: open_s3_dataset(roots[mount], spec.manifests[roots[mount]],
-                                                      spec.engine_extra.get("endpoint")))
+                                                      urls[endpoint_of(comm.rank, urls)]))
     else:
         ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
                                                    samples_per_file=per_file, manifests=spec.manifests))
@@ -262,7 +264,7 @@ def _reduce(c, run: Run, partial: bool, roots, checkpoints):
     ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, checkpoints.spec) if checkpoints else None
     # a stopped run's window is what it ran: from its first counted completion to its last
     window = run.spec.duration_s if run.spec.fixed_window and not flag else None
-    return flag, parts, reduce_results(c, run.result, roots, window), ck
+    return flag, parts, reduce_results(c, run.result, roots, window, run.spec.engine_extra.get("endpoints")), ck
 
 
 def _put_together(comm, reduce):

@@ -38,7 +38,8 @@ _CRT_ERRNO = {"AWS_IO_SOCKET_CONNECTION_REFUSED": errno.ECONNREFUSED, "AWS_IO_SO
 
 class S3Engine:
     def __init__(self, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False, delay_ns: int = 0,
-                 rate_bps: int = 0, cache_check: bool = False, endpoint: str | None = None):
+                 rate_bps: int = 0, cache_check: bool = False, endpoints: tuple[str, ...] = ()):
+        # endpoints: the run's; each handle names its own (s3dataset.ObjectPaths), so they are not used here
         if direct:
             raise ValueError("O_DIRECT is for files, not objects (leave --direct out)")
         if rate_bps:

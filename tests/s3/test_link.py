@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import require_or_skip
 from tests.helpers import iodl
-from tests.s3.link import NS_IP, Link, usable
+from tests.s3.link import Link, usable
 from tests.s3.server import Seaweed, weed_missing
 
 
@@ -22,7 +22,7 @@ def linked():
     why = usable()
     require_or_skip("root", why is None, f"root: {why}")
     link = Link("iodl-s3-link", "iodls3l", 200).open()
-    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-link-"), ip=NS_IP, netns=link.ns)
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-link-"), ip=link.ns_ip, netns=link.ns)
     try:
         server.start()
         yield link, server
