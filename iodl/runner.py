@@ -114,7 +114,13 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     progress = out.before_run(comm, spec, pattern, m, node) if out is not None else None
     startup_s = process_age_s()
     wall_run = time.time()   # the steps' times count from the start barrier, which follows this at once
-    partial = _run_pattern(pattern, run, stop, progress, checkpoints)
+    failed = None
+    try:
+        partial = _run_pattern(pattern, run, stop, progress, checkpoints)
+    except OSError as exc:
+        if comm.size > 1:
+            raise   # the other ranks read on and cannot be told: the job ends without a result (cli aborts it)
+        failed, partial = exc, True   # a request failed for good: what was counted is written, partial
     run.result.note_process(startup_s)
     if stop():
         comm.give_up_after(STOP_GRACE_S)
@@ -126,6 +132,8 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
                                     ck_spec, ck_reduced, missing)
     if missing:
         raise RanksNotAnswering(STOP_GRACE_S, missing)   # one line, and the launcher ends the job
+    if failed is not None:
+        raise failed   # after the partial result: the one line that names the file or object
     if result["total"]["errors"]:
         return 1, result, summary
     return (130 if partial else 0), result, summary  # 130: the shell's code for "ended by SIGINT"

@@ -10,11 +10,13 @@ as it arrives and dropped. Latency is a GET's whole time (request handed to the 
 its time to first byte (-> response headers) goes to the stats' ttfb_hist. A 5xx answer or a dropped
 connection is retried up to s3store.RETRIES times, each counted in the stats' `retries`; a request that fails
 for good stops the run as a failed read does (errno: EACCES for 403, ENOENT for 404, ECONNREFUSED,
-ETIMEDOUT, else EIO) and its one-line reason is `last_error`.
+ETIMEDOUT, else EIO), its reason (the HTTP status and S3 code, or the CRT's error, and the retries)
+in the stats' `error_reason`, which engine.raise_for_errors puts in its one line.
 """
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import time
 from urllib.parse import urlsplit
@@ -49,7 +51,6 @@ class S3Engine:
         self._lock = threading.Lock()
         self._cancelled = False
         self.retries = 0     # of the run in progress (its stats say each run's)
-        self.last_error = ""
 
     def _store(self, netloc_url: str) -> S3Store:
         store = self._stores.get(netloc_url)
@@ -91,8 +92,7 @@ class S3Engine:
                 st.inflight -= 1
                 if error is not None:
                     if not st.errors and not st.stop:
-                        st.errors, st.first_error_row, st.first_errno = 1, row, error[0]
-                        self.last_error = error[1]
+                        st.errors, st.first_error_row, st.first_errno, st.error_reason = 1, row, *error
                     st.stop = True
                 else:
                     st.done.append((now, got[0], 0, now - t0, 0))
@@ -143,7 +143,7 @@ class S3Engine:
                 s3code = _s3_code(error_body)
                 why = f"HTTP {code}" + (f" {s3code}" if s3code else "") if code else name
                 err = _ERRNO.get(code, errno.EIO) if code else _CRT_ERRNO.get(name, errno.EIO)
-                finish(row, t0, got, first, (err, f"{h.scheme}://{h.netloc}: GET s3:/{h.path}: {why}"
+                finish(row, t0, got, first, (err, f"{os.strerror(err)}: {why}"
                                              + (f" after {attempt} retries" if attempt else "")), 0)
 
             store.client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name="GetObject",
@@ -199,7 +199,7 @@ class S3Engine:
         ttfb_counted = _native.account(tt[0], np.zeros_like(tt[0]), None, tt[1], ttfb,
                                        window_start_ns=int(window_start_ns), window_end_ns=int(window_end_ns))
         stats = {"done": st.first_error_row if st.errors else st.next_row, **counted, "errors": st.errors,
-                 "first_errno": st.first_errno, "first_error_row": st.first_error_row,
+                 "first_errno": st.first_errno, "first_error_row": st.first_error_row, "error_reason": st.error_reason,
                  "interrupted": st.interrupted, "short_rows": st.short_rows, "first_short_row": st.first_short_row,
                  "short_file_size": st.short_file_size, "abandoned": st.inflight,
                  "write_ios": 0, "write_bytes": 0, "fsyncs": 0, "fsync_ns": 0,
@@ -216,6 +216,7 @@ class _State:
         self.done, self.submits, self.ttfb, self.retry = [], [], [], []
         self.stop = self.interrupted = False
         self.errors = self.first_errno = 0
+        self.error_reason = ""
         self.first_error_row = self.first_short_row = -1
         self.short_rows = self.short_file_size = 0
         self.t_start = self.t_end = 0

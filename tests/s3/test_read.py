@@ -97,14 +97,16 @@ def _reading(proc, server, at_least: int = 6) -> None:
 
 
 def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
-    """The server killed once the run's GETs are going (its engine holds >= 6 connections to the server)."""
+    """The server killed once the run's GETs are going (its engine holds >= 6 connections to the server):
+    one line naming the endpoint and the object, and the result of what was read before, partial."""
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-kill-")).start()
     try:
         server.client().create_bucket(Bucket="gone-bkt")
         assert iodl("generate", "--root", "s3://gone-bkt/ds", "--endpoint", server.endpoint, "--files", "6", "--quiet",
                     env=server.env()).returncode == 0
         proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", "s3://gone-bkt/ds", "--endpoint",
-                                 server.endpoint, "--pattern", "storage-only", "--duration", "60", "--ramp", "0"],
+                                 server.endpoint, "--pattern", "storage-only", "--duration", "60", "--ramp", "0",
+                                 "--out", str(tmp_path / "gone.json")],
                                 env={**os.environ, **server.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         _reading(proc, server)
@@ -116,8 +118,14 @@ def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
         assert proc.returncode == 1, out + err
         line = err.strip()
         assert "\n" not in line
-        assert line.startswith("iodl: error: [Errno 111] Connection refused (read of "), line
+        assert line.startswith("iodl: error: [Errno 111] Connection refused: AWS_IO_SOCKET_CONNECTION_REFUSED after 3 "
+                               "retries (read of "), line
         assert f"'{server.endpoint}/gone-bkt/ds/copy-0000/train-" in line
+        result = json.loads((tmp_path / "gone.json").read_text())
+        assert result["partial"] is True and result["total"]["bytes"] > 0 and result["total"]["ios"] > 0
+        # the GET that failed for good is counted, with its 3 retries; the endpoint's block says the same
+        assert result["total"]["errors"] == 1 and result["total"]["retries"] >= 3
+        assert result["endpoints"][0]["url"] == server.endpoint and result["endpoints"][0]["errors"] == 1
     finally:
         server.remove()
 
