@@ -67,12 +67,25 @@ def test_storage_only_whole_and_ranged_gets(seaweed, dataset, tmp_path, block):
         assert 3.8e6 <= mean <= 4.6e6
 
 
-def test_train_sync_reads_samples_as_ranged_gets(seaweed, dataset, tmp_path):
+@pytest.mark.parametrize("pattern,extra", [("train-sync", ["--steps", "20"]),
+                                           ("infer-async", ["--duration", "2", "--ramp", "0.5"])])
+def test_step_patterns_read_samples_as_ranged_gets(seaweed, dataset, tmp_path, pattern, extra):
+    """train-sync and infer-async read their samples' records as ranged GETs: the samples the steps
+    consumed were read: the bytes of the GET bodies are the bytes the steps consumed (train-sync), or
+    within 5% of them (infer-async's fixed window cuts through its read-ahead)."""
     root, _total = dataset
-    proc = _read(seaweed, root, tmp_path / "t.json", "--pattern", "train-sync", "--steps", "20")
+    proc = _read(seaweed, root, tmp_path / "t.json", "--pattern", pattern, *extra)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "t.json").read_text())
-    assert result["total"]["bytes"] > 0 and result["total"]["ios"] > 0
+    total, train = result["total"], result["train"]
+    assert train["samples"] > 0 and train["consumed_bytes"] > 0
+    assert total["ios"] > 0
+    if pattern == "train-sync":   # its window is its steps' span: every record read is one a step consumed
+        assert total["bytes"] == train["consumed_bytes"]
+    else:                         # a fixed window: the loader's read-ahead at its two edges, a few batches
+        assert abs(total["bytes"] - train["consumed_bytes"]) <= 0.05 * train["consumed_bytes"], (
+            total["bytes"], train["consumed_bytes"])
+    assert total["errors"] == 0 and 0 < total["ttfb_us"]["p50"] <= total["latency_us"]["p50"]
 
 
 def test_a_prefix_without_a_dataset_is_one_line(seaweed, dataset, tmp_path):
