@@ -149,7 +149,8 @@ def write(rows: list[dict], args) -> None:
         verdicts.append(f"{inflight} in flight: " + ("not established (the rounds fall on both sides of 0.95)"
                                                       if len(side) > 1 else ">= 0.95" if side == {True} else "< 0.95"))
     loads = [r["load"] for r in rows]
-    lines += ["", "Against the goal iodl >= 0.95 x the loop, every round on the same side: " + "; ".join(verdicts) + ".",
+    lines += ["", "Against the goal iodl >= 0.95 x the loop, every round on the same side: " + "; ".join(verdicts)
+              + ".",
               "", f"Load average (1 min) during the rounds: {min(loads):g}-{max(loads):g} on 2 cores."]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -12,10 +12,21 @@ import subprocess
 import threading
 import time
 
+from tests.conftest import require_or_skip
+from tests.s3.server import weed_missing
+
 
 def _ip(*args: str, ns: str | None = None) -> None:
     cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
     subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+def require() -> None:
+    """Skip (or fail, where IODL_REQUIRE asks for them) unless weed mini and a shaped veth can be had."""
+    why = weed_missing()
+    require_or_skip("s3", why is None, f"s3: {why}")
+    why = usable()
+    require_or_skip("root", why is None, f"root: {why}")
 
 
 def usable() -> str | None:

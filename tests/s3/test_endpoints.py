@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import require_or_skip
 from tests.helpers import iodl, mpiexec
-from tests.s3.link import Link, payload_rate, usable
-from tests.s3.server import Seaweed, weed_missing
+from tests.s3.link import Link, payload_rate, require
+from tests.s3.server import Seaweed
 
 RATES_MBIT = (200, 400)
 FILES = 12          # tiny's ~4 MB shards: ~50 MB per server
@@ -24,10 +24,7 @@ TOLERANCE = 0.05
 
 @pytest.fixture(scope="module")
 def two_links():
-    why = weed_missing()
-    require_or_skip("s3", why is None, f"s3: {why}")
-    why = usable()
-    require_or_skip("root", why is None, f"root: {why}")
+    require()
     require_or_skip("mpiexec", bool(mpiexec()), "no mpiexec next to the test interpreter")
     up = []
     try:

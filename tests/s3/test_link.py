@@ -9,18 +9,14 @@ import tempfile
 
 import pytest
 
-from tests.conftest import require_or_skip
 from tests.helpers import iodl
-from tests.s3.link import Link, usable
-from tests.s3.server import Seaweed, weed_missing
+from tests.s3.link import Link, require
+from tests.s3.server import Seaweed
 
 
 @pytest.fixture(scope="module")
 def linked():
-    why = weed_missing()
-    require_or_skip("s3", why is None, f"s3: {why}")
-    why = usable()
-    require_or_skip("root", why is None, f"root: {why}")
+    require()
     link = Link("iodl-s3-link", "iodls3l", 200).open()
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-link-"), ip=link.ns_ip, netns=link.ns)
     try:
