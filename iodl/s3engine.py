@@ -5,13 +5,14 @@ the patterns run unchanged; its "fds" are object handles, `http(s)://HOST[:PORT]
 (iodl.s3dataset.ObjectPaths), which name the endpoint and the object in any error. Every row is
 one GET with `Range: bytes=OFFSET-END` (a whole object's row too: the plan holds lengths, not
 whether a row ends its object), one HTTP request per row (S3RequestType.DEFAULT: the CRT never
-splits or merges them). The body is counted
-as it arrives and dropped. Latency is a GET's whole time (request handed to the CRT -> last byte);
-its time to first byte (-> response headers) goes to the stats' ttfb_hist. A 5xx answer or a dropped
-connection is retried up to s3store.RETRIES times, each counted in the stats' `retries`; a request that fails
-for good stops the run as a failed read does (errno: EACCES for 403, ENOENT for 404, ECONNREFUSED,
-ETIMEDOUT, else EIO), its reason (the HTTP status and S3 code, or the CRT's error, and the retries)
-in the stats' `error_reason`, which engine.raise_for_errors puts in its one line.
+splits or merges them). The body is counted as it arrives and dropped. Latency is a GET's whole
+time (request handed to the CRT -> last byte); its time to the response headers goes to the
+stats' ttfb_hist (the S3Client hands them over only once the body is in: not yet a time to first
+byte, docs/s3.md). A 5xx answer or a dropped connection is retried up to s3store.RETRIES times,
+each counted in the stats' `retries`; a request that fails for good stops the run as a failed
+read does (errno: EACCES for 403, ENOENT for 404, ECONNREFUSED, ETIMEDOUT, else EIO), its reason
+(the HTTP status and S3 code, or the CRT's error, and the retries) in the stats' `error_reason`,
+which engine.raise_for_errors puts in its one line.
 """
 from __future__ import annotations
 
