@@ -8,9 +8,16 @@ per object) at --iodepth 1 and 8, its MB/s over the window. The plain loop: awsc
 this process, the same requests (one GET per object, Range over the whole object, body counted and
 dropped: bench_s3_client.Crt), the same objects, the same number in flight, MB/s over --seconds.
 Rounds interleave the two. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratio iodl / loop.
+
+MB/s on this shared VM swings by +-30% from run to run with the load (the server shares the two
+cores), so each cell also records the client's CPU seconds per GB, which the load moves far less:
+the loop's (this process's CPU over its GETs) and iodl's s3 engine's, run in this process over the
+same objects (S3Engine.run with a plan of whole-object rows: the per-request and per-chunk work
+iodl adds to the client library, without the interpreter's start-up).
 """
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -21,15 +28,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from bench_s3_client import Crt, bench_args  # noqa: E402
+import numpy as np  # noqa: E402
+from bench_s3_client import Crt, bench_args, cpu_s  # noqa: E402
+from iodl import _native, histogram  # noqa: E402
+from iodl.s3engine import S3Engine  # noqa: E402
 from tests.s3.server import Seaweed  # noqa: E402
 
 BUCKET = "iodl-bench"
 
 
-def plain_loop(server, keys, inflight: int, seconds: float) -> float:
-    """MB/s of whole-object GETs over `keys`, `inflight` at a time, for `seconds`."""
+def plain_loop(server, keys, inflight: int, seconds: float) -> tuple[float, float]:
+    """(MB/s, CPU s/GB) of whole-object GETs over `keys`, `inflight` at a time, for `seconds`."""
     cl = Crt(server, inflight)
+    cpu0 = cpu_s()
     cv, state = threading.Condition(), {"bytes": 0, "out": 0, "i": 0, "err": None}
 
     def done(error, n):
@@ -52,9 +63,25 @@ def plain_loop(server, keys, inflight: int, seconds: float) -> float:
         counted, wall = state["bytes"], time.monotonic() - t0   # what completed within the time
         while state["out"]:
             cv.wait(0.2)
+        cpu, nbytes = cpu_s() - cpu0, state["bytes"]
     if state["err"] is not None:
         raise state["err"]
-    return counted / wall / 1e6
+    return counted / wall / 1e6, cpu / (nbytes / 1e9)
+
+
+def engine_in_process(server, keys, inflight: int, seconds: float) -> float:
+    """CPU s/GB of iodl's s3 engine in this process: whole-object GETs over `keys`, `inflight` in
+    flight, until `seconds` have passed (a plan long enough not to end first)."""
+    handles = [f"{server.endpoint}/{BUCKET}/{k}" for k, _ in keys]
+    rows = 100_000
+    plan = np.zeros(rows, dtype=[("file", "u8"), ("offset", "u8"), ("length", "u8"), ("op", "u8")])
+    plan["file"] = np.arange(rows) % len(keys)
+    plan["length"] = np.array([s for _, s in keys], dtype=np.uint64)[plan["file"]]
+    with S3Engine(depth=inflight, block_size=int(plan["length"].max())) as engine:
+        cpu0 = cpu_s()
+        stats = engine.run(handles, plan, histogram.empty(), deadline_ns=_native.monotonic_ns() + int(seconds * 1e9))
+        cpu = cpu_s() - cpu0
+    return cpu / (stats["bytes"] / 1e9)
 
 
 def iodl_read(server, inflight: int, seconds: float) -> float:
@@ -86,9 +113,12 @@ def main() -> None:
         os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
         for rnd in range(args.rounds):
             for inflight in (1, 8):
-                row = {"round": rnd, "inflight": inflight,
-                       "iodl_MBps": round(iodl_read(server, inflight, args.seconds), 1),
-                       "loop_MBps": round(plain_loop(server, keys, inflight, args.seconds), 1)}
+                iodl_mbps = iodl_read(server, inflight, args.seconds)
+                loop_mbps, loop_cpu = plain_loop(server, keys, inflight, args.seconds)
+                engine_cpu = engine_in_process(server, keys, inflight, args.seconds)
+                row = {"round": rnd, "inflight": inflight, "iodl_MBps": round(iodl_mbps, 1),
+                       "loop_MBps": round(loop_mbps, 1), "engine_cpu_s_per_GB": round(engine_cpu, 3),
+                       "loop_cpu_s_per_GB": round(loop_cpu, 3), "load": round(os.getloadavg()[0], 1)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -103,17 +133,25 @@ def write(rows: list[dict], args) -> None:
     lines = ["# iodl's GETs vs a plain awscrt loop (bench/bench_s3_iodl.py)", "",
              f"Local SeaweedFS 4.48, 16 objects of ~4 MB (tiny), whole-object GETs, {args.seconds:g} s per cell, "
              f"median of {args.rounds} rounds; client and server share this 2-core VM.", "",
-             "| in flight | iodl MB/s | plain loop MB/s | iodl / loop | per-round ratios |", "|---|---|---|---|---|"]
+             "| in flight | iodl MB/s | plain loop MB/s | iodl / loop | per-round ratios | engine CPU s/GB | "
+             "loop CPU s/GB | engine / loop CPU, per round |", "|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for inflight in (1, 8):
         rs = [r for r in rows if r["inflight"] == inflight]
         a, b = statistics.median(r["iodl_MBps"] for r in rs), statistics.median(r["loop_MBps"] for r in rs)
         ratios = [r["iodl_MBps"] / r["loop_MBps"] for r in rs]
-        lines.append(f"| {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} |")
+        ce = statistics.median(r["engine_cpu_s_per_GB"] for r in rs)
+        cl = statistics.median(r["loop_cpu_s_per_GB"] for r in rs)
+        cpu_ratios = ", ".join(f"{r['engine_cpu_s_per_GB'] / r['loop_cpu_s_per_GB']:.2f}" for r in rs)
+        lines.append(f"| {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} | "
+                     f"{ce:.2f} | {cl:.2f} | {cpu_ratios} |")
         side = {x >= 0.95 for x in ratios}
         verdicts.append(f"{inflight} in flight: " + ("not established (the rounds fall on both sides of 0.95)"
                                                       if len(side) > 1 else ">= 0.95" if side == {True} else "< 0.95"))
-    lines += ["", "Against the goal iodl >= 0.95 x the loop, every round on the same side: " + "; ".join(verdicts) + "."]
+    loads = [r["load"] for r in rows]
+    lines += ["", "Against the goal iodl >= 0.95 x the loop, every round on the same side: " + "; ".join(verdicts)
+              + ".",
+              "", f"Load average (1 min) during the rounds: {min(loads):g}-{max(loads):g} on 2 cores."]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
 

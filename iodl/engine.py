@@ -120,7 +120,8 @@ def raise_for_errors(stats: dict, plan: np.ndarray, paths: list[str]) -> None:
         else:
             what = (f"{'write' if op == OP_WRITE else 'read'} of {int(row['length'])} bytes "
                     f"at offset {int(row['offset'])}")
-        raise OSError(err, f"{os.strerror(err)} ({what})", path)
+        # an engine may say more than the errno (the s3 engine: the HTTP status and S3's error code)
+        raise OSError(err, f"{stats.get('error_reason') or os.strerror(err)} ({what})", path)
     if stats.get("short_rows", 0):
         row = plan[stats["first_short_row"]]
         raise IodlError(f"{paths[int(row['file'])]}: shorter than expected: {stats['short_file_size']} bytes, "

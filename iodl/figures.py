@@ -31,7 +31,8 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
     "iodl.histogram:summary_us": (*(f"result.total.latency_us.{k}" for k in _LATENCY),
                                   *(f"checkpoint.OP.latency_us.{k}" for k in _LATENCY)),
     "iodl.metrics:reduce_results": ("result.window_s", "result.ranks", "result.hosts", "result.mounts.path",
-                                    "result.mounts.ranks", "result.train.epochs_checked", "result.train.epochs_wrong"),
+                                    "result.mounts.ranks", "result.endpoints.url", "result.endpoints.ranks",
+                                    "result.train.epochs_checked", "result.train.epochs_wrong"),
     # one rank's counters
     "iodl.metrics:RankResult.add": tuple(f"result.per_rank.{k}" for k in ("bytes", "ios", "cached_bytes",
                                                                            "cache_unmeasured_bytes", "errors",

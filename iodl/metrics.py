@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import histogram, reduce
+from .s3root import endpoint_of
 
 if TYPE_CHECKING:
     from .result import PerRank
@@ -208,11 +209,15 @@ def series_block(series: np.ndarray, mount_paths: list[str]) -> dict:
     return {"bucket_s": step, "mounts": mounts}
 
 
-def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: float | None = None) -> dict | None:
+def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: float | None = None,
+                   endpoints: list[str] | None = None) -> dict | None:
     """Every rank's counters put together on rank 0 (reduce.reduce_read: buffer collectives per
     mount), the per-rank list gathered beside them. window_s: the measured window, when the
-    pattern fixes it (reduce.read_block)."""
+    pattern fixes it (reduce.read_block). endpoints: an s3 run's, whose ranks are also put
+    together per endpoint (s3root.endpoint_of)."""
     rows = reduce.reduce_read(comm, mine, len(mount_paths))
+    by_endpoint = (reduce.reduce_read(comm, mine, len(endpoints), group=endpoint_of(mine.rank, endpoints))
+                   if endpoints else None)
     series = reduce_series(comm, mine, len(mount_paths))
     parts = comm.gather(mine.scalars())
     if comm.rank != 0:
@@ -222,7 +227,7 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: flo
     mounts = [{"path": path, "ranks": [p["rank"] for p in parts if p["mount"] == m], **reduce.read_block(per_mount[m], window_s)}
               for m, path in enumerate(mount_paths)]
     total = reduce.read_block(everyone, window_s)
-    return {
+    out = {
         "series": series_block(series, mount_paths) if series is not None else None,
         "ranks": len(parts),
         "hosts": sorted({p["host"] for p in parts}),
@@ -237,3 +242,7 @@ def reduce_results(comm, mine: RankResult, mount_paths: list[str], window_s: flo
         "per_rank": [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in p.items()}
                      for p in parts],
     }
+    if by_endpoint is not None:
+        out["endpoints"] = [{"url": url, "ranks": [p["rank"] for p in parts if endpoint_of(p["rank"], endpoints) == e],
+                             **reduce.read_block(by_endpoint[0][e], window_s)} for e, url in enumerate(endpoints)]
+    return out

@@ -104,6 +104,8 @@ def _result(spec, pattern, parts, reduced: dict, partial: bool, probes, n_mounts
               "duration_s": spec.duration_s or None, "ramp_s": spec.ramp_s if spec.fixed_window else None,
               "partial": partial, "window_s": reduced["window_s"], "total": reduced["total"],
               "mounts": reduced["mounts"], "per_rank": reduced["per_rank"], **blocks}
+    if reduced.get("endpoints"):
+        result["endpoints"] = reduced["endpoints"]
     if probes is not None:
         result["nodes"] = cache.node_view(probes, reduced["per_rank"])
         result["total"]["cache"], per_mount = cache.cache_blocks(result["nodes"], n_mounts)

@@ -109,7 +109,7 @@ def rates(block: dict, window_s: float) -> dict:
 
 def set_window(reduced: dict, window_s: float) -> None:
     """Take every block of a reduced read result over one window (train-sync's: its steps' span)."""
-    for block in [reduced["total"], *reduced["mounts"]]:
+    for block in [reduced["total"], *reduced["mounts"], *reduced.get("endpoints", ())]:
         rates(block, window_s)
     reduced["window_s"] = window_s
 
@@ -176,10 +176,11 @@ READ_SUMS = ("bytes", "ios", "cached_bytes", "cache_unmeasured_bytes", "errors",
 READ_MAXES = ("max_ns", "open_max_ns", "close_max_ns", "ttfb_max_ns")
 
 
-def reduce_read(comm, mine, n_mounts: int) -> tuple[list[dict], dict] | None:
+def reduce_read(comm, mine, n_mounts: int, group: int | None = None) -> tuple[list[dict], dict] | None:
     """A read run's counters (metrics.RankResult) over every rank, on rank 0: (each mount's
-    reduced row, the total row); None on the other ranks."""
-    return across_ranks(comm, mine.mount, n_mounts,
+    reduced row, the total row); None on the other ranks. group: this rank's row when the groups
+    are not the mounts (an s3 run's endpoints)."""
+    return across_ranks(comm, mine.mount if group is None else group, n_mounts,
                         sum={**{k: getattr(mine, k) for k in READ_SUMS}, "open_wait_s": mine.open_wait_s,
                              "hist": mine.hist, "depth": mine.depth, "open_hist": mine.open_hist,
                              "close_hist": mine.close_hist, "ttfb_hist": mine.ttfb_hist},

@@ -141,6 +141,7 @@ def print_result(result: dict, console=None, detail: bool = False) -> None:
     if result.get("train"):
         _print_train(result["train"], result["pattern"], console)
     _print_reads(result, console)
+    _print_endpoints(result, console)
     if not result["direct"]:
         _print_cache(result, console)
     if not detail:
@@ -315,6 +316,19 @@ def _print_reads(result: dict, console) -> None:
                                          f"{b['latency_us']['p50']:,.0f}", f"{b['latency_us']['p99']:,.0f}"])
     print_table(console, "reads per mount", columns, rows,
                 paths=0)
+
+
+def _print_endpoints(result: dict, console) -> None:
+    """An s3 run over several endpoints: each one's figures (docs/s3.md)."""
+    endpoints = result.get("endpoints") or []
+    if len(endpoints) < 2:
+        return
+    columns = [("endpoint", "left"), ("ranks", "right"), ("MB/s", "right"), ("GET/s", "right"), ("p50 µs", "right"),
+               ("p99 µs", "right"), ("ttfb p50 µs", "right"), ("retries", "right"), ("errors", "right")]
+    rows = [[e["url"], _ranks(e["ranks"]), f"{e['bandwidth_MBps']:,.1f}", f"{e['iops']:,.0f}",
+             f"{e['latency_us']['p50']:,.0f}", f"{e['latency_us']['p99']:,.0f}", f"{e['ttfb_us']['p50']:,.0f}",
+             str(e["retries"]), str(e["errors"])] for e in endpoints]
+    print_table(console, "GETs per endpoint", columns, rows, paths=0)
 
 
 def _print_cache(result: dict, console) -> None:

@@ -69,6 +69,12 @@ class Mount(_Mount, total=False):
     cache: dict             # buffered runs (cache.cache_blocks)
 
 
+class Endpoint(Block):
+    """An s3 run's ranks on one --endpoint (docs/s3.md)."""
+    url: str
+    ranks: list[int]
+
+
 class Total(Block, total=False):
     cache: dict
 
@@ -174,6 +180,7 @@ class Result(_Result, total=False):
     series: dict                    # metrics.series_block
     missing_ranks: list[int]        # after a stop some rank did not answer
     checkpoint: dict                # train-sync with --checkpoint-root: {"write": ..., "fsync", "roots"}
+    endpoints: list[Endpoint]       # s3:// roots: per --endpoint (metrics.reduce_results)
 
 
 RESULT_KEYS = tuple(_Result.__annotations__)

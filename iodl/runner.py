@@ -23,7 +23,7 @@ from .patterns import Run
 from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
 from .plan import mount_of
 from .runspec import resolve
-from .s3root import is_s3
+from .s3root import endpoint_of, endpoint_urls, is_s3
 from .stop import STOP_GRACE_S, Interrupt
 from .workload import looks_like_yaml
 
@@ -36,7 +36,8 @@ def _setup(comm, args, patterns: dict, run_index: int):
     manifests = read_manifests([r for r in args.root if not is_s3(r)])   # read once: open_dataset takes them from the spec
     if any(is_s3(r) for r in args.root):
         from .s3dataset import fetch_manifest   # awscrt: loaded only for a bucket
-        manifests.update((r, fetch_manifest(r, args.endpoint)) for r in args.root if is_s3(r))
+        urls = endpoint_urls(args.endpoint)
+        manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)])) for r in args.root if is_s3(r))
     wl = workload_for_roots(manifests, args.workload)
     spec = resolve(args, wl, patterns, run_index, manifests)
     for flag, path in (("--out", args.out), ("--csv", args.csv)):
@@ -113,7 +114,13 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     progress = out.before_run(comm, spec, pattern, m, node) if out is not None else None
     startup_s = process_age_s()
     wall_run = time.time()   # the steps' times count from the start barrier, which follows this at once
-    partial = _run_pattern(pattern, run, stop, progress, checkpoints)
+    failed = None
+    try:
+        partial = _run_pattern(pattern, run, stop, progress, checkpoints)
+    except OSError as exc:
+        if comm.size > 1:
+            raise   # the other ranks read on and cannot be told: the job ends without a result (cli aborts it)
+        failed, partial = exc, True   # a request failed for good: what was counted is written, partial
     run.result.note_process(startup_s)
     if stop():
         comm.give_up_after(STOP_GRACE_S)
@@ -125,6 +132,8 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
                                     ck_spec, ck_reduced, missing)
     if missing:
         raise RanksNotAnswering(STOP_GRACE_S, missing)   # one line, and the launcher ends the job
+    if failed is not None:
+        raise failed   # after the partial result: the one line that names the file or object
     if result["total"]["errors"]:
         return 1, result, summary
     return (130 if partial else 0), result, summary  # 130: the shell's code for "ended by SIGINT"
@@ -186,8 +195,9 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
     per_file = shape.samples_per_file if looks_like_yaml(wl.source) else 1
     if is_s3(roots[mount]):
         from .s3dataset import open_s3_dataset
+        urls = spec.engine_extra["endpoints"]
         ds = collective(comm, lambda: open_s3_dataset(roots[mount], spec.manifests[roots[mount]],
-                                                      spec.engine_extra.get("endpoint")))
+                                                      urls[endpoint_of(comm.rank, urls)]))
     else:
         ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
                                                    samples_per_file=per_file, manifests=spec.manifests))
@@ -262,7 +272,7 @@ def _reduce(c, run: Run, partial: bool, roots, checkpoints):
     ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, checkpoints.spec) if checkpoints else None
     # a stopped run's window is what it ran: from its first counted completion to its last
     window = run.spec.duration_s if run.spec.fixed_window and not flag else None
-    return flag, parts, reduce_results(c, run.result, roots, window), ck
+    return flag, parts, reduce_results(c, run.result, roots, window, run.spec.engine_extra.get("endpoints")), ck
 
 
 def _put_together(comm, reduce):

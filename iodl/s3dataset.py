@@ -19,14 +19,15 @@ from collections.abc import Sequence
 from .data.layout import MANIFEST, SCHEMA, folder_name
 from .data.open import Dataset, _open_iodl
 from .errors import UsageError
-from .s3root import Target, endpoint_url
+from .s3root import Target
 from .s3store import S3Store
 
 
-def fetch_manifest(root: str, endpoint: str | None) -> dict:
-    """The manifest object of an s3:// root, refused in one line unless it is a complete iodl one."""
+def fetch_manifest(root: str, url: str) -> dict:
+    """The manifest object of an s3:// root on the endpoint url (s3root.endpoint_urls), refused in
+    one line unless it is a complete iodl one."""
     t = Target.parse(root)
-    store = S3Store(endpoint_url(endpoint), 1)
+    store = S3Store(url, 1)
     body = store.get(t.bucket, t.key(MANIFEST))
     if body is None:
         raise UsageError(f"{store.endpoint}: {t.url()}: no {MANIFEST}: iodl reads buckets it generated "
@@ -62,9 +63,9 @@ class ObjectPaths(Sequence):
         return f"{self._base}/{os.path.relpath(self._inner[i], self._mirror)}"
 
 
-def open_s3_dataset(root: str, manifest: dict, endpoint: str | None) -> Dataset:
+def open_s3_dataset(root: str, manifest: dict, url: str) -> Dataset:
+    """root's dataset on the endpoint url, its shards as handles there."""
     t = Target.parse(root)
-    url = endpoint_url(endpoint)
     store = S3Store(url, 4)
     mirror = tempfile.mkdtemp(prefix="iodl-s3-tables-")
     atexit.register(shutil.rmtree, mirror, True)   # the tables are mapped while the run reads

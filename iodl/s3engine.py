@@ -5,16 +5,19 @@ the patterns run unchanged; its "fds" are object handles, `http(s)://HOST[:PORT]
 (iodl.s3dataset.ObjectPaths), which name the endpoint and the object in any error. Every row is
 one GET with `Range: bytes=OFFSET-END` (a whole object's row too: the plan holds lengths, not
 whether a row ends its object), one HTTP request per row (S3RequestType.DEFAULT: the CRT never
-splits or merges them). The body is counted
-as it arrives and dropped. Latency is a GET's whole time (request handed to the CRT -> last byte);
-its time to first byte (-> response headers) goes to the stats' ttfb_hist. A 5xx answer or a dropped
-connection is retried up to s3store.RETRIES times, each counted in the stats' `retries`; a request that fails
-for good stops the run as a failed read does (errno: EACCES for 403, ENOENT for 404, ECONNREFUSED,
-ETIMEDOUT, else EIO) and its one-line reason is `last_error`.
+splits or merges them). The body is counted as it arrives and dropped. Latency is a GET's whole
+time (request handed to the CRT -> last byte); its time to the response headers goes to the
+stats' ttfb_hist (the S3Client hands them over only once the body is in: not yet a time to first
+byte, docs/s3.md). A 5xx answer or a dropped connection is retried up to s3store.RETRIES times,
+each counted in the stats' `retries`; a request that fails for good stops the run as a failed
+read does (errno: EACCES for 403, ENOENT for 404, ECONNREFUSED, ETIMEDOUT, else EIO), its reason
+(the HTTP status and S3 code, or the CRT's error, and the retries) in the stats' `error_reason`,
+which engine.raise_for_errors puts in its one line.
 """
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import time
 from urllib.parse import urlsplit
@@ -38,7 +41,8 @@ _CRT_ERRNO = {"AWS_IO_SOCKET_CONNECTION_REFUSED": errno.ECONNREFUSED, "AWS_IO_SO
 
 class S3Engine:
     def __init__(self, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False, delay_ns: int = 0,
-                 rate_bps: int = 0, cache_check: bool = False, endpoint: str | None = None):
+                 rate_bps: int = 0, cache_check: bool = False, endpoints: tuple[str, ...] = ()):
+        # endpoints: the run's; each handle names its own (s3dataset.ObjectPaths), so they are not used here
         if direct:
             raise ValueError("O_DIRECT is for files, not objects (leave --direct out)")
         if rate_bps:
@@ -48,7 +52,6 @@ class S3Engine:
         self._lock = threading.Lock()
         self._cancelled = False
         self.retries = 0     # of the run in progress (its stats say each run's)
-        self.last_error = ""
 
     def _store(self, netloc_url: str) -> S3Store:
         store = self._stores.get(netloc_url)
@@ -90,8 +93,7 @@ class S3Engine:
                 st.inflight -= 1
                 if error is not None:
                     if not st.errors and not st.stop:
-                        st.errors, st.first_error_row, st.first_errno = 1, row, error[0]
-                        self.last_error = error[1]
+                        st.errors, st.first_error_row, st.first_errno, st.error_reason = 1, row, *error
                     st.stop = True
                 else:
                     st.done.append((now, got[0], 0, now - t0, 0))
@@ -142,7 +144,7 @@ class S3Engine:
                 s3code = _s3_code(error_body)
                 why = f"HTTP {code}" + (f" {s3code}" if s3code else "") if code else name
                 err = _ERRNO.get(code, errno.EIO) if code else _CRT_ERRNO.get(name, errno.EIO)
-                finish(row, t0, got, first, (err, f"{h.scheme}://{h.netloc}: GET s3:/{h.path}: {why}"
+                finish(row, t0, got, first, (err, f"{os.strerror(err)}: {why}"
                                              + (f" after {attempt} retries" if attempt else "")), 0)
 
             store.client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name="GetObject",
@@ -198,7 +200,7 @@ class S3Engine:
         ttfb_counted = _native.account(tt[0], np.zeros_like(tt[0]), None, tt[1], ttfb,
                                        window_start_ns=int(window_start_ns), window_end_ns=int(window_end_ns))
         stats = {"done": st.first_error_row if st.errors else st.next_row, **counted, "errors": st.errors,
-                 "first_errno": st.first_errno, "first_error_row": st.first_error_row,
+                 "first_errno": st.first_errno, "first_error_row": st.first_error_row, "error_reason": st.error_reason,
                  "interrupted": st.interrupted, "short_rows": st.short_rows, "first_short_row": st.first_short_row,
                  "short_file_size": st.short_file_size, "abandoned": st.inflight,
                  "write_ios": 0, "write_bytes": 0, "fsyncs": 0, "fsync_ns": 0,
@@ -215,6 +217,7 @@ class _State:
         self.done, self.submits, self.ttfb, self.retry = [], [], [], []
         self.stop = self.interrupted = False
         self.errors = self.first_errno = 0
+        self.error_reason = ""
         self.first_error_row = self.first_short_row = -1
         self.short_rows = self.short_file_size = 0
         self.t_start = self.t_end = 0

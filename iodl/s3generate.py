@@ -27,18 +27,20 @@ from .data.generate import GenerateResult, generate
 from .data.layout import MANIFEST, SCHEMA
 from .errors import UsageError
 from .s3dataset import parse_manifest
-from .s3root import Target, endpoint_url
+from .s3root import Target, endpoint_of, endpoint_urls
 from .s3store import S3Store
 
 UPLOADS_IN_FLIGHT = 8   # per rank
 
 
-def generate_s3(wl, roots: list[str], endpoint: str | None, comm, say=None, progress=None) -> GenerateResult:
-    """Write wl's dataset (overrides applied) under every s3:// root on `endpoint`; rank 0's result on every rank."""
+def generate_s3(wl, roots: list[str], endpoints: list[str], comm, say=None, progress=None) -> GenerateResult:
+    """Write wl's dataset (overrides applied) under every s3:// root; each rank PUTs through its
+    endpoint (s3root.endpoint_of: several are gateways to one store); rank 0's result on every rank."""
     targets = [Target.parse(r) for r in roots]
     if len({(t.bucket, t.prefix) for t in targets}) != len(targets):
         raise UsageError("generate: the same --root is given twice")
-    url = endpoint_url(endpoint)
+    urls = endpoint_urls(endpoints)
+    url = urls[endpoint_of(comm.rank, urls)]
     spec = wl.to_dict()["dataset"]
     store = S3Store(url, UPLOADS_IN_FLIGHT)
     collective(comm, lambda: _mark(store, targets, spec) if comm.rank == 0 else None)

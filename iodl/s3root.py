@@ -44,6 +44,20 @@ class Target:
         return f"s3://{self.bucket}/{self.key(rel) if rel else self.prefix}"
 
 
+def endpoint_urls(given: list[str] | str | None) -> list[str]:
+    """Every --endpoint as iodl connects to it (one, AWS's, when none is given)."""
+    given = [given] if isinstance(given, str) or given is None else list(given) or [None]
+    urls = [endpoint_url(g) for g in given]
+    if len(set(urls)) != len(urls):
+        raise UsageError("--endpoint: the same endpoint is given twice")
+    return urls
+
+
+def endpoint_of(rank: int, urls: list[str]) -> int:
+    """Ranks spread over endpoints round-robin, as DLIO's multi-endpoint mode and as over mounts."""
+    return rank % len(urls)
+
+
 def endpoint_url(given: str | None) -> str:
     """--endpoint as iodl connects to it; without one, AWS's endpoint for the region."""
     if not given:

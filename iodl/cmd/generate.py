@@ -16,8 +16,10 @@ def add_arguments(p) -> None:
     p.add_argument("--root", action="append", default=[], metavar="DIR", required=True,
                    help="dataset root (repeatable: every root gets the whole dataset; one per mount), or "
                         "s3://BUCKET/PREFIX (docs/s3.md)")
-    p.add_argument("--endpoint", metavar="URL", help="S3 endpoint of s3:// roots, http(s)://HOST[:PORT] "
-                   "(default: AWS's for AWS_REGION); credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the AWS files")
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                   help="S3 endpoint of s3:// roots, http(s)://HOST[:PORT] (repeatable: ranks map to endpoints "
+                   "round-robin; default: AWS's for AWS_REGION); credentials: "
+                   "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the AWS files")
     p.add_argument("--files", type=cli_int, metavar="N", help="shards per copy (default: the workload's)")
     p.add_argument("--copies", type=cli_int, metavar="N", help="copies of the dataset, in copy-NNNN/ directories (default: the workload's)")
     p.add_argument("--format", choices=FORMATS, metavar="F",

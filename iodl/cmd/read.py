@@ -17,7 +17,9 @@ def add_arguments(p, patterns: dict = PATTERNS) -> None:
     p.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="dataset root (repeatable: ranks map to roots round-robin), or s3://BUCKET/PREFIX (docs/s3.md); "
                         "default: the tiny dataset in the data directory")
-    p.add_argument("--endpoint", metavar="URL", help="S3 endpoint of s3:// roots, http(s)://HOST[:PORT] (docs/s3.md)")
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                   help="S3 endpoint of s3:// roots, http(s)://HOST[:PORT] (repeatable: ranks map to endpoints "
+                        "round-robin; docs/s3.md)")
     p.add_argument("--engine", default="auto", help=f"{engines.choices()} (default auto: see docs/engines.md)")
     p.add_argument("--direct", action="store_true", help="open with O_DIRECT (bypass the page cache)")
     p.add_argument("--iodepth", type=cli_int, help="requests in flight per rank (default: the workload's)")

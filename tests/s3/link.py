@@ -1,12 +1,19 @@
 """A link of known speed to an S3 server: the server in a network namespace of its own, joined to
 the host by a veth pair shaped with `tc qdisc ... tbf` both ways (the host side shapes what the host
 sends: PUTs; the namespace side what the server sends: GETs). The veth's counters are the bytes that
-crossed it. Names carry the branch's mark (iodl-s3) and are removed on close."""
+crossed it. Names carry the branch's mark (iodl-s3, i27) and are removed on close. Each link has a
+link-local /30 of its own (169.254.NET.0/30), so that several can be up at once.
+
+payload_rate() is the link's measured GET payload rate: a plain loop of awscrt's S3 client (no
+iodl code), the figure iodl's own bandwidth is held to."""
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 
-HOST_IP, NS_IP = "169.254.77.1", "169.254.77.2"
+from tests.conftest import require_or_skip
+from tests.s3.server import weed_missing
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
@@ -14,9 +21,17 @@ def _ip(*args: str, ns: str | None = None) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
+def require() -> None:
+    """Skip (or fail, where IODL_REQUIRE asks for them) unless weed mini and a shaped veth can be had."""
+    why = weed_missing()
+    require_or_skip("s3", why is None, f"s3: {why}")
+    why = usable()
+    require_or_skip("root", why is None, f"root: {why}")
+
+
 def usable() -> str | None:
     """None when this machine can make the link (root, ip netns, veth, tbf), else why not."""
-    probe = Link("iodl-s3-probe", "iodls3p", 200)
+    probe = Link("iodl-s3-probe", "iodls3p", 200, net=76)
     try:
         probe.open()
     except (subprocess.CalledProcessError, OSError) as exc:
@@ -27,16 +42,17 @@ def usable() -> str | None:
 
 
 class Link:
-    def __init__(self, ns: str, veth: str, mbit: int):
+    def __init__(self, ns: str, veth: str, mbit: int, net: int = 77):
         self.ns, self.host_dev, self.ns_dev, self.mbit = ns, veth + "h", veth + "n", mbit
+        self.host_ip, self.ns_ip = f"169.254.{net}.1", f"169.254.{net}.2"
 
     def open(self) -> "Link":
         _ip("ip", "netns", "add", self.ns)
         _ip("ip", "link", "add", self.host_dev, "type", "veth", "peer", "name", self.ns_dev)
         _ip("ip", "link", "set", self.ns_dev, "netns", self.ns)
-        _ip("ip", "addr", "add", f"{HOST_IP}/30", "dev", self.host_dev)
+        _ip("ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_dev)
         _ip("ip", "link", "set", self.host_dev, "up")
-        _ip("ip", "addr", "add", f"{NS_IP}/30", "dev", self.ns_dev, ns=self.ns)
+        _ip("ip", "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_dev, ns=self.ns)
         _ip("ip", "link", "set", self.ns_dev, "up", ns=self.ns)
         _ip("ip", "link", "set", "lo", "up", ns=self.ns)
         for dev, ns in ((self.host_dev, None), (self.ns_dev, self.ns)):
@@ -55,3 +71,56 @@ class Link:
     def close(self) -> None:
         subprocess.run(["ip", "link", "del", self.host_dev], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+
+
+def payload_rate(server, bucket: str, key: str, size: int, *, part: int = 1 << 20, inflight: int = 8,
+                 ramp_s: float = 1.0, seconds: float = 4.0) -> float:
+    """MB/s of GET bodies through server's link: ranged GETs of `part` over the object key (size
+    bytes), `inflight` at once, by a bare awscrt S3Client loop; bytes of the GETs completed in
+    [ramp_s, ramp_s + seconds] over seconds (the window iodl's storage-only counts in)."""
+    from awscrt import auth, http, io, s3
+
+    elg = io.EventLoopGroup(2)
+    boot = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
+    creds = auth.AwsCredentialsProvider.new_static(server.access_key, server.secret_key)
+    client = s3.S3Client(bootstrap=boot, region="us-east-1", tls_mode=s3.S3RequestTlsMode.DISABLED,
+                         signing_config=s3.create_default_s3_signing_config(region="us-east-1",
+                                                                            credential_provider=creds),
+                         max_active_connections_override=inflight)
+    host = server.endpoint.split("//", 1)[1]
+    lock, outstanding, counted, errors = threading.Condition(), [0], [0], []
+    t0 = time.monotonic()
+    lo, hi = t0 + ramp_s, t0 + ramp_s + seconds
+
+    def get(i: int) -> None:
+        offset = (i * part) % (size - part + 1)
+        got = [0]
+        req = http.HttpRequest("GET", f"/{bucket}/{key}", http.HttpHeaders(
+            [("host", host), ("range", f"bytes={offset}-{offset + part - 1}")]))
+
+        def on_body(chunk, offset):
+            got[0] += len(chunk)
+
+        def on_done(error=None, **_):
+            now = time.monotonic()
+            again = error is None and now < hi
+            with lock:
+                if error is None and lo <= now <= hi:
+                    counted[0] += got[0]
+                outstanding[0] -= not again
+                if error is not None:
+                    errors.append(error)
+                lock.notify()
+            if again:
+                get(i + inflight)
+
+        client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name="GetObject", on_body=on_body,
+                            on_done=on_done)
+
+    outstanding[0] = inflight
+    for i in range(inflight):
+        get(i)
+    with lock:   # every loop ends past hi (or on an error)
+        assert lock.wait_for(lambda: outstanding[0] == 0, timeout=ramp_s + seconds + 60), "GETs did not finish"
+    assert not errors, errors[0]
+    return counted[0] / seconds / 1e6

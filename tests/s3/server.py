@@ -6,7 +6,8 @@ its own ports, are removed when it stops. Telemetry is off; it binds one address
 free on the host (weed mini takes P..P+8 and gRPC P+10000..P+10004; a server in a namespace of its own
 gets them too, as its /tmp sockets are the host's).
 Its one identity's keys are made fresh per server, so a test can look for the secret in what
-iodl writes. `netns`: run it inside that network namespace (tests/s3/link.py).
+iodl writes (`keys`: another server's, for one run over both). `netns`: run it inside that network
+namespace (tests/s3/link.py).
 """
 from __future__ import annotations
 
@@ -49,10 +50,17 @@ def _free(ip: str, port: int) -> bool:
     return True
 
 
+def _grpc_socket(name_index: int, base: int) -> str:
+    return f"/tmp/seaweedfs-{GRPC_SOCKETS[name_index]}-grpc-{base + GRPC_OFFSET + name_index}.sock"
+
+
 def free_base(ip: str = "127.0.0.1") -> int:
-    """A port P with P..P+8 and P+10000..P+10004 free on ip (weed mini's gRPC ports are its HTTP + 10000)."""
+    """A port P with P..P+8 and P+10000..P+10004 free on ip (weed mini's gRPC ports are its HTTP + 10000),
+    and no server's gRPC sockets for them in /tmp: a server in a namespace of its own takes no host
+    port, but its /tmp sockets are the host's, and a second server on the same ports joins the first."""
     for base in range(20000 + os.getpid() % 400 * 20, 55000, 20):
-        if all(_free(ip, base + i) for i in range(PORTS)) and all(_free(ip, base + GRPC_OFFSET + i) for i in range(5)):
+        if (all(_free(ip, base + i) for i in range(PORTS)) and all(_free(ip, base + GRPC_OFFSET + i) for i in range(5))
+                and not any(os.path.exists(_grpc_socket(i, base)) for i in range(len(GRPC_SOCKETS)))):
             return base
     raise RuntimeError("no free ports for weed mini")
 
@@ -60,11 +68,11 @@ def free_base(ip: str = "127.0.0.1") -> int:
 class Seaweed:
     """One `weed mini` with one bucket-creating identity: endpoint, access_key, secret_key."""
 
-    def __init__(self, top: str, ip: str = "127.0.0.1", netns: str | None = None):
+    def __init__(self, top: str, ip: str = "127.0.0.1", netns: str | None = None, keys: tuple[str, str] | None = None):
         self.top, self.ip, self.netns = top, ip, netns
         os.makedirs(os.path.join(top, "data"), exist_ok=True)
-        self.access_key = "IODLTEST" + secrets.token_hex(6).upper()
-        self.secret_key = secrets.token_urlsafe(30)
+        self.access_key, self.secret_key = keys or ("IODLTEST" + secrets.token_hex(6).upper(),
+                                                    secrets.token_urlsafe(30))
         with open(os.path.join(top, "s3.json"), "w") as f:
             json.dump({"identities": [{"name": "iodl-test", "credentials": [
                 {"accessKey": self.access_key, "secretKey": self.secret_key}],
@@ -129,8 +137,8 @@ class Seaweed:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
-        for i, name in enumerate(GRPC_SOCKETS):
-            path = f"/tmp/seaweedfs-{name}-grpc-{self.base + GRPC_OFFSET + i}.sock"
+        for i in range(len(GRPC_SOCKETS)):
+            path = _grpc_socket(i, self.base)
             try:
                 if stat.S_ISSOCK(os.lstat(path).st_mode):
                     os.unlink(path)

@@ -10,7 +10,8 @@ import tempfile
 import threading
 import time
 
-from tests.helpers import iodl
+from tests.conftest import require_or_skip
+from tests.helpers import iodl, mpiexec
 from tests.s3.server import Seaweed
 
 FILES = "6"
@@ -140,3 +141,25 @@ def test_server_gone_mid_upload_is_one_line_naming_the_object():
         assert "s3://gone-bkt/ds/" in line
     finally:
         server.remove()
+
+
+def test_several_endpoints_spread_the_puts_over_the_ranks(seaweed, bucket, tmp_path):
+    """`--endpoint A --endpoint B` under 2 ranks: rank r PUTs through endpoint r % 2. With A and B
+    two servers (not two gateways to one store, as in use) each holds exactly its rank's share:
+    A rank 0's objects and the manifest (rank 0 marks and completes), B rank 1's; together, the
+    files a directory gets."""
+    require_or_skip("mpiexec", bool(mpiexec()), "no mpiexec next to the test interpreter")
+    other = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-ep-"), keys=(seaweed.access_key, seaweed.secret_key)).start()
+    try:
+        other.client().create_bucket(Bucket=bucket)
+        proc = iodl("generate", "--root", f"s3://{bucket}/ds", "--endpoint", seaweed.endpoint, "--endpoint",
+                    other.endpoint, "--files", FILES, ranks=2, env=seaweed.env())
+        assert proc.returncode == 0, proc.stderr
+        on_a, on_b = _objects(seaweed.client(), bucket, "ds"), _objects(other.client(), bucket, "ds")
+    finally:
+        other.remove()
+    files = _local(tmp_path)
+    shards = sorted(rel for rel in files if rel != "iodl-dataset.json")   # the order generate shares them in
+    assert sorted(on_b) == shards[1::2]
+    assert sorted(on_a) == sorted([*shards[0::2], "iodl-dataset.json"])
+    assert {**on_a, **on_b} == files

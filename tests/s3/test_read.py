@@ -67,12 +67,25 @@ def test_storage_only_whole_and_ranged_gets(seaweed, dataset, tmp_path, block):
         assert 3.8e6 <= mean <= 4.6e6
 
 
-def test_train_sync_reads_samples_as_ranged_gets(seaweed, dataset, tmp_path):
+@pytest.mark.parametrize("pattern,extra", [("train-sync", ["--steps", "20"]),
+                                           ("infer-async", ["--duration", "2", "--ramp", "0.5"])])
+def test_step_patterns_read_samples_as_ranged_gets(seaweed, dataset, tmp_path, pattern, extra):
+    """train-sync and infer-async read their samples' records as ranged GETs: the samples the steps
+    consumed were read: the bytes of the GET bodies are the bytes the steps consumed (train-sync), or
+    within 5% of them (infer-async's fixed window cuts through its read-ahead)."""
     root, _total = dataset
-    proc = _read(seaweed, root, tmp_path / "t.json", "--pattern", "train-sync", "--steps", "20")
+    proc = _read(seaweed, root, tmp_path / "t.json", "--pattern", pattern, *extra)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "t.json").read_text())
-    assert result["total"]["bytes"] > 0 and result["total"]["ios"] > 0
+    total, train = result["total"], result["train"]
+    assert train["samples"] > 0 and train["consumed_bytes"] > 0
+    assert total["ios"] > 0
+    if pattern == "train-sync":   # its window is its steps' span: every record read is one a step consumed
+        assert total["bytes"] == train["consumed_bytes"]
+    else:                         # a fixed window: the loader's read-ahead at its two edges, a few batches
+        assert abs(total["bytes"] - train["consumed_bytes"]) <= 0.05 * train["consumed_bytes"], (
+            total["bytes"], train["consumed_bytes"])
+    assert total["errors"] == 0 and 0 < total["ttfb_us"]["p50"] <= total["latency_us"]["p50"]
 
 
 def test_a_prefix_without_a_dataset_is_one_line(seaweed, dataset, tmp_path):
@@ -97,14 +110,16 @@ def _reading(proc, server, at_least: int = 6) -> None:
 
 
 def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
-    """The server killed once the run's GETs are going (its engine holds >= 6 connections to the server)."""
+    """The server killed once the run's GETs are going (its engine holds >= 6 connections to the server):
+    one line naming the endpoint and the object, and the result of what was read before, partial."""
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-kill-")).start()
     try:
         server.client().create_bucket(Bucket="gone-bkt")
         assert iodl("generate", "--root", "s3://gone-bkt/ds", "--endpoint", server.endpoint, "--files", "6", "--quiet",
                     env=server.env()).returncode == 0
         proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", "s3://gone-bkt/ds", "--endpoint",
-                                 server.endpoint, "--pattern", "storage-only", "--duration", "60", "--ramp", "0"],
+                                 server.endpoint, "--pattern", "storage-only", "--duration", "60", "--ramp", "0",
+                                 "--out", str(tmp_path / "gone.json")],
                                 env={**os.environ, **server.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         _reading(proc, server)
@@ -116,8 +131,14 @@ def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
         assert proc.returncode == 1, out + err
         line = err.strip()
         assert "\n" not in line
-        assert line.startswith("iodl: error: [Errno 111] Connection refused (read of "), line
+        assert line.startswith("iodl: error: [Errno 111] Connection refused: AWS_IO_SOCKET_CONNECTION_REFUSED after 3 "
+                               "retries (read of "), line
         assert f"'{server.endpoint}/gone-bkt/ds/copy-0000/train-" in line
+        result = json.loads((tmp_path / "gone.json").read_text())
+        assert result["partial"] is True and result["total"]["bytes"] > 0 and result["total"]["ios"] > 0
+        # the GET that failed for good is counted, with its 3 retries; the endpoint's block says the same
+        assert result["total"]["errors"] == 1 and result["total"]["retries"] >= 3
+        assert result["endpoints"][0]["url"] == server.endpoint and result["endpoints"][0]["errors"] == 1
     finally:
         server.remove()
 
