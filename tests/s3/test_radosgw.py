@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import require_or_skip
 from tests.helpers import iodl
-from tests.s3.link import NS_IP, Link, usable
+from tests.s3.link import Link, usable
 from tests.s3.radosgw import RadosGW, radosgw_missing
 
 pytestmark = pytest.mark.root
@@ -31,8 +31,8 @@ def rgw():
     require_or_skip("radosgw", why is None, f"radosgw: {why}")
     why = usable()
     require_or_skip("root", why is None, f"root: {why}")
-    link = Link("iodl-s3-rgw", "iodls3r", 200).open()
-    server = RadosGW(tempfile.mkdtemp(prefix="iodl-rgw-"), ip=NS_IP, netns=link.ns)
+    link = Link("iodl-s3-rgw", "iodls3r", 200, net=78).open()
+    server = RadosGW(tempfile.mkdtemp(prefix="iodl-rgw-"), ip=link.ns_ip, netns=link.ns)
     try:
         server.start()
         server.client().create_bucket(Bucket=BUCKET)
