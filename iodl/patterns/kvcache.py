@@ -261,7 +261,7 @@ def capacity(root: str, sharing: int) -> int:
 
 def check_room(spec: KVSpec, room: int, largest_context: int) -> None:
     """Refuse a run whose largest entry would not fit in this rank's share of the free space."""
-    need = entry_bytes(largest_context, spec.model)
+    need = entry_bytes(largest_context, spec.bytes_per_token)
     if need > room:
         raise UsageError(f"--root {spec.root}: an entry of {largest_context:,} tokens of {spec.model.name} is "
                          f"{need:,} bytes, more than this rank's share of the free space ({room:,} bytes, "
@@ -271,7 +271,7 @@ def check_room(spec: KVSpec, room: int, largest_context: int) -> None:
 # ---- what one worker counts
 
 _SUMS = ("read_bytes", "read_ios", "cached_bytes", "cache_unmeasured_bytes", "written_bytes", "write_ios", "fsyncs",
-         "errors", "tokens", "prefill_tokens", "requests", "entries_written", "entry_reads", "hits", "misses",
+         "errors", "tokens", "generated_tokens", "prefill_tokens", "requests", "entries_written", "entry_reads", "hits", "misses",
          "evictions", "cpu_entries", "cpu_reads", "demotions", "storage_ns")
 _HISTS = ("read_hist", "write_hist", "fsync_hist", "entry_read_hist", "entry_write_hist", "request_hist")
 
@@ -289,6 +289,7 @@ class Tally:
     errors: int = 0
     first_errno: int = 0
     tokens: int = 0            # context + generated tokens of the requests completed
+    generated_tokens: int = 0  # kv-cache.py's total_tokens: every completed request's generation, prefill-only too
     prefill_tokens: int = 0    # context tokens of the entries written whole to the storage
     requests: int = 0
     entries_written: int = 0   # to the storage: a request's own, or demoted from the CPU tier
@@ -345,7 +346,7 @@ class RankRun:
         self.seed = spec.seed + rank
         rng = random.Random(self.seed)    # kv-cache.py: seed + rank
         self.arrivals = Arrivals(make_users(spec, rng), rng)
-        self.cpu = (CpuTier(int(spec.cpu_memory_gb * (1 << 30)), lambda tokens: entry_bytes(tokens, spec.model))
+        self.cpu = (CpuTier(int(spec.cpu_memory_gb * (1 << 30)), lambda tokens: entry_bytes(tokens, spec.bytes_per_token))
                     if spec.cpu_memory_gb else None)
         self.queue: queue.PriorityQueue = queue.PriorityQueue()
         self.write_slots = threading.BoundedSemaphore(spec.max_concurrent_writes)
@@ -472,6 +473,7 @@ class RankRun:
         now = _native.monotonic_ns()
         if self.in_window(now):
             tally.tokens += r.context + r.generation * (not (r.prefill_only or self.spec.prefill_only))
+            tally.generated_tokens += r.generation
             tally.requests += 1
             tally.storage_ns += tally.pending_ns
             tally.request_hist[histogram.index_one(tally.pending_ns)] += 1
@@ -503,7 +505,7 @@ class RankRun:
 
     def _store(self, key: str, tokens: int, engine, tally: Tally) -> bool:
         """An entry written whole to the storage and fsync'd; False when it was not (stopped, window over)."""
-        size = entry_bytes(tokens, self.spec.model)
+        size = entry_bytes(tokens, self.spec.bytes_per_token)
         on_disk = aligned(size) if self.spec.direct else size   # O_DIRECT writes whole 4 KiB blocks
         tally.evictions += self.entries.reserve(on_disk)
         start = _native.monotonic_ns()
