@@ -54,21 +54,23 @@ def test_prefill_only_writes_tokens_times_bytes_per_token_plus_a_header_per_entr
 
 
 @pytest.mark.blkio
-@pytest.mark.parametrize("ranks", RANKS)
-def test_every_reported_read_reaches_the_device(tmp_path, ranks):
-    """Decode re-reads and earlier turns, each after dropping the file's pages: what blkio saw the
-    ranks read is what they report within 1 %."""
-    with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup(f"iodl-kvcache-reads-{ranks}") as group:
+@pytest.mark.parametrize("ranks, direct", [(1, False), (2, False), (1, True)],
+                         ids=["1-rank", "2-ranks", "1-rank-direct"])
+def test_every_reported_read_reaches_the_device(tmp_path, ranks, direct):
+    """Decode re-reads and earlier turns, each after dropping the file's pages (or, --direct, with
+    O_DIRECT: the entries just written would otherwise be read from the page cache): what blkio saw
+    the ranks read is what they report within 1 %."""
+    with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup(f"iodl-kvcache-reads-{ranks}-{direct}") as group:
         root = os.path.join(m.path, "kv")
         out = tmp_path / "r.json"
         proc = iodl("kvcache", "--root", root, "--model", "llama3.1-8b", "--users", "6", "--context", "50:400",
-                    "--max-requests", "20", "--duration", "120", "--out", str(out), ranks=ranks,
-                    preexec_fn=group.enter, timeout=180)
+                    "--max-requests", "20", "--duration", "120", "--out", str(out), *(["--direct"] if direct else []),
+                    ranks=ranks, preexec_fn=group.enter, timeout=180)
         device = group.read_bytes(m.majmin)
         assert proc.returncode == 0, proc.stderr
     kv = load_json(out)["kvcache"]
-    print(f"{ranks} rank(s): reported {kv['read_bytes']:,} B read in {kv['entry_reads']} entry reads; "
-          f"blkio {device:,} B")
+    print(f"{ranks} rank(s){' direct' if direct else ''}: reported {kv['read_bytes']:,} B read in "
+          f"{kv['entry_reads']} entry reads; blkio {device:,} B")
     assert kv["entry_reads"] >= 2 * kv["entries_written"] > 0
     assert device == pytest.approx(kv["read_bytes"], rel=0.01)
     assert kv["device_read_fraction"] > 0.99
@@ -101,6 +103,33 @@ def test_bandwidth_is_the_throttle_within_5_percent_and_never_above(tmp_path, op
     assert kv["window_s"] == 12.0
     assert got <= bps * 1.005   # the throttle's own accounting slack, nothing more
     assert got == pytest.approx(bps, rel=0.05)
+
+
+def test_direct_entries_are_whole_4k_blocks_and_reach_the_device_as_written(tmp_path):
+    """--direct: every entry is written with O_DIRECT, padded to whole 4 KiB blocks: each file's size is
+    its entry rounded up to 4 KiB, the reported bytes are those sizes' sum, and the device's own
+    sectors-written counter has them all when the command returns (plus no more than the
+    filesystem's own, as for buffered entries: 64 KiB an entry, 512 KiB for the root)."""
+    bpt = MODELS["llama3.1-8b"].bytes_per_token
+    with LoopMount(2 << 30, mkfs_args=MKFS) as m:
+        root = os.path.join(m.path, "kv")
+        out = tmp_path / "r.json"
+        before = m.bytes_written()
+        proc = iodl("kvcache", "--root", root, "--model", "llama3.1-8b", "--users", "4", "--context", "100:400",
+                    "--prefill-only", "--no-multi-turn", "--max-requests", "6", "--duration", "120", "--direct",
+                    "--out", str(out), ranks=1, timeout=180)
+        reached = m.bytes_written() - before
+        assert proc.returncode == 0, proc.stderr
+        sizes = _entries(root)
+    r = load_json(out)
+    kv = r["kvcache"]
+    print(f"direct: {len(sizes)} entries, reported {kv['written_bytes']:,} B, device {reached:,} B "
+          f"(+{reached - kv['written_bytes']:,})")
+    assert r["direct"] is True and kv["entries_written"] == len(sizes) == 6
+    assert all(size % 4096 == 0 for size in sizes) and kv["written_bytes"] == sum(sizes)
+    unpadded = kv["prefill_tokens"] * bpt + 6 * HEADER_BYTES
+    assert unpadded < kv["written_bytes"] < unpadded + 6 * 4096   # 128 B of header each: never a whole block
+    assert kv["written_bytes"] <= reached <= kv["written_bytes"] + 6 * 65536 + 524288
 
 
 def test_a_root_without_room_for_the_largest_entry_is_refused_before_writing(tmp_path):
