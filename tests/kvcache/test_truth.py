@@ -171,3 +171,64 @@ def test_two_ranks_on_one_core_report_what_they_report_on_two(tmp_path):
         raise NotJudged(f"load average {busy:.0f} on 2 cores: the one core was shared with other work")
     assert got[1] == pytest.approx(got[2], rel=0.05)
     assert got[1] == pytest.approx(bps, rel=0.05) and got[1] <= bps * 1.005
+
+
+def _open_entries(pid: int) -> list[tuple[str, int]]:
+    """(file name, access mode) of every entry file the process holds open now, from the kernel's own
+    table (/proc/PID/fd and its fdinfo flags); an fd closed while we look is skipped."""
+    held = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return held
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                flags = int(next(line for line in f if line.startswith("flags:")).split()[1], 8)
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue
+        if target.endswith(".kv"):
+            held.append((os.path.basename(target), flags & os.O_ACCMODE))
+    return held
+
+
+@pytest.mark.blkio
+def test_writes_are_capped_reads_are_not_and_one_entry_is_read_by_one_reader_at_a_time(tmp_path):
+    """The kernel's fd table of the running process, sampled every few ms: entries open for writing
+    (create to fsync) never exceed --max-concurrent-writes 2 and reach it (a 10 MB/s write throttle
+    keeps the fsyncs long); entries open for reading do exceed it (reads are not capped, 32 workers
+    under a 10 MB/s read throttle); no entry is ever open for reading twice at once (kv-cache.py
+    reads one entry under its lock)."""
+    import subprocess
+    import sys
+    import time
+
+    cap = 2
+    with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup("iodl-kvcache-caps") as group:
+        group.throttle_read(m.majmin, 10 * MB)
+        group.throttle_write(m.majmin, 10 * MB)
+        out = tmp_path / "r.json"
+        proc = subprocess.Popen([sys.executable, "-m", "iodl", "kvcache", "--root", os.path.join(m.path, "kv"),
+                                 "--model", "llama3.1-8b", "--users", "32", "--context", "10:40",
+                                 "--max-concurrent-writes", str(cap), "--duration", "8", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=group.enter)
+        writers = readers = same_entry = samples = 0
+        while proc.poll() is None:
+            held = _open_entries(proc.pid)
+            reading = [name for name, mode in held if mode == os.O_RDONLY]
+            writers = max(writers, sum(mode == os.O_WRONLY for _name, mode in held))
+            readers = max(readers, len(reading))
+            same_entry = max(same_entry, max((reading.count(n) for n in reading), default=0))
+            samples += bool(held)
+            time.sleep(0.002)
+        _stdout, stderr = proc.communicate()
+        assert proc.returncode == 0, stderr
+    kv = load_json(out)["kvcache"]
+    print(f"{samples} samples with entries open: at most {writers} open for writing (cap {cap}), {readers} for "
+          f"reading, {same_entry} reader(s) of one entry; {kv['entries_written']} entries written, "
+          f"{kv['entry_reads']} read")
+    assert samples > 100 and kv["entry_reads"] > kv["entries_written"] > cap
+    assert writers == cap
+    assert readers > cap
+    assert same_entry == 1
