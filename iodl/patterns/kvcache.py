@@ -228,9 +228,10 @@ class CpuTier:
         self.used = 0
         self.lock = threading.Lock()
 
-    def admit(self, key: str, tokens: int) -> list[tuple[str, int]] | None:
-        """None: the entry is too large for this tier (it goes to the storage); else the entries demoted
-        to make room for it, least recently used first, (key, tokens) each."""
+    def make_room(self, tokens: int) -> list[tuple[str, int]] | None:
+        """None: an entry of `tokens` is too large for this tier (it goes to the storage); else the
+        entries demoted to make room for it, least recently used first, (key, tokens) each; the room
+        is the new entry's from now on, and insert() puts the entry there."""
         size = self.bytes_of(tokens)
         if size > self.LARGEST * self.capacity:
             return None
@@ -240,9 +241,13 @@ class CpuTier:
                 old, old_tokens = self.lru.popitem(last=False)
                 self.used -= self.bytes_of(old_tokens)
                 demoted.append((old, old_tokens))
-            self.lru[key] = tokens
             self.used += size
         return demoted
+
+    def insert(self, key: str, tokens: int) -> None:
+        """The new entry, the most recently used, in the room make_room() made for it."""
+        with self.lock:
+            self.lru[key] = tokens
 
     def lookup(self, key: str) -> bool:
         with self.lock:
@@ -493,14 +498,17 @@ class RankRun:
         with self.write_slots:
             if self.stop.is_set():
                 return False
-            demoted = self.cpu.admit(r.key, r.context) if self.cpu is not None else None
+            demoted = self.cpu.make_room(r.context) if self.cpu is not None else None
             if demoted is None:
                 return self._store(r.key, r.context, engine, tally)
-            if self.in_window(_native.monotonic_ns()):
-                tally.cpu_entries += 1
             for key, tokens in demoted:
                 if self._store(key, tokens, engine, tally) and self.in_window(_native.monotonic_ns()):
                     tally.demotions += 1
+            # the entry joins the tier once its demotions are written, as kv-cache.py registers an entry
+            # after making room for it: joined before, it would age while they are written
+            self.cpu.insert(r.key, r.context)
+            if self.in_window(_native.monotonic_ns()):
+                tally.cpu_entries += 1
             return True
 
     def _store(self, key: str, tokens: int, engine, tally: Tally) -> bool:
