@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -56,15 +57,16 @@ def entries(directory: str, suffix: str) -> list[int]:
 
 def run(cmd: list[str], mount, log: str, group) -> dict:
     """One tool's process: its wall time and what the device read and wrote meanwhile."""
-    before = mount.device_stat()
+    before, cpu_before = mount.device_stat(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     with open(log, "w") as f:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, preexec_fn=group.enter if group else None)
     wall = time.monotonic() - start
-    after = mount.device_stat()
+    after, cpu_after = mount.device_stat(), resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise SystemExit(f"{cmd[0]} failed ({proc.returncode}); see {log}")
-    return {"wall_s": wall, "device_read_bytes": (after[2] - before[2]) * 512,
+    cpu_s = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu_s, "device_read_bytes": (after[2] - before[2]) * 512,
             "device_written_bytes": (after[6] - before[6]) * 512}
 
 

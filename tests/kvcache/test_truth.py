@@ -232,3 +232,26 @@ def test_writes_are_capped_reads_are_not_and_one_entry_is_read_by_one_reader_at_
     assert writers == cap
     assert readers > cap
     assert same_entry == 1
+
+
+def test_entries_are_unlinked_least_recently_used_first_to_stay_within_95_percent_of_the_free_space(tmp_path):
+    """A 256 MiB filesystem and more entries than fit: the run writes more than the free space yet
+    never fills it: what is left on it at the end is within 95 % of the space free at the start (the
+    filesystem's own count, statvfs), the rest unlinked as it went, with no write failing."""
+    with LoopMount(256 << 20, mkfs_args=MKFS) as m:
+        root = os.path.join(m.path, "kv")
+        st = os.statvfs(m.path)
+        free = st.f_bavail * st.f_frsize
+        out = tmp_path / "r.json"
+        proc = iodl("kvcache", "--root", root, "--model", "llama3.1-8b", "--users", "4", "--context", "100:200",
+                    "--max-requests", "40", "--duration", "120", "--out", str(out), ranks=1, timeout=180)
+        assert proc.returncode == 0, proc.stderr
+        st = os.statvfs(m.path)
+        used = free - st.f_bavail * st.f_frsize
+        sizes = _entries(root)
+    kv = load_json(out)["kvcache"]
+    print(f"free at the start {free:,} B; written {kv['written_bytes']:,} B in {kv['entries_written']} entries, "
+          f"{kv['evictions']} unlinked; left {sum(sizes):,} B in {len(sizes)} files, the filesystem {used:,} B")
+    assert kv["errors"] == 0 and kv["written_bytes"] > free
+    assert kv["evictions"] == kv["entries_written"] - len(sizes) > 0
+    assert sum(sizes) <= used <= 0.95 * free
