@@ -180,7 +180,10 @@ def test_the_cpu_tier_keeps_entries_off_the_storage_until_it_demotes_them(tmp_pa
     assert tally.cpu_entries + (tally.entries_written - tally.demotions) == 40
     assert tally.entries_written == len(sizes)
     assert tally.written_bytes == sum(sizes) == tally.prefill_tokens * bpt + len(sizes) * HEADER_BYTES
-    assert tier.used == sum(tier.bytes_of(t) for t in tier.lru.values()) <= tier.capacity
+    # its bookkeeping is its entries; it may be over 80 % full only by entries that joined while the
+    # demotions making their room were written (6 workers: at most 5 others), as kv-cache.py's tier
+    assert tier.used == sum(tier.bytes_of(t) for t in tier.lru.values())
+    assert tier.used <= tier.FILL * tier.capacity + 5 * max(sizes)
     assert not set(tier.lru) & {n[:-len(SUFFIX)] for n in os.listdir(directory)}   # never in both tiers
     # storage reads: whole entries of the storage only
     assert tally.entry_reads + tally.cpu_reads == tally.hits
