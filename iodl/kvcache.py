@@ -103,9 +103,9 @@ def decode_reads(generation: int) -> int:
     return 1 + math.ceil(generation / TOKENS_PER_DECODE_READ)
 
 
-def entry_bytes(tokens: int, model: Model) -> int:
+def entry_bytes(tokens: int, bytes_per_token: int) -> int:
     """An entry's file size: the KV of its context plus the header."""
-    return tokens * model.bytes_per_token + HEADER_BYTES
+    return tokens * bytes_per_token + HEADER_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +113,7 @@ class KVSpec:
     """What every rank of a kvcache run runs (resolve())."""
     option: int | None
     model: Model
+    bytes_per_token: int       # the model's, or --bytes-per-token's (a model of one's own)
     users: int
     duration_s: float
     trials: int
@@ -167,13 +168,15 @@ def resolve(args) -> KVSpec:
     block = parse_size(args.block_size, "--block-size")
     limits.check_range("--block-size", block, 4096, limits.MAX_BLOCK_SIZE, integer=True)
     limits.check_block_size("--block-size", block, args.direct)
+    bpt = MODELS[model_name].bytes_per_token if args.bytes_per_token is None else args.bytes_per_token
+    limits.check_range("--bytes-per-token", bpt, 1, 1 << 30, integer=True)
     limits.check_range("--trials", args.trials, 1, 100, integer=True)
     limits.check_range("--max-requests", args.max_requests, 0, 1 << 40, integer=True)
     engine = engines.choose(args.engine, args.direct, writes=True)
     # every worker has an engine of its own, one request in flight: a worker is one of
     # kv-cache.py's threads, whose np.save and np.load each issue one request at a time
     limits.check_memory(f"--workers {workers} x --block-size {block}", limits.buffers_bytes(workers, block))
-    return KVSpec(option=args.option, model=MODELS[model_name], users=users, duration_s=float(duration),
+    return KVSpec(option=args.option, model=MODELS[model_name], bytes_per_token=bpt, users=users, duration_s=float(duration),
                   trials=args.trials, seed=args.seed, cpu_memory_gb=cpu_gb, max_concurrent_writes=writes,
                   workers=workers, multi_turn=not args.no_multi_turn, prefill_only=args.prefill_only,
                   context=parse_range("--context", args.context) if args.context else None,

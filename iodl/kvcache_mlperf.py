@@ -25,13 +25,15 @@ def _ms(hist, q: float) -> float:
 
 
 def rank_summary(t, end_s: float) -> dict:
-    """One rank's `summary` as kv-cache.py writes it (the keys mlpstorage reads), from its Tally."""
+    """One rank's `summary` as kv-cache.py writes it (the keys mlpstorage reads), from its Tally. Its
+    tokens are kv-cache.py's: the generation tokens of the completed requests (prefill-only ones
+    included), not iodl's context + generated."""
     storage_s = t.storage_ns / 1e9
     read_gib, written_gib = t.read_bytes / GiB, t.written_bytes / GiB
     return {
-        "avg_throughput_tokens_per_sec": reduce.rate(t.tokens, end_s),
-        "storage_throughput_tokens_per_sec": reduce.rate(t.tokens, storage_s),
-        "total_tokens": t.tokens,
+        "avg_throughput_tokens_per_sec": reduce.rate(t.generated_tokens, end_s),
+        "storage_throughput_tokens_per_sec": reduce.rate(t.generated_tokens, storage_s),
+        "total_tokens": t.generated_tokens,
         "total_requests": t.requests,
         "storage_io_latency_ms": {name: _ms(t.request_hist, q) for name, q in _QUANTILES},
         "cache_stats": {

@@ -31,6 +31,8 @@ def add_arguments(p) -> None:
                    help="MLPerf's option: 1 llama3.1-8b x 200 users, 2 8b x 100 users + 4 GiB CPU tier, "
                         "3 llama3.1-70b-instruct x 70 users; 300 s each")
     p.add_argument("--model", choices=list(MODELS), help="the model (default: the option's)")
+    p.add_argument("--bytes-per-token", type=cli_int, metavar="N",
+                   help="KV bytes per token of a model of one's own (default: the model's)")
     p.add_argument("--users", type=cli_int, help="users per rank (default: the option's, else 100)")
     p.add_argument("--duration", type=cli_float, metavar="S", help="measured seconds (default 300)")
     p.add_argument("--trials", type=cli_int, default=1,
@@ -150,7 +152,7 @@ def _block(spec: KVSpec, gathered) -> dict:
     or to the stop, or to its last request (--max-requests); over trials, their windows added."""
     (mounts, total), per_rank, _summaries = gathered
     window_s = max(0.0, float(total["end_s"]))
-    bpt = spec.model.bytes_per_token
+    bpt = spec.bytes_per_token
     block = kv_block(total, window_s, bpt)
     block["mounts"] = [{"path": spec.root, "ranks": [p["rank"] for p in per_rank], **kv_block(m, window_s, bpt)}
                        for m in mounts]

@@ -35,8 +35,8 @@ def test_the_numbers_as_written_out():
 
 def test_an_entry_is_its_context_times_bytes_per_token_plus_the_npy_header():
     assert HEADER_BYTES == 128
-    assert entry_bytes(10_000, MODELS["llama3.1-8b"]) == 1_310_720_128
-    assert entry_bytes(1, MODELS["deepseek-v3"]) == 70_400
+    assert entry_bytes(10_000, MODELS["llama3.1-8b"].bytes_per_token) == 1_310_720_128
+    assert entry_bytes(1, MODELS["deepseek-v3"].bytes_per_token) == 70_400
 
 
 def test_mlperf_options():

@@ -54,21 +54,23 @@ def test_prefill_only_writes_tokens_times_bytes_per_token_plus_a_header_per_entr
 
 
 @pytest.mark.blkio
-@pytest.mark.parametrize("ranks", RANKS)
-def test_every_reported_read_reaches_the_device(tmp_path, ranks):
-    """Decode re-reads and earlier turns, each after dropping the file's pages: what blkio saw the
-    ranks read is what they report within 1 %."""
-    with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup(f"iodl-kvcache-reads-{ranks}") as group:
+@pytest.mark.parametrize("ranks, direct", [(1, False), (2, False), (1, True)],
+                         ids=["1-rank", "2-ranks", "1-rank-direct"])
+def test_every_reported_read_reaches_the_device(tmp_path, ranks, direct):
+    """Decode re-reads and earlier turns, each after dropping the file's pages (or, --direct, with
+    O_DIRECT: the entries just written would otherwise be read from the page cache): what blkio saw
+    the ranks read is what they report within 1 %."""
+    with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup(f"iodl-kvcache-reads-{ranks}-{direct}") as group:
         root = os.path.join(m.path, "kv")
         out = tmp_path / "r.json"
         proc = iodl("kvcache", "--root", root, "--model", "llama3.1-8b", "--users", "6", "--context", "50:400",
-                    "--max-requests", "20", "--duration", "120", "--out", str(out), ranks=ranks,
-                    preexec_fn=group.enter, timeout=180)
+                    "--max-requests", "20", "--duration", "120", "--out", str(out), *(["--direct"] if direct else []),
+                    ranks=ranks, preexec_fn=group.enter, timeout=180)
         device = group.read_bytes(m.majmin)
         assert proc.returncode == 0, proc.stderr
     kv = load_json(out)["kvcache"]
-    print(f"{ranks} rank(s): reported {kv['read_bytes']:,} B read in {kv['entry_reads']} entry reads; "
-          f"blkio {device:,} B")
+    print(f"{ranks} rank(s){' direct' if direct else ''}: reported {kv['read_bytes']:,} B read in "
+          f"{kv['entry_reads']} entry reads; blkio {device:,} B")
     assert kv["entry_reads"] >= 2 * kv["entries_written"] > 0
     assert device == pytest.approx(kv["read_bytes"], rel=0.01)
     assert kv["device_read_fraction"] > 0.99
@@ -101,6 +103,33 @@ def test_bandwidth_is_the_throttle_within_5_percent_and_never_above(tmp_path, op
     assert kv["window_s"] == 12.0
     assert got <= bps * 1.005   # the throttle's own accounting slack, nothing more
     assert got == pytest.approx(bps, rel=0.05)
+
+
+def test_direct_entries_are_whole_4k_blocks_and_reach_the_device_as_written(tmp_path):
+    """--direct: every entry is written with O_DIRECT, padded to whole 4 KiB blocks: each file's size is
+    its entry rounded up to 4 KiB, the reported bytes are those sizes' sum, and the device's own
+    sectors-written counter has them all when the command returns (plus no more than the
+    filesystem's own, as for buffered entries: 64 KiB an entry, 512 KiB for the root)."""
+    bpt = MODELS["llama3.1-8b"].bytes_per_token
+    with LoopMount(2 << 30, mkfs_args=MKFS) as m:
+        root = os.path.join(m.path, "kv")
+        out = tmp_path / "r.json"
+        before = m.bytes_written()
+        proc = iodl("kvcache", "--root", root, "--model", "llama3.1-8b", "--users", "4", "--context", "100:400",
+                    "--prefill-only", "--no-multi-turn", "--max-requests", "6", "--duration", "120", "--direct",
+                    "--out", str(out), ranks=1, timeout=180)
+        reached = m.bytes_written() - before
+        assert proc.returncode == 0, proc.stderr
+        sizes = _entries(root)
+    r = load_json(out)
+    kv = r["kvcache"]
+    print(f"direct: {len(sizes)} entries, reported {kv['written_bytes']:,} B, device {reached:,} B "
+          f"(+{reached - kv['written_bytes']:,})")
+    assert r["direct"] is True and kv["entries_written"] == len(sizes) == 6
+    assert all(size % 4096 == 0 for size in sizes) and kv["written_bytes"] == sum(sizes)
+    unpadded = kv["prefill_tokens"] * bpt + 6 * HEADER_BYTES
+    assert unpadded < kv["written_bytes"] < unpadded + 6 * 4096   # 128 B of header each: never a whole block
+    assert kv["written_bytes"] <= reached <= kv["written_bytes"] + 6 * 65536 + 524288
 
 
 def test_a_root_without_room_for_the_largest_entry_is_refused_before_writing(tmp_path):
@@ -142,3 +171,87 @@ def test_two_ranks_on_one_core_report_what_they_report_on_two(tmp_path):
         raise NotJudged(f"load average {busy:.0f} on 2 cores: the one core was shared with other work")
     assert got[1] == pytest.approx(got[2], rel=0.05)
     assert got[1] == pytest.approx(bps, rel=0.05) and got[1] <= bps * 1.005
+
+
+def _open_entries(pid: int) -> list[tuple[str, int]]:
+    """(file name, access mode) of every entry file the process holds open now, from the kernel's own
+    table (/proc/PID/fd and its fdinfo flags); an fd closed while we look is skipped."""
+    held = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return held
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                flags = int(next(line for line in f if line.startswith("flags:")).split()[1], 8)
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue
+        if target.endswith(".kv"):
+            held.append((os.path.basename(target), flags & os.O_ACCMODE))
+    return held
+
+
+@pytest.mark.blkio
+def test_writes_are_capped_reads_are_not_and_one_entry_is_read_by_one_reader_at_a_time(tmp_path):
+    """The kernel's fd table of the running process, sampled every few ms: entries open for writing
+    (create to fsync) never exceed --max-concurrent-writes 2 and reach it (a 10 MB/s write throttle
+    keeps the fsyncs long); entries open for reading do exceed it (reads are not capped, 32 workers
+    under a 10 MB/s read throttle); no entry is ever open for reading twice at once (kv-cache.py
+    reads one entry under its lock)."""
+    import subprocess
+    import sys
+    import time
+
+    cap = 2
+    with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup("iodl-kvcache-caps") as group:
+        group.throttle_read(m.majmin, 10 * MB)
+        group.throttle_write(m.majmin, 10 * MB)
+        out = tmp_path / "r.json"
+        proc = subprocess.Popen([sys.executable, "-m", "iodl", "kvcache", "--root", os.path.join(m.path, "kv"),
+                                 "--model", "llama3.1-8b", "--users", "32", "--context", "10:40",
+                                 "--max-concurrent-writes", str(cap), "--duration", "8", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=group.enter)
+        writers = readers = same_entry = samples = 0
+        while proc.poll() is None:
+            held = _open_entries(proc.pid)
+            reading = [name for name, mode in held if mode == os.O_RDONLY]
+            writers = max(writers, sum(mode == os.O_WRONLY for _name, mode in held))
+            readers = max(readers, len(reading))
+            same_entry = max(same_entry, max((reading.count(n) for n in reading), default=0))
+            samples += bool(held)
+            time.sleep(0.002)
+        _stdout, stderr = proc.communicate()
+        assert proc.returncode == 0, stderr
+    kv = load_json(out)["kvcache"]
+    print(f"{samples} samples with entries open: at most {writers} open for writing (cap {cap}), {readers} for "
+          f"reading, {same_entry} reader(s) of one entry; {kv['entries_written']} entries written, "
+          f"{kv['entry_reads']} read")
+    assert samples > 100 and kv["entry_reads"] > kv["entries_written"] > cap
+    assert writers == cap
+    assert readers > cap
+    assert same_entry == 1
+
+
+def test_entries_are_unlinked_least_recently_used_first_to_stay_within_95_percent_of_the_free_space(tmp_path):
+    """A 256 MiB filesystem and more entries than fit: the run writes more than the free space yet
+    never fills it: what is left on it at the end is within 95 % of the space free at the start (the
+    filesystem's own count, statvfs), the rest unlinked as it went, with no write failing."""
+    with LoopMount(256 << 20, mkfs_args=MKFS) as m:
+        root = os.path.join(m.path, "kv")
+        st = os.statvfs(m.path)
+        free = st.f_bavail * st.f_frsize
+        out = tmp_path / "r.json"
+        proc = iodl("kvcache", "--root", root, "--model", "llama3.1-8b", "--users", "4", "--context", "100:200",
+                    "--max-requests", "40", "--duration", "120", "--out", str(out), ranks=1, timeout=180)
+        assert proc.returncode == 0, proc.stderr
+        st = os.statvfs(m.path)
+        used = free - st.f_bavail * st.f_frsize
+        sizes = _entries(root)
+    kv = load_json(out)["kvcache"]
+    print(f"free at the start {free:,} B; written {kv['written_bytes']:,} B in {kv['entries_written']} entries, "
+          f"{kv['evictions']} unlinked; left {sum(sizes):,} B in {len(sizes)} files, the filesystem {used:,} B")
+    assert kv["errors"] == 0 and kv["written_bytes"] > free
+    assert kv["evictions"] == kv["entries_written"] - len(sizes) > 0
+    assert sum(sizes) <= used <= 0.95 * free
