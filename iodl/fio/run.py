@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import _native, engines
+from .. import _native, engines, histogram
 from ..errors import IodlError
-from ..plan import new_plan  # the engine's row type
-from .jobfile import Job, JobFileError, Percent, Zones
-from .layout import FileSpec, clone_files, min_bs, open_input
+from ..cursor import Cursor
+from ..plan import OP_FDATASYNC, OP_FSYNC, OP_READ, OP_WRITE, new_plan  # the engine's row type and ops
+from .jobfile import Job, JobFileError, Percent, Zones, fio_list, parse_size
+from .layout import FileSpec, clone_files, existing, open_input, open_own_for_write, renew_own
+from .logs import LogWriter, empty_records, log_spec
 from . import policy
 
 
@@ -213,7 +215,6 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         dist=dist, randommap=not job.get("norandommap", 0) and dist[0] == "random",
     )
     plan.content = _content(job, min(s for s, _ in plan.sizes_of(1)), bool(read_pct)) if write else None
-    from .logs import log_spec
     plan.logs = log_spec(job)
     if align and align != min(s for s, _ in block_sizes):
         plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
@@ -439,8 +440,6 @@ def _userspace_reap(job: Job) -> bool:
 
 def _check_directory(job: Job) -> None:
     """fio (options.c str_directory_cb) refuses a directory= entry that is not a directory (lstat)."""
-    from .jobfile import fio_list
-
     if "directory" not in job.values:
         return
     for entry in fio_list(job.values["directory"]):
@@ -454,8 +453,6 @@ def _check_directory(job: Job) -> None:
 
 
 def _size(text: str, job: Job) -> int:
-    from .jobfile import parse_size
-
     return int(parse_size(text, job.get("kb_base", 1024)))
 
 
@@ -544,8 +541,6 @@ def _file_stream(plan: JobPlan, spec: FileSpec, rng: np.random.Generator,
     - sequential offsets per direction from the file's start, plus the hole (rw=write:N) after each I/O,
       wrapping to the start at the end of the file (get_next_seq_offset).
     """
-    from ..plan import OP_READ, OP_WRITE
-
     size = int(spec.io_size)
     reads_bs, writes_bs = plan.sizes_of(0), plan.sizes_of(1)
     smallest = min(s for s, _ in (reads_bs if plan.read_pct else []) + (writes_bs if plan.read_pct < 100 else []))
@@ -753,14 +748,10 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: StartLine | None = 
     a metadata engine's clone stops after its current call (the others run on to their end)."""
     if plan.engine in META_ENGINES:
         return _run_file_ops(plan, index, jobnum, start, stop or threading.Event())
-    from .. import histogram
-
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
                       depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.write,
                       sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
     if plan.logs is not None:
-        from .logs import LogWriter
-
         res.logs = LogWriter(plan.logs, plan.first_thread + jobnum, plan.engine in SYNC_ENGINES)
     if plan.mixed:
         res.mixed = True
@@ -773,8 +764,6 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: StartLine | None = 
             # fio's null engine is diskless: it never opens its files; the engine needs a valid fd
             fds = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in files]
         elif plan.write:
-            from .layout import open_own_for_write
-
             for f in files:   # iodl's own marked files only (layout.check_files refused anything else)
                 fds.append(open_own_for_write(f, plan.direct, read=plan.reads))
         else:
@@ -809,8 +798,6 @@ def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: StartLine | Non
 
     As fio counts them: one I/O of the job's min bs per file, depth 1, the call's latency as clat
     (fio's lat and slat stay empty); the window runs from the first call's start to the last's end."""
-    from .. import _native, histogram
-
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
                       depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.read_pct == 0,
                       sync_hist=histogram.empty(), end_sync_hist=histogram.empty())   # rw=write: no syncs, as fio
@@ -875,9 +862,7 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
     io_bytes what the ramp left in flight but not in total_ios (counted at issue). These matter
     only when a request's queue time is comparable to the ramp (a throttled mount, deep queues).
     """
-    from .._native import monotonic_ns as now
-    from ..cursor import Cursor
-
+    now = _native.monotonic_ns
     names = [f.path for f in plan.files[res.jobnum]]
     budget_bytes = (plan.io_limit or 0) * plan.loops
     budget_ios = (plan.number_ios or 0) * plan.loops
@@ -918,7 +903,6 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
                 if not len(part):
                     return finish()
             if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
-                from .logs import empty_records
                 res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
             st = cursor.run(fds, part, names, deadline_ns=end)
             if st["ios"]:
@@ -974,8 +958,6 @@ def _draw(plan: JobPlan, fds, rng, res: CloneResult, sync: "_SyncState", passes:
 def _renew_files(plan: JobPlan, fds: list, files: list) -> None:
     """unlink_each_loop between two loops: each file removed and created again, empty (iodl's own
     marked files only: layout.renew_own), and opened anew in place of the old descriptor."""
-    from .layout import open_own_for_write, renew_own
-
     for i, spec in enumerate(files):
         renew_own(spec)
         fd = open_own_for_write(spec, plan.direct, read=plan.reads)
@@ -1007,8 +989,6 @@ def _write_rows(plan: JobPlan, rows: np.ndarray, sync: _SyncState, leading: bool
     end syncs do), and the count runs on across passes. `leading`: a loop after the first (its due sync is
     issued whatever came before); `trailing`: a loop that is not the last (the sync due after its last
     write is issued at its end)."""
-    from ..plan import OP_FDATASYNC, OP_FSYNC, OP_WRITE
-
     rows = rows.copy()
     if plan.read_pct == 0:
         rows["op"] = OP_WRITE
@@ -1046,8 +1026,6 @@ def _end_syncs(plan: JobPlan, cursor, fds, names, res: CloneResult, sync: _SyncS
     unless the last thing it did was a sync), and counts that time in the job's runtime (so in its
     bandwidth) but not in its "sync" statistics. iodl does the same: one fsync row per file, timed
     into the measured window (which then runs on past a time_based deadline, as fio's runtime does)."""
-    from ..plan import OP_FSYNC
-
     if not plan.end_sync or sync.last_was_sync or not fds:
         return
     rows = new_plan(len(fds))
@@ -1077,9 +1055,6 @@ def _finish(res: CloneResult, cpu0) -> None:
 def remove_created(plan: JobPlan, clones) -> None:
     """filecreate: the files these clones of the job created, removed (each carries iodl's mark, checked by
     the C loop, which never follows a link; fio-compare refuses a job whose files were there before)."""
-    from .. import _native, histogram
-    from .layout import existing
-
     if plan.engine != "filecreate":
         return
     paths = list(existing(f.path for n in clones for f in plan.files[n]))
