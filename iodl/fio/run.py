@@ -14,7 +14,8 @@ import resource
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -855,7 +856,8 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
     queue stays full across it as in fio, and only completions inside the window count.
 
     The first pass is drawn before the start line, so every clone's first request goes out at the
-    common start rather than after its own (and, under one GIL, the others') drawing.
+    common start rather than after its own (and, under one GIL, the others') drawing. time_based and
+    unpaced, each next call is drawn while the engine runs the current one (_PlanAhead).
 
     fio's own counters differ at the edges (docs/fio-compare.md): it ends a clone's ramp at that
     clone's first completion after ramp_time (io_u.c should_account -> ramp_time_over), counts in
@@ -880,6 +882,7 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
         res.logs.origin_ns = ramp_end   # fio's log times count from the end of its ramp
     cursor = Cursor(engine, res, t0)
     cpu0 = _cpu()
+    ahead = _PlanAhead(plan, rng, res.jobnum) if plan.time_based and not plan.rate_bps else None
     # fio's io_size and number_ios cap all loops together at loops times their value (backend.c
     # io_bytes_exceeded, exceeds_number_ios: `limit *= td->loops`); after `loops` loops, keep_running
     # starts more while fewer than io_size bytes are done (a block at least short)
@@ -889,57 +892,120 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
             _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
         return _finish(res, cpu0)
 
-    while rows is not None:
-        while len(rows):
-            if end and now() >= end:
-                return finish()
-            part = rows[:MAX_PLAN_ROWS]
-            if budget_ios and now() >= ramp_end:
-                part = part[: max(0, budget_ios - res.ios - res.write_ios)]
-            if budget_bytes and not plan.time_based and now() >= ramp_end:
-                # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
-                left = budget_bytes - res.bytes - res.write_bytes
-                part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
-                if not len(part):
+    try:
+        while rows is not None:
+            if ahead is not None:
+                ahead.start(sync, passes)   # the next call's rows, drawn while the engine runs these
+            while len(rows):
+                if end and now() >= end:
                     return finish()
-            if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
-                res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
-            st = cursor.run(fds, part, names, deadline_ns=end)
-            if st["ios"]:
-                if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
-                    return finish()
-                if budget_ios and res.ios + res.write_ios >= budget_ios:
-                    return finish()
-            rows = rows[st["done"]:]
-        if plan.write and not plan.time_based:
-            # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
-            _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
-        rows, passes = _draw(plan, fds, rng, res, sync, passes, (end - now()) if end else 0)
-    return _finish(res, cpu0)
+                part = rows[:MAX_PLAN_ROWS]
+                if budget_ios and now() >= ramp_end:
+                    part = part[: max(0, budget_ios - res.ios - res.write_ios)]
+                if budget_bytes and not plan.time_based and now() >= ramp_end:
+                    # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
+                    left = budget_bytes - res.bytes - res.write_bytes
+                    part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
+                    if not len(part):
+                        return finish()
+                if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
+                    res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
+                st = cursor.run(fds, part, names, deadline_ns=end)
+                if st["ios"]:
+                    if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
+                        return finish()
+                    if budget_ios and res.ios + res.write_ios >= budget_ios:
+                        return finish()
+                rows = rows[st["done"]:]
+            if plan.write and not plan.time_based:
+                # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
+                _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
+            if ahead is None:
+                rows, passes = _draw(plan, fds, rng, res, sync, passes, (end - now()) if end else 0)
+            elif _between_passes(plan, fds, res, passes):
+                rows, passes, sync = ahead.take()
+            else:
+                rows = None
+        return _finish(res, cpu0)
+    finally:
+        if ahead is not None:
+            res.cpu_s += ahead.close()   # a draw still on at the deadline ends here, unused
+
+
+class _PlanAhead:
+    """time_based, unpaced: a clone's next engine call drawn in a thread of its own while the engine
+    runs the current one (Engine.run lets go of the GIL).
+
+    fio draws each offset as it issues it, so its queue stays full across passes. Drawn after the
+    call returned (numpy: 10-25 ms for a 4 KiB pass over 256 MiB, up to 95 ms on a busy machine), the
+    queue sat empty that long every 65,536 requests (docs/fio-compare.md). The rows are those the serial draw gives, in
+    the same order: one draw at a time from the clone's rng, each on its own copy of the sync count,
+    which the clone takes with the rows (a draw still on at the deadline is dropped and changes
+    nothing). With a rate the serial draw stays: a call's passes follow the time left when drawn.
+    """
+
+    def __init__(self, plan: JobPlan, rng, jobnum: int):
+        self._draw = functools.partial(_draw_rows, plan, rng, jobnum)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"iodl-plan-{jobnum}")
+        self._next = None
+        self._cpu_s = 0.0
+
+    def start(self, sync: "_SyncState", passes: int) -> None:
+        self._next = self._pool.submit(self._timed, replace(sync), passes)
+
+    def _timed(self, sync: "_SyncState", passes: int) -> tuple:
+        cpu0 = _cpu()
+        try:
+            return self._draw(sync, passes, 0) + (sync,)
+        finally:
+            self._cpu_s += _cpu() - cpu0   # the clone's work, done in this thread (_cpu counts a thread's own)
+
+    def take(self) -> tuple:
+        """(rows, passes, sync) of the draw started last."""
+        return self._next.result()
+
+    def close(self) -> float:
+        """Ends the thread once its draw is done; the CPU time of all its draws."""
+        self._pool.shutdown(wait=True)
+        return self._cpu_s
 
 
 def _draw(plan: JobPlan, fds, rng, res: CloneResult, sync: "_SyncState", passes: int, left_ns: int) -> tuple:
-    """The next engine call's rows (one pass, or time_based several) and the passes drawn so far; rows None
-    when the clone is done (its loops and io_size, or no files)."""
+    """The next engine call's rows and the passes drawn so far; rows None when the clone is done."""
+    if not _between_passes(plan, fds, res, passes):
+        return None, passes
+    return _draw_rows(plan, rng, res.jobnum, sync, passes, left_ns)
+
+
+def _between_passes(plan: JobPlan, fds, res: CloneResult, passes: int) -> bool:
+    """Before a clone's next pass, in its own thread: False when it is done (its loops and io_size, or
+    no files), else its files made ready for the pass."""
     if not plan.time_based and passes >= plan.loops and \
             plan.io_limit - res.bytes - res.write_bytes < max(plan.max_bs, 1):
-        return None, passes
+        return False
     if plan.invalidate and not plan.direct:
         # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
         for fd in fds:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     if not plan.files[res.jobnum]:
-        return None, passes   # a clone whose names its first clone took reads nothing (fio's add_file)
+        return False   # a clone whose names its first clone took reads nothing (fio's add_file)
     if passes and plan.unlink_each_loop:
         _renew_files(plan, fds, plan.files[res.jobnum])
-    rows = pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
+    return True
+
+
+def _draw_rows(plan: JobPlan, rng, jobnum: int, sync: "_SyncState", passes: int, left_ns: int) -> tuple:
+    """One pass drawn from rng, or time_based several (_passes_per_run); the passes drawn so far. A
+    write job's syncs put in, moving `sync` on past them. Only the arguments are read or changed."""
+    files = plan.files[jobnum]
+    rows = pass_plan(plan, files, rng, _file_rngs(plan, jobnum))
     if not len(rows):
         raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
     passes += 1
     k = _passes_per_run(plan, len(rows), left_ns)
     if k > 1:
         # up to DISTINCT_PASSES freshly drawn passes, repeated to k (small files: many passes)
-        block = [rows] + [pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
+        block = [rows] + [pass_plan(plan, files, rng, _file_rngs(plan, jobnum))
                           for _ in range(min(k, DISTINCT_PASSES) - 1)]
         n = len(rows)
         rows = np.concatenate(block)
