@@ -866,8 +866,6 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
     """
     now = _native.monotonic_ns
     names = [f.path for f in plan.files[res.jobnum]]
-    budget_bytes = (plan.io_limit or 0) * plan.loops
-    budget_ios = (plan.number_ios or 0) * plan.loops
     sync = _SyncState()
     # the first pass, before the start: it gets the whole ramp and runtime to fill
     rows, passes = _draw(plan, fds, rng, res, sync, 0, plan.ramp_ns + plan.runtime_ns if plan.runtime_ns else 0)
@@ -883,40 +881,14 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
     cursor = Cursor(engine, res, t0)
     cpu0 = _cpu()
     ahead = _PlanAhead(plan, rng, res.jobnum) if plan.time_based and not plan.rate_bps else None
-    # fio's io_size and number_ios cap all loops together at loops times their value (backend.c
-    # io_bytes_exceeded, exceeds_number_ios: `limit *= td->loops`); after `loops` loops, keep_running
-    # starts more while fewer than io_size bytes are done (a block at least short)
-
-    def finish():
-        if plan.write:
-            _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
-        return _finish(res, cpu0)
-
     try:
         while rows is not None:
             if ahead is not None:
                 ahead.start(sync, passes)   # the next call's rows, drawn while the engine runs these
-            while len(rows):
-                if end and now() >= end:
-                    return finish()
-                part = rows[:MAX_PLAN_ROWS]
-                if budget_ios and now() >= ramp_end:
-                    part = part[: max(0, budget_ios - res.ios - res.write_ios)]
-                if budget_bytes and not plan.time_based and now() >= ramp_end:
-                    # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
-                    left = budget_bytes - res.bytes - res.write_bytes
-                    part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
-                    if not len(part):
-                        return finish()
-                if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
-                    res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
-                st = cursor.run(fds, part, names, deadline_ns=end)
-                if st["ios"]:
-                    if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
-                        return finish()
-                    if budget_ios and res.ios + res.write_ios >= budget_ios:
-                        return finish()
-                rows = rows[st["done"]:]
+            if _run_rows(plan, cursor, fds, names, res, rows, ramp_end, end):
+                if plan.write:
+                    _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
+                return _finish(res, cpu0)
             if plan.write and not plan.time_based:
                 # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
                 _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
@@ -930,6 +902,40 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
     finally:
         if ahead is not None:
             res.cpu_s += ahead.close()   # a draw still on at the deadline ends here, unused
+
+
+def _run_rows(plan: JobPlan, cursor, fds, names, res: CloneResult, rows, ramp_end: int, end: int) -> bool:
+    """One call's rows through the engine, MAX_PLAN_ROWS at a time; True when the clone is done: its
+    deadline, or its io_size or number_ios.
+
+    fio's io_size and number_ios cap all loops together at loops times their value (backend.c
+    io_bytes_exceeded, exceeds_number_ios: `limit *= td->loops`); after `loops` loops, keep_running
+    starts more while fewer than io_size bytes are done (a block at least short)."""
+    now = _native.monotonic_ns
+    budget_bytes = (plan.io_limit or 0) * plan.loops
+    budget_ios = (plan.number_ios or 0) * plan.loops
+    while len(rows):
+        if end and now() >= end:
+            return True
+        part = rows[:MAX_PLAN_ROWS]
+        if budget_ios and now() >= ramp_end:
+            part = part[: max(0, budget_ios - res.ios - res.write_ios)]
+        if budget_bytes and not plan.time_based and now() >= ramp_end:
+            # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
+            left = budget_bytes - res.bytes - res.write_bytes
+            part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
+            if not len(part):
+                return True
+        if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
+            res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
+        st = cursor.run(fds, part, names, deadline_ns=end)
+        if st["ios"]:
+            if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
+                return True
+            if budget_ios and res.ios + res.write_ios >= budget_ios:
+                return True
+        rows = rows[st["done"]:]
+    return False
 
 
 class _PlanAhead:
