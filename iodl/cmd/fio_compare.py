@@ -85,152 +85,17 @@ def add_arguments(parser) -> None:
 
 
 def run(comm, args) -> int:
-    if args.scale is not None and not args.scale > 0:
-        raise UsageError("--scale must be > 0")
-    for name in ("runtime", "ramp_time"):
-        value = getattr(args, name)
-        if value is not None and value < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
-    # {host}: this host's own directory (several hosts on one shared filesystem, see docs/fio-compare.md)
-    directory = None if args.directory is None else args.directory.replace("{host}", socket.gethostname())
-    # Everything that can be wrong with the job file is found before any I/O, on every rank.
-    text, jobs = compare.derive_jobfile(args.jobfile, directory, args.scale, args.runtime, args.ramp_time,
-                                        cli_options=getattr(args, "fio_options", None), only=args.section)
-    taken: set = set()
-    plans = {i: iodl_run.plan_job(job, taken=taken) for i, job in enumerate(jobs)}
-    for p in plans.values():
-        _check_something_to_do(p, args.scale)
-        _check_direct_alignment(p)
-    # create_only=1: fio lays the files out and runs nothing (its figures are zeros); iodl too
-    create_only = {i for i, p in plans.items() if p.job.get("create_only")}
-    iodl_run.number_threads(plans)   # fio's thread numbers: each clone's logs' ".N"
-    for p in plans.values():
-        if p.logs is not None:
-            logs.check_paths(p.logs, range(p.first_thread, p.first_thread + p.numjobs))
-    # what iodl may read, create or must refuse (devices, files it did not lay out), on every rank
-    disk = {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
-    for p in disk.values():
-        if p.engine in ("filecreate", "filedelete"):
-            _check_new(p)
-        layout.check_files([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
-    # Several hosts run the whole job each, as `fio --client=hosts` does: each host's leader (its
-    # lowest rank) lays out, drops caches and runs fio there; iodl's side deals the host's clones
-    # over the host's ranks (as on one host). The other ranks wait in sleep-polled collectives.
+    _check_arguments(args)
+    # everything that can be wrong with the job file is found before any I/O, on every rank
+    text, jobs, plans = _resolve(args)
     hosts = split_hosts(comm)
-    buffered = any(not p.direct for p in plans.values())
-    drop = buffered and os.geteuid() == 0
-
-    def check_flags():
-        for flag, path in (("--out", args.out), ("--keep-jobfile", args.keep_jobfile)):
-            if path and (os.path.isdir(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path)))):
-                raise UsageError(f"{flag} {path}: names a directory or its directory does not exist")
-        if args.repeat < 1:
-            raise UsageError("--repeat must be >= 1")
-        if args.repeat > 1 and args.fio_json:
-            raise UsageError("--repeat runs fio again each round; it does not combine with --fio-json")
-        if args.fio_json and hosts.count > 1:
-            raise UsageError(f"--fio-json holds one host's run; over {hosts.count} hosts each host runs fio "
-                             "(or use --no-fio)")
-
-    collective(comm, check_flags)
-    run_fio = hosts.leader and not args.no_fio and not args.fio_json
-    fio_file = None
-
-    def lay_out():
-        for p in disk.values():
-            if p.engine == "filecreate":
-                continue   # both sides create these files in their round (fio removes its own: unlink=1)
-            layout.lay_out([f for clone in p.files for f in clone], allow_create=bool(p.job.get("allow_file_create", 1)))
-        os.sync()   # the lay-out's writeback is not left to fall into the first timed run
-
-    # host after host: hosts that share a directory find the files the first laid out (no race)
-    for h in range(hosts.count):
-        collective(comm, lambda: lay_out() if hosts.leader and hosts.index == h else None)
-
-    # write jobs: their files (iodl's own, marked) are put back in the state fio's lay-out leaves
-    # them in before each side runs, so both start from the same files (layout.reset_for_write)
-    writes: dict = {}
-    for p in disk.values():
-        if p.write:
-            for clone in p.files:
-                for spec in clone:
-                    if spec.path not in writes or spec.needed > writes[spec.path][0].needed:
-                        writes[spec.path] = (spec, p.reset)
-    if writes and hosts.count > 1:
-        _refuse_shared(comm, hosts, sorted({os.path.dirname(spec.path) for spec, _ in writes.values()}))
-
+    collective(comm, lambda: _check_flags(args, hosts))
+    sides = _Sides(comm, args, hosts, jobs, plans)
+    sides.lay_out()
     if comm.rank == 0 and args.keep_jobfile:
         with open(args.keep_jobfile, "w") as f:
             f.write(text)   # rank 0's host's (with {host}, each host's names its own directory)
-    if run_fio:
-        fio_file = tempfile.NamedTemporaryFile("w", suffix=".fio", prefix="iodl-fio-")
-        fio_file.write(text)
-        fio_file.flush()
-
-    def prepare(reset: bool = True):
-        """On each host's leader, before a side: the write files reset, the caches dropped. The
-        collective around it is the barrier across hosts: the sides start together everywhere."""
-        def on_leader():
-            if not hosts.leader:
-                return
-            for p in disk.values():
-                if p.unlink_each_loop:   # fio removed its last loop's files (unlink=1): laid out again (marked)
-                    layout.lay_out([f for clone in p.files for f in clone])
-            if reset and writes:
-                for spec, mode in writes.values():
-                    layout.reset_for_write(spec, mode)
-                os.sync()
-            for p in disk.values():
-                if p.engine == "filedelete":   # the other side deleted them: laid out again (marked)
-                    layout.lay_out([f for clone in p.files for f in clone])
-            _drop(drop)
-        collective(comm, on_leader)
-        settle()
-
-    def settle():
-        # the last thing before a timed side that writes: a blkio throttle that saw the I/O of the
-        # preparation (or of the cache drop's sync) lends its slice's idle budget to what follows
-        # at once (iodl's side then ran up to 13% over a 40 MB/s write throttle; fio's start, an
-        # exec later, did not get it). With the pause both start alike.
-        if writes:
-            time.sleep(SETTLE_S)
-
-    def fio_round():
-        if args.fio_json:
-            return compare.load_fio_json(args.fio_json) if hosts.leader else None
-        if args.no_fio:
-            return None
-        prepare()
-        return collective(comm, lambda: compare.run_fio(fio_file.name, args.fio, say=comm.rank == 0)
-                          if run_fio else None)
-
-    def iodl_round():
-        # one reporting group after another (stonewall), all clones of a group at once
-        groups = compare.groups_of(jobs)
-        results = []
-        for g in sorted(set(groups)):
-            prepare(reset=g == min(groups))   # the files as fio's lay-out leaves them, once a round
-            results += collective(comm, lambda: iodl_run.run_clones(
-                {i: p for i, p in plans.items() if groups[i] == g and i not in create_only}, hosts.node))
-            if comm.rank == 0:
-                results += [_idle_clone(i, n) for i in sorted(create_only) if groups[i] == g
-                            for n in range(plans[i].numjobs)]
-        # filecreate: iodl's files (marked) removed, so that the next side creates them too
-        collective(comm, lambda: _remove_created(plans) if hosts.leader else None)
-        return results
-
-    rounds = []   # [(fio_data, iodl results)]; ABBA order so that a drifting device favours neither
-    try:
-        for r in range(args.repeat):
-            if r % 2 == 0:
-                f = fio_round()
-                rounds.append((f, iodl_round()))
-            else:
-                i = iodl_round()
-                rounds.append((fio_round(), i))
-    finally:
-        if fio_file is not None:
-            fio_file.close()
+    rounds = sides.rounds(text)
     # unlink=1: after the last round, the files iodl laid out and marked itself (fio ran with unlink=0)
     collective(comm, lambda: _unlink_own(plans) if hosts.leader else None)
     # each host's rounds, from its leader (run_clones gathered the host's clones there)
@@ -238,6 +103,182 @@ def run(comm, args) -> int:
     if comm.rank != 0:
         return 0
     per_host = sorted((g for g in got if g is not None), key=lambda g: g[0])
+    doc = _document(comm, args, jobs, plans, per_host, sides.drop)
+    compare.render(doc, Console())
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    _check_did_io(doc, jobs, sides.create_only)
+    return 0
+
+
+def _check_arguments(args) -> None:
+    if args.scale is not None and not args.scale > 0:
+        raise UsageError("--scale must be > 0")
+    for name in ("runtime", "ramp_time"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
+
+
+def _resolve(args) -> tuple[str, list, dict]:
+    """The job file as both sides run it (its text, its jobs) and iodl's plan of each job, checked:
+    what iodl may read, create or must refuse (devices, files it did not lay out)."""
+    # {host}: this host's own directory (several hosts on one shared filesystem, see docs/fio-compare.md)
+    directory = None if args.directory is None else args.directory.replace("{host}", socket.gethostname())
+    text, jobs = compare.derive_jobfile(args.jobfile, directory, args.scale, args.runtime, args.ramp_time,
+                                        cli_options=getattr(args, "fio_options", None), only=args.section)
+    taken: set = set()
+    plans = {i: iodl_run.plan_job(job, taken=taken) for i, job in enumerate(jobs)}
+    for p in plans.values():
+        _check_something_to_do(p, args.scale)
+        _check_direct_alignment(p)
+    iodl_run.number_threads(plans)   # fio's thread numbers: each clone's logs' ".N"
+    for p in plans.values():
+        if p.logs is not None:
+            logs.check_paths(p.logs, range(p.first_thread, p.first_thread + p.numjobs))
+    for p in _on_disk(plans).values():
+        if p.engine in ("filecreate", "filedelete"):
+            _check_new(p)
+        layout.check_files(_all_files(p), allow_create=bool(p.job.get("allow_file_create", 1)))
+    return text, jobs, plans
+
+
+def _on_disk(plans: dict) -> dict:
+    return {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
+
+
+def _all_files(plan) -> list:
+    """Every clone's files of a job."""
+    return [f for clone in plan.files for f in clone]
+
+
+def _check_flags(args, hosts) -> None:
+    for flag, path in (("--out", args.out), ("--keep-jobfile", args.keep_jobfile)):
+        if path and (os.path.isdir(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path)))):
+            raise UsageError(f"{flag} {path}: names a directory or its directory does not exist")
+    if args.repeat < 1:
+        raise UsageError("--repeat must be >= 1")
+    if args.repeat > 1 and args.fio_json:
+        raise UsageError("--repeat runs fio again each round; it does not combine with --fio-json")
+    if args.fio_json and hosts.count > 1:
+        raise UsageError(f"--fio-json holds one host's run; over {hosts.count} hosts each host runs fio "
+                         "(or use --no-fio)")
+
+
+class _Sides:
+    """fio's side and iodl's, run in rounds on the same files.
+
+    Several hosts run the whole job each, as `fio --client=hosts` does: each host's leader (its
+    lowest rank) lays out, drops caches and runs fio there; iodl's side deals the host's clones
+    over the host's ranks (as on one host). The other ranks wait in sleep-polled collectives.
+    """
+
+    def __init__(self, comm, args, hosts, jobs: list, plans: dict):
+        self.comm, self.args, self.hosts, self.jobs, self.plans = comm, args, hosts, jobs, plans
+        self.disk = _on_disk(plans)
+        # create_only=1: fio lays the files out and runs nothing (its figures are zeros); iodl too
+        self.create_only = {i for i, p in plans.items() if p.job.get("create_only")}
+        self.drop = any(not p.direct for p in plans.values()) and os.geteuid() == 0
+        self.run_fio = hosts.leader and not args.no_fio and not args.fio_json
+        self.fio_file = None
+        # write jobs: their files (iodl's own, marked) are put back in the state fio's lay-out leaves
+        # them in before each side runs, so both start from the same files (layout.reset_for_write)
+        self.writes: dict = {}
+        for p in (p for p in self.disk.values() if p.write):
+            for spec in _all_files(p):
+                if spec.path not in self.writes or spec.needed > self.writes[spec.path][0].needed:
+                    self.writes[spec.path] = (spec, p.reset)
+
+    def lay_out(self) -> None:
+        """The files, host after host: hosts that share a directory find the files the first laid out
+        (no race); write jobs over hosts that share a directory are refused."""
+        hosts = self.hosts
+        for h in range(hosts.count):
+            collective(self.comm, lambda: self._lay_out_here() if hosts.leader and hosts.index == h else None)
+        if self.writes and hosts.count > 1:
+            _refuse_shared(self.comm, hosts, sorted({os.path.dirname(spec.path) for spec, _ in self.writes.values()}))
+
+    def _lay_out_here(self) -> None:
+        for p in self.disk.values():
+            if p.engine == "filecreate":
+                continue   # both sides create these files in their round (fio removes its own: unlink=1)
+            layout.lay_out(_all_files(p), allow_create=bool(p.job.get("allow_file_create", 1)))
+        os.sync()   # the lay-out's writeback is not left to fall into the first timed run
+
+    def rounds(self, text: str) -> list:
+        """[(fio_data, iodl results)] for each round; ABBA order so that a drifting device favours neither."""
+        if self.run_fio:
+            self.fio_file = tempfile.NamedTemporaryFile("w", suffix=".fio", prefix="iodl-fio-")
+            self.fio_file.write(text)
+            self.fio_file.flush()
+        out = []
+        try:
+            for r in range(self.args.repeat):
+                if r % 2 == 0:
+                    f = self._fio_round()
+                    out.append((f, self._iodl_round()))
+                else:
+                    i = self._iodl_round()
+                    out.append((self._fio_round(), i))
+        finally:
+            if self.fio_file is not None:
+                self.fio_file.close()
+        return out
+
+    def _prepare(self, reset: bool = True) -> None:
+        """On each host's leader, before a side: the write files reset, the caches dropped. The
+        collective around it is the barrier across hosts: the sides start together everywhere."""
+        collective(self.comm, lambda: self._prepare_here(reset) if self.hosts.leader else None)
+        # the last thing before a timed side that writes: a blkio throttle that saw the I/O of the
+        # preparation (or of the cache drop's sync) lends its slice's idle budget to what follows
+        # at once (iodl's side then ran up to 13% over a 40 MB/s write throttle; fio's start, an
+        # exec later, did not get it). With the pause both start alike.
+        if self.writes:
+            time.sleep(SETTLE_S)
+
+    def _prepare_here(self, reset: bool) -> None:
+        for p in self.disk.values():
+            if p.unlink_each_loop:   # fio removed its last loop's files (unlink=1): laid out again (marked)
+                layout.lay_out(_all_files(p))
+        if reset and self.writes:
+            for spec, mode in self.writes.values():
+                layout.reset_for_write(spec, mode)
+            os.sync()
+        for p in self.disk.values():
+            if p.engine == "filedelete":   # the other side deleted them: laid out again (marked)
+                layout.lay_out(_all_files(p))
+        _drop(self.drop)
+
+    def _fio_round(self):
+        args = self.args
+        if args.fio_json:
+            return compare.load_fio_json(args.fio_json) if self.hosts.leader else None
+        if args.no_fio:
+            return None
+        self._prepare()
+        return collective(self.comm, lambda: compare.run_fio(self.fio_file.name, args.fio, say=self.comm.rank == 0)
+                          if self.run_fio else None)
+
+    def _iodl_round(self) -> list:
+        # one reporting group after another (stonewall), all clones of a group at once
+        groups = compare.groups_of(self.jobs)
+        plans, results = self.plans, []
+        for g in sorted(set(groups)):
+            self._prepare(reset=g == min(groups))   # the files as fio's lay-out leaves them, once a round
+            results += collective(self.comm, lambda: iodl_run.run_clones(
+                {i: p for i, p in plans.items() if groups[i] == g and i not in self.create_only}, self.hosts.node))
+            if self.comm.rank == 0:
+                results += [_idle_clone(i, n) for i in sorted(self.create_only) if groups[i] == g
+                            for n in range(plans[i].numjobs)]
+        # filecreate: iodl's files (marked) removed, so that the next side creates them too
+        collective(self.comm, lambda: _remove_created(plans) if self.hosts.leader else None)
+        return results
+
+
+def _document(comm, args, jobs: list, plans: dict, per_host: list, drop: bool) -> dict:
+    """The comparison (schema iodl.fio-compare/1) from each host's rounds [(index, name, rounds)]."""
     numjobs = [p.numjobs for p in plans.values()]
 
     def sides(fio_datas, results):
@@ -261,14 +302,7 @@ def run(comm, args) -> int:
         compare.add_hosts(doc, jobs, meta["hosts"], [[sides([f], i) for f, i in h[2]] for h in per_host])
         for host in doc["per_host"]:
             _mark_not_measured(host, jobs)   # each host's entries have the document's shape
-
-    compare.render(doc, Console())
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-    _check_did_io(doc, jobs, create_only)
-    return 0
+    return doc
 
 
 # fio's switches that turn latency measurement off -> the latency kinds (side keys) they turn off

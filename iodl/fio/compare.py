@@ -16,10 +16,14 @@ import subprocess
 import tempfile
 
 import numpy as np
+from rich.markup import escape
+from rich.table import Table
 
-from .. import reduce
+from .. import histogram, reduce
 from ..errors import IodlError, UsageError
+from ..report import print_table
 from .jobfile import Job, JobFileError, Percent, command_line_sections, read_sections, resolve
+from .run import plan_job
 
 SCHEMA = "iodl.fio-compare/1"
 PERCENTILES = {"p50": 50.0, "p99": 99.0, "p999": 99.9}
@@ -48,8 +52,6 @@ def derive_jobfile(path: str, directory: str | None = None, scale: float | None 
     jobs = resolve(sections)
     if not jobs:
         raise JobFileError(f"no jobs in {path}")
-    from .run import plan_job
-
     renewed = {id(job) for job in jobs if plan_job(job, files=False).unlink_each_loop}
     extra: dict[str, list[str]] = {}
     for job in jobs:
@@ -200,8 +202,6 @@ def _fio_merge(entries: list[dict]) -> dict:
 
 
 def _iodl_percentiles(hist: np.ndarray) -> dict:
-    from .. import histogram   # fio's bucket function and percentile rule
-
     if not hist.sum():
         return {k: None for k in PERCENTILES}   # e.g. no slat for psync, as fio
     got = histogram.percentiles(hist, PERCENTILES.values())
@@ -458,9 +458,6 @@ def depth_row(d: dict | None) -> str:
 
 
 def render(doc: dict, console) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
     n = doc.get("repeat", 1)
     jobs = doc["jobs"]
     groups = doc["groups"] if len(jobs) > 1 else []
@@ -536,10 +533,6 @@ def render(doc: dict, console) -> None:
 def _render_hosts(console, entries: list) -> None:
     """Each host's bandwidth and IOPS beside the totals above (which sum them as fio --client does);
     split rather than cut when narrow (report.print_table)."""
-    from rich.markup import escape
-
-    from ..report import print_table
-
     rows = []
     for name, entry in entries:
         f, i, q = entry["fio"] or {}, entry["iodl"] or {}, entry.get("ratio") or {}

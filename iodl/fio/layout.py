@@ -36,7 +36,7 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from ..engine import blocking_once
+from ..engine import blocking_once, open_for_read
 from ..errors import IodlError, UsageError
 from ..data.files import KERNEL_FS, mount_of
 from .jobfile import Job, JobFileError, Percent, fio_list
@@ -590,8 +590,6 @@ def reset_for_write(spec: FileSpec, mode: str, chunk: int = 1 << 20) -> None:
 def open_input(path: str, direct: bool) -> int:
     """Open a file to read, refusing anything but a regular file or block device without blocking
     (a FIFO planted after the checks would block a plain open forever)."""
-    from ..engine import open_for_read
-
     probe = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         what = _not_readable(os.fstat(probe).st_mode)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _native
 from ..errors import IodlError, UsageError
 from .jobfile import Job, JobFileError
 from .layout import MARK, MARK_VALUE, is_marked
@@ -100,8 +101,6 @@ class LogWriter:
     """One clone's logs: fed each run's records, written out when the clone ends (close)."""
 
     def __init__(self, spec: LogSpec, thread_number: int, sync_engine: bool):
-        from .. import _native
-
         self._fmt = _native.format_rows
         self.spec, self.sync_engine = spec, sync_engine
         self.origin_ns = 0

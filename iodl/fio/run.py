@@ -14,15 +14,18 @@ import resource
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import _native, engines
+from .. import _native, engines, histogram
 from ..errors import IodlError
-from ..plan import new_plan  # the engine's row type
-from .jobfile import Job, JobFileError, Percent, Zones
-from .layout import FileSpec, clone_files, min_bs, open_input
+from ..cursor import Cursor
+from ..plan import OP_FDATASYNC, OP_FSYNC, OP_READ, OP_WRITE, new_plan  # the engine's row type and ops
+from .jobfile import Job, JobFileError, Percent, Zones, fio_list, parse_size
+from .layout import FileSpec, clone_files, existing, open_input, open_own_for_write, renew_own
+from .logs import LogWriter, empty_records, log_spec
 from . import policy
 
 
@@ -213,7 +216,6 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
         dist=dist, randommap=not job.get("norandommap", 0) and dist[0] == "random",
     )
     plan.content = _content(job, min(s for s, _ in plan.sizes_of(1)), bool(read_pct)) if write else None
-    from .logs import log_spec
     plan.logs = log_spec(job)
     if align and align != min(s for s, _ in block_sizes):
         plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
@@ -439,8 +441,6 @@ def _userspace_reap(job: Job) -> bool:
 
 def _check_directory(job: Job) -> None:
     """fio (options.c str_directory_cb) refuses a directory= entry that is not a directory (lstat)."""
-    from .jobfile import fio_list
-
     if "directory" not in job.values:
         return
     for entry in fio_list(job.values["directory"]):
@@ -454,8 +454,6 @@ def _check_directory(job: Job) -> None:
 
 
 def _size(text: str, job: Job) -> int:
-    from .jobfile import parse_size
-
     return int(parse_size(text, job.get("kb_base", 1024)))
 
 
@@ -544,8 +542,6 @@ def _file_stream(plan: JobPlan, spec: FileSpec, rng: np.random.Generator,
     - sequential offsets per direction from the file's start, plus the hole (rw=write:N) after each I/O,
       wrapping to the start at the end of the file (get_next_seq_offset).
     """
-    from ..plan import OP_READ, OP_WRITE
-
     size = int(spec.io_size)
     reads_bs, writes_bs = plan.sizes_of(0), plan.sizes_of(1)
     smallest = min(s for s, _ in (reads_bs if plan.read_pct else []) + (writes_bs if plan.read_pct < 100 else []))
@@ -753,14 +749,10 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: StartLine | None = 
     a metadata engine's clone stops after its current call (the others run on to their end)."""
     if plan.engine in META_ENGINES:
         return _run_file_ops(plan, index, jobnum, start, stop or threading.Event())
-    from .. import histogram
-
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
                       depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.write,
                       sync_hist=histogram.empty(), end_sync_hist=histogram.empty())
     if plan.logs is not None:
-        from .logs import LogWriter
-
         res.logs = LogWriter(plan.logs, plan.first_thread + jobnum, plan.engine in SYNC_ENGINES)
     if plan.mixed:
         res.mixed = True
@@ -773,8 +765,6 @@ def run_clone(plan: JobPlan, index: int, jobnum: int, start: StartLine | None = 
             # fio's null engine is diskless: it never opens its files; the engine needs a valid fd
             fds = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in files]
         elif plan.write:
-            from .layout import open_own_for_write
-
             for f in files:   # iodl's own marked files only (layout.check_files refused anything else)
                 fds.append(open_own_for_write(f, plan.direct, read=plan.reads))
         else:
@@ -809,8 +799,6 @@ def _run_file_ops(plan: JobPlan, index: int, jobnum: int, start: StartLine | Non
 
     As fio counts them: one I/O of the job's min bs per file, depth 1, the call's latency as clat
     (fio's lat and slat stay empty); the window runs from the first call's start to the last's end."""
-    from .. import _native, histogram
-
     res = CloneResult(index, jobnum, hist=histogram.empty(), clat_hist=histogram.empty(), slat_hist=histogram.empty(),
                       depth=np.zeros(histogram.DEPTH_BUCKETS, np.int64), write=plan.read_pct == 0,
                       sync_hist=histogram.empty(), end_sync_hist=histogram.empty())   # rw=write: no syncs, as fio
@@ -868,19 +856,16 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
     queue stays full across it as in fio, and only completions inside the window count.
 
     The first pass is drawn before the start line, so every clone's first request goes out at the
-    common start rather than after its own (and, under one GIL, the others') drawing.
+    common start rather than after its own (and, under one GIL, the others') drawing. time_based and
+    unpaced, each next call is drawn while the engine runs the current one (_PlanAhead).
 
     fio's own counters differ at the edges (docs/fio-compare.md): it ends a clone's ramp at that
     clone's first completion after ramp_time (io_u.c should_account -> ramp_time_over), counts in
     io_bytes what the ramp left in flight but not in total_ios (counted at issue). These matter
     only when a request's queue time is comparable to the ramp (a throttled mount, deep queues).
     """
-    from .._native import monotonic_ns as now
-    from ..cursor import Cursor
-
+    now = _native.monotonic_ns
     names = [f.path for f in plan.files[res.jobnum]]
-    budget_bytes = (plan.io_limit or 0) * plan.loops
-    budget_ios = (plan.number_ios or 0) * plan.loops
     sync = _SyncState()
     # the first pass, before the start: it gets the whole ramp and runtime to fill
     rows, passes = _draw(plan, fds, rng, res, sync, 0, plan.ramp_ns + plan.runtime_ns if plan.runtime_ns else 0)
@@ -895,67 +880,138 @@ def _drive(plan: JobPlan, engine, fds, rng, res: CloneResult, start: StartLine |
         res.logs.origin_ns = ramp_end   # fio's log times count from the end of its ramp
     cursor = Cursor(engine, res, t0)
     cpu0 = _cpu()
-    # fio's io_size and number_ios cap all loops together at loops times their value (backend.c
-    # io_bytes_exceeded, exceeds_number_ios: `limit *= td->loops`); after `loops` loops, keep_running
-    # starts more while fewer than io_size bytes are done (a block at least short)
-
-    def finish():
-        if plan.write:
-            _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
+    ahead = _PlanAhead(plan, rng, res.jobnum) if plan.time_based and not plan.rate_bps else None
+    try:
+        while rows is not None:
+            if ahead is not None:
+                ahead.start(sync, passes)   # the next call's rows, drawn while the engine runs these
+            if _run_rows(plan, cursor, fds, names, res, rows, ramp_end, end):
+                if plan.write:
+                    _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
+                return _finish(res, cpu0)
+            if plan.write and not plan.time_based:
+                # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
+                _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
+            if ahead is None:
+                rows, passes = _draw(plan, fds, rng, res, sync, passes, (end - now()) if end else 0)
+            elif _between_passes(plan, fds, res, passes):
+                rows, passes, sync = ahead.take()
+            else:
+                rows = None
         return _finish(res, cpu0)
+    finally:
+        if ahead is not None:
+            res.cpu_s += ahead.close()   # a draw still on at the deadline ends here, unused
 
-    while rows is not None:
-        while len(rows):
-            if end and now() >= end:
-                return finish()
-            part = rows[:MAX_PLAN_ROWS]
-            if budget_ios and now() >= ramp_end:
-                part = part[: max(0, budget_ios - res.ios - res.write_ios)]
-            if budget_bytes and not plan.time_based and now() >= ramp_end:
-                # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
-                left = budget_bytes - res.bytes - res.write_bytes
-                part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
-                if not len(part):
-                    return finish()
-            if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
-                from .logs import empty_records
-                res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
-            st = cursor.run(fds, part, names, deadline_ns=end)
-            if st["ios"]:
-                if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
-                    return finish()
-                if budget_ios and res.ios + res.write_ios >= budget_ios:
-                    return finish()
-            rows = rows[st["done"]:]
-        if plan.write and not plan.time_based:
-            # fio runs do_io once per loop: its end_fsync / fsync_on_close syncs close every pass
-            _end_syncs(plan, cursor, fds, names, res, sync, ramp_end)
-        rows, passes = _draw(plan, fds, rng, res, sync, passes, (end - now()) if end else 0)
-    return _finish(res, cpu0)
+
+def _run_rows(plan: JobPlan, cursor, fds, names, res: CloneResult, rows, ramp_end: int, end: int) -> bool:
+    """One call's rows through the engine, MAX_PLAN_ROWS at a time; True when the clone is done: its
+    deadline, or its io_size or number_ios.
+
+    fio's io_size and number_ios cap all loops together at loops times their value (backend.c
+    io_bytes_exceeded, exceeds_number_ios: `limit *= td->loops`); after `loops` loops, keep_running
+    starts more while fewer than io_size bytes are done (a block at least short)."""
+    now = _native.monotonic_ns
+    budget_bytes = (plan.io_limit or 0) * plan.loops
+    budget_ios = (plan.number_ios or 0) * plan.loops
+    while len(rows):
+        if end and now() >= end:
+            return True
+        part = rows[:MAX_PLAN_ROWS]
+        if budget_ios and now() >= ramp_end:
+            part = part[: max(0, budget_ios - res.ios - res.write_ios)]
+        if budget_bytes and not plan.time_based and now() >= ramp_end:
+            # io_size below a pass: fio stops once io_size bytes are done (io_bytes_exceeded)
+            left = budget_bytes - res.bytes - res.write_bytes
+            part = part[: int(np.searchsorted(np.cumsum(part["length"]), max(0, left), side="right"))]
+            if not len(part):
+                return True
+        if res.logs is not None and (res.records is None or len(res.records) < len(part) + plan.depth):
+            res.records = empty_records(len(part) + plan.depth)   # a record per completion, a run at most
+        st = cursor.run(fds, part, names, deadline_ns=end)
+        if st["ios"]:
+            if budget_bytes and res.bytes + res.write_bytes >= budget_bytes and not plan.time_based:
+                return True
+            if budget_ios and res.ios + res.write_ios >= budget_ios:
+                return True
+        rows = rows[st["done"]:]
+    return False
+
+
+class _PlanAhead:
+    """time_based, unpaced: a clone's next engine call drawn in a thread of its own while the engine
+    runs the current one (Engine.run lets go of the GIL).
+
+    fio draws each offset as it issues it, so its queue stays full across passes. Drawn after the
+    call returned (numpy: 10-25 ms for a 4 KiB pass over 256 MiB, up to 95 ms on a busy machine), the
+    queue sat empty that long every 65,536 requests (docs/fio-compare.md). The rows are those the serial draw gives, in
+    the same order: one draw at a time from the clone's rng, each on its own copy of the sync count,
+    which the clone takes with the rows (a draw still on at the deadline is dropped and changes
+    nothing). With a rate the serial draw stays: a call's passes follow the time left when drawn.
+    """
+
+    def __init__(self, plan: JobPlan, rng, jobnum: int):
+        self._draw = functools.partial(_draw_rows, plan, rng, jobnum)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"iodl-plan-{jobnum}")
+        self._next = None
+        self._cpu_s = 0.0
+
+    def start(self, sync: "_SyncState", passes: int) -> None:
+        self._next = self._pool.submit(self._timed, replace(sync), passes)
+
+    def _timed(self, sync: "_SyncState", passes: int) -> tuple:
+        cpu0 = _cpu()
+        try:
+            return self._draw(sync, passes, 0) + (sync,)
+        finally:
+            self._cpu_s += _cpu() - cpu0   # the clone's work, done in this thread (_cpu counts a thread's own)
+
+    def take(self) -> tuple:
+        """(rows, passes, sync) of the draw started last."""
+        return self._next.result()
+
+    def close(self) -> float:
+        """Ends the thread once its draw is done; the CPU time of all its draws."""
+        self._pool.shutdown(wait=True)
+        return self._cpu_s
 
 
 def _draw(plan: JobPlan, fds, rng, res: CloneResult, sync: "_SyncState", passes: int, left_ns: int) -> tuple:
-    """The next engine call's rows (one pass, or time_based several) and the passes drawn so far; rows None
-    when the clone is done (its loops and io_size, or no files)."""
+    """The next engine call's rows and the passes drawn so far; rows None when the clone is done."""
+    if not _between_passes(plan, fds, res, passes):
+        return None, passes
+    return _draw_rows(plan, rng, res.jobnum, sync, passes, left_ns)
+
+
+def _between_passes(plan: JobPlan, fds, res: CloneResult, passes: int) -> bool:
+    """Before a clone's next pass, in its own thread: False when it is done (its loops and io_size, or
+    no files), else its files made ready for the pass."""
     if not plan.time_based and passes >= plan.loops and \
             plan.io_limit - res.bytes - res.write_bytes < max(plan.max_bs, 1):
-        return None, passes
+        return False
     if plan.invalidate and not plan.direct:
         # fio's invalidate=1 drops each file's cached pages every time it opens it (each pass)
         for fd in fds:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     if not plan.files[res.jobnum]:
-        return None, passes   # a clone whose names its first clone took reads nothing (fio's add_file)
+        return False   # a clone whose names its first clone took reads nothing (fio's add_file)
     if passes and plan.unlink_each_loop:
         _renew_files(plan, fds, plan.files[res.jobnum])
-    rows = pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
+    return True
+
+
+def _draw_rows(plan: JobPlan, rng, jobnum: int, sync: "_SyncState", passes: int, left_ns: int) -> tuple:
+    """One pass drawn from rng, or time_based several (_passes_per_run); the passes drawn so far. A
+    write job's syncs put in, moving `sync` on past them. Only the arguments are read or changed."""
+    files = plan.files[jobnum]
+    rows = pass_plan(plan, files, rng, _file_rngs(plan, jobnum))
     if not len(rows):
         raise IodlError(f"[{plan.job.name}] has nothing to read (files smaller than one block?)")
     passes += 1
     k = _passes_per_run(plan, len(rows), left_ns)
     if k > 1:
         # up to DISTINCT_PASSES freshly drawn passes, repeated to k (small files: many passes)
-        block = [rows] + [pass_plan(plan, plan.files[res.jobnum], rng, _file_rngs(plan, res.jobnum))
+        block = [rows] + [pass_plan(plan, files, rng, _file_rngs(plan, jobnum))
                           for _ in range(min(k, DISTINCT_PASSES) - 1)]
         n = len(rows)
         rows = np.concatenate(block)
@@ -974,8 +1030,6 @@ def _draw(plan: JobPlan, fds, rng, res: CloneResult, sync: "_SyncState", passes:
 def _renew_files(plan: JobPlan, fds: list, files: list) -> None:
     """unlink_each_loop between two loops: each file removed and created again, empty (iodl's own
     marked files only: layout.renew_own), and opened anew in place of the old descriptor."""
-    from .layout import open_own_for_write, renew_own
-
     for i, spec in enumerate(files):
         renew_own(spec)
         fd = open_own_for_write(spec, plan.direct, read=plan.reads)
@@ -1007,8 +1061,6 @@ def _write_rows(plan: JobPlan, rows: np.ndarray, sync: _SyncState, leading: bool
     end syncs do), and the count runs on across passes. `leading`: a loop after the first (its due sync is
     issued whatever came before); `trailing`: a loop that is not the last (the sync due after its last
     write is issued at its end)."""
-    from ..plan import OP_FDATASYNC, OP_FSYNC, OP_WRITE
-
     rows = rows.copy()
     if plan.read_pct == 0:
         rows["op"] = OP_WRITE
@@ -1046,8 +1098,6 @@ def _end_syncs(plan: JobPlan, cursor, fds, names, res: CloneResult, sync: _SyncS
     unless the last thing it did was a sync), and counts that time in the job's runtime (so in its
     bandwidth) but not in its "sync" statistics. iodl does the same: one fsync row per file, timed
     into the measured window (which then runs on past a time_based deadline, as fio's runtime does)."""
-    from ..plan import OP_FSYNC
-
     if not plan.end_sync or sync.last_was_sync or not fds:
         return
     rows = new_plan(len(fds))
@@ -1077,9 +1127,6 @@ def _finish(res: CloneResult, cpu0) -> None:
 def remove_created(plan: JobPlan, clones) -> None:
     """filecreate: the files these clones of the job created, removed (each carries iodl's mark, checked by
     the C loop, which never follows a link; fio-compare refuses a job whose files were there before)."""
-    from .. import _native, histogram
-    from .layout import existing
-
     if plan.engine != "filecreate":
         return
     paths = list(existing(f.path for n in clones for f in plan.files[n]))
