@@ -2,11 +2,14 @@
 (/sys/block/loopN/stat), the bytes cgroup v1 blkio saw its ranks read, and blkio throttles.
 Under mpiexec at 1 and 2 ranks (every rank its own folder of the same root)."""
 import os
+import random
+from types import SimpleNamespace
 
 import pytest
 
 from iodl.groundtruth import BlkioGroup, LoopMount
 from iodl.kvcache import HEADER_BYTES, MODELS
+from iodl.patterns.kvcache import Arrivals, make_users
 from tests.helpers import NotJudged, iodl, load_json, mpiexec
 
 MB = 1_000_000
@@ -259,8 +262,8 @@ def test_entries_are_unlinked_least_recently_used_first_to_stay_within_95_percen
 
 @pytest.mark.blkio
 def test_the_queue_serves_the_highest_priority_first_then_by_arrival(tmp_path):
-    """Open-loop arrivals into kv-cache.py's priority queue: 40 users send requests far faster than
-    one worker under an 8 MiB/s write throttle can serve them (a 1 MiB entry's fsync: 125 ms), so a
+    """Open-loop arrivals into kv-cache.py's priority queue: for 3 s, 40 users send requests far
+    faster than one worker under an 8 MiB/s write throttle can serve them (a 1 MiB entry's fsync: 125 ms), so a
     queue builds and what the worker takes from it shows its order. The users' classes are drawn
     by the seed (iodl's make_users, tested against MLPerf's mix in test_generator.py). Served in
     priority order, the entries written (one a request, --prefill-only) are interactive first:
@@ -268,11 +271,6 @@ def test_the_queue_serves_the_highest_priority_first_then_by_arrival(tmp_path):
     what arrives, are at most the few served before the queue built up; served FIFO they would be
     half. Within a class, the earliest arrivals are served: the entries of each class are the first
     ones that class's users sent, in the order drawn."""
-    import random
-    from types import SimpleNamespace
-
-    from iodl.patterns.kvcache import Arrivals, make_users
-
     users, window = 40, 3.0
     rng = random.Random(42)
     drawn = make_users(SimpleNamespace(users=users, context=(1, 1)), rng)
