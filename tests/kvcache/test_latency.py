@@ -12,11 +12,11 @@ at HZ=250), rounded down, so a request can be released up to one tick early (a 1
 entry's read measured 123.2 ms against 125), and releases it on its timer, up to a tick late; the
 device then serves it (measured 0.6-2.5 ms a request from its own counters, /sys/block/loopN/stat
 read and write ticks / requests completed), and the worker wakes (a 1 MiB fsync's p90 measured
-141.6 ms at a load average of 7 on the 2 cores). A throttle idle for more than its slice (100 ms)
-lets the next bytes through on an allowance of up to a slice's worth (0.8 MiB at 8 MiB/s): a
-request's first read, when the worker had waited for the request, can be that fast; it is one read
-in k >= 2 of a request, below the p50 this seed's requests give (at most 2 reads in 5 are first
-ones). At 16 MiB/s, 1.6 MiB a slice, one 1 MiB request in two passed on it (a read's p50 was 64 ms,
+141.6 ms at a load average of 7 on the 2 cores). A throttle idle for more than its slice (100 ms:
+the worker waiting for a request, or writing its entry) lets the next bytes through on an
+allowance: a request's first read can pass early (a 1 MiB entry's read measured up to 131 ms
+early); it is one read in k >= 2 of a request, below the p50 this seed's requests give (at most 2
+reads in 5 are first ones). At 16 MiB/s, 1.6 MiB a slice, one 1 MiB request in two passed on it (a read's p50 was 64 ms,
 not 62.5), hence 8 MiB/s. The filesystem has no journal: an fsync is then the entry's writeback
 and its inode's, both throttled, and no jbd2 commit, which the throttle does not see (with one, a
 1 MiB entry's fsync p90 was 142 ms)."""
