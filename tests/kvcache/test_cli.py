@@ -1,5 +1,5 @@
 """`iodl kvcache` as a user runs it: its result's keys against docs/numbers.md, its figures
-against their own definitions, usage errors in one line, Ctrl-C within about a second."""
+against their own definitions, usage errors in one line, Ctrl-C within a second."""
 import json
 import os
 import re
@@ -81,30 +81,36 @@ def test_neither_option_nor_model_is_a_usage_error(tmp_path):
     assert proc.returncode == 2 and "--option" in proc.stderr
 
 
-def test_ctrl_c_ends_the_run_within_about_a_second_with_a_partial_result(tmp_path):
-    """SIGINT 1 s into the I/O of a 60 s run: the process ends within 1.5 s (the engines stop within
+@pytest.mark.flaky(reruns=1)   # a timing claim, on two cores shared with other work
+@pytest.mark.skipif(not mpiexec(), reason="no mpiexec")
+@pytest.mark.parametrize("ranks", [1, 2], ids=["1-rank", "2-ranks"])
+def test_ctrl_c_ends_the_run_within_a_second_with_a_partial_result(tmp_path, ranks):
+    """SIGINT to mpiexec 1 s into the I/O of a 60 s run: every rank stops (the engines within
     100 ms, plus the fsync in progress, which no stop interrupts: entries of 6-13 MB keep it short;
-    the window ends at the stop) and writes its result, marked partial."""
+    the window ends at the stop) and rank 0 has written the result, marked partial, within 1.0 s
+    (the file's mtime; measured 0.05-0.21 s); with the launcher's and the ranks' exit, at most
+    0.2 s more, everything has ended within 1.2 s (measured 0.15-0.46 s)."""
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "iodl", "kvcache", "--root", str(tmp_path / "kv"), "--model", "llama3.1-8b",
-           "--users", "8", "--context", "50:100", "--duration", "60", "--out", str(out)]
+    cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "iodl", "kvcache", "--root", str(tmp_path / "kv"),
+           "--model", "llama3.1-8b", "--users", "8", "--context", "50:100", "--duration", "60", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    entries = tmp_path / "kv" / "rank_0"
+    entries = [tmp_path / "kv" / f"rank_{r}" for r in range(ranks)]
     deadline = time.monotonic() + 30
-    while not (entries.is_dir() and any(entries.iterdir())) and time.monotonic() < deadline:
-        time.sleep(0.05)   # start-up (imports, a busy machine's) until the first entry is being written
+    while not all(e.is_dir() and any(e.iterdir()) for e in entries) and time.monotonic() < deadline:
+        time.sleep(0.05)   # start-up (imports, a busy machine's) until every rank writes its first entry
     time.sleep(1.0)
-    sent = time.monotonic()
+    sent, sent_wall = time.monotonic(), time.time()
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=30)
     took = time.monotonic() - sent
-    print(f"stopped {took:.2f} s after SIGINT")
+    written = out.stat().st_mtime - sent_wall
+    print(f"{ranks} rank(s): result written {written:.2f} s after SIGINT, exited after {took:.2f} s")
     assert proc.returncode == 130, stderr
-    assert took < 1.5, took
+    assert written <= 1.0 and took <= 1.2, (written, took)
     r = json.loads(out.read_text())
     kv = r["kvcache"]
-    assert r["partial"] is True and "stopped" in stdout
-    assert 0.5 < kv["window_s"] < 30 and kv["written_bytes"] + kv["read_bytes"] > 0
+    assert r["partial"] is True and "stopped" in stdout and r["ranks"] == ranks
+    assert 0.5 < kv["window_s"] < 30 and all(p["written_bytes"] + p["read_bytes"] > 0 for p in kv["per_rank"])
 
 
 @pytest.mark.skipif(not mpiexec(), reason="no mpiexec")

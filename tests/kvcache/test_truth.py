@@ -2,11 +2,14 @@
 (/sys/block/loopN/stat), the bytes cgroup v1 blkio saw its ranks read, and blkio throttles.
 Under mpiexec at 1 and 2 ranks (every rank its own folder of the same root)."""
 import os
+import random
+from types import SimpleNamespace
 
 import pytest
 
 from iodl.groundtruth import BlkioGroup, LoopMount
 from iodl.kvcache import HEADER_BYTES, MODELS
+from iodl.patterns.kvcache import Arrivals, make_users
 from tests.helpers import NotJudged, iodl, load_json, mpiexec
 
 MB = 1_000_000
@@ -255,3 +258,41 @@ def test_entries_are_unlinked_least_recently_used_first_to_stay_within_95_percen
     assert kv["errors"] == 0 and kv["written_bytes"] > free
     assert kv["evictions"] == kv["entries_written"] - len(sizes) > 0
     assert sum(sizes) <= used <= 0.95 * free
+
+
+@pytest.mark.blkio
+def test_the_queue_serves_the_highest_priority_first_then_by_arrival(tmp_path):
+    """Open-loop arrivals into kv-cache.py's priority queue: for 3 s, 40 users send requests far
+    faster than one worker under an 8 MiB/s write throttle can serve them (a 1 MiB entry's fsync: 125 ms), so a
+    queue builds and what the worker takes from it shows its order. The users' classes are drawn
+    by the seed (iodl's make_users, tested against MLPerf's mix in test_generator.py). Served in
+    priority order, the entries written (one a request, --prefill-only) are interactive first:
+    once the queue holds interactive requests no batch one is taken, so batch requests, half of
+    what arrives, are at most the few served before the queue built up; served FIFO they would be
+    half. Within a class, the earliest arrivals are served: the entries of each class are the first
+    ones that class's users sent, in the order drawn."""
+    users, window = 40, 3.0
+    rng = random.Random(42)
+    drawn = make_users(SimpleNamespace(users=users, context=(1, 1)), rng)
+    arrivals = Arrivals(drawn, rng)
+    arrived = []
+    while (r := arrivals.next()).at_s < window:
+        arrived.append(r)
+    with LoopMount(1 << 30, mkfs_args=MKFS) as m, BlkioGroup("iodl-i24-kv2-priority") as group:
+        group.throttle_write(m.majmin, 8 << 20)
+        root = os.path.join(m.path, "kv")
+        proc = iodl("kvcache", "--root", root, "--option", "1", "--users", str(users), "--workers", "1",
+                    "--bytes-per-token", str((1 << 20) - 128), "--context", "1", "--prefill-only", "--no-multi-turn",
+                    "--seed", "42", "--duration", str(window), ranks=0, preexec_fn=group.enter, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        served = {n[:-len(".kv")] for n in os.listdir(os.path.join(root, "rank_0"))}
+    by_class = {p: [r.key for r in arrived if r.priority == p] for p in (3, 2, 1)}
+    got = {p: [k for k in keys if k in served] for p, keys in by_class.items()}
+    print(f"{len(arrived)} requests arrived in {window} s (interactive {len(by_class[3])}, responsive "
+          f"{len(by_class[2])}, batch {len(by_class[1])}); {len(served)} served: interactive {len(got[3])}, "
+          f"responsive {len(got[2])}, batch {len(got[1])}")
+    assert sum(map(len, got.values())) == len(served) >= 10
+    assert len(by_class[1]) > len(arrived) / 3   # batch: half the arrivals
+    assert len(got[1]) <= 3 < len(got[3])
+    for p, keys in by_class.items():   # each class's earliest arrivals, none skipped
+        assert got[p] == keys[:len(got[p])], p
