@@ -60,6 +60,24 @@ def pytest_configure(config):
     config.pluginmanager.register(FastTier(), "iodl-fast-tier")
 
 
+# Tests that must have the machine to themselves, marked `serial` here so that no file has to say it:
+# timing claims (`flaky`), throttles and loop devices, the page cache and drop_caches (root), fio and
+# MPI jobs that use both cores, S3 servers in network namespaces, the system and MPI-size batteries,
+# and the ordinary user's venv (built once, by whichever phase meets it first). tests/run.py runs the
+# other tests two at a time (pytest-xdist), then these one at a time.
+SERIAL_MARKERS = ("flaky", "blkio", "loopdev", "root", "mpiexec", "mpi", "fio", "slow")
+SERIAL_PATHS = ("tests/system/", "tests/s3/", "tests/test_mpi_sizes.py")
+SERIAL_FIXTURES = ("nobody_iodl",)
+
+
+@pytest.hookimpl(tryfirst=True)   # before `-m` selects on the marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if (item.nodeid.startswith(SERIAL_PATHS) or any(item.get_closest_marker(m) for m in SERIAL_MARKERS)
+                or any(f in item.fixturenames for f in SERIAL_FIXTURES)):
+            item.add_marker("serial")
+
+
 # The fast tier: unit tests, the C engines' contract on tmpfs and the in-process commands. It runs
 # first, and when any of it fails the session stops at its end: a broken build is told in about two
 # minutes, not after the whole ground-truth battery.
@@ -164,7 +182,7 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"NOT JUDGED {line}")
     path = os.environ.get("IODL_NOT_JUDGED")
     if path:
-        with open(path, "w") as f:
+        with open(path, "a") as f:   # appended: tests/run.py's two phases write to one file
             f.writelines(line + "\n" for line in lines)
 
 

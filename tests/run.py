@@ -1,0 +1,77 @@
+"""The whole suite in two phases: the tests that do not need the machine to themselves two at a time
+(pytest-xdist, one worker per core of this project's 2-core VMs), then the `serial` ones (tests/conftest.py
+says which) one at a time. Arguments go to both pytest runs (`-x`, `-k NAME`, `--durations=20`).
+
+    .venv/bin/python tests/run.py
+
+`python -m pytest` alone runs every test one at a time, which takes longer and judges the same claims.
+The exit status is pytest's: 0 when both phases pass, 1 when a test failed in either, 2 when stopped.
+Both phases' closing lines are printed again at the end, and their sum as the last line.
+"""
+import re
+import subprocess
+import sys
+import time
+
+PHASES = (("the tests that share the machine, two at a time", ["-n", "2", "-m", "not serial"]),
+          ("the tests that need the machine to themselves, one at a time", ["-m", "serial"]))
+# pytest's closing line, e.g. "==== 3 failed, 1875 passed, 10 skipped, 2 not judged in 512.31s (0:08:32) ====",
+# without the rules under -q
+CLOSING = re.compile(r"^=* ?(\d+ [\w ]+?(?:, \d+ [\w ]+?)*) in [0-9.]+s\b.*$")
+COUNT = re.compile(r"(\d+) (\w[\w ]*)")
+STOPPED, OK, NO_TESTS = 2, 0, 5   # pytest's exit codes: interrupted, all passed, nothing collected
+
+
+def run_phase(args: list[str]) -> tuple[int, str]:
+    """One pytest run, its output passed through as it comes; its exit status and closing line."""
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], stdout=subprocess.PIPE, text=True, bufsize=1)
+    closing = ""
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if CLOSING.match(line.strip()):
+                closing = line.strip()
+        return proc.wait(), closing
+    except KeyboardInterrupt:
+        # pytest got the same SIGINT (one process group): let it write its partial summary
+        for line in proc.stdout:
+            sys.stdout.write(line)
+        proc.wait()
+        return STOPPED, closing
+
+
+def counts(closing: str) -> dict[str, int]:
+    """The outcomes of a closing line; "deselected" left out (each phase deselects the other's tests)."""
+    m = CLOSING.match(closing)
+    return {word: int(n) for n, word in COUNT.findall(m.group(1)) if word != "deselected"} if m else {}
+
+
+def exit_status(codes: list[int]) -> int:
+    bad = [c for c in codes if c not in (OK, NO_TESTS)]
+    # stopped (2) or pytest's own errors (3, 4) say more than a failed test (1)
+    return max(bad) if bad else OK if OK in codes else NO_TESTS
+
+
+def main(argv: list[str]) -> int:
+    start, codes, lines, total = time.monotonic(), [], [], {}
+    color = ["--color=yes"] if sys.stdout.isatty() else []
+    for title, opts in PHASES:
+        print(f"\n#### iodl's suite, phase {len(codes) + 1} of {len(PHASES)}: {title}", flush=True)
+        code, closing = run_phase([*opts, *color, *argv])
+        codes.append(code)
+        lines.append(closing or f"(no closing line; pytest exit status {code})")
+        for word, n in counts(closing).items():
+            total[word] = total.get(word, 0) + n
+        if code not in (OK, 1, NO_TESTS):   # stopped, or pytest itself could not run: no second phase
+            break
+    print()
+    for i, line in enumerate(lines, 1):
+        print(f"phase {i}: {line}")
+    summary = ", ".join(f"{n} {word}" for word, n in total.items()) or "no tests ran"
+    print(f"==== {summary} in {time.monotonic() - start:.2f}s (both phases) ====")
+    return exit_status(codes)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,22 @@
+"""tests/run.py: the two phases' closing lines summed and their exit statuses combined."""
+from tests.run import counts, exit_status
+
+
+def test_closing_lines_are_read_and_deselected_is_left_out():
+    line = "= 1 failed, 1881 passed, 10 skipped, 16 deselected, 1 xfailed, 2 not judged, 3 rerun in 1747.37s (0:29:07) ="
+    assert counts(line) == {"failed": 1, "passed": 1881, "skipped": 10, "xfailed": 1, "not judged": 2, "rerun": 3}
+    assert counts("== 12 passed in 0.51s ==") == {"passed": 12}
+    assert counts("collected 3 items") == {}
+
+
+def test_the_worst_status_of_the_two_phases_wins():
+    assert exit_status([0, 0]) == 0
+    assert exit_status([0, 5]) == 0          # -k matched tests of one phase only
+    assert exit_status([5, 5]) == 5
+    assert exit_status([1, 0]) == 1 and exit_status([0, 1]) == 1
+    assert exit_status([1, 2]) == 2          # a failure, then stopped: stopped
+
+
+def test_a_quiet_runs_closing_line_is_read_too():
+    assert counts("2 passed, 3 deselected in 10.52s") == {"passed": 2}
+    assert counts("tests/x.py::test_y took 2 passes in 3.1s of setup") == {}
