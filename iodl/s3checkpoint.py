@@ -51,6 +51,9 @@ from .s3store import BACKOFF_S, RETRIES, S3Error, S3Store, _retryable, _s3_code
 PART_SIZE = 8 << 20
 MIN_PART_SIZE = 5 << 20        # S3's smallest part but the last
 MAX_PARTS = 10_000             # S3's most parts in one upload
+# a refused connection is not tried again: the CRT has already spent seconds retrying it (2.3 s for
+# an empty PUT to a closed port, with the client's own retries off), a dropped one is
+REFUSED = "AWS_IO_SOCKET_CONNECTION_REFUSED"
 ABORT_WAIT_S = 0.3             # an upload stopped half-way: how long its abort may hold up the stop
 
 
@@ -205,17 +208,20 @@ class PutRound:
                             pending = next(jobs, None)   # a CreateMultipartUpload happens here, unlocked
                         finally:
                             self.cv.acquire()
-                    if self.failed and self.retry:
-                        self.retry.clear()
-                    if not self.inflight and (self.failed or (pending is None and not self.retry)):
+                    if self.failed:
+                        break          # the PUTs in flight: _abandon gives them a second
+                    if not self.inflight and pending is None and not self.retry:
                         break
                     self.cv.wait(0.05)
             if self.failed:
                 raise self.failed
             for up in self.uploads:
                 self._complete(up)
+        except KeyboardInterrupt:
+            self._abandon(1.0)     # a stop: what is in flight gets a second to be counted
+            raise
         except BaseException:
-            self._abandon()
+            self._abandon(0.0)     # a failure: the rest in flight fails too
             raise
         finally:
             self._count(counters, t0_ns)
@@ -247,7 +253,8 @@ class PutRound:
                 else:
                     code = status_code or getattr(error, "status_code", None)
                     name = getattr(error, "name", type(error).__name__)
-                    if attempt < RETRIES and not (self.failed or self.stopping) and _retryable(code, name):
+                    if attempt < RETRIES and not (self.failed or self.stopping) and _retryable(code, name) \
+                            and name != REFUSED:
                         self.retries += 1
                         self.retry.append((time.monotonic() + BACKOFF_S * (1 << attempt),
                                            (up, n, offset, length, attempt + 1)))
@@ -272,10 +279,10 @@ class PutRound:
         self.t_end = _native.monotonic_ns()
         up.upload_id = ""
 
-    def _abandon(self) -> None:
-        """Stopped or failed: the PUTs in flight get a second, then each upload not completed is
+    def _abandon(self, wait_s: float) -> None:
+        """Stopped or failed: the PUTs in flight get wait_s, then each upload not completed is
         aborted (its parts were iodl's; nothing else is touched), waiting for none long."""
-        end = time.monotonic() + 1.0
+        end = time.monotonic() + wait_s
         with self.cv:
             self.stopping = True
             self.retry.clear()
@@ -299,7 +306,10 @@ class PutRound:
             self.done, self.submits = [], []
         counted = _native.account(done[0], done[1], None, done[2], counters.hist, submit_ns=subs[0], inflight=subs[1],
                                   t_start_ns=self.t_start, t_end_ns=self.t_end or self.t_start)
-        counters.add({**counted, "errors": int(self.failed is not None), "retries": self.retries}, t0_ns)
+        failed = int(self.failed is not None)
+        counters.add({**counted, "errors": failed, "retries": self.retries}, t0_ns)
+        if not counted["ios"]:
+            counters.errors += failed     # RankResult.add takes a run's errors with its completions only
         self.retries = 0
 
 
