@@ -19,6 +19,7 @@ stopped half-way is aborted: its parts were iodl's and never became an object).
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -54,6 +55,7 @@ MAX_PARTS = 10_000             # S3's most parts in one upload
 # a refused connection is not tried again: the CRT has already spent seconds retrying it (2.3 s for
 # an empty PUT to a closed port, with the client's own retries off), a dropped one is
 REFUSED = "AWS_IO_SOCKET_CONNECTION_REFUSED"
+STAMP_BLOCK = 4096             # every block of this size in a body is made unlike every other
 ABORT_WAIT_S = 0.3             # an upload stopped half-way: how long its abort may hold up the stop
 
 
@@ -166,7 +168,7 @@ class PutRound:
 
     def __init__(self, store: S3Store, bucket: str, part_size: int, depth: int, payload: bytes):
         self.store, self.bucket, self.part_size, self.depth = store, bucket, part_size, depth
-        self.payload = payload     # part_size bytes every body is cut from (never copied for a whole part)
+        self.payload = payload     # part_size random bytes every body is cut from, then stamped (_stamped)
         self.cv = threading.Condition()
         self.inflight = 0
         self.done: list[tuple[int, int, int]] = []       # (completed at, bytes, latency)
@@ -228,7 +230,7 @@ class PutRound:
 
     def _send(self, up: _Upload, n: int, offset: int, length: int, attempt: int = 0) -> None:
         """Hand one PUT to the CRT (the lock held)."""
-        body = self.payload if length == len(self.payload) else self.payload[:length]
+        body = _stamped(self.payload, length, f"{up.key}#{n}")
         query = f"?partNumber={n}&uploadId={quote(up.upload_id, safe='')}" if n else ""
         req = http.HttpRequest("PUT", f"/{self.bucket}/{quote(up.key, safe='/~')}{query}", http.HttpHeaders(
             [("host", self.store.host), ("content-length", str(length))]), io.BytesIO(body))
@@ -311,6 +313,19 @@ class PutRound:
         if not counted["ios"]:
             counters.errors += failed     # RankResult.add takes a run's errors with its completions only
         self.retries = 0
+
+
+def _stamped(payload: bytes, length: int, name: str) -> bytes:
+    """length bytes of payload with every whole 4 KiB block's first 8 bytes stamped for this object
+    and part: no two blocks of a run alike, so a server that compresses or deduplicates is measured
+    on bytes it cannot shrink (as a file checkpoint's blocks are stamped)."""
+    body = np.frombuffer(payload, np.uint8, count=length).copy()
+    blocks = length // STAMP_BLOCK
+    if blocks:
+        seed = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+        words = body[:blocks * STAMP_BLOCK].view(np.uint64)[::STAMP_BLOCK // 8]
+        words ^= np.uint64(seed) + np.arange(blocks, dtype=np.uint64)
+    return body.tobytes()
 
 
 def _upload_id(body: bytes, endpoint: str, key: str) -> str:
