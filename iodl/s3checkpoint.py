@@ -166,9 +166,9 @@ class PutRound:
     """One rank's objects of one checkpoint, `depth` PUTs (UploadParts or whole-object PUTs) in
     flight, each counted as one I/O in counters as the file engines count a write."""
 
-    def __init__(self, store: S3Store, bucket: str, part_size: int, depth: int, payload: bytes):
+    def __init__(self, store: S3Store, bucket: str, part_size: int, depth: int, bodies: "Bodies"):
         self.store, self.bucket, self.part_size, self.depth = store, bucket, part_size, depth
-        self.payload = payload     # part_size random bytes every body is cut from, then stamped (_stamped)
+        self.bodies = bodies       # depth buffers, one lent to each PUT in flight or waiting to be retried
         self.cv = threading.Condition()
         self.inflight = 0
         self.done: list[tuple[int, int, int]] = []       # (completed at, bytes, latency)
@@ -228,12 +228,13 @@ class PutRound:
         finally:
             self._count(counters, t0_ns)
 
-    def _send(self, up: _Upload, n: int, offset: int, length: int, attempt: int = 0) -> None:
-        """Hand one PUT to the CRT (the lock held)."""
-        body = _stamped(self.payload, length, f"{up.key}#{n}")
+    def _send(self, up: _Upload, n: int, offset: int, length: int, attempt: int = 0, slot: int = -1) -> None:
+        """Hand one PUT to the CRT (the lock held); a retry keeps its body's slot."""
+        if slot < 0:
+            slot = self.bodies.lend(length, f"{up.key}#{n}")
         query = f"?partNumber={n}&uploadId={quote(up.upload_id, safe='')}" if n else ""
         req = http.HttpRequest("PUT", f"/{self.bucket}/{quote(up.key, safe='/~')}{query}", http.HttpHeaders(
-            [("host", self.store.host), ("content-length", str(length))]), io.BytesIO(body))
+            [("host", self.store.host), ("content-length", str(length))]), _Body(self.bodies.view(slot, length)))
         etag = []
         t0 = _native.monotonic_ns()
         self.t_start = self.t_start or t0
@@ -259,14 +260,17 @@ class PutRound:
                             and name != REFUSED:
                         self.retries += 1
                         self.retry.append((time.monotonic() + BACKOFF_S * (1 << attempt),
-                                           (up, n, offset, length, attempt + 1)))
-                    elif self.failed is None:
+                                           (up, n, offset, length, attempt + 1, slot)))
+                        self.cv.notify()
+                        return         # the retry keeps the slot
+                    if self.failed is None:
                         s3code = _s3_code(error_body)
                         why = (f"HTTP {code}" + (f" {s3code}" if s3code else "") if code else name) + (
                             f" after {attempt} retries" if attempt else "")
                         what = f"part {n} ({length:,} bytes at offset {offset:,})" if n else f"{length:,} bytes"
                         self.failed = S3Error(self.store.endpoint, "PUT", f"s3://{self.bucket}/{up.key}",
                                               f"{why} ({what})", code, s3code)
+                self.bodies.free.append(slot)
                 self.cv.notify()
 
         self.store.client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name="UploadPart"
@@ -315,17 +319,59 @@ class PutRound:
         self.retries = 0
 
 
-def _stamped(payload: bytes, length: int, name: str) -> bytes:
-    """length bytes of payload with every whole 4 KiB block's first 8 bytes stamped for this object
-    and part: no two blocks of a run alike, so a server that compresses or deduplicates is measured
-    on bytes it cannot shrink (as a file checkpoint's blocks are stamped)."""
-    body = np.frombuffer(payload, np.uint8, count=length).copy()
-    blocks = length // STAMP_BLOCK
-    if blocks:
-        seed = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
-        words = body[:blocks * STAMP_BLOCK].view(np.uint64)[::STAMP_BLOCK // 8]
-        words ^= np.uint64(seed) + np.arange(blocks, dtype=np.uint64)
-    return body.tobytes()
+class Bodies:
+    """A rank's PUT bodies: `depth` buffers of the same random part_size bytes, each lent to one PUT
+    at a time and stamped in place for it: every whole 4 KiB block's first 8 bytes made unlike any
+    other block's of the run, so a server that compresses or deduplicates is measured on bytes it
+    cannot shrink (as a file checkpoint's blocks are stamped). Nothing is copied in Python: the CRT
+    reads a body straight from its buffer (_Body)."""
+
+    def __init__(self, part_size: int, depth: int, seed: int):
+        base = np.random.default_rng(seed).bytes(part_size)
+        self.bufs = [np.frombuffer(bytearray(base), np.uint8) for _ in range(depth)]
+        blocks = part_size // STAMP_BLOCK
+        self.base_words = np.frombuffer(base, np.uint8)[:blocks * STAMP_BLOCK].view(np.uint64)[::STAMP_BLOCK // 8].copy()
+        self.free = list(range(depth))
+
+    def lend(self, length: int, name: str) -> int:
+        """A free buffer's slot, its first length bytes stamped for `name` (an object's part)."""
+        slot = self.free.pop()
+        blocks = length // STAMP_BLOCK
+        if blocks:
+            seed = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+            words = self.bufs[slot][:blocks * STAMP_BLOCK].view(np.uint64)[::STAMP_BLOCK // 8]
+            words[:] = self.base_words[:blocks] ^ (np.uint64(seed) + np.arange(blocks, dtype=np.uint64))
+        return slot
+
+    def view(self, slot: int, length: int) -> memoryview:
+        return memoryview(self.bufs[slot])[:length]
+
+
+class _Body(io.RawIOBase):
+    """A request body read from a memoryview (io.BytesIO would copy it first)."""
+
+    def __init__(self, view: memoryview):
+        super().__init__()
+        self.buf, self.pos = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), len(self.buf) - self.pos))
+        b[:n] = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: len(self.buf)}[whence] + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
 
 
 def _upload_id(body: bytes, endpoint: str, key: str) -> str:
@@ -368,7 +414,7 @@ class S3Checkpoints:
             collective(comm, lambda: None)
         host = comm.hostname()
         self.counters = {op: OpCounters(rank=comm.rank, host=host, mount=self.mount) for op in ("write", "read")}
-        self.payload = np.random.default_rng(comm.rank).bytes(spec.part_size)   # incompressible bodies
+        self.bodies = Bodies(spec.part_size, spec.iodepth, seed=comm.rank)
         self.engine = S3Engine(depth=spec.iodepth, block_size=spec.block_size)
         self.t0 = _native.monotonic_ns()
 
@@ -381,7 +427,7 @@ class S3Checkpoints:
         self.comm.barrier()
         c = self.counters["write"]
         keys = [(self.target.key(f"{name}/{n}"), size) for n, size in zip(self.share.names, self.share.sizes)]
-        self._timed(c, lambda: PutRound(self.store, self.target.bucket, spec.part_size, spec.iodepth, self.payload)
+        self._timed(c, lambda: PutRound(self.store, self.target.bucket, spec.part_size, spec.iodepth, self.bodies)
                     .run(c, self.t0, keys))
         self.comm.barrier()
         if self.comm.rank == 0:
