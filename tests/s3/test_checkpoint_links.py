@@ -15,9 +15,9 @@ Ground truth:
   to its last answer. Each endpoint's write and read bandwidth is within 5% of it. (On this shared
   2-core host a link's payload rate is what the server and client get through it at the moment:
   PUTs reach ~95% of 1448/1514 of the tbf rate when the host is idle, less when it is busy.)"""
+import io
 import json
 import os
-import tempfile
 import threading
 import time
 
@@ -25,8 +25,7 @@ import pytest
 
 from tests.conftest import require_or_skip
 from tests.helpers import iodl, mpiexec, transformer_toml
-from tests.s3.link import Link, require
-from tests.s3.server import Seaweed
+from tests.s3.link import crt_client, linked_servers, require
 
 RATES_MBIT = (400, 200)
 RANKS = 3
@@ -42,40 +41,18 @@ PER_RANK = sum(b for _n, b in FILES)
 def two_links():
     require()
     require_or_skip("mpiexec", bool(mpiexec()), "no mpiexec next to the test interpreter")
-    up = []
-    try:
-        for i, mbit in enumerate(RATES_MBIT):
-            link = Link(f"iodl-i27-ck{i}", f"i27ck{i}", mbit, net=84 + i).open()
-            up.append((link, None))
-            keys = (up[0][1].access_key, up[0][1].secret_key) if i else None   # one identity: one environment
-            # its volumes in memory: the truth is the link's, not the host disk's (which other work shares)
-            server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ck-", dir="/dev/shm"), ip=link.ns_ip, netns=link.ns,
-                             keys=keys)
-            up[-1] = (link, server)
-            server.start()     # one after the other: a server takes its ports when it starts
-            server.client().create_bucket(Bucket="ck-bkt")
+    # the servers' volumes in memory: the truth is the link's, not the host disk's (which other work shares)
+    with linked_servers("i27-ck", RATES_MBIT, 84, "ck-bkt", top="/dev/shm") as up:
         yield up
-    finally:
-        for link, server in up:
-            if server is not None:
-                server.kill()      # its data is the test's: no graceful stop (~4 s)
-                server.remove()
-            link.close()
 
 
 def plain_loop(server, requests: list[tuple], inflight: int) -> float:
     """MB/s of a bare awscrt S3Client loop making `requests` — ("PUT", key, size) or ("GET", key,
     offset, length) in bucket ck-bkt — `inflight` at a time, from the first handed over to the last
     answered (bytes of PUT bodies or GET bodies)."""
-    from awscrt import auth, http, io, s3
+    from awscrt import http, s3
 
-    elg = io.EventLoopGroup(2)
-    boot = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
-    creds = auth.AwsCredentialsProvider.new_static(server.access_key, server.secret_key)
-    client = s3.S3Client(bootstrap=boot, region="us-east-1", tls_mode=s3.S3RequestTlsMode.DISABLED,
-                         signing_config=s3.create_default_s3_signing_config(region="us-east-1",
-                                                                            credential_provider=creds),
-                         max_active_connections_override=inflight)
+    client = crt_client(server, inflight)
     host = server.endpoint.split("//", 1)[1]
     body = os.urandom(max((r[2] for r in requests if r[0] == "PUT"), default=0))
     lock, state, errors = threading.Condition(), {"next": 0, "open": 0, "bytes": 0}, []
@@ -85,7 +62,7 @@ def plain_loop(server, requests: list[tuple], inflight: int) -> float:
         headers = [("host", host)]
         if method == "PUT":
             headers.append(("content-length", str(rest[0])))
-            stream = __import__("io").BytesIO(body[:rest[0]])
+            stream = io.BytesIO(body[:rest[0]])
         else:
             headers.append(("range", f"bytes={rest[0]}-{rest[0] + rest[1] - 1}"))
             stream = None
