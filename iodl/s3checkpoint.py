@@ -438,14 +438,15 @@ class S3Checkpoints:
         c = self.counters["read"]
         handles = [f"{self.url}/{self.target.bucket}/{quote(self.target.key(f'{name}/{n}'), safe='/~')}"
                    for n in self.share.names]
-        plan = shard_plan(self.share.sizes, self.spec.block_size)
+        plan = shard_plan(self.share.sizes, self.spec.block_size) if handles else None   # a rank may write none
         # the s3 engine makes its client on its first request: a 1-byte GET of the store object makes it
         # here, before the timed rounds (DLIO's client exists before it reads, as a file's mount does)
         store = f"{self.url}/{self.target.bucket}/{quote(self.target.key(STORE), safe='/~')}"
         self.engine.run([store], shard_plan([1], self.spec.block_size), histogram.empty())
         for _ in range(rounds):
             self.comm.barrier()
-            self._timed(c, lambda: Cursor(self.engine, _Gets(c), self.t0).run(handles, plan, handles))
+            self._timed(c, lambda: Cursor(self.engine, _Gets(c), self.t0).run(handles, plan, handles) if handles
+                        else None)
 
     @staticmethod
     def _timed(c: OpCounters, fn) -> None:

@@ -105,6 +105,29 @@ def test_a_dlio_s3_workloads_checkpoints_go_to_the_bucket(seaweed, bucket, tmp_p
     assert result["checkpoint"]["write"] is None and result["checkpoint"]["read"]["bytes"] == total
 
 
+def test_two_roots_two_ranks_and_a_rank_that_writes_nothing(seaweed, bucket, tmp_path):
+    """ZeRO 0 over 2 ranks: rank 1 writes no file (only the first model-parallel group does), into the
+    second root; both roots are marked, rank 0's objects go under the first, and rank 1's rounds count
+    0 bytes."""
+    config = tmp_path / "tiny_s3.yaml"
+    config.write_text(DLIO_S3)
+    total = sum(b for _n, b in _plan(config))
+    out = tmp_path / "r.json"
+    proc = iodl("checkpoint", "--workload", str(config), "--root", f"s3://{bucket}/a", "--root", f"s3://{bucket}/b",
+                "--endpoint", seaweed.endpoint, "--writes", "1", "--out", str(out), ranks=2, env=seaweed.env())
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    for op in ("write", "read"):
+        block = result["checkpoint"][op]
+        assert block["bytes"] == total
+        assert [(m["path"], m["ranks"], m["bytes"]) for m in block["mounts"]] == [
+            (f"s3://{bucket}/a", [0], total), (f"s3://{bucket}/b", [1], 0)]
+        assert [(r["rank"], r["bytes"]) for r in block["per_rank"]] == [(0, total), (1, 0)]
+    stored = _objects(seaweed, bucket, "")
+    assert "b/iodl-checkpoints.json" in stored and not [k for k in stored if k.startswith("b/ckpt-")]
+    assert len([k for k in stored if k.startswith("a/ckpt-000001/")]) == 2
+
+
 def test_a_prefix_iodl_did_not_mark_and_a_wrong_secret_are_one_line_and_change_nothing(seaweed, bucket, tmp_path):
     config = tmp_path / "tiny_s3.yaml"
     config.write_text(DLIO_S3)
