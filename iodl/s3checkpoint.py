@@ -157,14 +157,14 @@ def latest(sites: list[Site], signature: dict) -> str:
 class _Upload:
     key: str
     size: int
-    upload_id: str = ""            # "" : one PUT
-    left: int = 0                  # parts not yet done
+    upload_id: str = ""            # "": one PUT (or an upload completed)
     etags: dict | None = None      # part number -> ETag
 
 
 class PutRound:
-    """One rank's objects of one checkpoint, `depth` PUTs (UploadParts or whole-object PUTs) in
-    flight, each counted as one I/O in counters as the file engines count a write."""
+    """One rank's objects of one checkpoint (a PutRound per round), `depth` PUTs (UploadParts or
+    whole-object PUTs) in flight, each counted as one I/O in counters as the file engines count a
+    write. The uploads are completed once every part is in."""
 
     def __init__(self, store: S3Store, bucket: str, part_size: int, depth: int, bodies: "Bodies"):
         self.store, self.bucket, self.part_size, self.depth = store, bucket, part_size, depth
@@ -177,6 +177,8 @@ class PutRound:
         self.failed: S3Error | None = None
         self.stopping = False
         self.retries = 0
+        self.uploads: list[_Upload] = []
+        self.t_start = self.t_end = 0
 
     def _jobs(self, keys_sizes):
         """(upload, part number, offset, length) of every PUT, an upload created as its first part is due."""
@@ -185,7 +187,7 @@ class PutRound:
                 yield _Upload(key, size), 0, 0, size
                 continue
             _status, _h, body = self.store.request("POST", self.bucket, key, query="uploads", op="CreateMultipartUpload")
-            up = _Upload(key, size, _upload_id(body, self.store.endpoint, key), -(-size // self.part_size), {})
+            up = _Upload(key, size, _upload_id(body, self.store.endpoint, key), {})
             self.uploads.append(up)
             for n, off in enumerate(range(0, size, self.part_size), 1):
                 yield up, n, off, min(self.part_size, size - off)
@@ -193,8 +195,6 @@ class PutRound:
     def run(self, counters: OpCounters, t0_ns: int, keys_sizes: list[tuple[str, int]]) -> None:
         """PUT every object (keys under the bucket), counted into counters; an S3Error naming the
         endpoint and object when a request fails for good (what completed before is counted)."""
-        self.uploads: list[_Upload] = []
-        self.t_start = self.t_end = 0
         jobs = self._jobs(keys_sizes)
         pending = next(jobs, None)
         try:
@@ -211,7 +211,7 @@ class PutRound:
                         finally:
                             self.cv.acquire()
                     if self.failed:
-                        break          # the PUTs in flight: _abandon gives them a second
+                        break          # the PUTs still in flight fail too, or are left to the CRT
                     if not self.inflight and pending is None and not self.retry:
                         break
                     self.cv.wait(0.05)
