@@ -15,12 +15,13 @@ import time
 from .. import checkpoint, dlio_output, engines, limits
 from ..checkpoint_report import print_plan, print_result
 from ..comm import collective
-from ..errors import UsageError
+from ..errors import IodlError, UsageError
 from ..limits import cli_int
 from ..patterns import WRITE_PATTERNS
 from ..patterns.checkpoint import BLOCK_SIZE, IODEPTH, CheckpointRunSpec, execute
 from ..outputs import check_output_path, write_result
 from ..report import make_console
+from ..s3root import endpoint_urls, is_s3
 from ..stop import Interrupt
 from ..units import parse_size
 from ..workload import load_workload
@@ -38,9 +39,15 @@ def add_arguments(p) -> None:
     p.add_argument("--dlio-version", choices=("0.5", "1.0", "2.0", "3.0"), metavar="V",
                    help="a DLIO YAML file: plan the checkpoint the DLIO of MLPerf Storage round V wrote (0.5, 1.0, "
                         "2.0, 3.0; default: the round the file's keys say, docs/dlio.md)")
-    p.add_argument("--root", action="append", default=[], metavar="DIR",
-                   help="where checkpoints go: a new or empty directory, or one iodl wrote checkpoints in "
-                        "(repeatable: ranks map to roots round-robin)")
+    p.add_argument("--root", action="append", default=[], metavar="DIR|s3://BUCKET/PREFIX",
+                   help="where checkpoints go: a new or empty directory, or one iodl wrote checkpoints in; or a "
+                        "bucket's new prefix, or one iodl wrote checkpoints under (docs/s3.md) (repeatable: ranks "
+                        "map to roots round-robin)")
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                   help="s3:// roots: the S3 server, http(s)://HOST[:PORT] (repeatable: ranks spread over them "
+                        "round-robin; default AWS's)")
+    p.add_argument("--part-size", metavar="SIZE",
+                   help="s3:// roots: multipart upload part size (default 8MiB, DLIO's S3 checkpointing's)")
     p.add_argument("--writes", type=cli_int, metavar="K", help="checkpoints to write (default: the workload's)")
     p.add_argument("--reads", type=cli_int, metavar="K",
                    help="times to read the latest checkpoint back (default: the workload's)")
@@ -63,8 +70,8 @@ def run(comm, args) -> int:
             raise UsageError("--plan does no I/O: leave out --root (or --plan, to write checkpoints)")
         return plan(args)
     if not args.root:
-        raise UsageError("iodl checkpoint: give --root DIR to write and read checkpoints there, or --plan to "
-                         "list what each rank writes")
+        raise UsageError("iodl checkpoint: give --root DIR (or s3://BUCKET/PREFIX) to write and read checkpoints "
+                         "there, or --plan to list what each rank writes")
     stop = Interrupt()
     spec = collective(comm, lambda: resolve(comm.size, args))
     wall_start = time.time()
@@ -83,6 +90,8 @@ def run(comm, args) -> int:
         path = dlio_output.write_checkpoint_run(args.dlio_dir, result, spec.workload, spec.writes, spec.reads, facts,
                                                 wall_start)
         print(f"DLIO's figures (docs/mlperf.md) written to {path}")
+    if result.get("error"):
+        raise IodlError(result["error"])   # a bucket's request failed for good: one line after the partial result
     return 130 if result["partial"] else 0
 
 
@@ -91,14 +100,24 @@ def resolve(ranks: int, args) -> CheckpointRunSpec:
     wl = load_workload(args.workload, need_dataset=False, dlio_version=args.dlio_version)
     if args.ranks is not None:
         raise UsageError("--ranks is for --plan: a run has as many ranks as mpirun starts")
-    if wl.read.storage == "object":
+    buckets = [is_s3(r) for r in args.root]
+    if any(buckets) and not all(buckets):
+        raise UsageError("--root: give directories or s3:// buckets, not both")
+    if wl.read.storage == "object" and not all(buckets):
         # DLIO writes such a workload's checkpoints to the bucket: into a directory they would be other storage
-        raise UsageError(f"workload {wl.name}: its checkpoints go to a bucket (DLIO storage_type s3), which "
-                         "iodl checkpoint does not write yet (docs/s3.md); --plan shows what each rank writes")
+        raise UsageError(f"workload {wl.name}: its checkpoints go to a bucket (DLIO storage_type s3): give --root "
+                         "s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md); in a directory they would be other "
+                         "storage. --plan shows what each rank writes")
+    if args.endpoint and not all(buckets):
+        raise UsageError("--endpoint is for s3:// roots")
+    if args.part_size and not all(buckets):
+        raise UsageError("--part-size is for s3:// roots (a multipart upload's parts)")
     spec = WRITE_PATTERNS["checkpoint"].configure(CheckpointRunSpec(
-        workload=wl, ranks=ranks, roots=tuple(os.path.abspath(r) for r in args.root), writes=args.writes,
-        reads=args.reads, fsync=not args.no_fsync, direct=args.direct, engine=args.engine, iodepth=args.iodepth,
-        block_size=parse_size(args.block_size, "--block-size"), drop_caches=args.drop_caches))
+        workload=wl, ranks=ranks, roots=tuple(r if is_s3(r) else os.path.abspath(r) for r in args.root),
+        writes=args.writes, reads=args.reads, fsync=not args.no_fsync, direct=args.direct, engine=args.engine,
+        iodepth=args.iodepth, block_size=parse_size(args.block_size, "--block-size"), drop_caches=args.drop_caches,
+        endpoints=tuple(endpoint_urls(args.endpoint)) if all(buckets) else (),
+        part_size=parse_size(args.part_size, "--part-size") if args.part_size else 0))
     if args.out:
         check_output_path("--out", args.out)
     if args.dlio_dir:

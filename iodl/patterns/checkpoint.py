@@ -24,7 +24,7 @@ from .. import checkpoint
 from ..comm import collective
 from ..cursor import Cursor
 from ..engine import open_for_read, open_for_write
-from ..errors import UsageError
+from ..errors import IodlError, UsageError
 from ..metrics import RankResult
 from ..mlperf import checkpoint_view
 from ..plan import OP_FSYNC, OP_WRITE, fd_budget, new_plan, shard_plan
@@ -155,6 +155,8 @@ class CheckpointRunSpec:
     iodepth: int = IODEPTH
     block_size: int = BLOCK_SIZE
     drop_caches: bool = False
+    endpoints: tuple[str, ...] = ()   # s3:// roots: the endpoints (ranks round-robin); () for directories
+    part_size: int = 0           # s3:// roots: a multipart upload's part size (iodl/s3checkpoint.py)
     model: checkpoint.CheckpointModel | None = None
     layout: checkpoint.Layout | None = None
 
@@ -285,8 +287,13 @@ class TrainingCheckpoints:
 
 def reduce_ops(comm, counters: dict, spec: CheckpointRunSpec) -> dict | None:
     """Each operation's figures on rank 0 (reduce.reduce_checkpoint); None on the other ranks."""
-    # a read's cache hits are measured unless O_DIRECT bypasses the cache or null reads nothing
-    return reduce.reduce_checkpoint(comm, counters, spec.roots, spec.fsync, not spec.direct and spec.engine != "null")
+    # a read's cache hits are measured unless O_DIRECT bypasses the cache or null reads nothing (or it is a bucket)
+    reduced = reduce.reduce_checkpoint(comm, counters, spec.roots, spec.fsync,
+                                       not spec.direct and spec.engine not in ("null", "s3"))
+    if spec.endpoints:
+        from ..s3checkpoint import add_figures
+        add_figures(comm, counters, spec, reduced)
+    return reduced
 
 
 # ---- the pattern
@@ -313,6 +320,9 @@ class Checkpoint(Pattern):
         _check_roots(spec.roots, spec.ranks, "roots")
         # a checkpoint is written in large requests: a tiny one would turn a GB into a day of syscalls
         limits.check_range("--block-size", spec.block_size, 4096, limits.MAX_BLOCK_SIZE, integer=True)
+        if spec.endpoints:   # a bucket: the s3 extra's own checks (an optional dependency, loaded for buckets only)
+            from ..s3checkpoint import configure
+            return configure(spec, writes, reads, cm, lay)
         limits.check_block_size("--block-size", spec.block_size, spec.direct)
         limits.check_range("--iodepth", spec.iodepth, 1, limits.MAX_DEPTH, integer=True)
         engine = engines.choose(spec.engine, spec.direct, writes=True)
@@ -326,7 +336,11 @@ class Checkpoint(Pattern):
 
     def run(self, run: Run) -> bool:
         spec = run.spec
-        ck = Checkpoints(run.comm, spec)
+        if spec.endpoints:   # a bucket (the s3 extra, loaded for buckets only)
+            from ..s3checkpoint import S3Checkpoints
+            ck = S3Checkpoints(run.comm, spec)
+        else:
+            ck = Checkpoints(run.comm, spec)
         run.part = ck.counters   # what was counted before a stop is handed over all the same
         try:
             for _ in range(spec.writes):
@@ -349,7 +363,9 @@ class Checkpoint(Pattern):
                   "subset": lay.subset, "full_ranks": lay.full_ranks(spec.model.parallelism), "fsync": spec.fsync,
                   "drop_caches": spec.drop_caches, "roots": list(spec.roots), "partial": partial,
                   "checkpoint": reduced["checkpoint"]}
-        gap = read_gap_s(spec.roots[0]) if not spec.writes else None
+        if spec.endpoints:
+            result.update(endpoints=list(spec.endpoints), part_size=spec.part_size)
+        gap = read_gap_s(spec.roots[0]) if not spec.writes and not spec.endpoints else None
         result["mlperf"] = checkpoint_view(result, spec.writes, spec.reads, gap, cache.meminfo().get("MemTotal", 0))
         return result
 
@@ -362,6 +378,20 @@ def execute(comm, spec: CheckpointRunSpec, stop) -> dict | None:
     rank 0, None on the others. stop: True once the user asked to stop."""
     run = Run(comm=comm, spec=spec, paths=None, sizes=np.empty(0, dtype=np.int64),
               mount=comm.rank % len(spec.roots), n_mounts=len(spec.roots), stop=stop)
-    partial = bool(comm.allreduce(int(CHECKPOINT.run(run) or stop()), "max"))
+    failure = None
+    try:
+        stopped = CHECKPOINT.run(run)
+    except (IodlError, OSError) as exc:
+        # a request to a bucket that failed for good, alone (under mpirun the other ranks wait in a
+        # collective and cannot be told): what ran before it is the result, marked partial
+        if not spec.endpoints or comm.size > 1 or run.part is None or isinstance(exc, UsageError):
+            raise
+        stopped, failure = True, exc
+    partial = bool(comm.allreduce(int(stopped or stop()), "max"))
     reduced = reduce_ops(comm, run.part, spec)
-    return CHECKPOINT.summarize(spec, [], reduced, partial) if comm.rank == 0 else None
+    if comm.rank != 0:
+        return None
+    result = CHECKPOINT.summarize(spec, [], reduced, partial)
+    if failure is not None:
+        result["error"] = str(failure)
+    return result

@@ -9,11 +9,13 @@ iodl code), the figure iodl's own bandwidth is held to."""
 from __future__ import annotations
 
 import subprocess
+import tempfile
 import threading
 import time
+from contextlib import contextmanager
 
 from tests.conftest import require_or_skip
-from tests.s3.server import weed_missing
+from tests.s3.server import Seaweed, weed_missing
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
@@ -73,20 +75,52 @@ class Link:
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
 
 
+@contextmanager
+def linked_servers(name: str, rates_mbit, net: int, bucket: str, top: str | None = None):
+    """A SeaweedFS per rate, each in a namespace of its own behind a link of that rate (names NAME0,
+    NAME1..., nets NET, NET+1...), one identity for all (one environment runs against every one), the
+    bucket made on each: [(link, server)]. Servers are started one after the other (each takes its
+    ports as it starts) and killed at the end (their data is the test's: no graceful stop, ~4 s).
+    top: where their directories go (default $TMPDIR)."""
+    up = []
+    try:
+        for i, mbit in enumerate(rates_mbit):
+            link = Link(f"iodl-{name}{i}", f"{name.replace('-', '')[:10]}{i}", mbit, net=net + i).open()
+            up.append((link, None))
+            keys = (up[0][1].access_key, up[0][1].secret_key) if i else None
+            server = Seaweed(tempfile.mkdtemp(prefix=f"iodl-{name}-", dir=top), ip=link.ns_ip, netns=link.ns, keys=keys)
+            up[-1] = (link, server)
+            server.start()
+            server.client().create_bucket(Bucket=bucket)
+        yield up
+    finally:
+        for link, server in up:
+            if server is not None:
+                server.kill()
+                server.remove()
+            link.close()
+
+
+def crt_client(server, inflight: int):
+    """A bare awscrt S3Client to server with its keys (no iodl code): the tests' plain loops."""
+    from awscrt import auth, io, s3
+
+    elg = io.EventLoopGroup(2)
+    boot = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
+    creds = auth.AwsCredentialsProvider.new_static(server.access_key, server.secret_key)
+    return s3.S3Client(bootstrap=boot, region="us-east-1", tls_mode=s3.S3RequestTlsMode.DISABLED,
+                       signing_config=s3.create_default_s3_signing_config(region="us-east-1", credential_provider=creds),
+                       max_active_connections_override=inflight)
+
+
 def payload_rate(server, bucket: str, key: str, size: int, *, part: int = 1 << 20, inflight: int = 8,
                  ramp_s: float = 1.0, seconds: float = 4.0) -> float:
     """MB/s of GET bodies through server's link: ranged GETs of `part` over the object key (size
     bytes), `inflight` at once, by a bare awscrt S3Client loop; bytes of the GETs completed in
     [ramp_s, ramp_s + seconds] over seconds (the window iodl's storage-only counts in)."""
-    from awscrt import auth, http, io, s3
+    from awscrt import http, s3
 
-    elg = io.EventLoopGroup(2)
-    boot = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
-    creds = auth.AwsCredentialsProvider.new_static(server.access_key, server.secret_key)
-    client = s3.S3Client(bootstrap=boot, region="us-east-1", tls_mode=s3.S3RequestTlsMode.DISABLED,
-                         signing_config=s3.create_default_s3_signing_config(region="us-east-1",
-                                                                            credential_provider=creds),
-                         max_active_connections_override=inflight)
+    client = crt_client(server, inflight)
     host = server.endpoint.split("//", 1)[1]
     lock, outstanding, counted, errors = threading.Condition(), [0], [0], []
     t0 = time.monotonic()

@@ -135,7 +135,7 @@ def test_checkpoints_to_a_bucket_plan_and_are_not_written_into_a_directory(tmp_p
     assert json.loads(plan.stdout)["ranks"] == 8
     proc = iodl("checkpoint", "--workload", str(config), "--root", str(tmp_path / "ck"))
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("iodl: error: workload ck: its checkpoints go to a bucket (DLIO storage_type s3), "
-                                   "which iodl checkpoint does not write yet (docs/s3.md); --plan shows what each "
-                                   "rank writes")
+    assert proc.stderr.strip() == ("iodl: error: workload ck: its checkpoints go to a bucket (DLIO storage_type s3): "
+                                   "give --root s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md); in a directory "
+                                   "they would be other storage. --plan shows what each rank writes")
     assert not (tmp_path / "ck").exists()

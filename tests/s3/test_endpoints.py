@@ -8,14 +8,12 @@ the same ramp and window), and storage-only with one rank per endpoint must repo
 endpoint's bandwidth within 5% of its link's.
 """
 import json
-import tempfile
 
 import pytest
 
 from tests.conftest import require_or_skip
 from tests.helpers import iodl, mpiexec
-from tests.s3.link import Link, payload_rate, require
-from tests.s3.server import Seaweed
+from tests.s3.link import linked_servers, payload_rate, require
 
 RATES_MBIT = (200, 400)
 FILES = 12          # tiny's ~4 MB shards: ~50 MB per server
@@ -26,25 +24,12 @@ TOLERANCE = 0.05
 def two_links():
     require()
     require_or_skip("mpiexec", bool(mpiexec()), "no mpiexec next to the test interpreter")
-    up = []
-    try:
-        for i, mbit in enumerate(RATES_MBIT):
-            link = Link(f"iodl-i27-ep{i}", f"i27ep{i}", mbit, net=80 + i).open()
-            up.append((link, None))
-            keys = (up[0][1].access_key, up[0][1].secret_key) if i else None   # one identity: one environment
-            server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ep-"), ip=link.ns_ip, netns=link.ns, keys=keys)
-            up[-1] = (link, server)
-            server.start()
-            server.client().create_bucket(Bucket="ep-bkt")
+    with linked_servers("i27-ep", RATES_MBIT, 80, "ep-bkt") as up:
+        for _link, server in up:
             proc = iodl("generate", "--root", "s3://ep-bkt/ds", "--endpoint", server.endpoint, "--files", str(FILES),
                         "--quiet", env=server.env())
             assert proc.returncode == 0, proc.stderr
         yield [s for _l, s in up]
-    finally:
-        for link, server in up:
-            if server is not None:
-                server.remove()
-            link.close()
 
 
 def _largest(server) -> tuple[str, int]:

@@ -101,6 +101,36 @@ def test_wrong_secret_is_one_line_without_the_secret(rgw):
     assert wrong not in proc.stdout + proc.stderr and server.secret_key not in proc.stdout + proc.stderr
 
 
+def test_checkpoint_to_radosgw_crosses_the_link_at_its_rate(rgw, written, tmp_path):
+    """iodl checkpoint (tests/s3/test_checkpoint*.py) against radosgw: a 48 MB model written as one
+    multipart upload of 6 parts (8 MiB) and read back; both ways every byte crossed the veth (within
+    2%) at the link's payload rate (within 5%). radosgw makes a pool at a bucket's first object
+    (`written` has made it) and another at its first multipart upload (made here, by one begun and
+    aborted): seconds that would otherwise be in the checkpoint's time."""
+    link, server = rgw
+    warm = server.client().create_multipart_upload(Bucket=BUCKET, Key="warm-up")
+    server.client().abort_multipart_upload(Bucket=BUCKET, Key="warm-up", UploadId=warm["UploadId"])
+    model = tmp_path / "flat.toml"
+    model.write_text('[workload]\nname = "flat48"\n\n[model]\ntype = "cnn"\nmodel_size = "48MB"\n\n'
+                     '[checkpoint]\nwrites = 1\nreads = 1\n')
+    before = link.counters()
+    proc = iodl("checkpoint", "--workload", str(model), "--root", f"s3://{BUCKET}/ck", "--endpoint", server.endpoint,
+                "--out", str(tmp_path / "c.json"), env=server.env())
+    after = link.counters()
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "c.json").read_text()
+    assert server.secret_key not in proc.stdout + proc.stderr + text
+    ck = json.loads(text)["checkpoint"]
+    for op, key in (("write", "tx_bytes"), ("read", "rx_bytes")):
+        crossed = after[key] - before[key]
+        assert ck[op]["bytes"] == 48_000_000 and ck[op]["errors"] == 0
+        assert ck[op]["bytes"] <= crossed <= ck[op]["bytes"] * 1.02, (op, ck[op]["bytes"], crossed)
+        assert abs(ck[op]["bandwidth_MBps"] - LINK_PAYLOAD_MBPS) <= 0.05 * LINK_PAYLOAD_MBPS, (op, ck[op])
+    assert ck["write"]["ios"] == 6
+    head = server.client().head_object(Bucket=BUCKET, Key="ck/ckpt-000001/model_states-0.pt")
+    assert head["ContentLength"] == 48_000_000 and head["ETag"].strip('"').endswith("-6")
+
+
 def _connections(server) -> int:
     out = subprocess.run(["ss", "-Htn", "state", "established", "dst", f"{server.ip}:{server.port}"],
                          capture_output=True, text=True).stdout
