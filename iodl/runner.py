@@ -109,6 +109,9 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     m = _open_mount(comm, spec, pattern.accelerators)
     spec = collective(comm, lambda: _request_size(spec, m))
     spec, node = _prepare_node(comm, spec, m)
+    if spec.engine_extra.get("endpoints"):   # this rank's endpoint, for the s3 engine to connect before the run
+        urls = spec.engine_extra["endpoints"]
+        spec = replace(spec, engine_extra={**spec.engine_extra, "endpoint": urls[endpoint_of(comm.rank, urls)]})
     checkpoints = Checkpoints(comm, ck_spec) if ck_spec is not None else None
     run = _rank_run(comm, spec, m, node, stop, checkpoints)
     progress = out.before_run(comm, spec, pattern, m, node) if out is not None else None
