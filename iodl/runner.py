@@ -23,7 +23,7 @@ from .patterns import Run
 from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
 from .plan import mount_of
 from .runspec import resolve
-from .s3root import endpoint_of, endpoint_urls, is_s3
+from .s3root import addressing, endpoint_of, endpoint_urls, is_s3
 from .stop import STOP_GRACE_S, Interrupt
 from .workload import looks_like_yaml
 
@@ -37,7 +37,9 @@ def _setup(comm, args, patterns: dict, run_index: int):
     if any(is_s3(r) for r in args.root):
         from .s3dataset import fetch_manifest   # awscrt: loaded only for a bucket
         urls = endpoint_urls(args.endpoint)
-        manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)])) for r in args.root if is_s3(r))
+        style = addressing(args.addressing)
+        manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)], style)) for r in args.root
+                         if is_s3(r))
     wl = workload_for_roots(manifests, args.workload)
     spec = resolve(args, wl, patterns, run_index, manifests)
     for flag, path in (("--out", args.out), ("--csv", args.csv)):
@@ -200,7 +202,8 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
         from .s3dataset import open_s3_dataset
         urls = spec.engine_extra["endpoints"]
         ds = collective(comm, lambda: open_s3_dataset(roots[mount], spec.manifests[roots[mount]],
-                                                      urls[endpoint_of(comm.rank, urls)]))
+                                                      urls[endpoint_of(comm.rank, urls)],
+                                                      spec.engine_extra["addressing"]))
     else:
         ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
                                                    samples_per_file=per_file, manifests=spec.manifests))

@@ -33,16 +33,18 @@ from .s3store import S3Store
 UPLOADS_IN_FLIGHT = 8   # per rank
 
 
-def generate_s3(wl, roots: list[str], endpoints: list[str], comm, say=None, progress=None) -> GenerateResult:
+def generate_s3(wl, roots: list[str], endpoints: list[str], comm, say=None, progress=None,
+                addressing: str = "auto") -> GenerateResult:
     """Write wl's dataset (overrides applied) under every s3:// root; each rank PUTs through its
-    endpoint (s3root.endpoint_of: several are gateways to one store); rank 0's result on every rank."""
+    endpoint (s3root.endpoint_of: several are gateways to one store) in the addressing style
+    (s3root.addressing); rank 0's result on every rank."""
     targets = [Target.parse(r) for r in roots]
     if len({(t.bucket, t.prefix) for t in targets}) != len(targets):
         raise UsageError("generate: the same --root is given twice")
     urls = endpoint_urls(endpoints)
     url = urls[endpoint_of(comm.rank, urls)]
     spec = wl.to_dict()["dataset"]
-    store = S3Store(url, UPLOADS_IN_FLIGHT)
+    store = S3Store(url, UPLOADS_IN_FLIGHT, addressing)
     collective(comm, lambda: _mark(store, targets, spec) if comm.rank == 0 else None)
     staging = comm.bcast(tempfile.mkdtemp(prefix="iodl-s3-staging-") if comm.rank == 0 else None, root=0)
     try:
