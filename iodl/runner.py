@@ -23,9 +23,9 @@ from .patterns import Run
 from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
 from .plan import mount_of
 from .runspec import resolve
-from .s3root import addressing, endpoint_of, endpoint_urls, is_s3
+from .s3root import addressing, endpoint_of, endpoint_urls, given_endpoints, is_s3
 from .stop import STOP_GRACE_S, Interrupt
-from .workload import looks_like_yaml
+from .workload import load_workload, looks_like_yaml
 
 if TYPE_CHECKING:
     from .read_report import ReadReport
@@ -36,7 +36,8 @@ def _setup(comm, args, patterns: dict, run_index: int):
     manifests = read_manifests([r for r in args.root if not is_s3(r)])   # read once: open_dataset takes them from the spec
     if any(is_s3(r) for r in args.root):
         from .s3dataset import fetch_manifest   # awscrt: loaded only for a bucket
-        urls = endpoint_urls(args.endpoint)
+        # the endpoint a workload file names is the default --endpoint (the dataset's manifest is fetched there)
+        urls = endpoint_urls(given_endpoints(args.endpoint, load_workload(args.workload) if args.workload else None))
         style = addressing(args.addressing)
         manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)], style)) for r in args.root
                          if is_s3(r))

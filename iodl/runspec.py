@@ -14,7 +14,7 @@ from .errors import UsageError
 from .formats import Reading, format_for
 from . import engines
 from .mlperf import run_category
-from .s3root import addressing, bucket_needed, endpoint_urls, is_s3
+from .s3root import addressing, bucket_needed, endpoint_urls, given_endpoints, is_s3
 from .training import buffer_size, request_shape
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +113,7 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
     if args.drop_caches:
         cache.check_can_drop()
     engine = engines.choose("s3" if objects else engine_asked, direct)
-    engine_extra = ({"endpoints": tuple(endpoint_urls(args.endpoint)), "addressing": addressing(getattr(args, "addressing", None))}
+    engine_extra = ({"endpoints": tuple(endpoint_urls(given_endpoints(args.endpoint, wl))), "addressing": addressing(getattr(args, "addressing", None))}
                     if objects else {})
     iodepth = engines.depth(engine, iodepth)   # the result says the depth that ran, not the one asked for
     return patterns[pattern].configure(RunSpec(

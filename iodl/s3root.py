@@ -66,6 +66,14 @@ def endpoint_urls(given: list[str] | str | None) -> list[str]:
     return urls
 
 
+def given_endpoints(given: list[str], workload) -> list[str]:
+    """--endpoint as given, else the one the workload's file names (DLIO storage_options
+    endpoint_url), else none (AWS's)."""
+    if given:
+        return list(given)
+    return [workload.read.endpoint] if workload is not None and workload.read.endpoint else []
+
+
 def endpoint_of(rank: int, urls: list[str]) -> int:
     """Ranks spread over endpoints round-robin, as DLIO's multi-endpoint mode and as over mounts."""
     return rank % len(urls)
@@ -92,8 +100,9 @@ def bucket_needed(workload, what: str = "or --engine null") -> UsageError:
     """A workload whose data is in a bucket (DLIO storage_type s3), given directories: never read or
     generated there without a word, the storage would not be the one the workload names."""
     at = f" at {workload.read.endpoint}" if workload.read.endpoint else ""
+    endpoint = "" if at else " and --endpoint URL"
     return UsageError(f"workload {workload.name}: its data is in a bucket{at} (DLIO storage_type s3): give --root "
-                      f"s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md){', ' + what if what else ''}")
+                      f"s3://BUCKET/PREFIX{endpoint} (docs/s3.md){', ' + what if what else ''}")
 
 
 def addressing(given: str | None) -> str:

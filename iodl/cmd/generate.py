@@ -6,7 +6,7 @@ from ..data.generate import generate
 from ..errors import UsageError
 from ..limits import cli_int
 from ..progress import Ticker, wrap
-from ..s3root import add_s3_arguments, addressing, bucket_needed, is_s3
+from ..s3root import add_s3_arguments, addressing, bucket_needed, given_endpoints, is_s3
 from ..units import format_size
 from ..workload import FORMATS, load_workload
 
@@ -55,7 +55,7 @@ def run(comm, args) -> int:
     try:
         if objects:
             from ..s3generate import generate_s3   # awscrt: loaded only for a bucket
-            result = generate_s3(wl, args.root, args.endpoint, comm, say=say, progress=progress if talk else None,
+            result = generate_s3(wl, args.root, given_endpoints(args.endpoint, wl), comm, say=say, progress=progress if talk else None,
                                  addressing=addressing(args.addressing))
         else:
             result = generate(wl, args.root, comm, say=say, progress=progress if talk else None)
