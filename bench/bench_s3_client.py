@@ -175,13 +175,23 @@ def bench_args(doc: str, seconds: float, name: str, extra: tuple = ()):
     return ap.parse_args()
 
 
+def bench_server() -> tuple[Seaweed, object]:
+    """A local SeaweedFS for a bench and its boto3 client (the bench's own setup), BUCKET made."""
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()
+    try:
+        client = server.client()
+        client.create_bucket(Bucket=BUCKET)
+    except BaseException:
+        server.remove()
+        raise
+    return server, client
+
+
 def main() -> None:
     args = bench_args(__doc__, 6.0, "s3-client")
-    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()
+    server, setup = bench_server()
     rows = []
     try:
-        setup = server.client()
-        setup.create_bucket(Bucket=BUCKET)
         bodies = {size: os.urandom(size) for size in SIZES.values()}
         for size, body in bodies.items():
             for i in range(OBJECTS):

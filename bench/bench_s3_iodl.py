@@ -41,15 +41,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
-from bench_s3_client import Crt, bench_args, cpu_s  # noqa: E402
+from bench_s3_client import BUCKET, Crt, bench_args, bench_server, cpu_s  # noqa: E402
 from iodl import _native, histogram  # noqa: E402
 from iodl.s3engine import S3Engine  # noqa: E402
 from iodl.s3generate import UPLOADS_IN_FLIGHT, _files, _upload  # noqa: E402
 from iodl.s3root import Target  # noqa: E402
 from iodl.s3store import S3Store  # noqa: E402
-from tests.s3.server import Seaweed  # noqa: E402
 
-BUCKET = "iodl-bench"
 
 
 def plain_loop(server, keys, inflight: int, seconds: float) -> tuple[float, float]:
@@ -84,19 +82,19 @@ def plain_loop(server, keys, inflight: int, seconds: float) -> tuple[float, floa
     return counted / wall / 1e6, cpu / (nbytes / 1e9)
 
 
-def engine_in_process(server, keys, inflight: int, seconds: float) -> float:
-    """CPU s/GB of iodl's s3 engine in this process: whole-object GETs over `keys`, `inflight` in
-    flight, until `seconds` have passed (a plan long enough not to end first)."""
+def engine_in_process(server, keys, inflight: int, seconds: float) -> tuple[float, float]:
+    """(MB/s, CPU s/GB) of iodl's s3 engine in this process: whole-object GETs over `keys`,
+    `inflight` in flight, until `seconds` have passed (a plan long enough not to end first)."""
     handles = [f"{server.endpoint}/{BUCKET}/{k}" for k, _ in keys]
     rows = 100_000
     plan = np.zeros(rows, dtype=[("file", "u8"), ("offset", "u8"), ("length", "u8"), ("op", "u8")])
     plan["file"] = np.arange(rows) % len(keys)
     plan["length"] = np.array([s for _, s in keys], dtype=np.uint64)[plan["file"]]
     with S3Engine(depth=inflight, block_size=int(plan["length"].max())) as engine:
-        cpu0 = cpu_s()
+        cpu0, t0 = cpu_s(), time.monotonic()
         stats = engine.run(handles, plan, histogram.empty(), deadline_ns=_native.monotonic_ns() + int(seconds * 1e9))
-        cpu = cpu_s() - cpu0
-    return cpu / (stats["bytes"] / 1e9)
+        wall, cpu = time.monotonic() - t0, cpu_s() - cpu0
+    return stats["bytes"] / wall / 1e6, cpu / (stats["bytes"] / 1e9)
 
 
 def iodl_read(server, inflight: int, seconds: float) -> float:
@@ -182,12 +180,10 @@ def upload_in_process(server, staging: str, rels: list[str], prefix: str) -> tup
 
 def main() -> None:
     args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop", extra=(("--put-files", 48),))
-    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()
+    server, client = bench_server()
     staging = tempfile.mkdtemp(prefix="iodl-s3-bench-staged-")
     rows = []
     try:
-        client = server.client()
-        client.create_bucket(Bucket=BUCKET)
         gen = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", f"s3://{BUCKET}/ds", "--endpoint",
                               server.endpoint, "--files", "16", "--quiet"], env=server.env(), capture_output=True,
                              text=True)
@@ -205,21 +201,23 @@ def main() -> None:
             for inflight in (1, 8):
                 iodl_mbps = iodl_read(server, inflight, args.seconds)
                 loop_mbps, loop_cpu = plain_loop(server, keys, inflight, args.seconds)
-                engine_cpu = engine_in_process(server, keys, inflight, args.seconds)
-                _record(rows, rnd, "GET", inflight, iodl_mbps, loop_mbps, engine_cpu, loop_cpu)
+                inproc = engine_in_process(server, keys, inflight, args.seconds)
+                _record(rows, rnd, "GET", inflight, iodl_mbps, loop_mbps, inproc, loop_cpu)
             iodl_mbps = iodl_generate(server, f"s3://{BUCKET}/put-iodl-{rnd}", args.put_files)
             loop_mbps, loop_cpu = put_loop(server, staging, rels, f"put-loop-{rnd}", UPLOADS_IN_FLIGHT)
-            _inproc_mbps, engine_cpu = upload_in_process(server, staging, rels, f"put-inproc-{rnd}")
-            _record(rows, rnd, "PUT", UPLOADS_IN_FLIGHT, iodl_mbps, loop_mbps, engine_cpu, loop_cpu)
+            inproc = upload_in_process(server, staging, rels, f"put-inproc-{rnd}")
+            _record(rows, rnd, "PUT", UPLOADS_IN_FLIGHT, iodl_mbps, loop_mbps, inproc, loop_cpu)
     finally:
         server.remove()
         shutil.rmtree(staging, ignore_errors=True)
     write(rows, args)
 
 
-def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, loop_mbps, engine_cpu, loop_cpu) -> None:
+def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, loop_mbps, inproc, loop_cpu) -> None:
+    """inproc: (MB/s, CPU s/GB) of iodl's own code run in this process (engine_in_process, upload_in_process)."""
     row = {"round": rnd, "op": op, "inflight": inflight, "iodl_MBps": round(iodl_mbps, 1),
-           "loop_MBps": round(loop_mbps, 1), "engine_cpu_s_per_GB": round(engine_cpu, 3),
+           "loop_MBps": round(loop_mbps, 1), "inproc_MBps": round(inproc[0], 1),
+           "engine_cpu_s_per_GB": round(inproc[1], 3),
            "loop_cpu_s_per_GB": round(loop_cpu, 3), "load": round(os.getloadavg()[0], 1)}
     rows.append(row)
     print(json.dumps(row), flush=True)
@@ -236,9 +234,13 @@ def write(rows: list[dict], args) -> None:
              f"Local SeaweedFS 4.48; GET: 16 objects of ~4 MB (tiny), whole-object GETs, {args.seconds:g} s per cell; "
              f"PUT: {args.put_files} objects of ~4 MB (tiny's shards), each once, {UPLOADS_IN_FLIGHT} in flight; "
              f"median of {args.rounds} rounds; client and server share this 2-core VM. CPU s/GB: the client "
-             "process's own (every thread), iodl's code run in the bench's process (module docstring).", "",
-             "| op | in flight | iodl MB/s | plain loop MB/s | iodl / loop | per-round ratios | iodl CPU s/GB | "
-             "loop CPU s/GB | iodl / loop CPU, per round |", "|---|---|---|---|---|---|---|---|---|"]
+             "process's own (every thread), iodl's code run in the bench's process (module docstring). "
+             "iodl MB/s: `iodl read`'s window, `iodl generate`'s upload (just after it staged the files: their "
+             "write-back shares the disk with the server); in-process: iodl's engine or upload in the bench's "
+             "process, beside the loop, on the same settled files.", "",
+             "| op | in flight | iodl MB/s | plain loop MB/s | iodl / loop | per-round ratios | "
+             "iodl in-process / loop, per round | iodl CPU s/GB | loop CPU s/GB | iodl / loop CPU, per round |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for op, inflight in sorted({(r["op"], r["inflight"]) for r in rows}):
         rs = [r for r in rows if (r["op"], r["inflight"]) == (op, inflight)]
@@ -247,8 +249,9 @@ def write(rows: list[dict], args) -> None:
         ce = statistics.median(r["engine_cpu_s_per_GB"] for r in rs)
         cl = statistics.median(r["loop_cpu_s_per_GB"] for r in rs)
         cpu_ratios = ", ".join(f"{r['engine_cpu_s_per_GB'] / r['loop_cpu_s_per_GB']:.2f}" for r in rs)
+        inproc = ", ".join(f"{r['inproc_MBps'] / r['loop_MBps']:.2f}" for r in rs)
         lines.append(f"| {op} | {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} "
-                     f"| {ce:.2f} | {cl:.2f} | {cpu_ratios} |")
+                     f"| {inproc} | {ce:.2f} | {cl:.2f} | {cpu_ratios} |")
         side = {x >= 0.95 for x in ratios}
         verdicts.append(f"{op} {inflight} in flight: " + ("not established (the rounds fall on both sides of 0.95)"
                                                           if len(side) > 1 else ">= 0.95" if side == {True}

@@ -386,8 +386,8 @@ KEYS: dict[str, dict[str, Rule]] = {
         "storage_root": Rule(INFO, "where the data is: give it as --root"),
         "storage_options": Rule(HONOUR, "uri_scheme or storage_library direct: O_DIRECT reads (the fork's "
                                         "local readers); endpoint_url: [read] endpoint, the run's "
-                                        "--endpoint unless one is given; the other options configure DLIO's object-store "
-                                        "client (credentials come from the AWS environment, never the file)",
+                                        "--endpoint unless one is given; the other options configure DLIO's "
+                                        "object-store client (credentials come from the AWS environment, never the file)",
                                 ("read", "direct"), _storage_options),
         "storage_library": Rule(HONOUR, "direct: O_DIRECT reads (the fork's older form); another library reads "
                                         "buffered", ("read", "direct"), _storage_library),

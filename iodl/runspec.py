@@ -113,8 +113,8 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
     if args.drop_caches:
         cache.check_can_drop()
     engine = engines.choose("s3" if objects else engine_asked, direct)
-    engine_extra = ({"endpoints": tuple(endpoint_urls(given_endpoints(args.endpoint, wl))), "addressing": addressing(getattr(args, "addressing", None))}
-                    if objects else {})
+    engine_extra = ({"endpoints": tuple(endpoint_urls(given_endpoints(args.endpoint, wl))),
+                     "addressing": addressing(getattr(args, "addressing", None))} if objects else {})
     iodepth = engines.depth(engine, iodepth)   # the result says the depth that ran, not the one asked for
     return patterns[pattern].configure(RunSpec(
         pattern=pattern, engine=engine, direct=direct, iodepth=iodepth, block_size=block_size,

@@ -4,8 +4,9 @@ shards as object handles for the s3 engine (iodl.s3engine).
 The manifest and its tables (a few small .npy objects) are fetched into a private directory of
 this process, laid out as the dataset's root with its copy folders, and opened as a directory root
 is (iodl.data.open): the same checks, the same derived names. The shards' paths are then mapped to
-handles `ENDPOINT/BUCKET/PREFIX/REL` (or `BUCKET.ENDPOINT/PREFIX/REL`, virtual-host style), which the s3 engine GETs and every error names. Only
-datasets with a complete iodl manifest are read: a bucket's other objects are not listed.
+handles `ENDPOINT/BUCKET/PREFIX/REL` (or `BUCKET.ENDPOINT/PREFIX/REL`, virtual-host style), which
+the s3 engine GETs and every error names. Only datasets with a complete iodl manifest are read: a
+bucket's other objects are not listed.
 """
 from __future__ import annotations
 
