@@ -30,6 +30,7 @@ GRPC_OFFSET = 10000
 PORTS = 9          # master, volume, filer, s3, admin, iceberg, lance, metrics, s3 metrics
 GRPC_SOCKETS = ("master", "volume", "filer", "s3", "admin")   # /tmp/seaweedfs-NAME-grpc-(P+10000+i).sock
 START_TIMEOUT_S = 30
+DOMAIN = "s3.iodl.test"   # virtual-host names of the session's server: BUCKET.s3.iodl.test (tests/s3/test_addressing.py)
 
 
 def weed_missing() -> str | None:
