@@ -163,22 +163,35 @@ def _key(op: str, size: int, i: int) -> str:
     return f"{'get' if op == 'GET' else 'put'}/{size}/{i % OBJECTS}"
 
 
-def bench_args(doc: str, seconds: float, name: str):
-    """The S3 benches' options: --seconds per cell, --rounds, --out (bench/results/NAME without suffix)."""
+def bench_args(doc: str, seconds: float, name: str, extra: tuple = ()):
+    """The S3 benches' options: --seconds per cell, --rounds, --out (bench/results/NAME without
+    suffix); extra: (flag, default) of a bench's own integer options."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=seconds)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(HERE, "results", name))
+    for flag, default in extra:
+        ap.add_argument(flag, type=int, default=default)
     return ap.parse_args()
+
+
+def bench_server() -> tuple[Seaweed, object]:
+    """A local SeaweedFS for a bench and its boto3 client (the bench's own setup), BUCKET made."""
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()
+    try:
+        client = server.client()
+        client.create_bucket(Bucket=BUCKET)
+    except BaseException:
+        server.remove()
+        raise
+    return server, client
 
 
 def main() -> None:
     args = bench_args(__doc__, 6.0, "s3-client")
-    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()
+    server, setup = bench_server()
     rows = []
     try:
-        setup = server.client()
-        setup.create_bucket(Bucket=BUCKET)
         bodies = {size: os.urandom(size) for size in SIZES.values()}
         for size, body in bodies.items():
             for i in range(OBJECTS):

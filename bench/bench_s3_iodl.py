@@ -1,23 +1,35 @@
-"""iodl's GETs beside a plain loop of the same client library at the same concurrency, same server.
+"""iodl's GETs and PUTs beside a plain loop of the same client library (awscrt) at the same
+concurrency, same server.
 
-    python bench/bench_s3_iodl.py [--seconds 8] [--rounds 2]
+    python bench/bench_s3_iodl.py [--seconds 8] [--rounds 2] [--put-files 48]
 
-A local SeaweedFS (tests/s3/server.py) holds a dataset `iodl generate` wrote (tiny's tfrecord
+A local SeaweedFS (tests/s3/server.py). GET: a dataset `iodl generate` wrote (tiny's tfrecord
 shards, ~4 MB objects). iodl: `iodl read --pattern storage-only --block-size 8MiB` (one ranged GET
 per object) at --iodepth 1 and 8, its MB/s over the window. The plain loop: awscrt's S3Client in
 this process, the same requests (one GET per object, Range over the whole object, body counted and
 dropped: bench_s3_client.Crt), the same objects, the same number in flight, MB/s over --seconds.
-Rounds interleave the two. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratio iodl / loop.
+
+PUT: the objects of `iodl generate --files N` (tiny's shards), 8 in flight (generate's
+UPLOADS_IN_FLIGHT, one rank). iodl: `iodl generate` into a new prefix, its upload's MB/s (the line
+it prints: the PUTs, after the dataset is staged locally). The plain loop: awscrt's S3Client PUTting
+the same staged files (PUT_OBJECT from the file, as iodl's S3Store.put_file does), 8 in flight, into
+keys of its own (iodl, into a prefix it has just marked, sends no HEAD first: only a re-run into
+its own prefix looks for what is there).
+
+Rounds interleave iodl and the loop. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratios
+iodl / loop, and the command line that made them.
 
 MB/s on this shared VM swings by +-30% from run to run with the load (the server shares the two
 cores), so each cell also records the client's CPU seconds per GB, which the load moves far less:
-the loop's (this process's CPU over its GETs) and iodl's s3 engine's, run in this process over the
-same objects (S3Engine.run with a plan of whole-object rows: the per-request and per-chunk work
-iodl adds to the client library, without the interpreter's start-up).
+the loop's (this process's CPU over its requests) and iodl's own code run in this process over the
+same objects (GET: S3Engine.run with a plan of whole-object rows; PUT: s3generate's upload of the
+staged files into a new prefix): the per-request and per-chunk work iodl adds to the client
+library, without the interpreter's start-up.
 """
 import json
 import os
-import resource
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,12 +41,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
-from bench_s3_client import Crt, bench_args, cpu_s  # noqa: E402
+from bench_s3_client import BUCKET, Crt, bench_args, bench_server, cpu_s  # noqa: E402
 from iodl import _native, histogram  # noqa: E402
 from iodl.s3engine import S3Engine  # noqa: E402
-from tests.s3.server import Seaweed  # noqa: E402
+from iodl.s3generate import UPLOADS_IN_FLIGHT, _files, _upload  # noqa: E402
+from iodl.s3root import Target  # noqa: E402
+from iodl.s3store import S3Store  # noqa: E402
 
-BUCKET = "iodl-bench"
 
 
 def plain_loop(server, keys, inflight: int, seconds: float) -> tuple[float, float]:
@@ -69,19 +82,19 @@ def plain_loop(server, keys, inflight: int, seconds: float) -> tuple[float, floa
     return counted / wall / 1e6, cpu / (nbytes / 1e9)
 
 
-def engine_in_process(server, keys, inflight: int, seconds: float) -> float:
-    """CPU s/GB of iodl's s3 engine in this process: whole-object GETs over `keys`, `inflight` in
-    flight, until `seconds` have passed (a plan long enough not to end first)."""
+def engine_in_process(server, keys, inflight: int, seconds: float) -> tuple[float, float]:
+    """(MB/s, CPU s/GB) of iodl's s3 engine in this process: whole-object GETs over `keys`,
+    `inflight` in flight, until `seconds` have passed (a plan long enough not to end first)."""
     handles = [f"{server.endpoint}/{BUCKET}/{k}" for k, _ in keys]
     rows = 100_000
     plan = np.zeros(rows, dtype=[("file", "u8"), ("offset", "u8"), ("length", "u8"), ("op", "u8")])
     plan["file"] = np.arange(rows) % len(keys)
     plan["length"] = np.array([s for _, s in keys], dtype=np.uint64)[plan["file"]]
     with S3Engine(depth=inflight, block_size=int(plan["length"].max())) as engine:
-        cpu0 = cpu_s()
+        cpu0, t0 = cpu_s(), time.monotonic()
         stats = engine.run(handles, plan, histogram.empty(), deadline_ns=_native.monotonic_ns() + int(seconds * 1e9))
-        cpu = cpu_s() - cpu0
-    return cpu / (stats["bytes"] / 1e9)
+        wall, cpu = time.monotonic() - t0, cpu_s() - cpu0
+    return stats["bytes"] / wall / 1e6, cpu / (stats["bytes"] / 1e9)
 
 
 def iodl_read(server, inflight: int, seconds: float) -> float:
@@ -97,61 +110,159 @@ def iodl_read(server, inflight: int, seconds: float) -> float:
             return json.load(f)["total"]["bandwidth_MBps"]
 
 
+def iodl_generate(server, root: str, files: int) -> float:
+    """The upload MB/s `iodl generate` prints (its PUTs, after the dataset is staged)."""
+    proc = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", root, "--endpoint", server.endpoint,
+                           "--files", str(files)], env={**server.env(), "COLUMNS": "1000"}, capture_output=True,
+                          text=True)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr)
+    m = re.search(r"in ([0-9.]+) s = ([0-9.]+) MB/s", " ".join(proc.stdout.split()))
+    if m is None:
+        raise RuntimeError(f"no upload rate in: {proc.stdout}")
+    return float(m.group(2))
+
+
+def put_loop(server, staging: str, rels: list[str], prefix: str, inflight: int) -> tuple[float, float]:
+    """(MB/s, CPU s/GB) of PUTs of the staged files, each from its file (PUT_OBJECT, send_filepath),
+    `inflight` at a time, into keys under prefix."""
+    cl = Crt(server, inflight)
+    cv, state = threading.Condition(), {"bytes": 0, "out": 0, "err": None}
+
+    def put(rel: str) -> None:
+        path = os.path.join(staging, rel)
+        size = os.path.getsize(path)
+        req = cl.http.HttpRequest("PUT", f"/{BUCKET}/{prefix}/{rel}", cl.http.HttpHeaders(
+            [("host", cl.host), ("content-length", str(size))]))
+
+        def on_done(error=None, **_):
+            with cv:
+                state["out"] -= 1
+                state["bytes"] += size if error is None else 0
+                state["err"] = state["err"] or error
+                cv.notify()
+
+        cl.client.make_request(type=cl.s3.S3RequestType.PUT_OBJECT, request=req, send_filepath=path, on_done=on_done)
+
+    cpu0, t0 = cpu_s(), time.monotonic()
+    with cv:
+        for rel in rels:
+            while state["out"] >= inflight:
+                cv.wait(0.2)
+            if state["err"] is not None:
+                break
+            state["out"] += 1
+            cv.release()
+            try:
+                put(rel)
+            finally:
+                cv.acquire()
+        while state["out"]:
+            cv.wait(0.2)
+    wall, cpu = time.monotonic() - t0, cpu_s() - cpu0
+    if state["err"] is not None:
+        raise state["err"]
+    return state["bytes"] / wall / 1e6, cpu / (state["bytes"] / 1e9)
+
+
+def upload_in_process(server, staging: str, rels: list[str], prefix: str) -> tuple[float, float]:
+    """(MB/s, CPU s/GB) of iodl generate's upload (s3generate._upload: a PUT per object,
+    UPLOADS_IN_FLIGHT at a time, into a prefix it has just marked) of the staged files into a new
+    prefix, in this process."""
+    store = S3Store(server.endpoint, UPLOADS_IN_FLIGHT)
+    target = Target(BUCKET, prefix)
+    cpu0, t0 = cpu_s(), time.monotonic()
+    written, _skipped, nbytes = _upload(store, staging, [(target, rel) for rel in rels], [target])
+    wall, cpu = time.monotonic() - t0, cpu_s() - cpu0
+    assert written == len(rels), (written, len(rels))
+    return nbytes / wall / 1e6, cpu / (nbytes / 1e9)
+
+
 def main() -> None:
-    args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop")
-    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()
+    args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop", extra=(("--put-files", 48),))
+    server, client = bench_server()
+    staging = tempfile.mkdtemp(prefix="iodl-s3-bench-staged-")
     rows = []
     try:
-        client = server.client()
-        client.create_bucket(Bucket=BUCKET)
         gen = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", f"s3://{BUCKET}/ds", "--endpoint",
                               server.endpoint, "--files", "16", "--quiet"], env=server.env(), capture_output=True,
                              text=True)
         if gen.returncode:
             raise RuntimeError(gen.stderr)
+        # the PUTs' objects: the files iodl generate stages (the same workload and seed), here kept
+        gen = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", staging, "--files",
+                              str(args.put_files), "--quiet"], capture_output=True, text=True)
+        if gen.returncode:
+            raise RuntimeError(gen.stderr)
+        rels = sorted(_files(staging))
         keys = [(o["Key"], o["Size"]) for o in client.list_objects_v2(Bucket=BUCKET, Prefix="ds/copy-")["Contents"]]
         os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
         for rnd in range(args.rounds):
             for inflight in (1, 8):
                 iodl_mbps = iodl_read(server, inflight, args.seconds)
                 loop_mbps, loop_cpu = plain_loop(server, keys, inflight, args.seconds)
-                engine_cpu = engine_in_process(server, keys, inflight, args.seconds)
-                row = {"round": rnd, "inflight": inflight, "iodl_MBps": round(iodl_mbps, 1),
-                       "loop_MBps": round(loop_mbps, 1), "engine_cpu_s_per_GB": round(engine_cpu, 3),
-                       "loop_cpu_s_per_GB": round(loop_cpu, 3), "load": round(os.getloadavg()[0], 1)}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                inproc = engine_in_process(server, keys, inflight, args.seconds)
+                _record(rows, rnd, "GET", inflight, iodl_mbps, loop_mbps, inproc, loop_cpu)
+            iodl_mbps = iodl_generate(server, f"s3://{BUCKET}/put-iodl-{rnd}", args.put_files)
+            loop_mbps, loop_cpu = put_loop(server, staging, rels, f"put-loop-{rnd}", UPLOADS_IN_FLIGHT)
+            inproc = upload_in_process(server, staging, rels, f"put-inproc-{rnd}")
+            _record(rows, rnd, "PUT", UPLOADS_IN_FLIGHT, iodl_mbps, loop_mbps, inproc, loop_cpu)
     finally:
         server.remove()
+        shutil.rmtree(staging, ignore_errors=True)
     write(rows, args)
+
+
+def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, loop_mbps, inproc, loop_cpu) -> None:
+    """inproc: (MB/s, CPU s/GB) of iodl's own code run in this process (engine_in_process, upload_in_process)."""
+    row = {"round": rnd, "op": op, "inflight": inflight, "iodl_MBps": round(iodl_mbps, 1),
+           "loop_MBps": round(loop_mbps, 1), "inproc_MBps": round(inproc[0], 1),
+           "engine_cpu_s_per_GB": round(inproc[1], 3),
+           "loop_cpu_s_per_GB": round(loop_cpu, 3), "load": round(os.getloadavg()[0], 1)}
+    rows.append(row)
+    print(json.dumps(row), flush=True)
 
 
 def write(rows: list[dict], args) -> None:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    command = "python bench/bench_s3_iodl.py " + " ".join(sys.argv[1:])
     with open(args.out + ".json", "w") as f:
-        json.dump({"seconds": args.seconds, "rounds": args.rounds, "rows": rows}, f, indent=1)
-    lines = ["# iodl's GETs vs a plain awscrt loop (bench/bench_s3_iodl.py)", "",
-             f"Local SeaweedFS 4.48, 16 objects of ~4 MB (tiny), whole-object GETs, {args.seconds:g} s per cell, "
-             f"median of {args.rounds} rounds; client and server share this 2-core VM.", "",
-             "| in flight | iodl MB/s | plain loop MB/s | iodl / loop | per-round ratios | engine CPU s/GB | "
-             "loop CPU s/GB | engine / loop CPU, per round |", "|---|---|---|---|---|---|---|---|"]
+        json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, "put_files": args.put_files,
+                   "rows": rows}, f, indent=1)
+    lines = ["# iodl's GETs and PUTs vs a plain awscrt loop (bench/bench_s3_iodl.py)", "",
+             f"    {command.strip()}", "",
+             f"Local SeaweedFS 4.48; GET: 16 objects of ~4 MB (tiny), whole-object GETs, {args.seconds:g} s per cell; "
+             f"PUT: {args.put_files} objects of ~4 MB (tiny's shards), each once, {UPLOADS_IN_FLIGHT} in flight; "
+             f"median of {args.rounds} rounds; client and server share this 2-core VM. CPU s/GB: the client "
+             "process's own (every thread), iodl's code run in the bench's process (module docstring). "
+             "iodl MB/s: `iodl read`'s window, `iodl generate`'s upload (just after it staged the files: their "
+             "write-back shares the disk with the server); in-process: iodl's engine or upload in the bench's "
+             "process, beside the loop, on the same settled files.", "",
+             "| op | in flight | iodl MB/s | plain loop MB/s | iodl / loop | per-round ratios | "
+             "iodl in-process / loop, per round | iodl CPU s/GB | loop CPU s/GB | iodl / loop CPU, per round |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
-    for inflight in (1, 8):
-        rs = [r for r in rows if r["inflight"] == inflight]
+    for op, inflight in sorted({(r["op"], r["inflight"]) for r in rows}):
+        rs = [r for r in rows if (r["op"], r["inflight"]) == (op, inflight)]
         a, b = statistics.median(r["iodl_MBps"] for r in rs), statistics.median(r["loop_MBps"] for r in rs)
         ratios = [r["iodl_MBps"] / r["loop_MBps"] for r in rs]
         ce = statistics.median(r["engine_cpu_s_per_GB"] for r in rs)
         cl = statistics.median(r["loop_cpu_s_per_GB"] for r in rs)
         cpu_ratios = ", ".join(f"{r['engine_cpu_s_per_GB'] / r['loop_cpu_s_per_GB']:.2f}" for r in rs)
-        lines.append(f"| {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} | "
-                     f"{ce:.2f} | {cl:.2f} | {cpu_ratios} |")
+        inproc = ", ".join(f"{r['inproc_MBps'] / r['loop_MBps']:.2f}" for r in rs)
+        lines.append(f"| {op} | {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} "
+                     f"| {inproc} | {ce:.2f} | {cl:.2f} | {cpu_ratios} |")
         side = {x >= 0.95 for x in ratios}
-        verdicts.append(f"{inflight} in flight: " + ("not established (the rounds fall on both sides of 0.95)"
-                                                      if len(side) > 1 else ">= 0.95" if side == {True} else "< 0.95"))
+        verdicts.append(f"{op} {inflight} in flight: " + ("not established (the rounds fall on both sides of 0.95)"
+                                                          if len(side) > 1 else ">= 0.95" if side == {True}
+                                                          else "< 0.95"))
     loads = [r["load"] for r in rows]
     lines += ["", "Against the goal iodl >= 0.95 x the loop, every round on the same side: " + "; ".join(verdicts)
               + ".",
-              "", f"Load average (1 min) during the rounds: {min(loads):g}-{max(loads):g} on 2 cores."]
+              "", f"Load average (1 min) during the rounds: {min(loads):g}-{max(loads):g} on {os.cpu_count()} cores."]
+    if max(loads) > os.cpu_count() + 1:   # the bench's own client and server make ~2
+        lines += ["", "**The machine was NOT idle** (other work ran beside the bench): MB/s here is a first look, "
+                      "not the figure; re-run on an idle machine."]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -385,9 +385,9 @@ KEYS: dict[str, dict[str, Rule]] = {
                              ("read", "storage"), _storage_type),
         "storage_root": Rule(INFO, "where the data is: give it as --root"),
         "storage_options": Rule(HONOUR, "uri_scheme or storage_library direct: O_DIRECT reads (the fork's "
-                                        "local readers); endpoint_url: recorded as [read] endpoint (the "
-                                        "run's is --endpoint); the other options configure DLIO's object-store "
-                                        "client (credentials come from the AWS environment, never the file)",
+                                        "local readers); endpoint_url: [read] endpoint, the run's "
+                                        "--endpoint unless one is given; the other options configure DLIO's "
+                                        "object-store client (credentials come from the AWS environment, never the file)",
                                 ("read", "direct"), _storage_options),
         "storage_library": Rule(HONOUR, "direct: O_DIRECT reads (the fork's older form); another library reads "
                                         "buffered", ("read", "direct"), _storage_library),

@@ -23,9 +23,9 @@ from .patterns import Run
 from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
 from .plan import mount_of
 from .runspec import resolve
-from .s3root import endpoint_of, endpoint_urls, is_s3
+from .s3root import addressing, endpoint_of, endpoint_urls, given_endpoints, is_s3
 from .stop import STOP_GRACE_S, Interrupt
-from .workload import looks_like_yaml
+from .workload import load_workload, looks_like_yaml
 
 if TYPE_CHECKING:
     from .read_report import ReadReport
@@ -36,8 +36,11 @@ def _setup(comm, args, patterns: dict, run_index: int):
     manifests = read_manifests([r for r in args.root if not is_s3(r)])   # read once: open_dataset takes them from the spec
     if any(is_s3(r) for r in args.root):
         from .s3dataset import fetch_manifest   # awscrt: loaded only for a bucket
-        urls = endpoint_urls(args.endpoint)
-        manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)])) for r in args.root if is_s3(r))
+        # the endpoint a workload file names is the default --endpoint (the dataset's manifest is fetched there)
+        urls = endpoint_urls(given_endpoints(args.endpoint, load_workload(args.workload) if args.workload else None))
+        style = addressing(args.addressing)
+        manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)], style)) for r in args.root
+                         if is_s3(r))
     wl = workload_for_roots(manifests, args.workload)
     spec = resolve(args, wl, patterns, run_index, manifests)
     for flag, path in (("--out", args.out), ("--csv", args.csv)):
@@ -109,6 +112,9 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     m = _open_mount(comm, spec, pattern.accelerators)
     spec = collective(comm, lambda: _request_size(spec, m))
     spec, node = _prepare_node(comm, spec, m)
+    if spec.engine_extra.get("endpoints"):   # this rank's endpoint, for the s3 engine to connect before the run
+        urls = spec.engine_extra["endpoints"]
+        spec = replace(spec, engine_extra={**spec.engine_extra, "endpoint": urls[endpoint_of(comm.rank, urls)]})
     checkpoints = Checkpoints(comm, ck_spec) if ck_spec is not None else None
     run = _rank_run(comm, spec, m, node, stop, checkpoints)
     progress = out.before_run(comm, spec, pattern, m, node) if out is not None else None
@@ -197,7 +203,8 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
         from .s3dataset import open_s3_dataset
         urls = spec.engine_extra["endpoints"]
         ds = collective(comm, lambda: open_s3_dataset(roots[mount], spec.manifests[roots[mount]],
-                                                      urls[endpoint_of(comm.rank, urls)]))
+                                                      urls[endpoint_of(comm.rank, urls)],
+                                                      spec.engine_extra["addressing"]))
     else:
         ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
                                                    samples_per_file=per_file, manifests=spec.manifests))

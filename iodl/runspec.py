@@ -14,7 +14,7 @@ from .errors import UsageError
 from .formats import Reading, format_for
 from . import engines
 from .mlperf import run_category
-from .s3root import bucket_needed, endpoint_urls, is_s3
+from .s3root import addressing, bucket_needed, endpoint_urls, given_endpoints, is_s3
 from .training import buffer_size, request_shape
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,8 +99,9 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
     objects = [r for r in args.root if is_s3(r)]
     if objects and len(objects) != len(args.root):
         raise UsageError("--root: give either directories or s3:// roots, not both")
-    if getattr(args, "endpoint", None) and not objects:
-        raise UsageError("--endpoint is for s3:// roots")
+    for flag in ("endpoint", "addressing"):
+        if getattr(args, flag, None) and not objects:
+            raise UsageError(f"--{flag} is for s3:// roots")
     if wl.read.storage == "object" and not objects and engine_asked != "null":
         raise bucket_needed(wl)
     if objects and engine_asked not in (engines.AUTO, "s3"):
@@ -112,7 +113,8 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
     if args.drop_caches:
         cache.check_can_drop()
     engine = engines.choose("s3" if objects else engine_asked, direct)
-    engine_extra = {"endpoints": tuple(endpoint_urls(args.endpoint))} if objects else {}
+    engine_extra = ({"endpoints": tuple(endpoint_urls(given_endpoints(args.endpoint, wl))),
+                     "addressing": addressing(getattr(args, "addressing", None))} if objects else {})
     iodepth = engines.depth(engine, iodepth)   # the result says the depth that ran, not the one asked for
     return patterns[pattern].configure(RunSpec(
         pattern=pattern, engine=engine, direct=direct, iodepth=iodepth, block_size=block_size,

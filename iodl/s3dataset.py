@@ -4,8 +4,9 @@ shards as object handles for the s3 engine (iodl.s3engine).
 The manifest and its tables (a few small .npy objects) are fetched into a private directory of
 this process, laid out as the dataset's root with its copy folders, and opened as a directory root
 is (iodl.data.open): the same checks, the same derived names. The shards' paths are then mapped to
-handles `ENDPOINT/BUCKET/PREFIX/REL`, which the s3 engine GETs and every error names. Only
-datasets with a complete iodl manifest are read: a bucket's other objects are not listed.
+handles `ENDPOINT/BUCKET/PREFIX/REL` (or `BUCKET.ENDPOINT/PREFIX/REL`, virtual-host style), which
+the s3 engine GETs and every error names. Only datasets with a complete iodl manifest are read: a
+bucket's other objects are not listed.
 """
 from __future__ import annotations
 
@@ -19,15 +20,15 @@ from collections.abc import Sequence
 from .data.layout import MANIFEST, SCHEMA, folder_name
 from .data.open import Dataset, _open_iodl
 from .errors import UsageError
-from .s3root import Target
+from .s3root import Target, object_url
 from .s3store import S3Store
 
 
-def fetch_manifest(root: str, url: str) -> dict:
-    """The manifest object of an s3:// root on the endpoint url (s3root.endpoint_urls), refused in
-    one line unless it is a complete iodl one."""
+def fetch_manifest(root: str, url: str, addressing: str) -> dict:
+    """The manifest object of an s3:// root on the endpoint url (s3root.endpoint_urls; addressing:
+    s3root.addressing), refused in one line unless it is a complete iodl one."""
     t = Target.parse(root)
-    store = S3Store(url, 1)
+    store = S3Store(url, 1, addressing)
     body = store.get(t.bucket, t.key(MANIFEST))
     if body is None:
         raise UsageError(f"{store.endpoint}: {t.url()}: no {MANIFEST}: iodl reads buckets it generated "
@@ -63,10 +64,11 @@ class ObjectPaths(Sequence):
         return f"{self._base}/{os.path.relpath(self._inner[i], self._mirror)}"
 
 
-def open_s3_dataset(root: str, manifest: dict, url: str) -> Dataset:
-    """root's dataset on the endpoint url, its shards as handles there."""
+def open_s3_dataset(root: str, manifest: dict, url: str, addressing: str) -> Dataset:
+    """root's dataset on the endpoint url, its shards as handles there (their URLs in the addressing
+    style: s3root.object_url)."""
     t = Target.parse(root)
-    store = S3Store(url, 4)
+    store = S3Store(url, 4, addressing)
     mirror = tempfile.mkdtemp(prefix="iodl-s3-tables-")
     atexit.register(shutil.rmtree, mirror, True)   # the tables are mapped while the run reads
     with open(os.path.join(mirror, MANIFEST), "w") as f:
@@ -94,5 +96,5 @@ def open_s3_dataset(root: str, manifest: dict, url: str) -> Dataset:
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise UsageError(f"{t.url(MANIFEST)}: unreadable dataset manifest ({type(exc).__name__}: {exc})") from None
     ds.root = root
-    ds.paths = ObjectPaths(ds.paths, mirror, f"{url}/{t.bucket}/{t.prefix}")
+    ds.paths = ObjectPaths(ds.paths, mirror, object_url(url, t.bucket, t.prefix, addressing))
     return ds

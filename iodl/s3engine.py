@@ -41,8 +41,13 @@ _CRT_ERRNO = {"AWS_IO_SOCKET_CONNECTION_REFUSED": errno.ECONNREFUSED, "AWS_IO_SO
 
 class S3Engine:
     def __init__(self, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False, delay_ns: int = 0,
-                 rate_bps: int = 0, cache_check: bool = False, endpoints: tuple[str, ...] = ()):
-        # endpoints: the run's; each handle names its own (s3dataset.ObjectPaths), so they are not used here
+                 rate_bps: int = 0, cache_check: bool = False, endpoints: tuple[str, ...] = (), endpoint: str = "",
+                 addressing: str = "auto"):
+        # endpoints, addressing: the run's; each handle is an object's URL, naming its host and path
+        # in the run's addressing style (s3dataset.ObjectPaths), so they are not used here.
+        # endpoint: this rank's, whose client is made now: the engine is opened before the start
+        # barrier, and making a client (its event loops, the credentials) takes ~30 ms that would
+        # otherwise fall inside the measured window as if the storage were slow
         if direct:
             raise ValueError("O_DIRECT is for files, not objects (leave --direct out)")
         if rate_bps:
@@ -52,11 +57,16 @@ class S3Engine:
         self._lock = threading.Lock()
         self._cancelled = False
         self.retries = 0     # of the run in progress (its stats say each run's)
+        if endpoint:
+            self._store(endpoint)
 
-    def _store(self, netloc_url: str) -> S3Store:
-        store = self._stores.get(netloc_url)
+    def _store(self, url: str) -> S3Store:
+        """The client for http or https URLs: one serves every host (the CRT connects to the host a
+        request's Host header names: the endpoint, or BUCKET.endpoint virtual-host style)."""
+        scheme = urlsplit(url).scheme
+        store = self._stores.get(scheme)
         if store is None:
-            store = self._stores[netloc_url] = S3Store(netloc_url, self._depth)
+            store = self._stores[scheme] = S3Store(url, self._depth)
         return store
 
     def cancel(self) -> None:

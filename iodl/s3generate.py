@@ -33,17 +33,20 @@ from .s3store import S3Store
 UPLOADS_IN_FLIGHT = 8   # per rank
 
 
-def generate_s3(wl, roots: list[str], endpoints: list[str], comm, say=None, progress=None) -> GenerateResult:
+def generate_s3(wl, roots: list[str], endpoints: list[str], comm, say=None, progress=None,
+                addressing: str = "auto") -> GenerateResult:
     """Write wl's dataset (overrides applied) under every s3:// root; each rank PUTs through its
-    endpoint (s3root.endpoint_of: several are gateways to one store); rank 0's result on every rank."""
+    endpoint (s3root.endpoint_of: several are gateways to one store) in the addressing style
+    (s3root.addressing); rank 0's result on every rank."""
     targets = [Target.parse(r) for r in roots]
     if len({(t.bucket, t.prefix) for t in targets}) != len(targets):
         raise UsageError("generate: the same --root is given twice")
     urls = endpoint_urls(endpoints)
     url = urls[endpoint_of(comm.rank, urls)]
     spec = wl.to_dict()["dataset"]
-    store = S3Store(url, UPLOADS_IN_FLIGHT)
-    collective(comm, lambda: _mark(store, targets, spec) if comm.rank == 0 else None)
+    store = S3Store(url, UPLOADS_IN_FLIGHT, addressing)
+    # the prefixes marked now: nothing of the dataset can be there yet (no HEAD before each PUT)
+    fresh = comm.bcast(collective(comm, lambda: _mark(store, targets, spec) if comm.rank == 0 else None), root=0)
     staging = comm.bcast(tempfile.mkdtemp(prefix="iodl-s3-staging-") if comm.rank == 0 else None, root=0)
     try:
         local = generate(wl, [staging], comm, say=say, progress=progress)
@@ -51,7 +54,7 @@ def generate_s3(wl, roots: list[str], endpoints: list[str], comm, say=None, prog
         t0 = time.perf_counter()
         files = sorted(_files(staging))
         mine = [(t, rel) for t in targets for rel in files][comm.rank::comm.size]
-        written, skipped, nbytes = collective(comm, lambda: _upload(store, staging, mine))
+        written, skipped, nbytes = collective(comm, lambda: _upload(store, staging, mine, fresh))
         totals = comm.gather((written, skipped, nbytes, time.perf_counter() - t0), root=0)
         comm.barrier()   # every shard is there before the manifest says so
         collective(comm, lambda: _complete(store, targets, staging) if comm.rank == 0 else None)
@@ -77,8 +80,9 @@ def _files(top: str):
                 yield rel
 
 
-def _mark(store: S3Store, targets: list[Target], spec: dict) -> None:
-    """Check every prefix, then mark the new ones with an incomplete manifest (rank 0, before any shard)."""
+def _mark(store: S3Store, targets: list[Target], spec: dict) -> list[Target]:
+    """Check every prefix, then mark the new ones with an incomplete manifest (rank 0, before any
+    shard); returns the new ones."""
     new = []
     for t in targets:
         if store.request("HEAD", t.bucket, ok_missing=True, op="HEAD bucket")[0] == 404:
@@ -97,16 +101,18 @@ def _mark(store: S3Store, targets: list[Target], spec: dict) -> None:
     for t in new:
         store.put(t.bucket, t.key(MANIFEST), json.dumps(
             {"schema": SCHEMA, "status": "incomplete", "generator": f"iodl {__version__}", "spec": spec}).encode())
+    return new
 
 
-def _upload(store: S3Store, staging: str, mine) -> tuple[int, int, int]:
+def _upload(store: S3Store, staging: str, mine, fresh: list[Target]) -> tuple[int, int, int]:
     """PUT this rank's objects, UPLOADS_IN_FLIGHT at a time; (written, skipped, bytes written).
-    An object already there with its size is skipped (a re-run under iodl's own mark)."""
+    Under a prefix iodl carries on (not in fresh, marked by this run), an object already there
+    with its size is skipped (a re-run under iodl's own mark): a HEAD before its PUT."""
     def one(item):
         t, rel = item
         path = os.path.join(staging, rel)
         size = os.path.getsize(path)
-        if store.head(t.bucket, t.key(rel)) == size:
+        if t not in fresh and store.head(t.bucket, t.key(rel)) == size:
             return 0, 1, 0
         store.put_file(t.bucket, t.key(rel), path)
         return 1, 0, size

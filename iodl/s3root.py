@@ -2,6 +2,7 @@
 commands look at their roots with this, and import the client (iodl.s3store) only for a bucket."""
 from __future__ import annotations
 
+import configparser
 import os
 import re
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from .errors import UsageError
 
 SCHEME = "s3://"
 DEFAULT_REGION = "us-east-1"
+ADDRESSING = ("auto", "path", "virtual")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -44,6 +46,17 @@ class Target:
         return f"s3://{self.bucket}/{self.key(rel) if rel else self.prefix}"
 
 
+def add_s3_arguments(p) -> None:
+    """--endpoint and --addressing, of the commands that take s3:// roots."""
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                   help="S3 endpoint of s3:// roots, http(s)://HOST[:PORT] (repeatable: ranks map to endpoints "
+                        "round-robin; default: AWS's for AWS_REGION); credentials: AWS_ACCESS_KEY_ID/"
+                        "AWS_SECRET_ACCESS_KEY or the AWS files (docs/s3.md)")
+    p.add_argument("--addressing", choices=ADDRESSING,
+                   help="path: http://HOST/BUCKET/KEY; virtual: http://BUCKET.HOST/KEY; auto: virtual on AWS's "
+                        "endpoint, path on any other (default: the AWS config file's s3 addressing_style, else auto)")
+
+
 def endpoint_urls(given: list[str] | str | None) -> list[str]:
     """Every --endpoint as iodl connects to it (one, AWS's, when none is given)."""
     given = [given] if isinstance(given, str) or given is None else list(given) or [None]
@@ -51,6 +64,14 @@ def endpoint_urls(given: list[str] | str | None) -> list[str]:
     if len(set(urls)) != len(urls):
         raise UsageError("--endpoint: the same endpoint is given twice")
     return urls
+
+
+def given_endpoints(given: list[str], workload) -> list[str]:
+    """--endpoint as given, else the one the workload's file names (DLIO storage_options
+    endpoint_url), else none (AWS's)."""
+    if given:
+        return list(given)
+    return [workload.read.endpoint] if workload is not None and workload.read.endpoint else []
 
 
 def endpoint_of(rank: int, urls: list[str]) -> int:
@@ -79,5 +100,50 @@ def bucket_needed(workload, what: str = "or --engine null") -> UsageError:
     """A workload whose data is in a bucket (DLIO storage_type s3), given directories: never read or
     generated there without a word, the storage would not be the one the workload names."""
     at = f" at {workload.read.endpoint}" if workload.read.endpoint else ""
+    endpoint = "" if at else " and --endpoint URL"
     return UsageError(f"workload {workload.name}: its data is in a bucket{at} (DLIO storage_type s3): give --root "
-                      f"s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md){', ' + what if what else ''}")
+                      f"s3://BUCKET/PREFIX{endpoint} (docs/s3.md){', ' + what if what else ''}")
+
+
+def addressing(given: str | None) -> str:
+    """--addressing as the run uses it: given, else the AWS config file's `s3 = addressing_style`
+    of the profile (AWS_PROFILE, else default), as the AWS CLI and boto3 read it, else auto."""
+    style = given or _config_addressing() or "auto"
+    if style not in ADDRESSING:
+        raise UsageError(f"s3 addressing_style {style!r} (AWS config file): give one of {', '.join(ADDRESSING)}")
+    return style
+
+
+def _config_addressing() -> str | None:
+    path = os.environ.get("AWS_CONFIG_FILE") or os.path.expanduser("~/.aws/config")
+    profile = os.environ.get("AWS_PROFILE") or "default"
+    config = configparser.ConfigParser(interpolation=None)
+    try:
+        config.read(path)
+    except (configparser.Error, UnicodeDecodeError):
+        return None   # awscrt reads the same file for credentials and says what is wrong with it
+    section = "default" if profile == "default" else f"profile {profile}"
+    # the s3 key's value is a nested block: "\naddressing_style = virtual"
+    for line in config.get(section, "s3", fallback="").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "addressing_style":
+            return value.strip()
+    return None
+
+
+def virtual_host(style: str, url: str, bucket: str) -> bool:
+    """Whether requests to bucket at url name it in the host (BUCKET.HOST, virtual-host style) or
+    in the path (HOST/BUCKET). auto, as boto3's: virtual on AWS's own endpoint, path on any
+    --endpoint given (every S3 server takes it); a bucket with dots stays path-style over https,
+    as its name would not match the server's certificate."""
+    if style == "auto":
+        return urlsplit(url).hostname.endswith(".amazonaws.com") and "." not in bucket
+    return style == "virtual"
+
+
+def object_url(url: str, bucket: str, key: str, style: str) -> str:
+    """The URL of an object (or of a prefix: key without the trailing slash) at endpoint url."""
+    if virtual_host(style, url, bucket):
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{bucket}.{parts.netloc}/{key}"
+    return f"{url}/{bucket}/{key}"

@@ -9,7 +9,8 @@ Credentials come from awscrt's default chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACC
 AWS_SESSION_TOKEN, then the config and credentials files (AWS_PROFILE, AWS_CONFIG_FILE,
 AWS_SHARED_CREDENTIALS_FILE). They never pass through iodl's arguments, and no message iodl makes
 names anything but the endpoint, bucket and key: a server's error is reduced to its status and
-S3 error code. Addressing is path-style (http://ENDPOINT/BUCKET/KEY), which every S3 server takes.
+S3 error code. Addressing is path-style (http://ENDPOINT/BUCKET/KEY), which every S3 server takes,
+or virtual-host style (http://BUCKET.ENDPOINT/KEY: s3root.virtual_host).
 The CRT's own retries are off: iodl counts each attempt it makes (S3Store.retries).
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ try:
 except ImportError:   # the s3 extra is optional: without it an s3:// root is one line, not a traceback
     raise UsageError("s3:// roots need the s3 extra (awscrt): pip install 'iodl[s3]'") from None
 
-from .s3root import region
+from .s3root import region, virtual_host
 
 # objects above this are written in parts of PART_SIZE (S3's parts are 5 MiB .. 5 GiB, at most 10,000)
 MULTIPART_THRESHOLD = 64 << 20
@@ -63,8 +64,9 @@ def _retryable(status: int | None, error_name: str) -> bool:
 class S3Store:
     """One endpoint's client (requests from any thread; callbacks on the CRT's threads)."""
 
-    def __init__(self, endpoint: str, inflight: int = 8):
-        self.endpoint = endpoint
+    def __init__(self, endpoint: str, inflight: int = 8, addressing: str = "path"):
+        # addressing: s3root.ADDRESSING, resolved per bucket (s3root.virtual_host)
+        self.endpoint, self.addressing = endpoint, addressing
         parts = urlsplit(endpoint)
         self.host = parts.netloc
         self._elg = crt_io.EventLoopGroup(2)
@@ -82,8 +84,14 @@ class S3Store:
 
     # --- one request, blocking ---------------------------------------------------------------------
 
-    def _path(self, bucket: str, key: str = "", query: str = "") -> str:
-        return f"/{bucket}" + (f"/{quote(key, safe='/~')}" if key else "") + (f"?{query}" if query else "")
+    def _target(self, bucket: str, key: str = "", query: str = "") -> tuple[str, str]:
+        """(Host header, path) of a request: path-style HOST /BUCKET/KEY, or virtual-host style
+        BUCKET.HOST /KEY (the CRT connects to the host the Host header names)."""
+        key_path = f"/{quote(key, safe='/~')}" if key else ""
+        query = f"?{query}" if query else ""
+        if virtual_host(self.addressing, self.endpoint, bucket):
+            return f"{bucket}.{self.host}", (key_path or "/") + query
+        return self.host, f"/{bucket}{key_path}{query}"
 
     def request(self, method: str, bucket: str, key: str = "", *, query: str = "", body: bytes | None = None,
                 send_file: str | None = None, op: str = "", ok_missing: bool = False):
@@ -116,14 +124,15 @@ class S3Store:
         raise AssertionError("unreachable")
 
     def _once(self, method, bucket, key, query, body, send_file, op):
-        headers = http.HttpHeaders([("host", self.host)])
+        host, path = self._target(bucket, key, query)
+        headers = http.HttpHeaders([("host", host)])
         stream = None
         if body is not None:
             headers.add("content-length", str(len(body)))
             stream = io.BytesIO(body)
         elif method == "PUT" and send_file is None:
             headers.add("content-length", "0")
-        req = http.HttpRequest(method, self._path(bucket, key, query), headers, stream)
+        req = http.HttpRequest(method, path, headers, stream)
         got, answer = [], {}
 
         def on_headers(status_code, headers):

@@ -6,7 +6,7 @@ from ..data.generate import generate
 from ..errors import UsageError
 from ..limits import cli_int
 from ..progress import Ticker, wrap
-from ..s3root import bucket_needed, is_s3
+from ..s3root import add_s3_arguments, addressing, bucket_needed, given_endpoints, is_s3
 from ..units import format_size
 from ..workload import FORMATS, load_workload
 
@@ -16,10 +16,7 @@ def add_arguments(p) -> None:
     p.add_argument("--root", action="append", default=[], metavar="DIR", required=True,
                    help="dataset root (repeatable: every root gets the whole dataset; one per mount), or "
                         "s3://BUCKET/PREFIX (docs/s3.md)")
-    p.add_argument("--endpoint", action="append", default=[], metavar="URL",
-                   help="S3 endpoint of s3:// roots, http(s)://HOST[:PORT] (repeatable: ranks map to endpoints "
-                   "round-robin; default: AWS's for AWS_REGION); credentials: "
-                   "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the AWS files")
+    add_s3_arguments(p)
     p.add_argument("--files", type=cli_int, metavar="N", help="shards per copy (default: the workload's)")
     p.add_argument("--copies", type=cli_int, metavar="N", help="copies of the dataset, in copy-NNNN/ directories (default: the workload's)")
     p.add_argument("--format", choices=FORMATS, metavar="F",
@@ -39,8 +36,9 @@ def run(comm, args) -> int:
     objects = [r for r in args.root if is_s3(r)]
     if objects and len(objects) != len(args.root):
         raise UsageError("generate: give either directories or s3:// roots, not both")
-    if args.endpoint and not objects:
-        raise UsageError("--endpoint is for s3:// roots")
+    for flag in ("endpoint", "addressing"):
+        if getattr(args, flag) and not objects:
+            raise UsageError(f"--{flag} is for s3:// roots")
     if wl.read.storage == "object" and not objects:
         raise bucket_needed(wl, "")
     talk = comm.rank == 0 and not args.quiet
@@ -57,7 +55,8 @@ def run(comm, args) -> int:
     try:
         if objects:
             from ..s3generate import generate_s3   # awscrt: loaded only for a bucket
-            result = generate_s3(wl, args.root, args.endpoint, comm, say=say, progress=progress if talk else None)
+            result = generate_s3(wl, args.root, given_endpoints(args.endpoint, wl), comm, say=say, progress=progress if talk else None,
+                                 addressing=addressing(args.addressing))
         else:
             result = generate(wl, args.root, comm, say=say, progress=progress if talk else None)
     finally:

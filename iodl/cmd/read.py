@@ -5,6 +5,7 @@ from .. import engines
 from ..limits import check_range, cli_float, cli_int
 from ..patterns import PATTERNS
 from ..runner import run_once
+from ..s3root import add_s3_arguments
 
 MAX_RUNS = 100       # --runs: MLPerf's procedure is 6; a long series of consecutive runs may be cut later
 
@@ -17,9 +18,7 @@ def add_arguments(p, patterns: dict = PATTERNS) -> None:
     p.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="dataset root (repeatable: ranks map to roots round-robin), or s3://BUCKET/PREFIX (docs/s3.md); "
                         "default: the tiny dataset in the data directory")
-    p.add_argument("--endpoint", action="append", default=[], metavar="URL",
-                   help="S3 endpoint of s3:// roots, http(s)://HOST[:PORT] (repeatable: ranks map to endpoints "
-                        "round-robin; docs/s3.md)")
+    add_s3_arguments(p)
     p.add_argument("--engine", default="auto", help=f"{engines.choices()} (default auto: see docs/engines.md)")
     p.add_argument("--direct", action="store_true", help="open with O_DIRECT (bypass the page cache)")
     p.add_argument("--iodepth", type=cli_int, help="requests in flight per rank (default: the workload's)")

@@ -5,14 +5,14 @@ import tempfile
 import pytest
 
 from tests.conftest import require_or_skip
-from tests.s3.server import Seaweed, weed_missing
+from tests.s3.server import DOMAIN, Seaweed, weed_missing
 
 
 @pytest.fixture(scope="session")
 def seaweed():
     why = weed_missing()
     require_or_skip("s3", why is None, f"s3: {why}")
-    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-")).start()
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-"), domain=DOMAIN).start()
     try:
         yield server
     finally:

@@ -7,7 +7,7 @@ free on the host (weed mini takes P..P+8 and gRPC P+10000..P+10004; a server in 
 gets them too, as its /tmp sockets are the host's).
 Its one identity's keys are made fresh per server, so a test can look for the secret in what
 iodl writes (`keys`: another server's, for one run over both). `netns`: run it inside that network
-namespace (tests/s3/link.py).
+namespace (tests/s3/link.py). `domain`: it also takes virtual-host style requests (Host BUCKET.DOMAIN).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ GRPC_OFFSET = 10000
 PORTS = 9          # master, volume, filer, s3, admin, iceberg, lance, metrics, s3 metrics
 GRPC_SOCKETS = ("master", "volume", "filer", "s3", "admin")   # /tmp/seaweedfs-NAME-grpc-(P+10000+i).sock
 START_TIMEOUT_S = 30
+DOMAIN = "s3.iodl.test"   # virtual-host names of the session's server: BUCKET.s3.iodl.test (tests/s3/test_addressing.py)
 
 
 def weed_missing() -> str | None:
@@ -68,8 +69,10 @@ def free_base(ip: str = "127.0.0.1") -> int:
 class Seaweed:
     """One `weed mini` with one bucket-creating identity: endpoint, access_key, secret_key."""
 
-    def __init__(self, top: str, ip: str = "127.0.0.1", netns: str | None = None, keys: tuple[str, str] | None = None):
-        self.top, self.ip, self.netns = top, ip, netns
+    def __init__(self, top: str, ip: str = "127.0.0.1", netns: str | None = None, keys: tuple[str, str] | None = None,
+                 domain: str | None = None):
+        # domain: also serve virtual-host style requests, Host BUCKET.DOMAIN
+        self.top, self.ip, self.netns, self.domain = top, ip, netns, domain
         os.makedirs(os.path.join(top, "data"), exist_ok=True)
         self.access_key, self.secret_key = keys or ("IODLTEST" + secrets.token_hex(6).upper(),
                                                     secrets.token_urlsafe(30))
@@ -89,6 +92,8 @@ class Seaweed:
                f"-admin.port={p + 4}", f"-s3.port.iceberg={p + 5}", f"-s3.port.lance={p + 6}",
                f"-metricsPort={p + 7}", f"-s3.metricsPort={p + 8}", "-webdav=false", "-admin.ui=false",
                f"-s3.config={d}/s3.json", f"-filer.localSocket={d}/filer.sock", f"-s3.localSocket={d}/s3.sock"]
+        if self.domain:
+            cmd.append(f"-s3.domainName={self.domain}")
         return (["ip", "netns", "exec", self.netns] if self.netns else []) + cmd
 
     def start(self) -> "Seaweed":

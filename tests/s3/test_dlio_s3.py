@@ -72,7 +72,7 @@ def test_without_a_bucket_to_read_the_run_is_one_line(seaweed, bucket, tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"iodl: error: workload unet3d_s3_small: its data is in a bucket at {seaweed.endpoint} (DLIO storage_type "
-        "s3): give --root s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md), or --engine null")
+        "s3): give --root s3://BUCKET/PREFIX (docs/s3.md), or --engine null")
 
 
 def test_generating_it_into_a_directory_is_one_line(seaweed, bucket, tmp_path):
@@ -81,18 +81,22 @@ def test_generating_it_into_a_directory_is_one_line(seaweed, bucket, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"iodl: error: workload unet3d_s3_small: its data is in a bucket at {seaweed.endpoint} (DLIO storage_type "
-        "s3): give --root s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md)")
+        "s3): give --root s3://BUCKET/PREFIX (docs/s3.md)")
     assert not (tmp_path / "ds").exists()
 
 
 def test_scaled_down_against_the_server_reads_every_sample_of_its_steps(seaweed, bucket, tmp_path):
-    """generate the file's dataset into the bucket, then train-sync on it: 3 steps x 4 samples of
-    1 MiB (one per object) each GET once, whole."""
+    """generate the file's dataset into the bucket at the endpoint the file names (no --endpoint),
+    then train-sync on it: 3 steps x 4 samples of 1 MiB (one per object) each GET once, whole. A
+    command-line --endpoint wins over the file's: with the file naming another server (the same
+    SeaweedFS's master port: HTTP, no buckets), the run given --endpoint reads, and the run without
+    asks that one for the manifest and is refused in one line naming it."""
     config, secret = _config(tmp_path, seaweed, bucket)
     root = f"s3://{bucket}/unet3d"
-    gen = iodl("generate", "--workload", str(config), "--root", root, "--endpoint", seaweed.endpoint, "--quiet",
-               env=seaweed.env())
+    gen = iodl("generate", "--workload", str(config), "--root", root, "--quiet", env=seaweed.env())
     assert gen.returncode == 0, gen.stderr
+    other = f"http://127.0.0.1:{seaweed.base}"
+    config.write_text(config.read_text().replace(seaweed.endpoint, other))
     out = tmp_path / "t.json"
     proc = iodl("read", "--workload", str(config), "--root", root, "--endpoint", seaweed.endpoint,
                 "--pattern", "train-sync", "--steps", "3", "--out", str(out), env=seaweed.env())
@@ -101,11 +105,15 @@ def test_scaled_down_against_the_server_reads_every_sample_of_its_steps(seaweed,
     listed = seaweed.client().list_objects_v2(Bucket=bucket, Prefix="unet3d/copy-")["Contents"]
     assert len(listed) == 12 and all(o["Size"] > 1 << 20 for o in listed)   # npz: the sample and its header
     assert doc["train"]["samples"] == 12
+    assert [e["url"] for e in doc["endpoints"]] == [seaweed.endpoint]
     # the 12 steps' objects, each read as np.load reads an npz (DLIO's reader): the member, and the zip's
     # directory records read again ahead of it (~8 KiB an object)
     stored = sum(o["Size"] for o in listed)
     assert stored <= doc["total"]["bytes"] <= stored + 12 * (16 << 10), (doc["total"]["bytes"], stored)
     assert secret not in proc.stdout + proc.stderr + out.read_text()
+    elsewhere = iodl("read", "--workload", str(config), "--root", root, "--steps", "1", env=seaweed.env())
+    assert elsewhere.returncode == 2
+    assert elsewhere.stderr.strip().startswith(f"iodl: error: {other}: {root}: no iodl-dataset.json"), elsewhere.stderr
 
 
 CHECKPOINT = """model:

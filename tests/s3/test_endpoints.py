@@ -4,10 +4,12 @@ figures in the result's `endpoints` blocks.
 Ground truth: two servers, each in its own network namespace behind a veth shaped with tbf at a
 different rate (200 and 400 Mbit/s; tests/s3/link.py). Each link's GET payload rate is measured on
 the link itself by a bare awscrt loop making the same requests (1 MiB ranged GETs, 8 in flight,
-the same ramp and window), and storage-only with one rank per endpoint must report each
-endpoint's bandwidth within 5% of its link's.
+the same ramp and window, both links at once as the runs use them), and storage-only with one
+rank per endpoint, and train-sync with three ranks (two on the faster link: see its test), must
+report each endpoint's bandwidth within 5% of its link's.
 """
 import json
+import threading
 
 import pytest
 
@@ -29,7 +31,7 @@ def two_links():
             proc = iodl("generate", "--root", "s3://ep-bkt/ds", "--endpoint", server.endpoint, "--files", str(FILES),
                         "--quiet", env=server.env())
             assert proc.returncode == 0, proc.stderr
-        yield [s for _l, s in up]
+        yield up
 
 
 def _largest(server) -> tuple[str, int]:
@@ -38,11 +40,27 @@ def _largest(server) -> tuple[str, int]:
     return o["Key"], o["Size"]
 
 
+@pytest.fixture(scope="module")
+def link_rates(two_links):
+    """Each link's GET payload rate (MB/s), both measured at once (as the runs below load them)."""
+    rates = [0.0] * len(two_links)
+
+    def measure(i: int, server) -> None:
+        rates[i] = payload_rate(server, "ep-bkt", *_largest(server), ramp_s=2.0, seconds=6.0)
+
+    threads = [threading.Thread(target=measure, args=(i, s)) for i, (_link, s) in enumerate(two_links)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(rates) and rates[1] > 1.7 * rates[0], rates          # the two links do differ as set
+    return rates
+
+
 @pytest.mark.root
-def test_each_endpoints_bandwidth_is_its_links(two_links, tmp_path):
-    a, b = two_links
-    links = [payload_rate(s, "ep-bkt", *_largest(s), ramp_s=2.0, seconds=6.0) for s in two_links]
-    assert links[1] > 1.7 * links[0], links          # the two links do differ as set
+def test_each_endpoints_bandwidth_is_its_links(two_links, link_rates, tmp_path):
+    (_, a), (_, b) = two_links
+    links = link_rates
     proc = iodl("read", "--root", "s3://ep-bkt/ds", "--endpoint", a.endpoint, "--endpoint", b.endpoint,
                 "--pattern", "storage-only", "--block-size", "1MiB", "--iodepth", "8", "--duration", "6",
                 "--ramp", "2", "--out", str(tmp_path / "r.json"), ranks=2, env=a.env())
@@ -59,3 +77,33 @@ def test_each_endpoints_bandwidth_is_its_links(two_links, tmp_path):
     assert sum(e["bytes"] for e in eps) == result["total"]["bytes"]
     assert sum(e["ios"] for e in eps) == result["total"]["ios"]
     assert "GETs per endpoint" in proc.stdout
+
+
+@pytest.mark.root
+def test_train_sync_each_endpoints_bandwidth_is_its_links(two_links, link_rates, tmp_path):
+    """train-sync's ranks meet after every step, each having read a batch: a rank on a faster
+    link waits for the slowest. Three ranks over (400, 200 Mbit/s) round-robin put ranks 0 and 2
+    on the 400 Mbit/s endpoint and rank 1 on the 200: each rank has 200 Mbit/s, so with no compute
+    time both links are the limit at once, and each endpoint's bandwidth over the steps' span is
+    its link's within 5%. Each endpoint's bytes are the bytes its veth carried to the host (within
+    2%: the requests' headers and the manifest's few objects), its blocks add up to the total, and
+    the fast one carried two ranks' batches: twice the slow one's bytes (within 3%: the samples'
+    sizes spread)."""
+    (slow_link, a), (fast_link, b) = two_links
+    before = [link.counters()["rx_bytes"] for link in (fast_link, slow_link)]
+    proc = iodl("read", "--root", "s3://ep-bkt/ds", "--endpoint", b.endpoint, "--endpoint", a.endpoint,
+                "--pattern", "train-sync", "--compute-time", "0", "--epochs", "6",
+                "--out", str(tmp_path / "t.json"), ranks=3, env=a.env())
+    carried = [link.counters()["rx_bytes"] - was for link, was in zip((fast_link, slow_link), before)]
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "t.json").read_text())
+    eps = result["endpoints"]
+    print("links (MB/s):", link_rates, "endpoints:", [e["bandwidth_MBps"] for e in eps])   # with -s
+    assert [e["url"] for e in eps] == [b.endpoint, a.endpoint]
+    assert [e["ranks"] for e in eps] == [[0, 2], [1]]
+    for e, link, wire in zip(eps, link_rates[::-1], carried):
+        assert abs(e["bandwidth_MBps"] - link) <= TOLERANCE * link, (e["url"], e["bandwidth_MBps"], link)
+        assert e["bytes"] <= wire <= 1.02 * e["bytes"], (e["url"], e["bytes"], wire)
+        assert e["errors"] == 0 and e["retries"] == 0
+    assert sum(e["bytes"] for e in eps) == result["total"]["bytes"]
+    assert abs(eps[0]["bytes"] - 2 * eps[1]["bytes"]) <= 0.03 * 2 * eps[1]["bytes"], [e["bytes"] for e in eps]

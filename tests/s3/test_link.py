@@ -93,8 +93,8 @@ def test_storage_only_bandwidth_is_the_links(linked, linked_dataset, tmp_path):
 @pytest.mark.root
 @pytest.mark.xfail(strict=True, reason="awscrt's S3Client hands a GET's response headers over only once its body is "
                    "in: ttfb_us is ~ the GET's whole time (measured: ttfb p50 86.5 ms, latency p50 87.6 ms, body "
-                   "89.9 ms at the link's rate); a real time to first byte needs the engine on awscrt's HTTP "
-                   "connections (docs/s3.md)")
+                   "89.9 ms at the link's rate); awscrt's HTTP connections give the first byte but cost 1.5-1.7x "
+                   "the CPU per GB (bench/results/s3-ttfb.md, docs/s3.md)")
 def test_ttfb_is_where_the_body_starts(linked, linked_dataset, tmp_path):
     """2 MiB ranged GETs one at a time through the 200 Mbit/s link: after a GET's first byte its
     body takes 2 MiB at the link's payload rate (measured on the link by a bare awscrt loop), so
