@@ -33,6 +33,7 @@ ALLOWED = {
     ("iodl.engines", "iodl.s3engine"): "awscrt's S3 client: loaded only when a root is s3://",
     ("iodl.runner", "iodl.s3dataset"): "awscrt's S3 client: loaded only when a root is s3://",
     ("iodl.cmd.generate", "iodl.s3generate"): "awscrt's S3 client: loaded only when a root is s3://",
+    ("iodl.patterns.checkpoint", "iodl.s3checkpoint"): "awscrt's S3 client: loaded only when a root is s3://",
     ("iodl.probe", "iodl.engines"): "iodl probe reports a C module not built instead of failing",
 }
 

@@ -39,12 +39,12 @@ from .cursor import Cursor
 from .data.layout import MANIFEST
 from .errors import UsageError
 from .metrics import RankResult
-from .patterns.checkpoint import OpCounters, RankShare
+from .patterns.checkpoint_share import OpCounters, RankShare
 from .patterns.checkpoint_store import STORE, STORE_SCHEMA
 from .plan import shard_plan
 from .reduce import checkpoint_block, reduce_checkpoint_op
 from .s3engine import S3Engine
-from .s3root import Target, endpoint_of
+from .s3root import Target, endpoint_of, object_url
 from .s3store import BACKOFF_S, RETRIES, S3Error, S3Store, _retryable, _s3_code
 
 # DLIO's S3 checkpointing (PyTorchS3Checkpointing: s3torchconnector's S3Checkpoint writer) leaves the
@@ -232,9 +232,10 @@ class PutRound:
         """Hand one PUT to the CRT (the lock held); a retry keeps its body's slot."""
         if slot < 0:
             slot = self.bodies.lend(length, f"{up.key}#{n}")
-        query = f"?partNumber={n}&uploadId={quote(up.upload_id, safe='')}" if n else ""
-        req = http.HttpRequest("PUT", f"/{self.bucket}/{quote(up.key, safe='/~')}{query}", http.HttpHeaders(
-            [("host", self.store.host), ("content-length", str(length))]), _Body(self.bodies.view(slot, length)))
+        host, path = self.store.target(self.bucket, up.key,
+                                       f"partNumber={n}&uploadId={quote(up.upload_id, safe='')}" if n else "")
+        req = http.HttpRequest("PUT", path, http.HttpHeaders([("host", host), ("content-length", str(length))]),
+                               _Body(self.bodies.view(slot, length)))
         etag = []
         t0 = _native.monotonic_ns()
         self.t_start = self.t_start or t0
@@ -296,8 +297,8 @@ class PutRound:
                 self.cv.wait(0.05)
         for up in self.uploads:
             if up.upload_id:
-                req = http.HttpRequest("DELETE", f"/{self.bucket}/{quote(up.key, safe='/~')}?uploadId="
-                                       f"{quote(up.upload_id, safe='')}", http.HttpHeaders([("host", self.store.host)]))
+                host, path = self.store.target(self.bucket, up.key, f"uploadId={quote(up.upload_id, safe='')}")
+                req = http.HttpRequest("DELETE", path, http.HttpHeaders([("host", host)]))
                 try:
                     self.store.client.make_request(type=s3.S3RequestType.DEFAULT, request=req,
                                                    operation_name="AbortMultipartUpload").finished_future.result(
@@ -404,11 +405,11 @@ class S3Checkpoints:
         self.target = Target.parse(spec.roots[self.mount])
         files = checkpoint.rank_files(spec.model, comm.rank, spec.layout.ranks)
         self.share = RankShare([n for n, _b in files], [b for _n, b in files])
-        self.store = S3Store(self.url, spec.iodepth)
+        self.store = S3Store(self.url, spec.iodepth, spec.addressing)
         self.sites: list[Site] = []
         if comm.rank == 0:
             pairs = sorted({(endpoint_of(r, urls), r % len(spec.roots)) for r in range(spec.ranks)})
-            stores = {e: (self.store if e == self.endpoint else S3Store(urls[e], 2)) for e, _m in pairs}
+            stores = {e: (self.store if e == self.endpoint else S3Store(urls[e], 2, spec.addressing)) for e, _m in pairs}
             self.sites = collective(comm, lambda: [prepare(stores[e], Target.parse(spec.roots[m])) for e, m in pairs])
         else:
             collective(comm, lambda: None)
@@ -433,15 +434,18 @@ class S3Checkpoints:
         if self.comm.rank == 0:
             complete(self.sites)
 
+    def _url(self, name: str) -> str:
+        """The URL of this rank's object `name` under its root, in the run's addressing style."""
+        return object_url(self.url, self.target.bucket, quote(self.target.key(name), safe="/~"), self.spec.addressing)
+
     def read(self, rounds: int) -> None:
         name = self._rank0_says(lambda: latest(self.sites, self.spec.signature))
         c = self.counters["read"]
-        handles = [f"{self.url}/{self.target.bucket}/{quote(self.target.key(f'{name}/{n}'), safe='/~')}"
-                   for n in self.share.names]
+        handles = [self._url(f"{name}/{n}") for n in self.share.names]
         plan = shard_plan(self.share.sizes, self.spec.block_size) if handles else None   # a rank may write none
         # the s3 engine makes its client on its first request: a 1-byte GET of the store object makes it
         # here, before the timed rounds (DLIO's client exists before it reads, as a file's mount does)
-        store = f"{self.url}/{self.target.bucket}/{quote(self.target.key(STORE), safe='/~')}"
+        store = self._url(STORE)
         self.engine.run([store], shard_plan([1], self.spec.block_size), histogram.empty())
         for _ in range(rounds):
             self.comm.barrier()

@@ -84,7 +84,7 @@ class S3Store:
 
     # --- one request, blocking ---------------------------------------------------------------------
 
-    def _target(self, bucket: str, key: str = "", query: str = "") -> tuple[str, str]:
+    def target(self, bucket: str, key: str = "", query: str = "") -> tuple[str, str]:
         """(Host header, path) of a request: path-style HOST /BUCKET/KEY, or virtual-host style
         BUCKET.HOST /KEY (the CRT connects to the host the Host header names)."""
         key_path = f"/{quote(key, safe='/~')}" if key else ""
@@ -124,7 +124,7 @@ class S3Store:
         raise AssertionError("unreachable")
 
     def _once(self, method, bucket, key, query, body, send_file, op):
-        host, path = self._target(bucket, key, query)
+        host, path = self.target(bucket, key, query)
         headers = http.HttpHeaders([("host", host)])
         stream = None
         if body is not None:

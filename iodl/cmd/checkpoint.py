@@ -21,7 +21,7 @@ from ..patterns import WRITE_PATTERNS
 from ..patterns.checkpoint import BLOCK_SIZE, IODEPTH, CheckpointRunSpec, execute
 from ..outputs import check_output_path, write_result
 from ..report import make_console
-from ..s3root import endpoint_urls, is_s3
+from ..s3root import add_s3_arguments, addressing, endpoint_urls, given_endpoints, is_s3
 from ..stop import Interrupt
 from ..units import parse_size
 from ..workload import load_workload
@@ -43,9 +43,7 @@ def add_arguments(p) -> None:
                    help="where checkpoints go: a new or empty directory, or one iodl wrote checkpoints in; or a "
                         "bucket's new prefix, or one iodl wrote checkpoints under (docs/s3.md) (repeatable: ranks "
                         "map to roots round-robin)")
-    p.add_argument("--endpoint", action="append", default=[], metavar="URL",
-                   help="s3:// roots: the S3 server, http(s)://HOST[:PORT] (repeatable: ranks spread over them "
-                        "round-robin; default AWS's)")
+    add_s3_arguments(p)
     p.add_argument("--part-size", metavar="SIZE",
                    help="s3:// roots: multipart upload part size (default 8MiB, DLIO's S3 checkpointing's)")
     p.add_argument("--writes", type=cli_int, metavar="K", help="checkpoints to write (default: the workload's)")
@@ -108,15 +106,17 @@ def resolve(ranks: int, args) -> CheckpointRunSpec:
         raise UsageError(f"workload {wl.name}: its checkpoints go to a bucket (DLIO storage_type s3): give --root "
                          "s3://BUCKET/PREFIX and --endpoint URL (docs/s3.md); in a directory they would be other "
                          "storage. --plan shows what each rank writes")
-    if args.endpoint and not all(buckets):
-        raise UsageError("--endpoint is for s3:// roots")
+    for flag in ("endpoint", "addressing"):
+        if getattr(args, flag) and not all(buckets):
+            raise UsageError(f"--{flag} is for s3:// roots")
     if args.part_size and not all(buckets):
         raise UsageError("--part-size is for s3:// roots (a multipart upload's parts)")
     spec = WRITE_PATTERNS["checkpoint"].configure(CheckpointRunSpec(
         workload=wl, ranks=ranks, roots=tuple(r if is_s3(r) else os.path.abspath(r) for r in args.root),
         writes=args.writes, reads=args.reads, fsync=not args.no_fsync, direct=args.direct, engine=args.engine,
         iodepth=args.iodepth, block_size=parse_size(args.block_size, "--block-size"), drop_caches=args.drop_caches,
-        endpoints=tuple(endpoint_urls(args.endpoint)) if all(buckets) else (),
+        endpoints=tuple(endpoint_urls(given_endpoints(args.endpoint, wl))) if all(buckets) else (),
+        addressing=addressing(args.addressing) if all(buckets) else "path",
         part_size=parse_size(args.part_size, "--part-size") if args.part_size else 0))
     if args.out:
         check_output_path("--out", args.out)

@@ -15,21 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _native, cache, engines, histogram, limits, reduce
+from .. import _native, cache, engines, limits, reduce
 from .. import checkpoint
 from ..comm import collective
 from ..cursor import Cursor
 from ..engine import open_for_read, open_for_write
 from ..errors import IodlError, UsageError
-from ..metrics import RankResult
 from ..mlperf import checkpoint_view
 from ..plan import OP_FSYNC, OP_WRITE, fd_budget, new_plan, shard_plan
 from ..result import CHECKPOINT as SCHEMA
 from .base import Pattern, Run
+from .checkpoint_share import OpCounters, RankShare
 from .checkpoint_store import complete, latest, new_checkpoint, prepare_root, read_gap_s
 
 BLOCK_SIZE = 1 << 20   # request size of checkpoint writes and reads unless told (iodl checkpoint --block-size)
@@ -37,17 +37,6 @@ IODEPTH = 8            # requests in flight per rank unless told (--iodepth)
 
 
 # ---- what one rank writes
-
-@dataclass
-class RankShare:
-    """The files of one rank's share of a checkpoint: names (in the checkpoint's directory) and sizes."""
-    names: list[str]
-    sizes: list[int]
-
-    @property
-    def bytes(self) -> int:
-        return int(sum(self.sizes))
-
 
 def write_plan(sizes: list[int], block_size: int, fsync: bool, direct: bool) -> np.ndarray:
     """Each file written whole in block_size requests, then (fsync) an fsync of it: what a
@@ -67,25 +56,6 @@ def write_plan(sizes: list[int], block_size: int, fsync: bool, direct: bool) -> 
     plan["file"][at] = np.arange(len(sizes))
     plan["op"][at] = OP_FSYNC
     return plan
-
-
-@dataclass
-class OpCounters(RankResult):
-    """A rank's counters of one operation (write or read) over all rounds: RankResult's, plus
-    the fsyncs and each round's time and bytes."""
-    fsync_hist: np.ndarray = field(default_factory=histogram.empty)
-    fsyncs: int = 0
-    fsync_ns: int = 0
-    round_s: list = field(default_factory=list)
-    round_bytes: list = field(default_factory=list)
-
-    def engine_args(self, t0_ns: int) -> dict:
-        return dict(super().engine_args(t0_ns), fsync_hist=self.fsync_hist)
-
-    def add(self, stats: dict, t0_ns: int) -> None:
-        super().add(stats, t0_ns)
-        self.fsyncs += stats.get("fsyncs", 0)
-        self.fsync_ns += stats.get("fsync_ns", 0)
 
 
 # ---- one rank's rounds
@@ -157,6 +127,7 @@ class CheckpointRunSpec:
     drop_caches: bool = False
     endpoints: tuple[str, ...] = ()   # s3:// roots: the endpoints (ranks round-robin); () for directories
     part_size: int = 0           # s3:// roots: a multipart upload's part size (iodl/s3checkpoint.py)
+    addressing: str = "path"     # s3:// roots: s3root.ADDRESSING as the run resolved it
     model: checkpoint.CheckpointModel | None = None
     layout: checkpoint.Layout | None = None
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from iodl import histogram, reduce
-from iodl.patterns.checkpoint import OpCounters
+from iodl.patterns.checkpoint_share import OpCounters
 from iodl.comm import MpiComm
 from iodl.metrics import RankResult, reduce_results
 

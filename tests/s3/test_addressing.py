@@ -1,5 +1,5 @@
 """Virtual-host addressing (`--addressing virtual`, or the AWS config file's s3 addressing_style):
-requests name the bucket in the host, `BUCKET.ENDPOINT/KEY`.
+requests name the bucket in the host, `BUCKET.ENDPOINT/KEY` — generate, read and checkpoint.
 
 Ground truth: the session's SeaweedFS serving virtual-host names (-s3.domainName) on 127.0.0.1,
 and iodl run in a mount namespace of its own whose /etc/hosts knows the bucket's name,
@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import require_or_skip
 from tests.s3.server import DOMAIN
+from tests.s3.test_checkpoint import DLIO_S3
 
 
 def _iodl_with_hosts(hosts: str, *args: str, env: dict) -> subprocess.CompletedProcess:
@@ -58,3 +59,14 @@ def test_virtual_host_addressing_writes_and_reads_by_bucket_names(seaweed, bucke
     assert path.returncode != 0
     line = path.stderr.strip()
     assert "\n" not in line and line.startswith(f"iodl: error: {endpoint}: GET s3://{bucket}/ds/"), line
+
+    # a checkpoint under the same rule: its multipart uploads and ranged GETs by the bucket's name
+    config = tmp_path / "tiny_s3.yaml"
+    config.write_text(DLIO_S3)
+    ck = _iodl_with_hosts(str(hosts), "checkpoint", "--workload", str(config), "--root", f"s3://{bucket}/ck",
+                          "--endpoint", endpoint, "--writes", "1", "--reads", "1", "--out", str(tmp_path / "c.json"),
+                          env=env)
+    assert ck.returncode == 0, ck.stderr
+    result = json.loads((tmp_path / "c.json").read_text())["checkpoint"]
+    stored = sum(o["Size"] for o in server.client().list_objects_v2(Bucket=bucket, Prefix="ck/ckpt-")["Contents"])
+    assert result["write"]["bytes"] == result["read"]["bytes"] == stored > 0
