@@ -50,7 +50,7 @@ class Crt:
         signing = s3.create_default_s3_signing_config(region="us-east-1", credential_provider=creds)
         self.client = s3.S3Client(bootstrap=boot, region="us-east-1", tls_mode=s3.S3RequestTlsMode.DISABLED,
                                   signing_config=signing, max_active_connections_override=inflight,
-                                  retry_config=s3.S3RetryConfig(max_retries=0))
+                                  retry_config=s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
         self.host = server.endpoint.split("//", 1)[1]
 
     def start(self, op: str, key: str, body: bytes | None, done, length: int = 0) -> None:

@@ -62,7 +62,7 @@ class S3ClientGets:
         self.client = s3.S3Client(bootstrap=boot, region="us-east-1", tls_mode=s3.S3RequestTlsMode.DISABLED,
                                   signing_config=s3.create_default_s3_signing_config(region="us-east-1",
                                                                                      credential_provider=creds),
-                                  max_active_connections_override=1, retry_config=s3.S3RetryConfig(max_retries=0))
+                                  max_active_connections_override=1, retry_config=s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
 
     def get(self, req, t: list) -> None:
         def on_headers(status_code, headers):

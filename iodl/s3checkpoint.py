@@ -52,9 +52,6 @@ from .s3store import BACKOFF_S, RETRIES, S3Error, S3Store, _retryable, _s3_code
 PART_SIZE = 8 << 20
 MIN_PART_SIZE = 5 << 20        # S3's smallest part but the last
 MAX_PARTS = 10_000             # S3's most parts in one upload
-# a refused connection is not tried again: the CRT has already spent seconds retrying it (2.3 s for
-# an empty PUT to a closed port, with the client's own retries off), a dropped one is
-REFUSED = "AWS_IO_SOCKET_CONNECTION_REFUSED"
 STAMP_BLOCK = 4096             # every block of this size in a body is made unlike every other
 ABORT_WAIT_S = 0.3             # an upload stopped half-way: how long its abort may hold up the stop
 
@@ -257,8 +254,7 @@ class PutRound:
                 else:
                     code = status_code or getattr(error, "status_code", None)
                     name = getattr(error, "name", type(error).__name__)
-                    if attempt < RETRIES and not (self.failed or self.stopping) and _retryable(code, name) \
-                            and name != REFUSED:
+                    if attempt < RETRIES and not (self.failed or self.stopping) and _retryable(code, name):
                         self.retries += 1
                         self.retry.append((time.monotonic() + BACKOFF_S * (1 << attempt),
                                            (up, n, offset, length, attempt + 1, slot)))

@@ -77,7 +77,7 @@ class S3Store:
         self.client = s3.S3Client(bootstrap=boot, region=region(), tls_mode=tls, signing_config=signing,
                                   part_size=PART_SIZE, multipart_upload_threshold=MULTIPART_THRESHOLD,
                                   max_active_connections_override=max(1, inflight),
-                                  retry_config=s3.S3RetryConfig(max_retries=0))
+                                  retry_config=s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
         self.lock = threading.Lock()
         self.retries = 0              # attempts repeated after a 5xx or a dropped connection
         self.errors = 0               # requests that failed for good

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from iodl.patterns.checkpoint import IODEPTH
 from tests.helpers import iodl
 from tests.s3.server import Seaweed
 
@@ -170,12 +171,12 @@ def _parts_done(server, bucket: str) -> int:
                for u in ups) if ups else -1
 
 
-def _start_when_uploading(server, bucket, args, env):
-    """Start iodl checkpoint and return it once a part of its first multipart upload is on the server."""
+def _start_when_uploading(server, bucket, args, env, parts: int = 1):
+    """Start iodl checkpoint and return it once `parts` parts of its multipart uploads are on the server."""
     proc = subprocess.Popen([sys.executable, "-m", "iodl", "checkpoint", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 20
-    while _parts_done(server, bucket) < 1:
+    while _parts_done(server, bucket) < parts:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     return proc
@@ -193,7 +194,9 @@ def test_a_server_gone_mid_write_is_one_line_naming_the_object_with_a_partial_re
         proc = _start_when_uploading(server, "gone-bkt", ["--workload", str(config), "--root", "s3://gone-bkt/ck",
                                                           "--endpoint", server.endpoint, "--out", str(out),
                                                           "--part-size", "5MiB"],
-                                     server.env())
+                                     server.env(), parts=IODEPTH + 1)
+        # a part on the server may not have its answer back yet; the (iodepth + 1)th was sent only
+        # after one of the first iodepth had its answer and was counted: something completed
         server.kill()
         stdout, stderr = proc.communicate(timeout=30)
     finally:

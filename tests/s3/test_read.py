@@ -127,12 +127,17 @@ def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
         server.kill()
         t0 = time.monotonic()
         out, err = proc.communicate(timeout=60)
-        assert time.monotonic() - t0 < 30, "the failure ends the run, not its 60 s"
+        # iodl's 3 retries take 1.4 s; awscrt's own (its default: 5 more per attempt, 0.5 s apart and
+        # doubling, never counted) took 31.5 s until they were switched off
+        assert time.monotonic() - t0 < 5, "the failure ends the run after iodl's own retries"
         assert proc.returncode == 1, out + err
         line = err.strip()
         assert "\n" not in line
-        assert line.startswith("iodl: error: [Errno 111] Connection refused: AWS_IO_SOCKET_CONNECTION_REFUSED after 3 "
-                               "retries (read of "), line
+        # refused, or (1 run in 5) the CRT's resolver giving up on the address whose connections it saw
+        # refused: AWS_IO_DNS_QUERY_FAILED, even for an IP literal
+        assert line.startswith(("iodl: error: [Errno 111] Connection refused: AWS_IO_SOCKET_CONNECTION_REFUSED",
+                                "iodl: error: [Errno 5] Input/output error: AWS_IO_DNS_QUERY_FAILED")), line
+        assert " after 3 retries (read of " in line, line
         assert f"'{server.endpoint}/gone-bkt/ds/copy-0000/train-" in line
         result = json.loads((tmp_path / "gone.json").read_text())
         assert result["partial"] is True and result["total"]["bytes"] > 0 and result["total"]["ios"] > 0
