@@ -45,7 +45,7 @@ from .plan import shard_plan
 from .reduce import checkpoint_block, reduce_checkpoint_op
 from .s3engine import S3Engine
 from .s3root import Target, endpoint_of, object_url
-from .s3store import BACKOFF_S, RETRIES, S3Error, S3Store, _retryable, _s3_code
+from .s3store import BACKOFF_S, RETRIES, S3Error, S3Store, _answer, _retryable
 
 # DLIO's S3 checkpointing (PyTorchS3Checkpointing: s3torchconnector's S3Checkpoint writer) leaves the
 # part size at the connector's default, 8 MiB (docs/s3.md).
@@ -252,8 +252,8 @@ class PutRound:
                     if n:
                         up.etags[n] = etag[0] if etag else ""
                 else:
-                    code = status_code or getattr(error, "status_code", None)
                     name = getattr(error, "name", type(error).__name__)
+                    code, s3code = _answer(status_code or getattr(error, "status_code", None), name, error_body)
                     if attempt < RETRIES and not (self.failed or self.stopping) and _retryable(code, name):
                         self.retries += 1
                         self.retry.append((time.monotonic() + BACKOFF_S * (1 << attempt),
@@ -261,7 +261,6 @@ class PutRound:
                         self.cv.notify()
                         return         # the retry keeps the slot
                     if self.failed is None:
-                        s3code = _s3_code(error_body)
                         why = (f"HTTP {code}" + (f" {s3code}" if s3code else "") if code else name) + (
                             f" after {attempt} retries" if attempt else "")
                         what = f"part {n} ({length:,} bytes at offset {offset:,})" if n else f"{length:,} bytes"

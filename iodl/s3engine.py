@@ -32,7 +32,7 @@ except ImportError:   # the s3 extra is optional: without it an s3:// root is on
     raise UsageError("s3:// roots need the s3 extra (awscrt): pip install 'iodl[s3]'") from None
 
 from . import _native, histogram
-from .s3store import BACKOFF_S, RETRIES, S3Store, _retryable, _s3_code
+from .s3store import BACKOFF_S, RETRIES, S3Store, _answer, _retryable
 
 _ERRNO = {403: errno.EACCES, 404: errno.ENOENT, 416: errno.EINVAL}
 _CRT_ERRNO = {"AWS_IO_SOCKET_CONNECTION_REFUSED": errno.ECONNREFUSED, "AWS_IO_SOCKET_TIMEOUT": errno.ETIMEDOUT,
@@ -143,15 +143,14 @@ class S3Engine:
                 if error is None:
                     finish(row, t0, got, first, None, 0)
                     return
-                code = status_code or getattr(error, "status_code", None)
                 name = getattr(error, "name", type(error).__name__)
+                code, s3code = _answer(status_code or getattr(error, "status_code", None), name, error_body)
                 if attempt < RETRIES and not st.stop and _retryable(code, name):
                     with cv:
                         self.retries += 1
                         st.retry.append((time.monotonic() + BACKOFF_S * (1 << attempt), row, attempt + 1))
                         cv.notify()
                     return
-                s3code = _s3_code(error_body)
                 why = f"HTTP {code}" + (f" {s3code}" if s3code else "") if code else name
                 err = _ERRNO.get(code, errno.EIO) if code else _CRT_ERRNO.get(name, errno.EIO)
                 finish(row, t0, got, first, (err, f"{os.strerror(err)}: {why}"

@@ -55,6 +55,17 @@ def _s3_code(body: bytes | None) -> str:
     return m.group(1).decode() if m else ""
 
 
+# CRT errors that stand for an S3 answer the CRT keeps to itself: radosgw's 503 SlowDown arrives as
+# AWS_ERROR_S3_SLOW_DOWN, with neither its status nor its error document
+_CRT_ANSWERS = {"AWS_ERROR_S3_SLOW_DOWN": (503, "SlowDown")}
+
+
+def _answer(status: int | None, error_name: str, body: bytes | None) -> tuple[int | None, str]:
+    """(HTTP status, S3 code) of a failed request, from the answer or from the CRT's name for it."""
+    crt_status, crt_code = _CRT_ANSWERS.get(error_name, (None, ""))
+    return status or crt_status, _s3_code(body) or crt_code
+
+
 def _retryable(status: int | None, error_name: str) -> bool:
     if status is not None:
         return status >= 500          # 503 SlowDown, 500 InternalError; a 4xx is an answer
@@ -104,8 +115,7 @@ class S3Store:
             try:
                 return self._once(method, bucket, key, query, body, send_file, op)
             except AwsCrtError as exc:
-                status = getattr(exc, "status_code", None)
-                code = _s3_code(getattr(exc, "body", None))
+                status, code = _answer(getattr(exc, "status_code", None), exc.name, getattr(exc, "body", None))
                 if status == 404 and ok_missing:
                     return 404, {}, b""
                 if attempt < RETRIES and _retryable(status, exc.name):

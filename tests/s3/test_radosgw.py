@@ -3,8 +3,8 @@
 
 One cluster for the module, in a network namespace behind a 200 Mbit/s veth (tests/s3/link.py): what
 iodl says it wrote and read crossed the link (the veth's own counters, within 2% for HTTP and TCP/IP
-headers), at the link's rate (within 5% of its TCP payload rate); a wrong secret, and radosgw killed
-mid-read, each end in one line. The kill comes last: it takes the server away.
+headers), at the link's rate (within 5% of its TCP payload rate); a wrong secret, 503 SlowDown (radosgw
+throttling its requests), and radosgw killed mid-read, each end in one line. The kill comes last: it takes the server away.
 """
 import json
 import subprocess
@@ -135,6 +135,34 @@ def _connections(server) -> int:
     out = subprocess.run(["ss", "-Htn", "state", "established", "dst", f"{server.ip}:{server.port}"],
                          capture_output=True, text=True).stdout
     return len(out.splitlines())
+
+
+def test_slowdown_is_retried_counted_and_named(rgw, written, tmp_path):
+    """radosgw answers 503 SlowDown to requests beyond rgw_max_concurrent_requests (its throttler
+    scheduler; set to 1 through the admin socket): with 8 GETs in flight, iodl retries them 3 times
+    each, counts every retry, and a GET refused a fourth time ends the run in one line naming the
+    answer and the object, after the partial figures. The retries are iodl's alone: awscrt's own are
+    off, so none is hidden inside a GET's latency."""
+    _link, server = rgw
+    asok = f"{server.top}/run/client.rgw.iodl.asok"
+
+    def throttle(n: int) -> None:
+        subprocess.run(["ceph", "--admin-daemon", asok, "config", "set", "rgw_max_concurrent_requests", str(n)],
+                       check=True, capture_output=True, timeout=30)
+
+    throttle(1)
+    try:
+        proc = iodl("read", "--root", f"s3://{BUCKET}/ds", "--endpoint", server.endpoint, "--pattern", "storage-only",
+                    "--block-size", "256KiB", "--iodepth", "8", "--duration", "3", "--ramp", "0",
+                    "--out", str(tmp_path / "s.json"), env=server.env())
+    finally:
+        throttle(1024)
+    line = proc.stderr.strip()
+    assert proc.returncode == 1 and "\n" not in line, proc.stderr
+    assert line.startswith("iodl: error: [Errno 5] Input/output error: HTTP 503 SlowDown after 3 retries (read of "), line
+    assert f"{server.endpoint}/{BUCKET}/ds/" in line
+    total = json.loads((tmp_path / "s.json").read_text())["total"]
+    assert total["errors"] >= 1 and total["retries"] >= 3 and total["bytes"] > 0, total
 
 
 def test_radosgw_gone_mid_read_is_one_line_naming_the_object(rgw, written):
