@@ -130,13 +130,14 @@ def test_a_stop_while_starting_is_one_line_never_a_traceback(tmp_path, sig):
 
 
 def _endless_train_sync(tmp_path, ranks: int):
-    """mpiexec -n ranks of a train-sync that runs until stopped, on a tiny dataset: (process, result path)."""
+    """mpiexec -n ranks of a train-sync that runs until stopped, on a tiny dataset, with rank 0's progress
+    line each second on its stdout: (process, result path)."""
     root = tmp_path / "data"
     gen = iodl("generate", "--workload", "tiny", "--root", str(root), "--quiet")
     assert gen.returncode == 0, gen.stderr
     out = tmp_path / "r.json"
     return _start([mpiexec(), "-n", str(ranks), sys.executable, "-m", "iodl", "read", "--root", str(root), "--steps",
-                   "1000000", "--compute-time", "0.02", "--out", str(out)]), out
+                   "1000000", "--compute-time", "0.02", "--progress", "on", "--out", str(out)]), out
 
 
 @pytest.mark.flaky(reruns=1)   # a timing claim: start-up slack on a busy VM
@@ -295,7 +296,10 @@ def test_a_stopped_rank_does_not_hold_the_others_after_ctrl_c(tmp_path):
     while len(_rank_pids(proc.pid)) < 3:
         assert time.monotonic() < deadline and proc.poll() is None, "the ranks never started"
         time.sleep(0.2)
-    time.sleep(4)                               # running steps
+    for line in proc.stdout:                    # running steps: rank 0 has stepped for a second
+        if line.startswith("iodl: 1 s,"):
+            break
+    assert proc.poll() is None, "the run ended before its first progress line"
     pids = _rank_pids(proc.pid)
     # the rank processes in launch order are ranks 0, 1, 2 (hydra starts them in order)
     victim = pids[1]

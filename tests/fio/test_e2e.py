@@ -22,6 +22,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 REFERENCE = os.path.join(REPO, "workloads", "fio", "reference-job1.fio")
 
 
+@pytest.fixture(scope="module")
+def mount():
+    """One loop mount for both tests: the job without its rate reads the same files as the reference
+    (names and sizes do not depend on rate_iops), so the second fio-compare finds them laid out and
+    skips writing 512 MB again (fio and iodl both read existing files big enough, as they are)."""
+    with LoopMount(1 << 30) as m:
+        yield m
+
+
 def compare(job, tmp_path, *args, preexec=None):
     out = tmp_path / "cmp.json"
     r = subprocess.run([sys.executable, "-m", "iodl", "fio-compare", str(job), "--out", str(out), "--repeat", "3", *args],
@@ -38,9 +47,8 @@ def reference_without_rate(tmp_path):
 
 
 @pytest.mark.flaky(reruns=1)  # the disk's latency drifts between rounds; a real gap fails both runs
-def test_reference_shape_rate_limited_agrees(tmp_path):
-    with LoopMount(1 << 30) as m:
-        e = compare(REFERENCE, tmp_path, "--directory", m.path, "--scale", "0.001", "--runtime", "2", "--ramp-time", "1")
+def test_reference_shape_rate_limited_agrees(tmp_path, mount):
+    e = compare(REFERENCE, tmp_path, "--directory", mount.path, "--scale", "0.001", "--runtime", "2", "--ramp-time", "1")
     # 8 clones x 83 IOPS x 1 MiB: both tools must be pinned to the rate, and to each other
     assert e["fio"]["iops"] == pytest.approx(8 * 83, rel=0.05)
     assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05)
@@ -54,17 +62,20 @@ def test_reference_shape_rate_limited_agrees(tmp_path):
     assert e["iodl"]["depth_pct"]["32"] == 0 and e["iodl"]["depth_pct"][">=64"] == 0
 
 
-def test_reference_shape_on_throttled_mount_agrees(tmp_path):
+def test_reference_shape_on_throttled_mount_agrees(tmp_path, mount):
     """No ramp here: 8 clones x 32 x 1 MiB in flight is 1.8 s of queue at 150 MB/s, longer than a
     short ramp, and fio ends each clone's ramp at that clone's next completion (io_u.c
     should_account), so its clones' windows start up to ~1.8 s apart while its group figure
     divides by the longest one: 160-188 MB/s reported on a 150 MB/s throttle, and io_bytes
     (counting what the ramp left in flight) disagreeing with total_ios (counted at issue)."""
     limit = 150 * 10**6
-    with LoopMount(1 << 30) as m, BlkioGroup("fio-compare") as group:
-        group.throttle_read(m.majmin, limit)
-        e = compare(reference_without_rate(tmp_path), tmp_path, "--directory", m.path, "--scale", "0.001",
-                    "--runtime", "3", "--ramp-time", "0", preexec=group.enter)
+    with BlkioGroup("fio-compare") as group:
+        group.throttle_read(mount.majmin, limit)
+        e = compare(reference_without_rate(tmp_path), tmp_path, "--directory", mount.path, "--scale", "0.001",
+                    "--runtime", "2", "--ramp-time", "0", preexec=group.enter)
+    print("throttled: fio", [round(r["fio"]["bandwidth_MBps"], 1) for r in e["rounds"]], "iodl",
+          [round(r["iodl"]["bandwidth_MBps"], 1) for r in e["rounds"]], "MB/s; ratio bw", round(e["ratio"]["bandwidth"], 3),
+          "iops", round(e["ratio"]["iops"], 3))
     assert e["fio"]["bandwidth_MBps"] == pytest.approx(limit / 1e6, rel=0.05)
     assert e["iodl"]["bandwidth_MBps"] == pytest.approx(limit / 1e6, rel=0.05)
     assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05)

@@ -81,14 +81,15 @@ def test_every_reported_read_reaches_the_device(tmp_path, ranks, direct):
 
 @pytest.mark.blkio
 @pytest.mark.flaky(reruns=1)   # two cores shared with the other helpers' tests: a throttle needs the CPU to stay busy
-@pytest.mark.parametrize("ranks", RANKS)
-@pytest.mark.parametrize("op", ["write", "read"])
+@pytest.mark.parametrize("op, ranks", [("write", 1), ("write", 2), ("read", 1)],
+                         ids=["write-1-rank", "write-2-ranks", "read-1-rank"])
 def test_bandwidth_is_the_throttle_within_5_percent_and_never_above(tmp_path, op, ranks):
     """A write throttle on write-only requests, 4 entries of at most 1.3 MB written at once per rank
     (an entry's bytes count when its fsync returns: what is in progress when the 12 s window ends,
     at most 5.2 MB a rank, is not; 4 at once keep the device busy between one fsync and the next
     entry), or a read throttle on the re-reads of a full run: 32 users a rank ask for more than the
-    throttle; the reported bandwidth is the throttle within 5 %, not above it."""
+    throttle; the reported bandwidth is the throttle within 5 %, not above it. Reads at 2 ranks:
+    the two-core run of test_two_ranks_on_one_core_report_what_they_report_on_two, checked there."""
     bps = 20 * MB
     with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup(f"iodl-kvcache-{op}-{ranks}") as group:
         getattr(group, f"throttle_{op}")(m.majmin, bps)
@@ -150,7 +151,8 @@ def test_a_root_without_room_for_the_largest_entry_is_refused_before_writing(tmp
 @pytest.mark.flaky(reruns=1)
 def test_two_ranks_on_one_core_report_what_they_report_on_two(tmp_path):
     """kv-cache.py's scores follow the client's CPU (mlcommons/storage#334); iodl's must not: 2 ranks
-    under a 40 MB/s read throttle report the same read bandwidth (within 5 %) on one core as on two."""
+    under a 40 MB/s read throttle report the same read bandwidth (within 5 %) on one core as on two.
+    The two-core run is also the read bandwidth check at 2 ranks: the throttle within 5 %, never above."""
     bps, got = 40 * MB, {}
     for cores in ({0, 1}, {0}):
         with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup(f"iodl-kvcache-cores-{len(cores)}") as group:
@@ -167,6 +169,8 @@ def test_two_ranks_on_one_core_report_what_they_report_on_two(tmp_path):
             assert proc.returncode == 0, proc.stderr
         got[len(cores)] = load_json(out)["kvcache"]["read_bandwidth_MBps"] * MB
     print(f"read throttle {bps / MB:.0f} MB/s: two cores {got[2] / MB:.2f} MB/s, one core {got[1] / MB:.2f} MB/s")
+    assert got[2] <= bps * 1.005   # the throttle's own accounting slack, nothing more
+    assert got[2] == pytest.approx(bps, rel=0.05)
     busy = os.getloadavg()[0]
     if got[1] < 0.95 * got[2] and busy > 8:
         # the claim is about what the ranks need; with other work queued 4 deep on each core, the

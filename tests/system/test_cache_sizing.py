@@ -1,5 +1,5 @@
-"""Cache accounting, --drop-caches, sizing and the live progress view, held against throttled loop
-mounts and the blkio counters of what reached the device."""
+"""Cache accounting, --drop-caches and sizing, held against throttled loop mounts and the blkio
+counters of what reached the device (the live progress view: tests/system/test_read_groundtruth.py)."""
 import math
 import re
 
@@ -9,7 +9,7 @@ from iodl import cache
 from iodl.cache import drop_caches
 from iodl.groundtruth import BlkioGroup, LoopMount
 from iodl.sizing import demand_MBps
-from tests.helpers import iodl, load_json, mpiexec, write_random_files
+from tests.helpers import iodl, load_json, write_random_files
 
 pytestmark = [pytest.mark.root, pytest.mark.loopdev, pytest.mark.blkio]
 
@@ -110,33 +110,6 @@ def test_sizing_counts_the_accelerators_a_throttled_mount_feeds(tmp_path):
     assert mount["accelerators_fed"] == math.floor(throttle / MB / demand) == 2
     assert mount["storage_bound"] is True
     assert "accelerators fed" in proc.stdout
-
-
-@pytest.mark.odirect
-@pytest.mark.aio
-def test_progress_lines_show_each_mounts_throttle(tmp_path):
-    """--progress on without a terminal prints a line a second; once the first seconds have
-    passed each mount's MB/s in it is that mount's throttle within 10% (a 3 s moving window)."""
-    assert mpiexec(), "mpiexec not found (pip install mpich)"
-    throttles = (40 * MB, 80 * MB)
-    with LoopMount(512 << 20) as a, LoopMount(512 << 20) as b, BlkioGroup("iodl-test") as group:
-        for m in (a, b):
-            write_random_files(m.path, 4, SHARD)
-        for m, bps in zip((a, b), throttles):
-            group.throttle_read(m.majmin, bps)
-        proc = iodl("read", "--pattern", "storage-only", "--root", a.path, "--root", b.path, "--direct",
-                    "--engine", "aio", "--iodepth", "4", "--ramp", "1", "--duration", "7", "--progress", "on",
-                    ranks=2, preexec_fn=group.enter, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("iodl: ") and "MB/s" in ln]
-    assert len(lines) >= 6, proc.stdout
-    settled = lines[4:-1]          # past the ramp and a full averaging window; the last may straddle the end
-    for line in settled:
-        rates = [float(x.replace(",", "")) for x in re.findall(r"([\d,.]+) MB/s", line)]
-        assert len(rates) == 2, line
-        for rate, bps in zip(rates, throttles):
-            assert rate * MB == pytest.approx(bps, rel=0.10), line
-    assert "remaining" in lines[0]
 
 
 def test_drop_caches_every_epoch_makes_each_epoch_read_from_storage(tmp_path):

@@ -168,11 +168,17 @@ def test_a_rank_that_fails_ends_the_whole_job_quickly_with_one_clear_line(tmp_pa
 def test_sigint_to_mpiexec_leaves_a_partial_result(tmp_path, pattern):
     roots = _two_mount_dataset(tmp_path)
     out = tmp_path / "r.json"
+    # storage-only without a ramp: its window, where bytes count, runs from the first progress line on
+    length = ["--steps", "1000"] if pattern == "train-sync" else ["--duration", "1000", "--ramp", "0"]
     cmd = [mpiexec(), "-n", "3", sys.executable, "-m", "iodl", "read", "--pattern", pattern, "--root", roots[0],
-           "--steps" if pattern == "train-sync" else "--duration", "1000", "--compute-time", "0.02",
-           "--out", str(out)]
+           *length, "--compute-time", "0.02", "--progress", "on", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(5)
+    # stopped once rank 0 has read for a second (its first progress line), not after a fixed wait
+    # that must also cover the ranks' start-up on a busy machine
+    for line in proc.stdout:
+        if line.startswith("iodl: 1 s,"):
+            break
+    assert proc.poll() is None, "the run ended before its first progress line"
     proc.send_signal(signal.SIGINT)
     _stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
