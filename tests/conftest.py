@@ -61,19 +61,24 @@ def pytest_configure(config):
 
 
 # Tests that must have the machine to themselves, marked `serial` here so that no file has to say it:
-# timing claims (`flaky`), throttles and loop devices, the page cache and drop_caches (root), fio and
-# MPI jobs that use both cores, S3 servers in network namespaces, the system and MPI-size batteries,
-# and the ordinary user's venv (built once, by whichever phase meets it first). tests/run.py runs the
-# other tests two at a time (pytest-xdist), then these one at a time.
-SERIAL_MARKERS = ("flaky", "blkio", "loopdev", "root", "mpiexec", "mpi", "fio", "slow")
+# timing claims (`flaky`), throttles and loop devices, the page cache and drop_caches (root), MPI jobs
+# that use both cores, fio's runs held against iodl's, S3 servers in network namespaces, the system and
+# MPI-size batteries, and the ordinary user's venv (built once, by whichever phase meets it first).
+# tests/run.py runs the other tests two at a time (pytest-xdist), then these one at a time.
+SERIAL_MARKERS = ("flaky", "blkio", "loopdev", "root", "mpiexec", "mpi", "slow")
 SERIAL_PATHS = ("tests/system/", "tests/s3/", "tests/test_mpi_sizes.py")
 SERIAL_FIXTURES = ("nobody_iodl",)
+# fio's files whose tests only parse, lay out, fill buffers or count calls (no figure held to a
+# tolerance): they run fio beside other tests; every other `fio` test is serial
+FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.py", "tests/fio/test_uring_ring.py",
+               "tests/fio/test_reap.py", "tests/fio/test_loops.py")
 
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` selects on the marker
 def pytest_collection_modifyitems(items):
     for item in items:
         if (item.nodeid.startswith(SERIAL_PATHS) or any(item.get_closest_marker(m) for m in SERIAL_MARKERS)
+                or (item.get_closest_marker("fio") and not item.nodeid.startswith(FIO_SHARING))
                 or any(f in item.fixturenames for f in SERIAL_FIXTURES)):
             item.add_marker("serial")
 
