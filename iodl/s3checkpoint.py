@@ -42,7 +42,7 @@ from .metrics import RankResult
 from .patterns.checkpoint_share import OpCounters, RankShare
 from .patterns.checkpoint_store import STORE, STORE_SCHEMA
 from .plan import shard_plan
-from .reduce import checkpoint_block, reduce_checkpoint_op
+from .reduce import checkpoint_block, rate, reduce_checkpoint_op
 from .s3engine import S3Engine
 from .s3root import Target, endpoint_of, object_url
 from .s3store import BACKOFF_S, RETRIES, S3Error, S3Store, _answer, _retryable
@@ -217,7 +217,7 @@ class PutRound:
             for up in self.uploads:
                 self._complete(up)
         except KeyboardInterrupt:
-            self._abandon(1.0)     # a stop: what is in flight gets a second to be counted
+            self._abandon(0.5)     # a stop: what is in flight gets half a second to be counted (stop within ~1 s)
             raise
         except BaseException:
             self._abandon(0.0)     # a failure: the rest in flight fails too
@@ -507,7 +507,7 @@ def add_figures(comm, counters: dict, spec, reduced: dict | None) -> None:
 
 
 def _rates(block: dict, ios: int, retries: int, errors: int) -> None:
-    block.update(ios=int(ios), ops_per_s=ios / block["duration_s"] if block["duration_s"] > 0 else 0.0,
+    block.update(ios=int(ios), ops_per_s=rate(ios, block["duration_s"]),
                  retries=int(retries), errors=int(errors))
 
 
