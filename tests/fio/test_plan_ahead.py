@@ -58,11 +58,15 @@ def test_next_pass_is_drawn_during_the_run_and_passes_are_unchanged(tmp_path, mo
     assert len(runs) >= 3, "a pass a run: 1 s of 65536-row passes makes several runs"
     driver = runs[0][3]
     # every pass after the first was drawn outside the driver thread, started once the run before it was
-    # handed its rows (just before Engine.run) and before that run ended: drawn while it was on
+    # handed its rows (just before Engine.run) and before that run ended: drawn while it was on. The last
+    # run is cut at the deadline and may last microseconds, so its draw may start after it: only its start
+    # is bounded (a CI run saw one start 58 us after such a run)
     assert draws[0][1] == driver and all(t != driver for _, t in draws[1:])
     ends = [0.0] + [end for _, end, _, _ in runs]
     for k, (drawn, _) in enumerate(draws[1:len(runs) + 1]):
-        assert ends[k] <= drawn <= ends[k + 1]
+        assert ends[k] <= drawn
+        if k < len(runs) - 1:
+            assert drawn <= ends[k + 1]
     # the passes the engine ran are those drawn one after the other from the clone's seed
     rng = np.random.default_rng([plan.seed, 0])
     for _, _, rows, _ in runs[:-1]:   # the last run may have been cut at the deadline
