@@ -46,6 +46,8 @@ class ReadReport:
         if ck_reduced is not None:
             result["checkpoint"] = {"write": ck_reduced["checkpoint"]["write"], "fsync": ck_spec.fsync,
                                     "roots": list(ck_spec.roots)}
+            if ck_spec.endpoints:
+                result["checkpoint"].update(endpoints=list(ck_spec.endpoints), part_size=ck_spec.part_size)
         if missing:
             result["missing_ranks"] = missing
         summary = _report(self.args, spec, pattern, result, m, reduced, parts, facts, walls, ck_reduced, missing,
@@ -128,7 +130,9 @@ def _report(args, spec, pattern, result: dict, m: Mount, reduced: dict, parts, f
         console.print(f"in-training checkpoints: {w['rounds'] if w else 0} written"
                       + (f", {w['bytes'] / 1e9:,.3f} GB in {w['duration_s']:.2f} s ({w['bandwidth_MBps']:,.1f} MB/s); "
                          f"the steps waited {result['train']['checkpoint_s_per_step']:.3f} s per step for them"
-                         if w else ""), highlight=False, markup=False)
+                         if w else "")
+                      + (f"; {w['ios']:,} PUTs ({w['ops_per_s']:,.1f}/s), {w['retries']} retries, {w['errors']} errors"
+                         if w and "retries" in w else ""), highlight=False, markup=False)
     if pattern.accelerators and not m.synthetic:
         _datasize_warning(spec.workload, reduced, len(m.sizes), m.roots[m.index], console)
     summary = None

@@ -20,7 +20,7 @@ from .errors import UsageError
 from .metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
 from .outputs import check_output_path
 from .patterns import Run
-from .patterns.checkpoint import Checkpoints, TrainingCheckpoints, in_training, reduce_ops
+from .patterns.checkpoint import TrainingCheckpoints, in_training, open_checkpoints, reduce_ops
 from .plan import mount_of
 from .runspec import resolve
 from .s3root import addressing, endpoint_of, endpoint_urls, given_endpoints, is_s3
@@ -115,7 +115,7 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     if spec.engine_extra.get("endpoints"):   # this rank's endpoint, for the s3 engine to connect before the run
         urls = spec.engine_extra["endpoints"]
         spec = replace(spec, engine_extra={**spec.engine_extra, "endpoint": urls[endpoint_of(comm.rank, urls)]})
-    checkpoints = Checkpoints(comm, ck_spec) if ck_spec is not None else None
+    checkpoints = open_checkpoints(comm, ck_spec) if ck_spec is not None else None
     run = _rank_run(comm, spec, m, node, stop, checkpoints)
     progress = out.before_run(comm, spec, pattern, m, node) if out is not None else None
     startup_s = process_age_s()

@@ -49,7 +49,10 @@ class RunSpec:
     block_given: bool = False    # --block-size was given: it stands over a whole-file request
     delay_shared: bool = False   # null engine: the ranks of a node share one emulated device
     drop_caches: str | None = None   # "start" | "epoch"
-    checkpoint_roots: tuple[str, ...] = ()   # train-sync's in-training checkpoints
+    checkpoint_roots: tuple[str, ...] = ()   # train-sync's in-training checkpoints (directories or s3:// roots)
+    # every s3:// root's (the dataset's, the checkpoints'): the endpoints, ranks round-robin, and the addressing
+    endpoints: tuple[str, ...] = ()
+    addressing: str = "path"
     mlperf_category: str | None = None       # the training run's MLPerf category (mlperf.run_category)
     # measured over [ramp, ramp + duration] after the start barrier, fixed in advance (the pattern's
     # configure says: storage-only, and infer-async whose ranks are not in step); else over its own span
@@ -99,8 +102,12 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
     objects = [r for r in args.root if is_s3(r)]
     if objects and len(objects) != len(args.root):
         raise UsageError("--root: give either directories or s3:// roots, not both")
+    ck_roots = args.checkpoint_root
+    ck_buckets = [r for r in ck_roots if is_s3(r)]
+    if ck_buckets and len(ck_buckets) != len(ck_roots):
+        raise UsageError("--checkpoint-root: give either directories or s3:// roots, not both")
     for flag in ("endpoint", "addressing"):
-        if getattr(args, flag, None) and not objects:
+        if getattr(args, flag, None) and not objects and not ck_buckets:
             raise UsageError(f"--{flag} is for s3:// roots")
     if wl.read.storage == "object" and not objects and engine_asked != "null":
         raise bucket_needed(wl)
@@ -113,8 +120,9 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
     if args.drop_caches:
         cache.check_can_drop()
     engine = engines.choose("s3" if objects else engine_asked, direct)
-    engine_extra = ({"endpoints": tuple(endpoint_urls(given_endpoints(args.endpoint, wl))),
-                     "addressing": addressing(getattr(args, "addressing", None))} if objects else {})
+    endpoints, style = ((tuple(endpoint_urls(given_endpoints(args.endpoint, wl))),
+                         addressing(getattr(args, "addressing", None))) if objects or ck_buckets else ((), "path"))
+    engine_extra = {"endpoints": endpoints, "addressing": style} if objects else {}
     iodepth = engines.depth(engine, iodepth)   # the result says the depth that ran, not the one asked for
     return patterns[pattern].configure(RunSpec(
         pattern=pattern, engine=engine, direct=direct, iodepth=iodepth, block_size=block_size,
@@ -128,5 +136,6 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
         read_threads=threads, total_steps=train.total_steps, reading=reading, workload=wl, roots=tuple(args.root),
         manifests=manifests or {}, block_given=given_block is not None, delay_shared=args.delay_shared,
         drop_caches=args.drop_caches, checkpoint_roots=tuple(args.checkpoint_root), engine_extra=engine_extra,
+        endpoints=endpoints, addressing=style,
         mlperf_category=run_category(wl, args)))
 

@@ -511,7 +511,7 @@ def _rates(block: dict, ios: int, retries: int, errors: int) -> None:
                  retries=int(retries), errors=int(errors))
 
 
-def configure(spec, writes: int, reads: int, cm, lay):
+def configure(spec, writes: int, reads: int, cm, lay, flag: str = "--root"):
     """The pattern's configure for s3:// roots (patterns.checkpoint.Checkpoint.configure has checked
     what files and objects share): the s3 engine, no fsync, no page cache, parts S3 takes."""
     if spec.direct:
@@ -524,7 +524,7 @@ def configure(spec, writes: int, reads: int, cm, lay):
     part_size = spec.part_size or PART_SIZE
     check_part_size(part_size, (b for fs in checkpoint.plan(cm, spec.ranks).files for _n, b in fs))
     for root in spec.roots:
-        Target.parse(root)
+        Target.parse(root, flag)
     # each rank holds one part's bytes, every body is cut from it; the CRT buffers what is in flight
     limits.check_memory(f"--part-size {part_size} x --iodepth {spec.iodepth}",
                         limits.buffers_bytes(spec.iodepth + 1, part_size))

@@ -27,16 +27,16 @@ class Target:
     prefix: str
 
     @classmethod
-    def parse(cls, root: str) -> "Target":
+    def parse(cls, root: str, flag: str = "--root") -> "Target":
         bucket, _, prefix = root[len(SCHEME):].partition("/")
         prefix = prefix.strip("/")
         if not _BUCKET.match(bucket):
-            raise UsageError(f"--root {root}: '{bucket}' is not an S3 bucket name (3-63 of a-z, 0-9, '.', '-')")
+            raise UsageError(f"{flag} {root}: '{bucket}' is not an S3 bucket name (3-63 of a-z, 0-9, '.', '-')")
         if not prefix:
-            raise UsageError(f"--root {root}: give a prefix (s3://{bucket}/NAME): iodl writes only under a prefix "
+            raise UsageError(f"{flag} {root}: give a prefix (s3://{bucket}/NAME): iodl writes only under a prefix "
                              "it creates, never at a bucket's top")
         if any(part in ("", ".", "..") for part in prefix.split("/")):
-            raise UsageError(f"--root {root}: the prefix may not hold empty, '.' or '..' parts")
+            raise UsageError(f"{flag} {root}: the prefix may not hold empty, '.' or '..' parts")
         return cls(bucket, prefix)
 
     def key(self, rel: str) -> str:

@@ -49,9 +49,10 @@ def add_arguments(p, patterns: dict = PATTERNS) -> None:
                    help="empty each node's page cache before the run (start) or also before every epoch (epoch); needs root")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="rank 0's live per-mount MB/s (auto: on a terminal; on without one: a line per second)")
-    p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR",
+    p.add_argument("--checkpoint-root", action="append", default=[], metavar="DIR|s3://BUCKET/PREFIX",
                    help="train-sync: write the workload's in-training checkpoints ([checkpoint] every_steps, or "
-                        "after_epoch and every_epochs) here; the steps wait for them (docs/checkpoint.md)")
+                        "after_epoch and every_epochs) here, a directory or a bucket (--endpoint); the steps wait "
+                        "for them (docs/checkpoint.md)")
     p.add_argument("--detail", action="store_true",
                    help="print every table: latency percentiles, opens, queue depth, page cache per node, per rank")
     p.add_argument("--out", metavar="FILE", help="write the result JSON here (with --runs: every run's and the aggregate)")

@@ -27,6 +27,7 @@ from ..engine import open_for_read, open_for_write
 from ..errors import IodlError, UsageError
 from ..mlperf import checkpoint_view
 from ..plan import OP_FSYNC, OP_WRITE, fd_budget, new_plan, shard_plan
+from ..s3root import is_s3
 from ..result import CHECKPOINT as SCHEMA
 from .base import Pattern, Run
 from .checkpoint_share import OpCounters, RankShare
@@ -152,6 +153,13 @@ def in_training(spec, ranks: int) -> CheckpointRunSpec | None:
     _check_roots(spec.checkpoint_roots, ranks, "checkpoint roots")
     wl = spec.workload
     cm = wl.checkpoint_model()
+    if spec.endpoints and is_s3(spec.checkpoint_roots[0]):
+        # a bucket (the s3 extra, loaded for buckets only): multipart PUTs of DLIO's part size, as
+        # `iodl checkpoint --root s3://` writes them; the dataset may be on files or in a bucket
+        from ..s3checkpoint import configure
+        ck = CheckpointRunSpec(workload=wl, ranks=ranks, roots=spec.checkpoint_roots, endpoints=spec.endpoints,
+                               addressing=spec.addressing)
+        return configure(ck, 0, 0, cm, checkpoint.layout(cm, ranks), "--checkpoint-root")
     # written for real even when the run reads with null (no dataset) or asyncio (reads only)
     engine = engines.choose("auto" if spec.engine in ("null", "asyncio") else spec.engine, spec.direct, writes=True)
     return CheckpointRunSpec(workload=wl, ranks=ranks, roots=tuple(os.path.abspath(r) for r in spec.checkpoint_roots),
@@ -232,6 +240,14 @@ class Checkpoints:
         self.engine.close()
 
 
+def open_checkpoints(comm, spec: CheckpointRunSpec):
+    """One rank's checkpoints under spec's roots: Checkpoints for directories, s3checkpoint's for buckets."""
+    if spec.endpoints:   # a bucket (the s3 extra, loaded for buckets only)
+        from ..s3checkpoint import S3Checkpoints
+        return S3Checkpoints(comm, spec)
+    return Checkpoints(comm, spec)
+
+
 class TrainingCheckpoints:
     """train-sync's in-training checkpoints (training.run_steps' after_step): after step
     `every_steps` x k, or at the end of epoch after_epoch and every every_epochs epochs after it
@@ -307,11 +323,7 @@ class Checkpoint(Pattern):
 
     def run(self, run: Run) -> bool:
         spec = run.spec
-        if spec.endpoints:   # a bucket (the s3 extra, loaded for buckets only)
-            from ..s3checkpoint import S3Checkpoints
-            ck = S3Checkpoints(run.comm, spec)
-        else:
-            ck = Checkpoints(run.comm, spec)
+        ck = open_checkpoints(run.comm, spec)
         run.part = ck.counters   # what was counted before a stop is handed over all the same
         try:
             for _ in range(spec.writes):

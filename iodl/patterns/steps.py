@@ -38,7 +38,9 @@ class Steps(Pattern):
         ranks = reduced["per_rank"]
         train["emulator"] = emulator_cpu(steps, counted_steps(steps)[0], [p["rank"] for p in ranks],
                                          [p["host"] for p in ranks], [p["cores"] for p in ranks], train["au"],
-                                         au_threshold, spec.engine == "null" and not spec.delay_ns)
+                                         au_threshold,
+                                         # no storage at all: null reads, no delay, no in-training checkpoints
+                                         spec.engine == "null" and not spec.delay_ns and not spec.checkpoint_roots)
         train["mlperf"] = summary(steps, au_threshold)
         if train["mlperf"] is not None:
             train["mlperf"]["category"] = spec.mlperf_category

@@ -228,3 +228,61 @@ def test_ctrl_c_mid_write_stops_within_a_second_with_a_partial_result(seaweed, b
     assert result["partial"] is True and 0 < result["checkpoint"]["write"]["bytes"] < 300_000_000
     assert _uploads(seaweed, bucket) == []                  # the upload stopped half-way was aborted
     assert not [k for k in _objects(seaweed, bucket, "ck/ckpt-") if k.endswith(".pt")]   # no object came of it
+
+
+TRAIN_S3 = """[workload]
+name = "tiny-with-bucket-checkpoints"
+pattern = "train-sync"
+
+[dataset]
+format = "tfrecord"
+files = 16
+samples_per_file = 64
+sample_size = "64KiB"
+
+[train]
+batch_size = 32
+compute_time_s = 0.05
+epochs = 1
+
+[model]
+type = "cnn"
+model_size = "20MB"              # written whole by rank 0 (no ZeRO): 3 parts of 8 MiB
+
+[checkpoint]
+every_steps = 4
+"""
+
+
+def test_in_training_checkpoints_go_to_a_bucket_and_the_steps_wait_for_them(seaweed, bucket, tmp_path):
+    """train-sync (null reads, 12 steps, 2 ranks) with --checkpoint-root s3://: a checkpoint after steps 4, 8
+    and 12, each rank 0's 20 MB model as one multipart upload of 3 parts under PREFIX/ckpt-00000N/ with the
+    store object beside them; the result's write block counts each part once, per endpoint and per rank;
+    the steps' stall is the checkpoints' time; the secret is in nothing iodl prints or writes."""
+    wl = tmp_path / "train.toml"
+    wl.write_text(TRAIN_S3)
+    size = 20_000_000
+    out = tmp_path / "r.json"
+    proc = iodl("read", "--workload", str(wl), "--engine", "null", "--steps", "12", "--checkpoint-root",
+                f"s3://{bucket}/ck", "--endpoint", seaweed.endpoint, "--out", str(out), ranks=2, env=seaweed.env())
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout + proc.stderr + out.read_text()
+    assert seaweed.secret_key not in text
+    result = json.loads(out.read_text())
+    ck, train = result["checkpoint"], result["train"]
+    write = ck["write"]
+    assert ck["roots"] == [f"s3://{bucket}/ck"] and ck["endpoints"] == [seaweed.endpoint] and ck["part_size"] == PART
+    assert ck["fsync"] is False
+    assert (write["rounds"], write["bytes"], write["ios"]) == (3, 3 * size, 3 * -(-size // PART))
+    assert write["retries"] == 0 and write["errors"] == 0
+    assert write["endpoints"][0]["bytes"] == write["bytes"]
+    assert {p["rank"]: p["ios"] for p in write["per_rank"]} == {0: 9, 1: 0}
+    stored = _objects(seaweed, bucket, "ck/")
+    objects = {k: v[0] for k, v in stored.items() if k != "ck/iodl-checkpoints.json"}
+    assert "ck/iodl-checkpoints.json" in stored
+    assert sorted(objects.values()) == [size] * 3
+    assert sorted({k.split("/")[1] for k in objects}) == ["ckpt-000001", "ckpt-000002", "ckpt-000003"]
+    # every checkpoint held every rank's step: 11 measured steps (the first is not) carry all three
+    assert train["checkpoint_s_per_step"] * 11 == pytest.approx(write["duration_s"], rel=0.1)
+    assert "3 written" in proc.stdout and "9 PUTs" in proc.stdout
+    assert "the client, not the storage" not in proc.stdout   # the checkpoints held AU down, not the emulator
