@@ -13,6 +13,7 @@ import pytest
 from iodl.patterns.checkpoint import IODEPTH
 from tests.helpers import iodl
 from tests.s3.server import Seaweed
+from tests.system.test_checkpoint_truth import TRAIN
 
 MiB = 1 << 20
 PART = 8 * MiB
@@ -230,28 +231,9 @@ def test_ctrl_c_mid_write_stops_within_a_second_with_a_partial_result(seaweed, b
     assert not [k for k in _objects(seaweed, bucket, "ck/ckpt-") if k.endswith(".pt")]   # no object came of it
 
 
-TRAIN_S3 = """[workload]
-name = "tiny-with-bucket-checkpoints"
-pattern = "train-sync"
-
-[dataset]
-format = "tfrecord"
-files = 16
-samples_per_file = 64
-sample_size = "64KiB"
-
-[train]
-batch_size = 32
-compute_time_s = 0.05
-epochs = 1
-
-[model]
-type = "cnn"
-model_size = "20MB"              # written whole by rank 0 (no ZeRO): 3 parts of 8 MiB
-
-[checkpoint]
-every_steps = 4
-"""
+# the in-training checkpoint workload of the directory-root truth test, its model 20 MB: 3 parts of 8 MiB
+TRAIN_S3 = TRAIN.replace('model_size = "64MB"', 'model_size = "20MB"').replace("compute_time_s = 0.1", "compute_time_s = 0.05")
+assert "20MB" in TRAIN_S3 and "0.05" in TRAIN_S3
 
 
 def test_in_training_checkpoints_go_to_a_bucket_and_the_steps_wait_for_them(seaweed, bucket, tmp_path):
