@@ -11,6 +11,7 @@ import mmap
 import os
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -63,6 +64,9 @@ class SerialComm:
 
     def all_answered(self) -> None:
         pass
+
+    def stop_notices(self, on_notice) -> "StopNotices | None":
+        return None   # one rank: nobody to tell
 
     def abort(self, code: int) -> None:
         os._exit(code)
@@ -208,8 +212,57 @@ class MpiComm:
     def hostname(self) -> str:
         return self._MPI.Get_processor_name()
 
+    def stop_notices(self, on_notice) -> "StopNotices":
+        return StopNotices(self._comm, self._MPI.ANY_SOURCE, on_notice)
+
     def abort(self, code: int) -> None:
         self._comm.Abort(code)
+
+
+class StopNotices:
+    """A run's failure on one rank, told to every other: they stop as on Ctrl-C, and the ranks put
+    what they counted together into a partial result (rather than the job ending without one).
+
+    Each rank keeps one receive posted for the notice; a thread looks at it every POLL_S
+    (sleeping in between: 72 ranks on 2 cores must not spin) and calls on_notice (the rank's own stop
+    request) once when it arrives. A rank whose request failed for good calls tell(). close() ends
+    the watch and takes in every notice still on its way (MPI_Finalize wants none left pending); it
+    is called after the ranks' last collective, which every notice was sent before."""
+
+    TAG = 0x10D3
+    POLL_S = 0.1   # a stop within about a second asks no more, and each look is a wake-up of every rank
+
+    def __init__(self, comm, any_source: int, on_notice):
+        self._comm, self._any, self._on_notice = comm, any_source, on_notice
+        self._buf, self._one = np.zeros(1, dtype=np.int8), np.ones(1, dtype=np.int8)   # live while in flight
+        self._recv = comm.Irecv(self._buf, source=any_source, tag=self.TAG)
+        self._sent: list = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="iodl-stop-notices", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.POLL_S):
+            if self._recv.Test():
+                self._on_notice()
+                return
+
+    def tell(self) -> None:
+        """This rank's run failed for good: every other rank stops (within about POLL_S)."""
+        me = self._comm.Get_rank()
+        self._sent = [self._comm.Isend(self._one, dest=r, tag=self.TAG)
+                      for r in range(self._comm.Get_size()) if r != me]
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+        if not self._recv.Test():
+            self._recv.Cancel()
+            self._recv.Wait()
+        while self._comm.Iprobe(source=self._any, tag=self.TAG):   # a second failing rank's notice
+            self._comm.Recv(self._buf, source=self._any, tag=self.TAG)
+        for request in self._sent:
+            request.Wait()   # 1 byte: sent eagerly, done once it left
 
 
 class RanksNotAnswering(IodlError):
@@ -431,9 +484,8 @@ def collective(comm, fn):
         rank, (_kind, message, code) = bad[0]
         if len({f[1] for _r, f in bad}) > 1 or len(bad) < comm.size:
             message = f"rank {rank}: {message}" + (f" (and {len(bad) - 1} more rank(s))" if len(bad) > 1 else "")
-        err = IodlError(message)
+        err = IodlError(message, collective=True)
         err.exit_code = code
-        err.collective = True
         raise err
     return value
 

@@ -2,9 +2,14 @@
 
 
 class IodlError(Exception):
-    """A failure the user can act on: printed as `iodl: error: <message>`, exit status 1."""
+    """A failure the user can act on: printed as `iodl: error: <message>`, exit status 1.
+    collective: every rank has it (or has ended): rank 0 prints it, nobody aborts the job."""
 
     exit_code = 1
+
+    def __init__(self, message: str = "", collective: bool = False):
+        super().__init__(message)
+        self.collective = collective
 
 
 class UsageError(IodlError):

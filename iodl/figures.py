@@ -112,7 +112,7 @@ OTHER_TOOLS = {"iodl.dlio_output": "DLIO's own figures of the same steps (docs/m
 AS_RUN = (
     *(f"result.{k}" for k in ("schema", "pattern", "engine", "direct", "iodepth", "block_size", "workload", "seed",
                               "duration_s", "ramp_s", "partial", "missing_ranks", "drop_caches", "train.shuffle",
-                              "checkpoint.fsync", "checkpoint.roots")),
+                              "checkpoint.fsync", "checkpoint.roots", "checkpoint.endpoints", "checkpoint.part_size")),
     *(f"checkpoint.{k}" for k in ("schema", "pattern", "engine", "direct", "iodepth", "block_size", "ranks",
                                   "workload", "model", "subset", "full_ranks", "fsync", "drop_caches", "roots",
                                   "partial")),

@@ -40,9 +40,12 @@ class ReadReport:
         return _progress(comm, self.args, spec, pattern, m, node, self.console)
 
     def after_run(self, spec, pattern, parts, reduced, partial, m, node, facts, walls, ck_spec, ck_reduced,
-                  missing) -> tuple[dict, dict | None]:
-        """The run's result, printed and written; (result, DLIO's summary.json of it or None)."""
+                  missing, error: str | None = None) -> tuple[dict, dict | None]:
+        """The run's result, printed and written; (result, DLIO's summary.json of it or None). error: a
+        request that failed for good ended the run (the result is partial)."""
         result = _result(spec, pattern, parts, reduced, partial, node.probes, len(m.roots))
+        if error is not None:
+            result["error"] = error
         if ck_reduced is not None:
             result["checkpoint"] = {"write": ck_reduced["checkpoint"]["write"], "fsync": ck_spec.fsync,
                                     "roots": list(ck_spec.roots)}

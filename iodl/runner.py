@@ -4,6 +4,7 @@ which prints and writes them. Nothing here imports what printing needs: every ra
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
@@ -16,7 +17,7 @@ from .comm import NodeShared, RanksNotAnswering, SerialComm, collective
 from .data.manifest import read_manifests, workload_for_roots
 from .data.open import open_dataset
 from .data.tables import int_rows
-from .errors import UsageError
+from .errors import IodlError, UsageError
 from .metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
 from .outputs import check_output_path
 from .patterns import Run
@@ -120,26 +121,40 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     progress = out.before_run(comm, spec, pattern, m, node) if out is not None else None
     startup_s = process_age_s()
     wall_run = time.time()   # the steps' times count from the start barrier, which follows this at once
+    # a rank whose request fails for good tells the others, which stop as on Ctrl-C
+    notices = comm.stop_notices(lambda: os.kill(os.getpid(), signal.SIGINT))
     failed = None
     try:
         partial = _run_pattern(pattern, run, stop, progress, checkpoints)
-    except OSError as exc:
-        if comm.size > 1:
-            raise   # the other ranks read on and cannot be told: the job ends without a result (cli aborts it)
-        failed, partial = exc, True   # a request failed for good: what was counted is written, partial
+    except (OSError, IodlError) as exc:
+        if isinstance(exc, (UsageError, RanksNotAnswering)):
+            raise
+        # a request failed for good (an I/O error, a file gone or short, a server gone): what was
+        # counted is written, partial
+        failed, partial = exc, True
+        if notices is not None:
+            notices.tell()
     run.result.note_process(startup_s)
-    if stop():
+    if stop() or failed is not None:
         comm.give_up_after(STOP_GRACE_S)
-    partial, parts, reduced, ck_reduced, missing = _put_together(
-        comm, lambda c: _reduce(c, run, partial or stop(), m.roots, checkpoints))
+    failure = f"rank {comm.rank}: {failed}" if failed is not None and comm.size > 1 else failed and str(failed)
+    partial, parts, reduced, ck_reduced, failures, missing = _put_together(
+        comm, lambda c: _reduce(c, run, partial or stop(), m.roots, checkpoints, failure))
+    if notices is not None:
+        notices.close()
     if out is None:
-        return (130 if partial else 0), None, None   # partial: agreed by every rank (_reduce)
+        # a rank that failed exits 1 without a word (rank 0 names it, after writing the result) and
+        # without ending the job, which would end rank 0 before the result is written
+        return (1 if failed is not None else 130 if partial else 0), None, None   # partial: agreed (_reduce)
+    error = failures[0] + (f" (and {len(failures) - 1} more rank(s))" if len(failures) > 1 else "") if failures else None
     result, summary = out.after_run(spec, pattern, parts, reduced, partial, m, node, facts, (wall_start, wall_run),
-                                    ck_spec, ck_reduced, missing)
+                                    ck_spec, ck_reduced, missing, error)
     if missing:
         raise RanksNotAnswering(STOP_GRACE_S, missing)   # one line, and the launcher ends the job
-    if failed is not None:
-        raise failed   # after the partial result: the one line that names the file or object
+    if error is not None:
+        # after the partial result: the one line that names the file or object (and the rank); every
+        # rank knows and has ended, so the job need not be aborted
+        raise IodlError(error, collective=True)
     if result["total"]["errors"]:
         return 1, result, summary
     return (130 if partial else 0), result, summary  # 130: the shell's code for "ended by SIGINT"
@@ -272,14 +287,16 @@ def _prepare_node(comm, spec, m: Mount):
 
 
 
-def _reduce(c, run: Run, partial: bool, roots, checkpoints):
-    """(partial, every rank's (mount, run.part), reduced counters, checkpoints) of the ranks of c."""
+def _reduce(c, run: Run, partial: bool, roots, checkpoints, failure: str | None):
+    """(partial, every rank's (mount, run.part), reduced counters, checkpoints, the ranks' failures)
+    of the ranks of c."""
     flag = bool(c.allreduce(int(partial), "max"))
     parts = c.gather((run.mount, run.part))
+    failures = [f for f in c.gather(failure) or [] if f]
     ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, checkpoints.spec) if checkpoints else None
     # a stopped run's window is what it ran: from its first counted completion to its last
     window = run.spec.duration_s if run.spec.fixed_window and not flag else None
-    return flag, parts, reduce_results(c, run.result, roots, window, run.spec.engine_extra.get("endpoints")), ck
+    return flag, parts, reduce_results(c, run.result, roots, window, run.spec.engine_extra.get("endpoints")), ck, failures
 
 
 def _put_together(comm, reduce):
@@ -304,8 +321,8 @@ def _put_together(comm, reduce):
             raise
         missing = comm.missing_ranks()
         try:
-            _flag, parts, reduced, ck = reduce(answering)
+            _flag, parts, reduced, ck, failures = reduce(answering)
         except RanksNotAnswering:   # one that answered went silent too: rank 0's own counters, then
-            _flag, parts, reduced, ck = reduce(SerialComm())
+            _flag, parts, reduced, ck, failures = reduce(SerialComm())
         reduced["ranks"] = comm.size   # the run's size; per_rank holds the ranks that answered
-        return True, parts, reduced, ck, missing
+        return True, parts, reduced, ck, failures, missing

@@ -80,7 +80,8 @@ def run(comm, args) -> int:
     finally:
         stop.disarm()
     if comm.rank != 0:
-        return 0
+        # a rank that failed says nothing (rank 0 names it after writing the result) and ends no job
+        return 1 if result["failed"] else 130 if result["partial"] else 0
     print_result(result, make_console())
     if args.out:
         write_result(result, args.out)
@@ -89,7 +90,8 @@ def run(comm, args) -> int:
                                                 wall_start)
         print(f"DLIO's figures (docs/mlperf.md) written to {path}")
     if result.get("error"):
-        raise IodlError(result["error"])   # a bucket's request failed for good: one line after the partial result
+        # a request failed for good: one line after the partial result; every rank has ended
+        raise IodlError(result["error"], collective=True)
     return 130 if result["partial"] else 0
 
 

@@ -15,20 +15,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import _native, cache, engines, limits, reduce
 from .. import checkpoint
-from ..comm import collective
+from ..comm import RanksNotAnswering, collective
 from ..cursor import Cursor
 from ..engine import open_for_read, open_for_write
 from ..errors import IodlError, UsageError
 from ..mlperf import checkpoint_view
 from ..plan import OP_FSYNC, OP_WRITE, fd_budget, new_plan, shard_plan
-from ..s3root import is_s3
 from ..result import CHECKPOINT as SCHEMA
+from ..s3root import is_s3
+from ..stop import STOP_GRACE_S
 from .base import Pattern, Run
 from .checkpoint_share import OpCounters, RankShare
 from .checkpoint_store import complete, latest, new_checkpoint, prepare_root, read_gap_s
@@ -356,25 +358,36 @@ class Checkpoint(Pattern):
 CHECKPOINT = Checkpoint()
 
 
-def execute(comm, spec: CheckpointRunSpec, stop) -> dict | None:
+def execute(comm, spec: CheckpointRunSpec, stop) -> dict:
     """`iodl checkpoint --root` on every rank: the pattern run, its counters reduced; the result on
-    rank 0, None on the others. stop: True once the user asked to stop."""
+    rank 0, on the others whether the run was partial and whether this rank failed. stop: True once
+    the user asked to stop. A rank whose request fails for good tells the others (they stop as on
+    Ctrl-C); the result is then partial, its "error" the failure, named by rank."""
     run = Run(comm=comm, spec=spec, paths=None, sizes=np.empty(0, dtype=np.int64),
               mount=comm.rank % len(spec.roots), n_mounts=len(spec.roots), stop=stop)
+    # a rank whose request fails for good tells the others, which stop as on Ctrl-C
+    notices = comm.stop_notices(lambda: os.kill(os.getpid(), signal.SIGINT))
     failure = None
     try:
         stopped = CHECKPOINT.run(run)
     except (IodlError, OSError) as exc:
-        # a request to a bucket that failed for good, alone (under mpirun the other ranks wait in a
-        # collective and cannot be told): what ran before it is the result, marked partial
-        if not spec.endpoints or comm.size > 1 or run.part is None or isinstance(exc, UsageError):
+        # a request that failed for good (a file or an object): what ran before it is the result,
+        # marked partial
+        if run.part is None or isinstance(exc, (UsageError, RanksNotAnswering)):
             raise
-        stopped, failure = True, exc
+        stopped, failure = True, (f"rank {comm.rank}: {exc}" if comm.size > 1 else str(exc))
+        if notices is not None:
+            notices.tell()
+    if failure is not None or stop():
+        comm.give_up_after(STOP_GRACE_S)
     partial = bool(comm.allreduce(int(stopped or stop()), "max"))
+    failures = [f for f in comm.gather(failure) or [] if f]
     reduced = reduce_ops(comm, run.part, spec)
+    if notices is not None:
+        notices.close()
     if comm.rank != 0:
-        return None
+        return {"partial": partial, "failed": failure is not None}   # what this rank's exit status says
     result = CHECKPOINT.summarize(spec, [], reduced, partial)
-    if failure is not None:
-        result["error"] = str(failure)
+    if failures:
+        result["error"] = failures[0] + (f" (and {len(failures) - 1} more rank(s))" if len(failures) > 1 else "")
     return result

@@ -222,6 +222,36 @@ def test_a_size_table_cut_mid_run_ends_every_rank_in_one_line(tmp_path):
     assert elapsed < 20, elapsed
 
 
+def test_one_ranks_files_cut_short_stop_every_rank_with_a_partial_result(tmp_path):
+    """Two ranks on two roots, storage-only; the second root's files cut short once it reads them: that
+    rank fails, tells the other (which stops as on Ctrl-C), and the result of both is written, partial,
+    with the failure as its error; one line names the rank and the file; every rank exits non-zero."""
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        gen = iodl("generate", "--workload", "tiny", "--root", str(root), "--quiet")
+        assert gen.returncode == 0, gen.stderr
+    out = tmp_path / "r.json"
+    proc = _start([mpiexec(), "-n", "2", sys.executable, "-m", "iodl", "read", "--pattern", "storage-only", "--root",
+                   str(roots[0]), "--root", str(roots[1]), "--duration", "60", "--ramp", "0", "--out", str(out)])
+    deadline = time.monotonic() + 60
+    while not (len(pids := _rank_pids(proc.pid)) == 2 and _shard_open_in(pids, roots[1])):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.05)
+    for path in glob.glob(str(roots[1] / "copy-0000" / "*")):
+        os.truncate(path, 1000)
+    start = time.monotonic()
+    _stdout, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"iodl: error: rank 1: {roots[1]}/copy-0000/"), err
+    assert "shorter than expected: 1000 bytes" in lines[0]
+    result = load_json(out)
+    assert result["partial"] is True and result["error"] in lines[0]
+    assert [p["rank"] for p in result["per_rank"]] == [0, 1] and all(p["bytes"] > 0 for p in result["per_rank"])
+    assert elapsed < STOP_BOUND_S, elapsed
+
+
 def test_out_naming_a_directory_is_refused_before_the_run(tmp_path):
     target = tmp_path / "existing"
     target.mkdir()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.helpers import iodl
+from tests.helpers import iodl, mpiexec
 from tests.s3.server import Seaweed
 
 # as tests/acceptance/test_stop.py holds files to: ~1 s for the stop, one request's service time, the
@@ -170,3 +170,44 @@ def test_ctrl_c_stops_within_a_second_with_a_partial_result(seaweed, dataset, tm
     result = json.loads(out.read_text())
     assert result["partial"] is True and result["total"]["bytes"] > 0
     assert elapsed < STOP_BOUND_S, elapsed
+
+
+@pytest.mark.mpiexec
+def test_one_ranks_server_gone_stops_every_rank_with_a_partial_result(seaweed, tmp_path):
+    """Two ranks over two endpoints (the same dataset on each): the second rank's server killed once its
+    GETs are going. That rank fails for good after iodl's retries and tells the other, which stops as on
+    Ctrl-C: one line naming the rank, the endpoint and the object; exit 1; the result of what both read,
+    partial, with the failure as its error."""
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-kill2-"), keys=(seaweed.access_key, seaweed.secret_key)).start()
+    try:
+        generating = []
+        for s in (seaweed, server):   # both at once
+            s.client().create_bucket(Bucket="gone2-bkt")
+            generating.append(subprocess.Popen([sys.executable, "-m", "iodl", "generate", "--root", "s3://gone2-bkt/ds",
+                                                "--endpoint", s.endpoint, "--files", "6", "--quiet"],
+                                               env={**os.environ, **s.env()}))
+        assert [p.wait(timeout=60) for p in generating] == [0, 0]
+        out = tmp_path / "gone.json"
+        proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, "-m", "iodl", "read", "--root", "s3://gone2-bkt/ds",
+                                 "--endpoint", seaweed.endpoint, "--endpoint", server.endpoint, "--pattern",
+                                 "storage-only", "--duration", "60", "--ramp", "0", "--out", str(out)],
+                                env={**os.environ, **server.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        _reading(proc, server)
+        time.sleep(0.5)
+        server.kill()
+        t0 = time.monotonic()
+        stdout, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        server.remove()
+    assert proc.returncode == 1, stdout + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("iodl: error: rank 1: "), err
+    assert f"'{server.endpoint}/gone2-bkt/ds/copy-0000/train-" in lines[0]
+    assert took < 5, "iodl's retries (1.4 s), the notice (100 ms) and the stop"
+    result = json.loads(out.read_text())
+    assert result["partial"] is True and result["error"] in lines[0]
+    assert [p["rank"] for p in result["per_rank"]] == [0, 1] and all(p["bytes"] > 0 for p in result["per_rank"])
+    by_url = {e["url"]: e for e in result["endpoints"]}
+    assert by_url[server.endpoint]["errors"] == 1 and by_url[seaweed.endpoint]["errors"] == 0
