@@ -22,8 +22,6 @@ import shutil
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 from tests.s3.server import Seaweed, _free

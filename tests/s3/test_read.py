@@ -109,6 +109,19 @@ def _reading(proc, server, at_least: int = 6) -> None:
     assert proc.poll() is None and _connections(server.port) >= at_least, "the run never started reading"
 
 
+def _killed_mid_read(server, cmd: list[str]):
+    """Run cmd (a storage-only read for 60 s) and SIGKILL the server once its GETs are going:
+    (the process, (stdout, stderr, seconds from the kill to its end))."""
+    proc = subprocess.Popen([*cmd, "--pattern", "storage-only", "--duration", "60", "--ramp", "0"],
+                            env={**os.environ, **server.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _reading(proc, server)
+    time.sleep(0.5)
+    server.kill()
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    return proc, (out, err, time.monotonic() - t0)
+
+
 def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
     """The server killed once the run's GETs are going (its engine holds >= 6 connections to the server):
     one line naming the endpoint and the object, and the result of what was read before, partial."""
@@ -117,19 +130,12 @@ def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
         server.client().create_bucket(Bucket="gone-bkt")
         assert iodl("generate", "--root", "s3://gone-bkt/ds", "--endpoint", server.endpoint, "--files", "6", "--quiet",
                     env=server.env()).returncode == 0
-        proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", "s3://gone-bkt/ds", "--endpoint",
-                                 server.endpoint, "--pattern", "storage-only", "--duration", "60", "--ramp", "0",
-                                 "--out", str(tmp_path / "gone.json")],
-                                env={**os.environ, **server.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        _reading(proc, server)
-        time.sleep(0.5)
-        server.kill()
-        t0 = time.monotonic()
-        out, err = proc.communicate(timeout=60)
+        proc, (out, err, took) = _killed_mid_read(server, [sys.executable, "-m", "iodl", "read", "--root",
+                                                           "s3://gone-bkt/ds", "--endpoint", server.endpoint,
+                                                           "--out", str(tmp_path / "gone.json")])
         # iodl's 3 retries take 1.4 s; awscrt's own (its default: 5 more per attempt, 0.5 s apart and
         # doubling, never counted) took 31.5 s until they were switched off
-        assert time.monotonic() - t0 < 5, "the failure ends the run after iodl's own retries"
+        assert took < 5, "the failure ends the run after iodl's own retries"
         assert proc.returncode == 1, out + err
         line = err.strip()
         assert "\n" not in line
@@ -188,17 +194,10 @@ def test_one_ranks_server_gone_stops_every_rank_with_a_partial_result(seaweed, t
                                                env={**os.environ, **s.env()}))
         assert [p.wait(timeout=60) for p in generating] == [0, 0]
         out = tmp_path / "gone.json"
-        proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, "-m", "iodl", "read", "--root", "s3://gone2-bkt/ds",
-                                 "--endpoint", seaweed.endpoint, "--endpoint", server.endpoint, "--pattern",
-                                 "storage-only", "--duration", "60", "--ramp", "0", "--out", str(out)],
-                                env={**os.environ, **server.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        _reading(proc, server)
-        time.sleep(0.5)
-        server.kill()
-        t0 = time.monotonic()
-        stdout, err = proc.communicate(timeout=60)
-        took = time.monotonic() - t0
+        proc, (stdout, err, took) = _killed_mid_read(server, [mpiexec(), "-n", "2", sys.executable, "-m", "iodl", "read",
+                                                              "--root", "s3://gone2-bkt/ds", "--endpoint",
+                                                              seaweed.endpoint, "--endpoint", server.endpoint,
+                                                              "--out", str(out)])
     finally:
         server.remove()
     assert proc.returncode == 1, stdout + err
