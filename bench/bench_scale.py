@@ -44,10 +44,10 @@ MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
 
 def _commit() -> str:
-    """The checkout's commit, "+" when it has changes not committed."""
+    """The checkout's commit, "+" when its code (iodl/) has changes not committed."""
     head = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout
+    dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--untracked-files=no", "--", "../iodl"],
+                           capture_output=True, text=True).stdout
     return head.strip() + ("+" if dirty.strip() else "")
 
 
@@ -319,7 +319,7 @@ def write_scale_md(rows: list[dict]) -> None:
 
 
 STARTUP_NOTE = """`startup_s_median` / `startup_s_max`: the median and the slowest rank's `startup_s` from the
-result (docs/numbers.md): from the rank's process start (hydra starts 72 processes within ~0.05 s
+result (docs/numbers.md): from the rank's process start (hydra starts 72 processes within ~0.15 s
 of the launch) to the moment it is ready to run its pattern: interpreter, imports, MPI_Init, the
 set-up's collectives. Issue 26 counts to the rank's first step, which begins after the pattern
 opens its engine and leaves the start barrier with every other rank; that last part is not in
