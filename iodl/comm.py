@@ -94,7 +94,9 @@ class MpiComm:
         # Each poll is a wake-up and an MPI progress call: at 1 ms, 71 ranks waiting for one cost
         # more than one of 2 cores (start-up, where ranks wait seconds for the slowest). A long wait
         # therefore polls less often: the pause grows to 1/POLL_SHARE of the time waited so far
-        # (at most MAX_POLL_S), so a wait ends at most ~5% after the collective completed.
+        # (at most MAX_POLL_S), so a rank sees a collective done at most ~5% of its wait late, once
+        # per round of the collective (MPI progresses it only while a rank polls). Waits of a few
+        # ms, such as a step's, keep polling every ms at most.
         pause = 20e-6
         start = time.monotonic()
         while not request.Test():
