@@ -27,6 +27,9 @@ ALLOWED = {
     ("iodl.formats", "h5py"): "hdf5 shards only (h5py loads the HDF5 C library: megabytes a rank)",
     ("iodl.plot", "matplotlib"): "iodl report --plot only (matplotlib and its fonts)",
     ("iodl.comm", "mpi4py"): "importing mpi4py.MPI starts MPI: only when mpirun launched the process",
+    ("iodl.launcher", "mpi4py"): "importing mpi4py.MPI starts MPI: only when mpirun launched the process",
+    ("iodl.runner", "iodl.patterns.checkpoint"): "in-training checkpoints (--checkpoint-root) only: the "
+        "checkpoint pattern and what it alone imports",
     ("iodl.cli", "iodl.comm"): "numpy only after main() took over SIGTERM (a stop while starting is one line)",
     ("iodl.progress", "rich"): "rank 0's live view: every rank of iodl generate imports progress",
     ("iodl.histogram", "iodl._native"): "is the C module built, and from these sources? (ImportError: not built)",

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -11,10 +13,16 @@ import traceback
 
 from . import __version__
 from .errors import IodlError
-from .launcher import launched_by_mpi, launcher_rank
+from .launcher import launched_by_mpi, launcher_rank, start_mpi
 
 # Nothing heavy at the top: main() takes over SIGTERM before the command's module (numpy, MPI) is
 # imported, so a stop that comes while the process starts is one line too, never a traceback.
+
+# iodl does no linear algebra, but numpy's OpenBLAS starts a thread per core when numpy is imported,
+# and each spins (sched_yield) for a while before it sleeps: ~0.05 s of CPU per process, which
+# 72 ranks on 2 cores pay ~36 times over at start-up (bench/results/scale.md). One thread, unless
+# the user set it.
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
 
 # name -> (module, one-line help); modules are imported only when their command runs
 COMMANDS = {
@@ -86,31 +94,49 @@ def _on_term(*_):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    starting = "numpy" not in sys.modules   # a new process, not a caller that runs commands in-process
+    if starting:
+        for name, value in BLAS_THREADS.items():   # read when numpy loads OpenBLAS, and only then
+            os.environ.setdefault(name, value)
     # SIGTERM ends a command as Ctrl-C does (one line, its own clean-up), from the very start;
     # a command that can do better (read: a partial result) installs its own handlers
     in_main = threading.current_thread() is threading.main_thread()
     old_term = signal.signal(signal.SIGTERM, _on_term) if in_main else None
     try:
-        return _main(argv)
+        return _main(argv, starting)
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old_term)
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], starting: bool) -> int:
     try:
-        name = next((a for a in argv if not a.startswith("-")), None)
-        if name in REWRITE_ARGV:
-            argv = getattr(importlib.import_module(COMMANDS[name][0]), REWRITE_ARGV[name])(argv)
-        args = build_parser(argv).parse_args(argv)
-        module = importlib.import_module(args._module)
-        # iodl.comm (numpy) only now, after the command's module: the one import here that is
-        # not the registry's, kept out of the top for the SIGTERM reason above
-        from .comm import world
+        if starting:
+            # A command's imports make ~100k objects that live as long as the process, and no
+            # garbage: the collector's passes over them while they are made were ~10% of a rank's
+            # start-up CPU (perf, 72 ranks on 2 cores). Off while importing; then they are frozen
+            # out of every later pass (the run's own collections walk only what the run makes).
+            gc.disable()
+        try:
+            name = next((a for a in argv if not a.startswith("-")), None)
+            if name in COMMANDS and launched_by_mpi():
+                start_mpi()   # first, while the ranks are still together (launcher.start_mpi says why)
+            if name in REWRITE_ARGV:
+                argv = getattr(importlib.import_module(COMMANDS[name][0]), REWRITE_ARGV[name])(argv)
+            args = build_parser(argv).parse_args(argv)
+            module = importlib.import_module(args._module)
+            # iodl.comm (numpy) only now, after the command's module: the one import here that is
+            # not the registry's, kept out of the top for the SIGTERM reason above
+            from .comm import world
 
-        # the communicator is built once, here (as mpi4py's bench does): a command takes it, so that
-        # a test can run one in-process; it starts MPI only when mpirun launched this process
-        return int(module.run(world(), args) or 0)
+            # the communicator is built once, here (as mpi4py's bench does): a command takes it, so
+            # that a test can run one in-process; it starts MPI only when mpirun launched this process
+            comm = world()
+        finally:
+            if starting:
+                gc.freeze()
+                gc.enable()
+        return int(module.run(comm, args) or 0)
     except IodlError as exc:
         if getattr(exc, "collective", False):
             # Every rank knows; rank 0 says it once and nobody needs to abort the job.

@@ -6,7 +6,6 @@ that 72 ranks on 2 cores leave the CPU to the ranks doing I/O.
 """
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import socket
@@ -19,7 +18,12 @@ import numpy as np
 
 from . import _native
 from .errors import IodlError, UsageError
-from .launcher import launched_by_mpi
+from .launcher import launched_by_mpi, start_mpi
+
+
+# MpiComm._wait's sleep between two polls of a collective: it doubles up to 1 ms, and in a wait
+# that has lasted longer than 20 ms up to 1/20 of it, at most 20 ms
+MIN_POLL_S, MAX_POLL_S, POLL_SHARE = 1e-3, 20e-3, 20
 
 
 class SerialComm:
@@ -91,13 +95,20 @@ class MpiComm:
 
     def _wait(self, request) -> None:
         # Sleep-poll instead of MPI's busy-wait: an oversubscribed node must not burn its cores here.
+        # Each poll is a wake-up and an MPI progress call: at 1 ms, 71 ranks waiting for one cost
+        # more than one of 2 cores (start-up, where ranks wait seconds for the slowest). A long wait
+        # therefore polls less often: the pause grows to 1/POLL_SHARE of the time waited so far
+        # (at most MAX_POLL_S), so a rank sees a collective done at most ~5% of its wait late, once
+        # per round of the collective (MPI progresses it only while a rank polls). Waits of a few
+        # ms, such as a step's, keep polling every ms at most.
         pause = 20e-6
         start = time.monotonic()
         while not request.Test():
-            if self._give_up_s is not None and time.monotonic() - start > self._give_up_s:
+            waited = time.monotonic() - start
+            if self._give_up_s is not None and waited > self._give_up_s:
                 raise RanksNotAnswering(self._give_up_s, self.missing_ranks())
             time.sleep(pause)
-            pause = min(pause * 2, 1e-3)
+            pause = min(pause * 2, max(MIN_POLL_S, min(waited / POLL_SHARE, MAX_POLL_S)))
 
     def give_up_after(self, seconds: float) -> None:
         """After a stop request: a rank that is stopped or hung must not hold the others in a
@@ -359,7 +370,7 @@ class NodeBarrier:
         return int.from_bytes(self._mm[self.GLOBAL:self.GLOBAL + 4], "little")
 
 
-def node_host_name(comm, shared: "NodeShared") -> str:
+def node_host_name(comm, leader: int) -> str:
     """This rank's host name for the result: MPI's processor name, made unique per node.
 
     The result groups ranks by this name (`hosts`, the per-node cache view, the datasize rule's
@@ -367,11 +378,11 @@ def node_host_name(comm, shared: "NodeShared") -> str:
     one name (cloned VMs all called "ubuntu", containers given one --hostname) were merged into
     one host, their memory and cache probes overwriting each other (found by
     tests/system/test_multihost.py). Such nodes are now NAME#1, NAME#2, ... in the order of their
-    first rank; a name that one node holds is left as it is. One small allgather, at set-up."""
+    first rank; a name that one node holds is left as it is. leader: the world rank of this node's
+    first rank, which the caller learnt in a collective of its own. One small allgather, at set-up."""
     name = comm.hostname()
     if not comm.is_mpi or comm.size == 1:
         return name
-    leader = shared.node.bcast(comm.rank if shared.node_rank == 0 else None, root=0)
     pairs = comm.allgather((leader, name))
     nodes = sorted({first for first, n in pairs if n == name})
     return name if len(nodes) == 1 else f"{name}#{nodes.index(leader) + 1}"
@@ -403,7 +414,7 @@ def split_hosts(comm) -> HostSplit:
     first = node.bcast(comm.rank if node.rank == 0 else None, root=0)
     firsts = sorted(set(comm.allgather(first)))
     split = HostSplit(node, node.rank, firsts.index(first), len(firsts))
-    split.name = node_host_name(comm, split)   # it needs only .node and .node_rank
+    split.name = node_host_name(comm, first)
     return split
 
 
@@ -422,46 +433,10 @@ def _shared_file(size: int):
     return fd, path
 
 
-def _sysv_shm_works() -> bool:
-    """Can this process create a SysV shared-memory segment (some containers forbid it)?"""
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    ipc_private, ipc_creat, ipc_rmid = 0, 0o1000, 0
-    shmid = libc.shmget(ipc_private, 4096, ipc_creat | 0o600)
-    if shmid < 0:
-        return False
-    libc.shmctl(shmid, ipc_rmid, None)
-    return True
-
-
-def mpi_env_defaults(env, sysv_works=_sysv_shm_works) -> dict[str, str]:
-    """The MPI settings iodl adds to `env` before MPI starts; a user's own setting always wins.
-
-    Both keep memory per rank small when many ranks share a node (bench/results/scale.md); MPIs
-    other than MPICH, and MPICH builds without UCX, ignore them.
-    """
-    # MPICH gives every rank 64 cells of 8 KiB in its shared-memory queue; iodl's messages are
-    # a few small collectives per step, and at 72 ranks a node the cells are ~4.5 MB of every
-    # rank's memory. Eight are plenty.
-    out = {"MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS": "8"}
-    # hydra (MPICH's launcher) says how many ranks share this node. When that is all of them,
-    # MPICH carries every message in its own shared memory and uses UCX only to swap addresses
-    # at start-up. UCX's default opens both its posix and its SysV shared-memory transports, and
-    # at 72 ranks their per-peer state is ~5 MB of every rank: one transport is enough.
-    local = env.get("MPI_LOCALNRANKS")
-    if local is not None and local == env.get("PMI_SIZE") and "UCX_TLS" not in env and sysv_works():
-        out["UCX_TLS"] = "self,sysv"
-    return {k: v for k, v in out.items() if k not in env}
-
-
 def world():
     """COMM_WORLD when launched by mpirun and mpi4py is importable, else the serial stand-in."""
     if launched_by_mpi():
-        try:
-            import mpi4py  # noqa: F401
-        except ImportError:
-            raise UsageError("launched by mpirun but mpi4py is not installed (pip install 'iodl[mpi]')")
-        os.environ.update(mpi_env_defaults(os.environ))
+        start_mpi()   # done already when the command line started it (iodl/cli.py)
         return MpiComm()
     return SerialComm()
 

@@ -1,11 +1,15 @@
-"""What the MPI launcher told this process, from its environment alone: no MPI, no numpy.
+"""What the MPI launcher told this process, from its environment alone, and MPI's start: no numpy.
 
-iodl/cli.py imports it before anything heavy (it takes over SIGTERM first, and an error line needs
-the rank); iodl/comm.py builds the communicator on it.
+iodl/cli.py imports it before anything heavy (it takes over SIGTERM first, an error line needs the
+rank, and under mpirun it starts MPI before the command's imports); iodl/comm.py builds the
+communicator on it.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+
+from .errors import UsageError
 
 # Variables that mpiexec launchers (MPICH/Hydra, Open MPI, Slurm PMI) set in every rank.
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
@@ -24,3 +28,55 @@ def launcher_rank() -> int:
             except ValueError:
                 pass
     return 0
+
+
+def _sysv_shm_works() -> bool:
+    """Can this process create a SysV shared-memory segment (some containers forbid it)?"""
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_private, ipc_creat, ipc_rmid = 0, 0o1000, 0
+    shmid = libc.shmget(ipc_private, 4096, ipc_creat | 0o600)
+    if shmid < 0:
+        return False
+    libc.shmctl(shmid, ipc_rmid, None)
+    return True
+
+
+def mpi_env_defaults(env, sysv_works=_sysv_shm_works) -> dict[str, str]:
+    """The MPI settings iodl adds to `env` before MPI starts; a user's own setting always wins.
+
+    Both keep memory per rank small when many ranks share a node (bench/results/scale.md); MPIs
+    other than MPICH, and MPICH builds without UCX, ignore them.
+    """
+    # MPICH gives every rank 64 cells of 8 KiB in its shared-memory queue; iodl's messages are
+    # a few small collectives per step, and at 72 ranks a node the cells are ~4.5 MB of every
+    # rank's memory. Eight are plenty.
+    out = {"MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS": "8"}
+    # hydra (MPICH's launcher) says how many ranks share this node. When that is all of them,
+    # MPICH carries every message in its own shared memory and uses UCX only to swap addresses
+    # at start-up. UCX's default opens both its posix and its SysV shared-memory transports, and
+    # at 72 ranks their per-peer state is ~5 MB of every rank: one transport is enough.
+    local = env.get("MPI_LOCALNRANKS")
+    if local is not None and local == env.get("PMI_SIZE") and "UCX_TLS" not in env and sysv_works():
+        out["UCX_TLS"] = "self,sysv"
+    return {k: v for k, v in out.items() if k not in env}
+
+
+def start_mpi():
+    """MPI_Init with iodl's settings (mpi_env_defaults), for a process that mpirun launched: mpi4py.MPI.
+    Once: a second call returns the same module.
+
+    MPI_Init returns when every rank has reached it, and MPICH's ranks wait for the others there
+    spinning (sched_yield): ~13 ms of CPU per second waited, per rank (72 ranks on 2 cores, one
+    rank 3 s late: bench/results/scale.md). iodl/cli.py therefore calls this at process start,
+    where the ranks are within a fraction of a second of each other, not after the command's
+    imports, which the ranks finish seconds apart on an oversubscribed node.
+    """
+    os.environ.update(mpi_env_defaults(os.environ))
+    try:
+        # importing mpi4py.MPI runs MPI_Init: here, not at the top, so that no process that
+        # mpirun did not launch (`iodl --help`, probe, the tests) ever starts MPI
+        from mpi4py import MPI
+    except ImportError:
+        raise UsageError("launched by mpirun but mpi4py is not installed (pip install 'iodl[mpi]')") from None
+    return MPI

@@ -21,7 +21,6 @@ from .errors import IodlError, UsageError
 from .metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_results
 from .outputs import check_output_path
 from .patterns import Run
-from .patterns.checkpoint import TrainingCheckpoints, in_training, open_checkpoints, reduce_ops
 from .plan import mount_of
 from .runspec import resolve
 from .s3root import addressing, endpoint_of, endpoint_urls, given_endpoints, is_s3
@@ -30,6 +29,14 @@ from .workload import load_workload, looks_like_yaml
 
 if TYPE_CHECKING:
     from .read_report import ReadReport
+
+
+def _checkpointing():
+    """iodl.patterns.checkpoint, for a run with in-training checkpoints (--checkpoint-root) only:
+    with the modules it alone imports (its shares and stores) ~5 ms of CPU a rank, which every
+    rank of every run paid at start-up (~0.2 s at 72 ranks on 2 cores)."""
+    from .patterns import checkpoint
+    return checkpoint
 
 
 def _setup(comm, args, patterns: dict, run_index: int):
@@ -51,7 +58,7 @@ def _setup(comm, args, patterns: dict, run_index: int):
         raise UsageError("--csv holds one run's time series: leave it out with --runs (--out keeps every run)")
     if args.dlio_dir:
         _check_dlio_dir(args.dlio_dir, spec.pattern)
-    return spec, in_training(spec, comm.size)
+    return spec, _checkpointing().in_training(spec, comm.size) if spec.checkpoint_roots else None
 
 
 def _check_dlio_dir(path: str, pattern: str) -> None:
@@ -116,7 +123,7 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     if spec.engine_extra.get("endpoints"):   # this rank's endpoint, for the s3 engine to connect before the run
         urls = spec.engine_extra["endpoints"]
         spec = replace(spec, engine_extra={**spec.engine_extra, "endpoint": urls[endpoint_of(comm.rank, urls)]})
-    checkpoints = open_checkpoints(comm, ck_spec) if ck_spec is not None else None
+    checkpoints = _checkpointing().open_checkpoints(comm, ck_spec) if ck_spec is not None else None
     run = _rank_run(comm, spec, m, node, stop, checkpoints)
     progress = out.before_run(comm, spec, pattern, m, node) if out is not None else None
     startup_s = process_age_s()
@@ -170,7 +177,8 @@ def _rank_run(comm, spec, m: Mount, node: Node, stop, checkpoints) -> Run:
                mount=m.index, n_mounts=len(m.roots), host=node.host, result=mine, stop=stop,
                on_epoch=(lambda _epoch: cache.drop_caches()) if spec.drop_caches == "epoch" and node.leader else None,
                total_samples=m.total_samples,
-               after_step=TrainingCheckpoints(checkpoints, spec.workload.checkpoint) if checkpoints else None)
+               after_step=(_checkpointing().TrainingCheckpoints(checkpoints, spec.workload.checkpoint)
+                           if checkpoints else None))
 
 
 def _run_pattern(pattern, run: Run, stop: Interrupt, progress, checkpoints) -> bool:
@@ -258,9 +266,11 @@ def _prepare_node(comm, spec, m: Mount):
     """(spec, Node): per node a block every rank's live counters go to (rank 0 shows them), one cache
     dropper, the cache looked at; the null engine's shared device in the spec."""
     shared = NodeShared(comm, LIVE_SLOT * 256, per_rank=LIVE_SLOT)
-    node_mounts = shared.node.allgather(m.index)
+    # each rank of the node: (its mount, its world rank); the first is the node's leader
+    node_ranks = shared.node.allgather((m.index, comm.rank))
+    node_mounts = [mount for mount, _rank in node_ranks]
     # the host name the result groups by, one per node even where nodes share a name (comm.py)
-    host = comm_mod.node_host_name(comm, shared)
+    host = comm_mod.node_host_name(comm, node_ranks[0][1])
     leader = shared.node_rank == 0
     if spec.drop_caches and leader:
         cache.drop_caches()
@@ -272,10 +282,15 @@ def _prepare_node(comm, spec, m: Mount):
         # one emulated device per node: the first 8 bytes after the live slots are its "busy until"
         spec = replace(spec, engine_extra={**spec.engine_extra,
                                            "device": memoryview(shared.mm)[shared.device_offset:shared.device_offset + 8]})
-    comm.barrier()  # every node's cache is dropped before any rank looks or reads
+    if spec.drop_caches:
+        comm.barrier()  # every node's cache is dropped before any rank looks or reads
+    # (at 72 ranks on 2 cores each collective at set-up costs ~0.1 s: only those needed are made)
     measure_cache = not m.synthetic and not spec.direct and not getattr(m.paths, "objects", False)
-    probes = comm.gather(_cache_probe(comm, shared, host, node_mounts, m.index, m.roots[m.index], m.paths, m.sizes,
-                                      m.copies, m.stats[1]) if measure_cache else None)
+    # the same on every rank (unlike measure_cache where one mount is a bucket): no gather to make
+    nothing_to_measure = m.synthetic or spec.direct
+    probes = None if nothing_to_measure else comm.gather(
+        _cache_probe(comm, shared, host, node_mounts, m.index, m.roots[m.index], m.paths, m.sizes, m.copies,
+                     m.stats[1]) if measure_cache else None)
     if spec.drop_caches and measure_cache:
         # the probe opened the shards to look at their pages: that warmed the inodes and dentries the
         # run's first opens would otherwise read cold (docs/numbers.md, open latency); drop them again
@@ -293,7 +308,8 @@ def _reduce(c, run: Run, partial: bool, roots, checkpoints, failure: str | None)
     flag = bool(c.allreduce(int(partial), "max"))
     parts = c.gather((run.mount, run.part))
     failures = [f for f in c.gather(failure) or [] if f]
-    ck = reduce_ops(c, {"write": checkpoints.counters["write"]}, checkpoints.spec) if checkpoints else None
+    ck = (_checkpointing().reduce_ops(c, {"write": checkpoints.counters["write"]}, checkpoints.spec)
+          if checkpoints else None)
     # a stopped run's window is what it ran: from its first counted completion to its last
     window = run.spec.duration_s if run.spec.fixed_window and not flag else None
     return flag, parts, reduce_results(c, run.result, roots, window, run.spec.engine_extra.get("endpoints")), ck, failures

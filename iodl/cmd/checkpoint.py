@@ -17,14 +17,17 @@ from ..checkpoint_report import print_plan, print_result
 from ..comm import collective
 from ..errors import IodlError, UsageError
 from ..limits import cli_int
-from ..patterns import WRITE_PATTERNS
-from ..patterns.checkpoint import BLOCK_SIZE, IODEPTH, CheckpointRunSpec, execute
+from ..patterns import Pattern
+from ..patterns.checkpoint import BLOCK_SIZE, CHECKPOINT, IODEPTH, CheckpointRunSpec, execute
 from ..outputs import check_output_path, write_result
 from ..report import make_console
 from ..s3root import add_s3_arguments, addressing, endpoint_urls, given_endpoints, is_s3
 from ..stop import Interrupt
 from ..units import parse_size
 from ..workload import load_workload
+
+# the patterns that write, apart from `iodl read`'s (iodl/patterns/__init__.py says why here)
+WRITE_PATTERNS: dict[str, Pattern] = {CHECKPOINT.name: CHECKPOINT}
 
 
 def add_arguments(p) -> None:

@@ -292,8 +292,8 @@ class Checkpoint(Pattern):
 
     Its spec is a CheckpointRunSpec rather than a read run's RunSpec, its counters a pair of
     OpCounters rather than run.result, and its driver is execute() below, not iodl/runner.py (which
-    opens a dataset): a write pattern is registered in patterns.WRITE_PATTERNS, apart from the
-    read patterns `iodl read --pattern` offers."""
+    opens a dataset): a write pattern is registered in cmd/checkpoint.py's WRITE_PATTERNS, apart from
+    the read patterns `iodl read --pattern` offers."""
     name = "checkpoint"
 
     def configure(self, spec: CheckpointRunSpec) -> CheckpointRunSpec:

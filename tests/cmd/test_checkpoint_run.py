@@ -10,7 +10,7 @@ import pytest
 from iodl import checkpoint
 from iodl.comm import SerialComm
 from iodl.errors import UsageError
-from iodl.patterns import WRITE_PATTERNS
+from iodl.cmd.checkpoint import WRITE_PATTERNS
 from iodl.patterns.checkpoint import CheckpointRunSpec, execute
 from iodl.workload import load_workload
 from tests.helpers import REPO, iodl, load_json, transformer_toml

@@ -1,7 +1,7 @@
 """The MPI settings iodl adds before MPI starts: only where they are safe, never over the user's."""
 import pytest
 
-from iodl.comm import _sysv_shm_works, mpi_env_defaults
+from iodl.launcher import _sysv_shm_works, mpi_env_defaults
 
 CELLS = "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS"
 ONE_NODE = {"MPI_LOCALNRANKS": "72", "PMI_SIZE": "72", "PMI_RANK": "5"}

@@ -1,0 +1,38 @@
+"""What each rank of a real `iodl read` under mpiexec has imported by its end (issue 26's start-up:
+at 72 ranks on 2 cores every module a rank imports costs ~36x its import time before the first
+step). Rank 1 holds none of rank 0's printing side and no checkpoint pattern; rank 0 holds its
+printing side, which shows that the check sees what a rank imported."""
+import subprocess
+import sys
+
+from tests.helpers import mpiexec
+
+# rank 0's printing side, the write pattern a read run without --checkpoint-root never runs, and
+# optional libraries a run of the null engine never needs
+PRINTING = ["rich", "iodl.report", "iodl.read_report", "iodl.progress"]
+NEVER = ["iodl.patterns.checkpoint", "iodl.patterns.checkpoint_share", "iodl.data.generate", "iodl.dlio", "yaml",
+         "h5py", "matplotlib"]
+
+CODE = f"""
+import gc, os, sys
+from iodl.cli import main
+code = main(sys.argv[1:])
+seen = [m for m in {PRINTING + NEVER!r} if m in sys.modules]
+print("rank", os.environ["PMI_RANK"], code, os.environ.get("OPENBLAS_NUM_THREADS"), gc.isenabled(), *seen)
+"""
+
+
+def test_a_rank_other_than_0_imports_no_printing_side_and_no_checkpoint_pattern():
+    exe = mpiexec()
+    assert exe, "mpiexec not found next to the test interpreter (pip install mpich)"
+    proc = subprocess.run([exe, "-n", "2", sys.executable, "-c", CODE, "read", "--pattern", "train-sync",
+                           "--engine", "null", "--steps", "2", "--compute-time", "0.01", "--progress", "off"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    ranks = {int(line.split()[1]): line.split()[2:] for line in proc.stdout.splitlines() if line.startswith("rank ")}
+    assert sorted(ranks) == [0, 1], proc.stdout
+    for rank, (code, blas, gc_on, *_seen) in ranks.items():
+        # the run went through; numpy's BLAS started one thread; the collector is back on after the imports
+        assert (code, blas, gc_on) == ("0", "1", "True"), (rank, ranks[rank])
+    assert ranks[1][3:] == []
+    assert set(ranks[0][3:]) == set(PRINTING)
