@@ -177,8 +177,8 @@ class ShardFiles:
         if self.counters is not None:
             self.counters.note_open_wait(t_ns, waited_ns)
 
-    def names(self, shards: list[int]) -> list[str]:
-        return [self.paths[s] if self.paths else f"shard {s}" for s in shards]
+    def names(self, shards: list[int]) -> "BatchNames":
+        return BatchNames(self.paths, shards)
 
     def close(self, shards: list[int]) -> None:
         """Close these shards' files (those open), each close timed; with open threads in one C call."""
@@ -207,3 +207,18 @@ class ShardFiles:
             self._pool.close()
         self._ahead.clear()
         self._waiting.clear()
+
+
+class BatchNames:
+    """names[i]: the file of shards[i], made only when asked (an error names its file; a step
+    without one makes no path)."""
+
+    def __init__(self, paths, shards: list[int]):
+        self._paths, self._shards = paths, shards
+
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    def __getitem__(self, i: int) -> str:
+        shard = self._shards[i]
+        return self._paths[shard] if self._paths else f"shard {shard}"

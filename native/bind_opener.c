@@ -54,7 +54,11 @@ static PyObject *Opener_submit(OpenerObject *self, PyObject *args)
 		PyBuffer_Release(&sizes);
 		return PyErr_Format(PyExc_ValueError, "submit: %zd NUL-terminated paths for %zd sizes", nul, sizes.len / 8);
 	}
+	/* the GIL released even for this: the pool's lock may be held by a thread the scheduler
+	 * preempted, and the step loop must not wait behind it */
+	Py_BEGIN_ALLOW_THREADS
 	first = iodl_opener_submit(self->op, paths, sizes.buf, (size_t)(sizes.len / 8));
+	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&sizes);
 	if (first < 0)
 		return PyErr_NoMemory();
@@ -71,18 +75,18 @@ static PyObject *Opener_take(OpenerObject *self, PyObject *arg)
 	if (!open_pool(self) || get_int64(arg, &t, "tickets") < 0)
 		return NULL;
 	n = (size_t)(t.len / 8);
-	if (iodl_opener_check(self->op, t.buf, n) < 0) {
-		PyBuffer_Release(&t);
-		return PyErr_Format(PyExc_ValueError, "take: a ticket that is not waiting (taken, dropped or never given)");
-	}
 	out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(struct iodl_open_result)));
 	while (out && !done) {
 		Py_BEGIN_ALLOW_THREADS
 		done = iodl_opener_take(self->op, t.buf, n, (struct iodl_open_result *)PyBytes_AS_STRING(out),
 					TAKE_SLICE_NS);
 		Py_END_ALLOW_THREADS
-		if (!done && PyErr_CheckSignals() < 0)
+		if (done < 0) {
+			Py_CLEAR(out);
+			PyErr_SetString(PyExc_ValueError, "take: a ticket that is not waiting (taken, dropped or never given)");
+		} else if (!done && PyErr_CheckSignals() < 0) {
 			Py_CLEAR(out);	/* the tickets stay waiting: the caller drops them or closes the pool */
+		}
 	}
 	PyBuffer_Release(&t);
 	return out;
@@ -94,7 +98,9 @@ static PyObject *Opener_drop(OpenerObject *self, PyObject *arg)
 
 	if (!open_pool(self) || get_int64(arg, &t, "tickets") < 0)
 		return NULL;
+	Py_BEGIN_ALLOW_THREADS
 	iodl_opener_drop(self->op, t.buf, (size_t)(t.len / 8));
+	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&t);
 	Py_RETURN_NONE;
 }

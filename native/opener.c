@@ -45,6 +45,7 @@ struct iodl_opener {
 	int64_t first;
 	int direct, stopping;
 	unsigned refs;			/* the owner and each thread: the last one frees the pool */
+	unsigned threads;
 	char *inside;			/* the dataset's real root, or NULL */
 };
 
@@ -227,6 +228,7 @@ struct iodl_opener *iodl_opener_new(unsigned threads, int direct, const char *in
 		pthread_setname_np(t, "iodl-open");	/* top -H, /proc/PID/task/TID/comm: what each thread is */
 		op->refs++;
 		started++;
+		op->threads++;
 	}
 	pthread_mutex_unlock(&op->mu);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -274,7 +276,10 @@ int64_t iodl_opener_submit(struct iodl_opener *op, const char *paths, const int6
 		paths += len + 1;
 		op->len++;
 	}
-	pthread_cond_broadcast(&op->work);
+	/* as many threads woken as there is work for: 32 ranks x 8 threads all woken per batch would
+	 * fight over the lock (a preempted holder stalls the others for a time slice) */
+	for (size_t i = 0; i < n && i < op->threads; i++)
+		pthread_cond_signal(&op->work);
 	pthread_mutex_unlock(&op->mu);
 	return first;
 }
@@ -289,17 +294,6 @@ static struct request *find(struct iodl_opener *op, int64_t ticket)
 	return r->taken || r->dropped ? NULL : r;
 }
 
-int iodl_opener_check(struct iodl_opener *op, const int64_t *tickets, size_t n)
-{
-	int rc = 0;
-
-	pthread_mutex_lock(&op->mu);
-	for (size_t i = 0; i < n && !rc; i++)
-		rc = find(op, tickets[i]) ? 0 : -1;
-	pthread_mutex_unlock(&op->mu);
-	return rc;
-}
-
 int iodl_opener_take(struct iodl_opener *op, const int64_t *tickets, size_t n, struct iodl_open_result *out,
 		     uint64_t timeout_ns)
 {
@@ -308,6 +302,13 @@ int iodl_opener_take(struct iodl_opener *op, const int64_t *tickets, size_t n, s
 	size_t i = 0;
 
 	pthread_mutex_lock(&op->mu);
+	for (i = 0; i < n; i++) {
+		if (!find(op, tickets[i])) {
+			pthread_mutex_unlock(&op->mu);
+			return -1;
+		}
+	}
+	i = 0;
 	while (i < n) {		/* tickets stay valid while not done: only done ones retire */
 		if (op->q[tickets[i] - op->first].state == DONE) {
 			i++;

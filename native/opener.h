@@ -29,10 +29,9 @@ struct iodl_opener *iodl_opener_new(unsigned threads, int direct, const char *in
 /* Queue n opens (paths NUL-terminated one after the other, each at least sizes[i] bytes);
  * returns the first one's ticket, the others follow it. -1 with errno (ENOMEM) on failure. */
 int64_t iodl_opener_submit(struct iodl_opener *op, const char *paths, const int64_t *sizes, size_t n);
-/* 0 if every ticket is live and not taken or dropped, else -1 (the caller's mistake) */
-int iodl_opener_check(struct iodl_opener *op, const int64_t *tickets, size_t n);
 /* Wait up to timeout_ns for the tickets' opens; 1 and their results (the fds are then the
- * caller's) when all are done, 0 when the time ran out first (nothing taken). */
+ * caller's) when all are done, 0 when the time ran out first (nothing taken), -1 at once when a
+ * ticket is not waiting (taken, dropped or never given: the caller's mistake). */
 int iodl_opener_take(struct iodl_opener *op, const int64_t *tickets, size_t n, struct iodl_open_result *out,
 		     uint64_t timeout_ns);
 /* The caller will not take these: each fd is closed once its open is done. */
