@@ -254,3 +254,30 @@ def file_ops(op: int, paths: bytes, hist: np.ndarray) -> tuple[int, int, int]: .
     # then iodl's lay-out mark, close), 1/2/3 filestat (stat, lstat, statx), 4 filedelete (unlink, marked files
     # only). Each timed call's latency goes into `hist` (int64); -> (files done, t_start_ns, t_end_ns) on the
     # engine's clock; OSError naming the file on the first failure. The GIL is released.
+
+class Opener:   # an open-ahead pool (native/opener.c); made by opener()
+    def submit(self, paths: bytes, sizes: np.ndarray) -> int: ...
+        # queue the opens of the NUL-terminated paths (each ends with its NUL), paths[i] to be a regular file of at
+        # least sizes[i] bytes (int64 array, one per path); returns the first one's ticket, the next ones follow it.
+        # The threads start them in ticket order. ValueError when the counts differ or the pool is closed
+    def take(self, tickets: np.ndarray) -> bytes: ...
+        # waits (GIL released, a signal seen within 100 ms: KeyboardInterrupt, the tickets stay waiting) until each
+        # ticket's open is done, then -> len(tickets) rows of 4 int64 (numpy.frombuffer): fd (-1 on failure), err
+        # (0, the errno of open/fstat/fcntl/realpath, or -1: refused by a check: not a regular file, shorter than its
+        # size, a link resolving outside `inside`), done_ns (when the open returned, monotonic_ns' clock), took_ns
+        # (open + fstat + fcntl). The fds are then the caller's. ValueError for a ticket taken, dropped or never given
+    def drop(self, tickets: np.ndarray) -> None: ...
+        # these tickets will not be taken: an open not begun is never made, a done one's fd is closed now, one in
+        # progress has its fd closed by its thread. Tickets not waiting are ignored
+    def close_fds(self, fds: np.ndarray) -> bytes: ...
+        # close each fd (int64, < 0 skipped), GIL released -> len(fds) rows of 2 int64: when close returned, its time
+    def close(self) -> None: ...
+        # never waits: queued opens are not made, every done fd not taken is closed, an open in progress (slow
+        # storage) finishes on its thread, which closes its fd and exits; the pool's memory goes with the last thread.
+        # Idempotent; later calls but close_fds raise ValueError
+
+def opener(threads: int, direct: bool, inside: str | None) -> Opener: ...
+    # `threads` (1..1024) detached C threads named iodl-open, signals blocked, that open files O_RDONLY|O_NONBLOCK|
+    # O_CLOEXEC (|O_DIRECT), O_NOFOLLOW when `inside` (a dataset's real root) is given and a link is then followed
+    # only if its realpath is inside it; fstat through the fd (a regular file at least the size asked); O_NONBLOCK
+    # cleared: iodl/engine.py open_for_read's checks, whose messages the caller gets by running it on a failed path

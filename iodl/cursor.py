@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
@@ -60,10 +59,11 @@ class ShardFiles:
 
     threads > 0: that many open threads (a data loader's worker threads, the workload's
     read_threads) open shards before the reader needs them: ahead() hands them the shards that
-    come next, open() takes their fds in the reader. os.open releases the GIL, so opens overlap
-    each other and the reader's reads. What the reader was blocked on opens goes to the counters
-    too (note_open_wait): with open threads the wait for an fd not yet open, without them every
-    open's whole time.
+    come next, open() takes their fds in the reader. The threads are C's (native/opener.c, with
+    open_for_read's checks): a batch is one submit and one take, the reader waits with the GIL
+    released, and no Python runs per open but the counting. What the reader was blocked on opens
+    goes to the counters too (note_open_wait): with open threads the wait for an fd not yet open,
+    without them every open's whole time.
     """
 
     AHEAD_PER_THREAD = 8   # opens started ahead per open thread: a batch of small files ahead at 4 threads, few fds
@@ -71,44 +71,48 @@ class ShardFiles:
     def __init__(self, paths: list[str] | None, sizes, direct: bool, counters=None, threads: int = 0):
         self.paths, self.sizes, self.direct, self.counters = paths, sizes, direct, counters
         self.fds: dict[int, int] = {}
+        self._inside = getattr(paths, "inside", None)
         self._pool = None
-        self._ahead: deque[tuple[int, Future]] = deque()   # (shard, open started ahead), stream order
-        self._waiting: dict[int, int] = {}                 # shard -> how many of _ahead are it
-        if threads > 0 and paths is not None:
-            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="iodl-open")
+        self._ahead: deque[tuple[int, int]] = deque()   # (shard, its open's ticket), stream order
+        self._waiting: dict[int, int] = {}              # shard -> how many of _ahead are it
+        if threads > 0 and paths is not None and not getattr(paths, "objects", False):
+            self._pool = _native.opener(threads, direct, self._inside)
         self.ahead_cap = threads * self.AHEAD_PER_THREAD if self._pool else 0
 
     def _open_timed(self, shard: int) -> tuple[int, int, int]:
         """(fd, when its open returned, how long it took), on the engine's clock."""
         t0 = _native.monotonic_ns()
-        fd = open_for_read(self.paths[shard], self.direct, int(self.sizes[shard]),
-                           inside=getattr(self.paths, "inside", None))
+        fd = open_for_read(self.paths[shard], self.direct, int(self.sizes[shard]), inside=self._inside)
         t1 = _native.monotonic_ns()
         return fd, t1, t1 - t0
 
-    def _submit(self, shard: int) -> Future:
-        return self._pool.submit(self._open_timed, shard)
+    def _submit(self, shards: list[int]) -> range:
+        """Queue the opens of shards on the open threads, in order: their tickets."""
+        paths = b"".join(os.fsencode(self.paths[s]) + b"\0" for s in shards)
+        first = self._pool.submit(paths, np.array([int(self.sizes[s]) for s in shards], dtype=np.int64))
+        return range(first, first + len(shards))
 
     def ahead(self, shards: list[int]) -> None:
         """Start opening these shards, the ones the stream gives next (each once, in order)."""
-        for shard in shards:
-            self._ahead.append((shard, self._submit(shard)))
-            self._waiting[shard] = self._waiting.get(shard, 0) + 1
+        if shards:
+            self._ahead.extend(zip(shards, self._submit(shards)))
+            for shard in shards:
+                self._waiting[shard] = self._waiting.get(shard, 0) + 1
 
-    def _claim(self, shard: int) -> Future | None:
-        """The first open started ahead for shard. Those started before it are for positions the
-        stream has passed without opening them (the shard was open already, or held no sample):
-        they are closed, uncounted."""
+    def _claim(self, shard: int, passed: list[int]) -> int | None:
+        """The ticket of the first open started ahead for shard. Those started before it are for
+        positions the stream has passed without opening them (the shard was open already, or held
+        no sample): their tickets go to passed, to be dropped (closed, uncounted)."""
         if not self._waiting.get(shard):
             return None
         while True:
-            s, fut = self._ahead.popleft()
+            s, ticket = self._ahead.popleft()
             self._waiting[s] -= 1
             if not self._waiting[s]:
                 del self._waiting[s]
             if s == shard:
-                return fut
-            _discard(fut)
+                return ticket
+            passed.append(ticket)
 
     def open(self, shards: list[int], then: list[int] = ()) -> list[int]:
         """The fds of shards (a batch's), opened now or ahead; then: the shards that come next,
@@ -124,23 +128,46 @@ class ShardFiles:
                 self.fds[shard] = fd
                 self._note(t, took)
                 self._note_wait(t, took)
+        elif need:
+            self._open_pooled(need, then)
         else:
-            # a batch's shards not opened ahead are opened by the threads too, together
-            futs = [(s, self._claim(s) or self._submit(s)) for s in need]
             self.ahead(then)
-            t0 = _native.monotonic_ns()
-            try:
-                for shard, fut in futs:
-                    fd, t, took = fut.result()     # an open's error is raised here, in the reader
-                    self.fds[shard] = fd
-                    self._note(t, took)
-            finally:
-                t1 = _native.monotonic_ns()
-                self._note_wait(t1, t1 - t0)
-                for shard, fut in futs:
-                    if shard not in self.fds:
-                        _discard(fut)
         return [self.fds[s] for s in shards]
+
+    def _open_pooled(self, need: list[int], then: list[int]) -> None:
+        # a batch's shards not opened ahead are opened by the threads too, together, before `then`
+        passed: list[int] = []
+        tickets = [self._claim(s, passed) for s in need]
+        if passed:
+            self._pool.drop(np.array(passed, dtype=np.int64))
+        missing = [s for s, t in zip(need, tickets) if t is None]
+        if missing:
+            fresh = iter(self._submit(missing))
+            tickets = [next(fresh) if t is None else t for t in tickets]
+        self.ahead(then)
+        wanted = np.array(tickets, dtype=np.int64)
+        t0 = _native.monotonic_ns()
+        try:
+            got = np.frombuffer(self._pool.take(wanted), dtype=np.int64).reshape(-1, 4).tolist()
+        except BaseException:
+            self._pool.drop(wanted)   # interrupted while waiting: nobody takes them now
+            raise
+        finally:
+            t1 = _native.monotonic_ns()
+            self._note_wait(t1, t1 - t0)
+        failed = []
+        for shard, (fd, err, t, took) in zip(need, got):
+            if err:
+                failed.append(shard)
+            else:
+                self.fds[shard] = fd
+                self._note(t, took)
+        for shard in failed:
+            # the C open refused or failed: open_for_read, run again here, raises saying why in one
+            # line (its refusals' words live there only); a file that has become fine since is used
+            fd, t, took = self._open_timed(shard)
+            self.fds[shard] = fd
+            self._note(t, took)
 
     def _note(self, t_ns: int, took_ns: int) -> None:
         if self.counters is not None:
@@ -150,37 +177,48 @@ class ShardFiles:
         if self.counters is not None:
             self.counters.note_open_wait(t_ns, waited_ns)
 
-    def names(self, shards: list[int]) -> list[str]:
-        return [self.paths[s] if self.paths else f"shard {s}" for s in shards]
+    def names(self, shards: list[int]) -> "BatchNames":
+        return BatchNames(self.paths, shards)
 
-    def close(self, shard: int) -> None:
-        fd = self.fds.pop(shard, -1)
-        if fd >= 0:
-            t0 = _native.monotonic_ns()
-            os.close(fd)
-            if self.counters is not None:
+    def close(self, shards: list[int]) -> None:
+        """Close these shards' files (those open), each close timed; with open threads in one C call."""
+        fds = [fd for fd in (self.fds.pop(s, -1) for s in shards) if fd >= 0]
+        if not fds:
+            return
+        if self._pool is not None:
+            times = np.frombuffer(self._pool.close_fds(np.array(fds, dtype=np.int64)), dtype=np.int64)
+            times = times.reshape(-1, 2).tolist()
+        else:
+            times = []
+            for fd in fds:
+                t0 = _native.monotonic_ns()
+                os.close(fd)
                 t1 = _native.monotonic_ns()
-                self.counters.note_close(t1, t1 - t0)
+                times.append((t1, t1 - t0))
+        if self.counters is not None:
+            for t, took in times:
+                self.counters.note_close(t, took)
 
     def close_all(self) -> None:
         """Close every fd, those opened ahead too; stop the open threads (an open in progress
-        finishes on its own, and its fd is closed then)."""
+        finishes on its own thread, and its fd is closed there)."""
+        self.close(list(self.fds))
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        while self._ahead:
-            _discard(self._ahead.popleft()[1])
+            self._pool.close()
+        self._ahead.clear()
         self._waiting.clear()
-        for shard in list(self.fds):
-            self.close(shard)
 
 
-def _discard(fut: Future) -> None:
-    """Close the fd of an open started ahead that nobody will use, now or when it is done."""
-    if fut.cancel():
-        return
+class BatchNames:
+    """names[i]: the file of shards[i], made only when asked (an error names its file; a step
+    without one makes no path)."""
 
-    def close(f: Future) -> None:
-        if not f.cancelled() and f.exception() is None:
-            os.close(f.result()[0])
+    def __init__(self, paths, shards: list[int]):
+        self._paths, self._shards = paths, shards
 
-    fut.add_done_callback(close)
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    def __getitem__(self, i: int) -> str:
+        shard = self._shards[i]
+        return self._paths[shard] if self._paths else f"shard {shard}"

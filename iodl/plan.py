@@ -41,7 +41,7 @@ def shard_plan(sizes: list[int] | np.ndarray, block_size: int) -> np.ndarray:
     counts = (sizes + block_size - 1) // block_size
     plan = new_plan(int(counts.sum()))
     plan["file"] = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    starts = np.cumsum(counts) - counts   # each shard's first row (none: no shards, no rows)
     offset = (np.arange(len(plan), dtype=np.int64) - np.repeat(starts, counts)) * block_size
     plan["offset"] = offset
     plan["length"] = np.minimum(block_size, np.repeat(sizes, counts) - offset)

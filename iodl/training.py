@@ -39,6 +39,10 @@ def buffer_size(shuffle: str, shuffle_size: int, samples_per_shard: int) -> int:
     return shuffle_size if "sample" in shuffle and samples_per_shard > 1 else 0
 
 
+_ONCE = np.ones(1, dtype=np.int32)   # a one-sample shard taken once (SampleStream.take_batch), shared
+_ONCE.flags.writeable = False
+
+
 class SampleStream:
     """A rank's endless stream of samples, from whole shards read sequentially.
 
@@ -71,6 +75,9 @@ class SampleStream:
         self.epochs_checked = 0                           # shares finished with every sample taken once
         self.epochs_wrong = 0                             # shares finished otherwise (a defect if ever > 0)
         self.trace: list | None = None                    # a list: take() appends (shards, samples) taken
+        # shards read whole, one block_size request after the other, and no buffer: a shard of one
+        # sample is then a whole step's worth of work in a few array operations (take_batch)
+        self._whole_files = not (buffer or records or npz_load)
 
     def _layout(self, shard: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(sample end offsets, read plan, rows that complete each sample) of a shard, computed
@@ -172,6 +179,8 @@ class SampleStream:
     def _taken_now(self, shard: int, samples: np.ndarray) -> None:
         """Count these samples of shard as taken (the order's own check), and trace them."""
         if self._check:
+            if self._taken[shard] is _ONCE:    # shared by take_batch's shards: counted on a copy
+                self._taken[shard] = _ONCE.copy()
             np.add.at(self._taken[shard], samples, 1)
         if self.trace is not None:
             self.trace.append((np.full(len(samples), shard, dtype=np.int64), samples))
@@ -224,6 +233,63 @@ class SampleStream:
                 self._buf_shard[keep], self._buf_sample[keep], self._buf_bytes[keep])
             n -= k
         return out, consumed
+
+
+    def take_batch(self, n: int) -> tuple[list[int], np.ndarray, list[bool], int]:
+        """take(n) as one batch (as_batch). Shards of one sample each (retinanet, every JPEG
+        dataset) take no Python per sample but a table look-up: the batch's rows are made at once
+        (plan.shard_plan over its shards' sizes), the same reads in the same order as take()'s."""
+        if not self._whole_files or self._shard is not None:
+            return as_batch(*self.take(n))
+        shards, consumed = [], 0
+        while len(shards) < n:
+            if self._held is None:
+                self._held = self._next_shard()
+            shard, epoch = self._held
+            ends = self._sample_ends(shard)
+            if len(ends) != 1:                 # take() goes on from this shard (held)
+                break
+            if self._epoch is not None and epoch != self._epoch:
+                self._check_epoch()
+            self._epoch, self._held = epoch, None
+            consumed += int(ends[0])
+            if self._check:
+                seen = self._taken.get(shard)
+                self._taken[shard] = _ONCE if seen is None else seen + 1
+            shards.append(shard)
+        if self.trace is not None and shards:
+            self.trace.append((np.array(shards, dtype=np.int64), np.zeros(len(shards), dtype=np.int64)))
+        rows = plan.shard_plan([int(self._sizes[s]) for s in shards], self._bs)
+        if len(shards) == n:
+            return shards, rows, [True] * n, consumed
+        # a shard of several samples (or none) met: the rest as take() reads it
+        more, rest_rows, rest_done, rest_bytes = as_batch(*self.take(n - len(shards)))
+        both = np.concatenate([rows, rest_rows])   # a copy: rest_rows may be a shard's cached plan
+        both["file"][len(rows):] += len(shards)
+        return shards + more, both, [True] * len(shards) + rest_done, consumed + rest_bytes
+
+
+def as_batch(segments: list[tuple[int, np.ndarray, bool]], consumed: int) -> tuple[list[int], np.ndarray, list[bool], int]:
+    """A take()'s segments as one batch: (shards, rows, finished, bytes): rows are every segment's,
+    their file column numbering the segment (its index in shards); finished[i]: shards[i] is read
+    to its end."""
+    shards = [shard for shard, _rows, _done in segments]
+    done = [d for _shard, _rows, d in segments]
+    if len(segments) == 1:
+        rows = segments[0][1]            # one shard's plan: its file column is already 0
+    elif segments:
+        # one copy of every segment's rows, each numbered by its place in the batch (filled in
+        # place: np.concatenate of structured arrays promotes their fields pair by pair)
+        lengths = [len(part) for _shard, part, _done in segments]
+        rows = plan.new_plan(sum(lengths))
+        at = 0
+        for (_shard, part, _done), n in zip(segments, lengths):
+            rows[at:at + n] = part
+            at += n
+        rows["file"] = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    else:
+        rows = plan.new_plan(0)
+    return shards, rows, done, consumed
 
 
 def sample_reads(start: int, end: int, block_size: int, align: int = 1) -> np.ndarray:
@@ -324,6 +390,10 @@ class SampleAccessStream:
                 self._ends.pop(next(iter(self._ends)))
             ends = self._ends[shard] = np.asarray(self._sample_ends(shard), dtype=np.int64)
         return ends
+
+    def take_batch(self, n: int) -> tuple[list[int], np.ndarray, list[bool], int]:
+        """take(n) as one batch (as_batch)."""
+        return as_batch(*self.take(n))
 
     def take(self, n: int) -> tuple[list[tuple[int, np.ndarray, bool]], int]:
         """([(shard, rows, True)] one per sample, bytes of the n samples taken)."""
@@ -523,35 +593,17 @@ class _Reader(threading.Thread):
 
     def fetch(self) -> int:
         """Read what the next batch needs; returns the batch's bytes (its samples' sizes)."""
-        segments, consumed = self.stream.take(self.cfg.batch_size)
-        shards = [shard for shard, _rows, _done in segments]
-        if len(segments) == 1:
-            rows = segments[0][1]            # one shard's plan: its file column is already 0
-        elif segments:
-            # one copy of every segment's rows, each numbered by its place in the batch (filled in
-            # place: np.concatenate of structured arrays promotes their fields pair by pair)
-            lengths = [len(part) for _shard, part, _done in segments]
-            rows = plan.new_plan(sum(lengths))
-            at = 0
-            for (_shard, part, _done), n in zip(segments, lengths):
-                rows[at:at + n] = part
-                at += n
-            rows["file"] = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-        else:
-            rows = plan.new_plan(0)
+        shards, rows, done, consumed = self.stream.take_batch(self.cfg.batch_size)
         ahead = self.files.ahead_cap
         if self.batches:   # no file past the run's last batch (the shard being read holds some of it)
             left = (self.batches - self.fetched - 1) * self.cfg.batch_size - self.stream.left_in_shard()
             ahead = min(ahead, -(-max(left, 0) // self.samples_per_shard))
         upcoming = self.lookahead.ahead(ahead) if self.lookahead and ahead > 0 else []
         self.cursor.run(self.files.open(shards, then=upcoming), rows, self.files.names(shards))
-        for shard, _rows, done in segments:
-            if done:
-                self.files.close(shard)
+        self.files.close([shard for shard, d in zip(shards, done) if d])
         self.fetched += 1
         if self.cut_epochs and self.fetched % self.cut_epochs == 0:
-            for shard in self.stream.end_epoch():
-                self.files.close(shard)
+            self.files.close(self.stream.end_epoch())
         return consumed
 
     def run(self) -> None:

@@ -80,6 +80,9 @@ PyObject *iodl_py_thread_read_bytes(PyObject *m, PyObject *unused);
 /* bind_barrier.c */
 PyObject *iodl_py_node_barrier(PyObject *m, PyObject *args);
 
+/* bind_opener.c: opener.c's open-ahead pool */
+PyObject *iodl_py_opener(PyObject *m, PyObject *args);
+
 /* beside their code */
 PyObject *iodl_py_write_files(PyObject *m, PyObject *args);	/* smallfiles.c */
 PyObject *iodl_py_list_dir(PyObject *m, PyObject *args);	/* listing.c */

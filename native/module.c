@@ -32,6 +32,10 @@ static PyMethodDef module_methods[] = {
 	/* bind_barrier.c */
 	{ "node_barrier", iodl_py_node_barrier, METH_VARARGS,
 	  "node_barrier(shared_buffer, nranks, flag) -> OR of the round's flags; waits in the kernel" },
+	/* bind_opener.c */
+	{ "opener", iodl_py_opener, METH_VARARGS,
+	  "opener(threads, direct, inside) -> Opener: dataset files opened ahead on `threads` threads, in order, "
+	  "with open_for_read's checks" },
 	/* smallfiles.c, listing.c, fileops.c: files at the speed of the syscalls */
 	{ "write_files", iodl_py_write_files, METH_VARARGS,
 	  "write_files(dirfd, prefix, width, tail, temp_suffix, indices, buffer, offsets, lengths): files named "

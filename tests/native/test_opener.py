@@ -1,0 +1,179 @@
+"""The open-ahead pool in C (native/opener.c, _native.opener) and ShardFiles on it.
+
+On real files in a temporary directory: opens come back in submission order, each fd the file
+asked for, timed on the engine's clock; every refusal of open_for_read holds (missing, short, a
+FIFO without blocking, a link out of the dataset root) and names its file; no descriptor and no
+open thread outlives the pool, also when it is closed with opens queued and in flight.
+"""
+import errno
+import os
+import time
+
+import numpy as np
+import pytest
+
+from iodl import _native
+from iodl.cursor import ShardFiles
+from iodl.errors import IodlError
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _open_threads() -> int:
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "iodl-open"
+        except OSError:
+            pass
+    return n
+
+
+def _settled(fds: int, within_s: float = 2.0) -> bool:
+    """No open thread left and the descriptors back to fds (threads finish what they began)."""
+    end = time.monotonic() + within_s
+    while _open_threads() or _fds() != fds:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class Paths(list):
+    """A dataset's paths as iodl.data.layout gives them: its real root in .inside."""
+    def __init__(self, paths, inside):
+        super().__init__(paths)
+        self.inside = inside
+
+
+@pytest.fixture
+def files(tmp_path):
+    """40 files whose first 8 bytes say which they are, of growing sizes."""
+    paths, sizes = [], []
+    for i in range(40):
+        p = tmp_path / f"f{i:03d}"
+        p.write_bytes(i.to_bytes(8, "little") * (i + 1))
+        paths.append(str(p))
+        sizes.append(8 * (i + 1))
+    return Paths(paths, str(tmp_path.resolve())), np.array(sizes, dtype=np.int64)
+
+
+def _packed(paths) -> bytes:
+    return b"".join(os.fsencode(p) + b"\0" for p in paths)
+
+
+def test_opens_in_order_each_its_file_timed(files):
+    paths, sizes = files
+    before = _fds()
+    pool = _native.opener(3, False, paths.inside)
+    t0 = _native.monotonic_ns()
+    first = pool.submit(_packed(paths), sizes)
+    got = np.frombuffer(pool.take(np.arange(first, first + len(paths), dtype=np.int64)), dtype=np.int64)
+    t1 = _native.monotonic_ns()
+    got = got.reshape(-1, 4)
+    assert (got[:, 1] == 0).all()
+    for i, fd in enumerate(got[:, 0].tolist()):
+        assert os.pread(fd, 8, 0) == i.to_bytes(8, "little")
+        assert os.get_blocking(fd)                  # O_NONBLOCK was cleared once checked
+    assert ((got[:, 2] >= t0) & (got[:, 2] <= t1)).all()            # done on the engine's clock
+    assert ((got[:, 3] > 0) & (got[:, 3] <= got[:, 2] - t0)).all()  # took: inside its own span
+    closed = np.frombuffer(pool.close_fds(np.ascontiguousarray(got[:, 0])), dtype=np.int64).reshape(-1, 2)
+    assert (closed[:, 1] > 0).all() and (closed[:, 0] <= _native.monotonic_ns()).all()
+    with pytest.raises(ValueError, match="not waiting"):   # a ticket is taken once
+        pool.take(np.array([first], dtype=np.int64))
+    pool.close()
+    assert _settled(before)
+
+
+def test_refusals_recorded_without_blocking(files, tmp_path):
+    paths, sizes = files
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_bytes(b"x" * 64)
+    (tmp_path / "link-out").symlink_to(outside)
+    (tmp_path / "link-in").symlink_to(paths[5])
+    asked = [str(tmp_path / "missing"), paths[3], str(fifo), str(tmp_path / "link-out"), str(tmp_path / "link-in")]
+    want = np.array([1, sizes[3] + 1, 0, 1, sizes[5]], dtype=np.int64)
+    before = _fds()
+    pool = _native.opener(2, False, paths.inside)
+    first = pool.submit(_packed(asked), want)
+    t = time.monotonic()
+    got = np.frombuffer(pool.take(np.arange(first, first + 5, dtype=np.int64)), dtype=np.int64).reshape(-1, 4)
+    assert time.monotonic() - t < 1.0                # the FIFO did not block its open
+    assert got[:, 1].tolist() == [errno.ENOENT, -1, -1, -1, 0]   # -1: refused by a check
+    assert got[:4, 0].tolist() == [-1] * 4
+    assert os.pread(int(got[4, 0]), 8, 0) == (5).to_bytes(8, "little")   # a link inside the root is followed
+    os.close(int(got[4, 0]))
+    pool.close()
+    assert _settled(before)
+
+
+def test_shard_files_name_each_refusal(files, tmp_path):
+    """ShardFiles on open threads raises open_for_read's own one-line errors, naming the file."""
+    paths, sizes = files
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link-out").symlink_to("/etc/hostname")
+    cases = [(str(tmp_path / "missing"), 1, FileNotFoundError, "missing"),
+             (paths[2], sizes[2] + 1, IodlError, "shorter than the dataset manifest says"),
+             (str(tmp_path / "fifo"), 0, IodlError, "not a regular file"),
+             (str(tmp_path / "link-out"), 1, IodlError, "outside the dataset root")]
+    before = _fds()
+    for path, size, kind, words in cases:
+        files_ = ShardFiles(Paths([paths[0], path], paths.inside), np.array([sizes[0], size]), False, threads=2)
+        with pytest.raises(kind, match=words) as exc:
+            files_.open([0, 1])
+        assert path in str(exc.value)
+        files_.close_all()
+    assert _settled(before)
+
+
+def test_close_with_opens_queued_and_in_flight_leaks_nothing(files):
+    paths, sizes = files
+    before = _fds()
+    pool = _native.opener(4, False, paths.inside)
+    first = pool.submit(_packed(list(paths) * 50), np.tile(sizes, 50))   # 2,000 opens
+    got = np.frombuffer(pool.take(np.array([first, first + 1], dtype=np.int64)), dtype=np.int64).reshape(-1, 4)
+    pool.drop(np.arange(first + 2, first + 40, dtype=np.int64))
+    pool.close()                                       # the rest queued or in flight: closed by the pool
+    for fd in got[:, 0].tolist():                      # taken fds are the caller's
+        os.close(fd)
+    assert _settled(before)
+    with pytest.raises(ValueError, match="closed"):
+        pool.submit(b"x\0", np.array([1], dtype=np.int64))
+
+
+def test_shard_files_ahead_then_passed_over(files):
+    """Opens started ahead for shards the stream then opens otherwise (already open) are dropped:
+    closed, never counted; a batch's fds are its own files; nothing stays open after close_all."""
+    paths, sizes = files
+
+    class Counts:
+        opens = closes = 0
+        waited = 0
+
+        def note_open(self, t, took):
+            self.opens += 1
+
+        def note_close(self, t, took):
+            self.closes += 1
+
+        def note_open_wait(self, t, waited):
+            self.waited += waited
+
+    counts = Counts()
+    before = _fds()
+    files_ = ShardFiles(paths, sizes, False, counts, threads=2)
+    fds = files_.open([0, 1], then=[2, 3, 4])
+    assert [os.pread(fd, 8, 0) for fd in fds] == [i.to_bytes(8, "little") for i in (0, 1)]
+    fds = files_.open([4, 5], then=[6])                # 2 and 3 passed over: dropped
+    assert [os.pread(fd, 8, 0) for fd in fds] == [i.to_bytes(8, "little") for i in (4, 5)]
+    files_.close([0, 1, 4])
+    assert (counts.opens, counts.closes) == (4, 3)
+    assert counts.waited > 0
+    files_.close_all()
+    assert counts.closes == 4
+    assert _settled(before)
