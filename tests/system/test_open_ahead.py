@@ -7,7 +7,6 @@ figures hold that wait, and four open threads take an epoch of small files in le
 """
 import os
 import statistics
-import threading
 import time
 
 import numpy as np
@@ -28,9 +27,21 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _open_threads() -> int:
+    """This process's open threads: C threads (native/opener.c), named in the kernel's task list."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().startswith("iodl-open")
+        except OSError:
+            pass   # a thread that just ended
+    return n
+
+
 def _open_threads_gone(within_s: float = 1.0) -> bool:
     end = time.monotonic() + within_s
-    while any(t.name.startswith("iodl-open") for t in threading.enumerate()):
+    while _open_threads():
         if time.monotonic() > end:
             return False
         time.sleep(0.01)
@@ -101,16 +112,18 @@ def test_every_used_open_is_counted_every_file_closed(files, threads, prefetch):
 
 def test_a_stop_closes_what_was_opened_ahead_and_ends_the_open_threads(files):
     before = _fds()
-    calls = {"n": 0}
+    calls = {"n": 0, "threads": 0}
 
     def stop():
         calls["n"] += 1
+        calls["threads"] = max(calls["threads"], _open_threads())
         return calls["n"] > 5
 
     t0 = time.monotonic()
     result, records, partial = _run(files, 4, epochs=50, stop_flag=stop)
     assert partial and 0 < len(records) < 50 * FILES // BATCH
     assert time.monotonic() - t0 < 5
+    assert calls["threads"] == 4, "the run's 4 open threads, seen while it ran"
     assert _open_threads_gone(1.0)
     assert _fds() == before, "a descriptor opened ahead was left open"
     assert result.closes <= result.opens
