@@ -69,10 +69,12 @@ def pytest_configure(config):
 SERIAL_MARKERS = ("flaky", "blkio", "loopdev", "root", "mpiexec", "mpi", "slow")
 SERIAL_PATHS = ("tests/system/", "tests/s3/", "tests/test_mpi_sizes.py")
 SERIAL_FIXTURES = ("nobody_iodl",)
-# fio's files whose tests only parse, lay out, fill buffers or count calls (no figure held to a
-# tolerance): they run fio beside other tests; every other `fio` test is serial
+# fio's files and tests that only parse, lay out, fill buffers, count calls or draw offsets (no time
+# or rate held to a tolerance): they run fio beside other tests; every other `fio` test is serial
+# (their loop-device tests stay serial by their own markers)
 FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.py", "tests/fio/test_uring_ring.py",
-               "tests/fio/test_reap.py", "tests/fio/test_loops.py")
+               "tests/fio/test_reap.py", "tests/fio/test_loops.py", "tests/fio/test_fio_mixed.py",
+               "tests/fio/test_jobs_people_have.py", "tests/fio/test_fio_write.py::test_sync_counts_and_bytes_equal_fios")
 
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` selects on the marker
