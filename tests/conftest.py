@@ -75,12 +75,17 @@ SERIAL_FIXTURES = ("nobody_iodl",)
 FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.py", "tests/fio/test_uring_ring.py",
                "tests/fio/test_reap.py", "tests/fio/test_loops.py", "tests/fio/test_fio_mixed.py",
                "tests/fio/test_jobs_people_have.py", "tests/fio/test_fio_write.py::test_sync_counts_and_bytes_equal_fios")
+# tests/s3's files that check objects, counts and one-line errors against SeaweedFS servers of their own
+# (no link throttle, no network namespace, no time held; each xdist worker starts its session's server on
+# free ports): they share the machine; the rest of tests/s3 is serial
+S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py")
 
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` selects on the marker
 def pytest_collection_modifyitems(items):
     for item in items:
-        if (item.nodeid.startswith(SERIAL_PATHS) or any(item.get_closest_marker(m) for m in SERIAL_MARKERS)
+        if ((item.nodeid.startswith(SERIAL_PATHS) and not item.nodeid.startswith(S3_SHARING))
+                or any(item.get_closest_marker(m) for m in SERIAL_MARKERS)
                 or (item.get_closest_marker("fio") and not item.nodeid.startswith(FIO_SHARING))
                 or any(f in item.fixturenames for f in SERIAL_FIXTURES)):
             item.add_marker("serial")
