@@ -15,6 +15,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -68,16 +69,23 @@ def pytest_configure(config):
 SERIAL_MARKERS = ("flaky", "blkio", "loopdev", "root", "mpiexec", "mpi", "slow")
 SERIAL_PATHS = ("tests/system/", "tests/s3/", "tests/test_mpi_sizes.py")
 SERIAL_FIXTURES = ("nobody_iodl",)
-# fio's files whose tests only parse, lay out, fill buffers or count calls (no figure held to a
-# tolerance): they run fio beside other tests; every other `fio` test is serial
+# fio's files and tests that only parse, lay out, fill buffers, count calls or draw offsets (no time
+# or rate held to a tolerance): they run fio beside other tests; every other `fio` test is serial
+# (their loop-device tests stay serial by their own markers)
 FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.py", "tests/fio/test_uring_ring.py",
-               "tests/fio/test_reap.py", "tests/fio/test_loops.py")
+               "tests/fio/test_reap.py", "tests/fio/test_loops.py", "tests/fio/test_fio_mixed.py",
+               "tests/fio/test_jobs_people_have.py", "tests/fio/test_fio_write.py::test_sync_counts_and_bytes_equal_fios")
+# tests/s3's files that check objects, counts and one-line errors against SeaweedFS servers of their own
+# (no link throttle, no network namespace, no time held; each xdist worker starts its session's server on
+# free ports): they share the machine; the rest of tests/s3 is serial
+S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py")
 
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` selects on the marker
 def pytest_collection_modifyitems(items):
     for item in items:
-        if (item.nodeid.startswith(SERIAL_PATHS) or any(item.get_closest_marker(m) for m in SERIAL_MARKERS)
+        if ((item.nodeid.startswith(SERIAL_PATHS) and not item.nodeid.startswith(S3_SHARING))
+                or any(item.get_closest_marker(m) for m in SERIAL_MARKERS)
                 or (item.get_closest_marker("fio") and not item.nodeid.startswith(FIO_SHARING))
                 or any(f in item.fixturenames for f in SERIAL_FIXTURES)):
             item.add_marker("serial")
@@ -207,10 +215,10 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 def nobody_iodl():
     """The path of an `iodl` that uid 65534 can run: a venv of /usr/bin/python3 in a
     world-readable directory, with a copy of this checkout installed into it."""
-    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import venv, ensurepip, sysconfig; "
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import venv, sysconfig; "
                             "print(sysconfig.get_paths()['include'])"], capture_output=True, text=True)
     if probe.returncode != 0:
-        require_or_skip("root", False, f"{SYSTEM_PYTHON} cannot make a venv (apt-get install python3-venv python3-dev): "
+        require_or_skip("root", False, f"{SYSTEM_PYTHON} cannot make a venv (apt-get install python3-venv): "
                         f"{probe.stderr.strip()[-200:]}")
     if not os.path.exists(os.path.join(probe.stdout.strip(), "Python.h")):
         require_or_skip("root", False, f"{SYSTEM_PYTHON} has no headers to build iodl's C engine (apt-get install python3-dev)")
@@ -220,12 +228,14 @@ def nobody_iodl():
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "venv", "build", "*.egg-info",
                                                              "__pycache__", "*.so", ".pytest_cache", "bench"))
     try:
-        for cmd in ([SYSTEM_PYTHON, "-m", "venv", venv],
-                    # --no-compile: pip byte-compiles every dependency (numpy, matplotlib, fonttools...),
-                    # a third of the build (31 s -> 22 s on 2 idle cores, 85 s -> 21 s under load); the
-                    # few runs as uid 65534 compile what they import, in memory (+0.3-0.6 s each)
-                    [os.path.join(venv, "bin", "pip"), "install", "--quiet", "--disable-pip-version-check",
-                     "--no-compile", src]):
+        # the venv without a pip of its own: the test interpreter's pip installs into it (--python runs
+        # that pip under the venv's interpreter, so iodl's C engine is built against Debian's python3).
+        # Seeding the venv's own pip and setuptools was 40 % of the build's CPU time (19 s -> 11 s).
+        # --no-compile: pip byte-compiles every dependency (numpy, matplotlib, fonttools...), a third of
+        # the build; the few runs as uid 65534 compile what they import, in memory (+0.3-0.6 s each)
+        for cmd in ([SYSTEM_PYTHON, "-m", "venv", "--without-pip", venv],
+                    [sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), "install",
+                     "--quiet", "--disable-pip-version-check", "--no-compile", src]):
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             if proc.returncode != 0:
                 require_or_skip("root", False, f"could not build the venv for uid 65534 ({' '.join(cmd[:3])}): "
