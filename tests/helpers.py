@@ -20,6 +20,23 @@ class NotJudged(Exception):
     (tests/conftest.py)."""
 
 
+def fds_open() -> int:
+    """How many descriptors this process holds."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def open_threads() -> int:
+    """This process's open-ahead threads: C threads (native/opener.c), named in the kernel's task list."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "iodl-open"
+        except OSError:
+            pass   # a thread that just ended
+    return n
+
+
 def mpiexec() -> str | None:
     return shutil.which("mpiexec", path=BIN + os.pathsep + os.environ.get("PATH", ""))
 

@@ -15,27 +15,13 @@ import pytest
 from iodl import _native
 from iodl.cursor import ShardFiles
 from iodl.errors import IodlError
-
-
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def _open_threads() -> int:
-    n = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                n += f.read().strip() == "iodl-open"
-        except OSError:
-            pass
-    return n
+from tests.helpers import fds_open, open_threads
 
 
 def _settled(fds: int, within_s: float = 2.0) -> bool:
     """No open thread left and the descriptors back to fds (threads finish what they began)."""
     end = time.monotonic() + within_s
-    while _open_threads() or _fds() != fds:
+    while open_threads() or fds_open() != fds:
         if time.monotonic() > end:
             return False
         time.sleep(0.01)
@@ -67,7 +53,7 @@ def _packed(paths) -> bytes:
 
 def test_opens_in_order_each_its_file_timed(files):
     paths, sizes = files
-    before = _fds()
+    before = fds_open()
     pool = _native.opener(3, False, paths.inside)
     t0 = _native.monotonic_ns()
     first = pool.submit(_packed(paths), sizes)
@@ -98,7 +84,7 @@ def test_refusals_recorded_without_blocking(files, tmp_path):
     (tmp_path / "link-in").symlink_to(paths[5])
     asked = [str(tmp_path / "missing"), paths[3], str(fifo), str(tmp_path / "link-out"), str(tmp_path / "link-in")]
     want = np.array([1, sizes[3] + 1, 0, 1, sizes[5]], dtype=np.int64)
-    before = _fds()
+    before = fds_open()
     pool = _native.opener(2, False, paths.inside)
     first = pool.submit(_packed(asked), want)
     t = time.monotonic()
@@ -121,7 +107,7 @@ def test_shard_files_name_each_refusal(files, tmp_path):
              (paths[2], sizes[2] + 1, IodlError, "shorter than the dataset manifest says"),
              (str(tmp_path / "fifo"), 0, IodlError, "not a regular file"),
              (str(tmp_path / "link-out"), 1, IodlError, "outside the dataset root")]
-    before = _fds()
+    before = fds_open()
     for path, size, kind, words in cases:
         files_ = ShardFiles(Paths([paths[0], path], paths.inside), np.array([sizes[0], size]), False, threads=2)
         with pytest.raises(kind, match=words) as exc:
@@ -133,7 +119,7 @@ def test_shard_files_name_each_refusal(files, tmp_path):
 
 def test_close_with_opens_queued_and_in_flight_leaks_nothing(files):
     paths, sizes = files
-    before = _fds()
+    before = fds_open()
     pool = _native.opener(4, False, paths.inside)
     first = pool.submit(_packed(list(paths) * 50), np.tile(sizes, 50))   # 2,000 opens
     got = np.frombuffer(pool.take(np.array([first, first + 1], dtype=np.int64)), dtype=np.int64).reshape(-1, 4)
@@ -165,7 +151,7 @@ def test_shard_files_ahead_then_passed_over(files):
             self.waited += waited
 
     counts = Counts()
-    before = _fds()
+    before = fds_open()
     files_ = ShardFiles(paths, sizes, False, counts, threads=2)
     fds = files_.open([0, 1], then=[2, 3, 4])
     assert [os.pread(fd, 8, 0) for fd in fds] == [i.to_bytes(8, "little") for i in (0, 1)]

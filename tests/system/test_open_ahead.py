@@ -18,30 +18,14 @@ from iodl.errors import IodlError
 from iodl.patterns import Run
 from iodl.training import ShardLookahead, run_steps
 from tests.conftest import require_or_skip
-from tests.helpers import iodl, load_json
+from tests.helpers import fds_open, iodl, load_json, open_threads
 
 FILES, SIZE, BATCH = 240, 4096, 8
 
 
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def _open_threads() -> int:
-    """This process's open threads: C threads (native/opener.c), named in the kernel's task list."""
-    n = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                n += f.read().startswith("iodl-open")
-        except OSError:
-            pass   # a thread that just ended
-    return n
-
-
 def _open_threads_gone(within_s: float = 1.0) -> bool:
     end = time.monotonic() + within_s
-    while _open_threads():
+    while open_threads():
         if time.monotonic() > end:
             return False
         time.sleep(0.01)
@@ -91,7 +75,7 @@ def test_lookahead_keeps_the_sources_order_and_gives_each_position_once():
 @pytest.mark.parametrize("threads", [0, 1, 4])
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_every_used_open_is_counted_every_file_closed(files, threads, prefetch):
-    before = _fds()
+    before = fds_open()
     result, records, partial = _run(files, threads, epochs=2, prefetch=prefetch)
     assert not partial and len(records) == 2 * FILES // BATCH
     assert result.opens == result.closes == 2 * FILES    # one open and one close per file per epoch
@@ -99,7 +83,7 @@ def test_every_used_open_is_counted_every_file_closed(files, threads, prefetch):
     assert result.bytes == 2 * FILES * SIZE
     # an open in flight when the run ends is closed by its thread as it returns: threads first
     assert _open_threads_gone()
-    assert _fds() == before, "a descriptor was left open"
+    assert fds_open() == before, "a descriptor was left open"
     waited = result.open_wait_s
     assert waited > 0
     if threads == 0:
@@ -111,12 +95,12 @@ def test_every_used_open_is_counted_every_file_closed(files, threads, prefetch):
 
 
 def test_a_stop_closes_what_was_opened_ahead_and_ends_the_open_threads(files):
-    before = _fds()
+    before = fds_open()
     calls = {"n": 0, "threads": 0}
 
     def stop():
         calls["n"] += 1
-        calls["threads"] = max(calls["threads"], _open_threads())
+        calls["threads"] = max(calls["threads"], open_threads())
         return calls["n"] > 5
 
     t0 = time.monotonic()
@@ -125,7 +109,7 @@ def test_a_stop_closes_what_was_opened_ahead_and_ends_the_open_threads(files):
     assert time.monotonic() - t0 < 5
     assert calls["threads"] == 4, "the run's 4 open threads, seen while it ran"
     assert _open_threads_gone(1.0)
-    assert _fds() == before, "a descriptor opened ahead was left open"
+    assert fds_open() == before, "a descriptor opened ahead was left open"
     assert result.closes <= result.opens
 
 
@@ -133,11 +117,11 @@ def test_an_open_threads_error_is_the_readers_one_line_error(files):
     bad = files[FILES // 2]
     sizes = np.full(FILES, SIZE, dtype=np.int64)
     sizes[FILES // 2] = 2 * SIZE                         # the manifest promises more than the file holds
-    before = _fds()
+    before = fds_open()
     with pytest.raises(IodlError, match=f"{bad}: shorter than the dataset manifest says"):
         _run(files, 4, sizes=sizes)
     assert _open_threads_gone()
-    assert _fds() == before
+    assert fds_open() == before
 
 
 SMALL = """\
