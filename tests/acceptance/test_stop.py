@@ -234,9 +234,11 @@ def test_one_ranks_files_cut_short_stop_every_rank_with_a_partial_result(tmp_pat
     proc = _start([mpiexec(), "-n", "2", sys.executable, "-m", "iodl", "read", "--pattern", "storage-only", "--root",
                    str(roots[0]), "--root", str(roots[1]), "--duration", "60", "--ramp", "0", "--out", str(out)])
     deadline = time.monotonic() + 60
-    while not (len(pids := _rank_pids(proc.pid)) == 2 and _shard_open_in(pids, roots[1])):
+    # both ranks reading (each holds a file of its root open), and a moment to count some reads
+    while not (len(pids := _rank_pids(proc.pid)) == 2 and all(_shard_open_in(pids, r) for r in roots)):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
         time.sleep(0.05)
+    time.sleep(0.3)
     for path in glob.glob(str(roots[1] / "copy-0000" / "*")):
         os.truncate(path, 1000)
     start = time.monotonic()
