@@ -236,9 +236,10 @@ class StopNotices:
 
     Each rank keeps one receive posted for the notice; a thread looks at it every POLL_S
     (sleeping in between: 72 ranks on 2 cores must not spin) and calls on_notice (the rank's own stop
-    request) once when it arrives. A rank whose request failed for good calls tell(). close() ends
-    the watch and takes in every notice still on its way (MPI_Finalize wants none left pending); it
-    is called after the ranks' last collective, which every notice was sent before."""
+    request) once when it arrives. A rank whose request failed for good calls tell(). close(told)
+    ends the watch and takes in the notices of the `told` other ranks that failed (MPI_Finalize
+    wants none left pending); every rank learns that count in a collective after the run, which
+    every notice was sent before."""
 
     TAG = 0x10D3
     POLL_S = 0.1   # a stop within about a second asks no more, and each look is a wake-up of every rank
@@ -264,16 +265,26 @@ class StopNotices:
         self._sent = [self._comm.Isend(self._one, dest=r, tag=self.TAG)
                       for r in range(self._comm.Get_size()) if r != me]
 
-    def close(self) -> None:
+    def close(self, told: int = 0) -> None:
         self._done.set()
         self._thread.join()
-        if not self._recv.Test():
+        if self._recv.Test():
+            told -= 1
+        else:
             self._recv.Cancel()
             self._recv.Wait()
-        while self._comm.Iprobe(source=self._any, tag=self.TAG):   # a second failing rank's notice
+        for _ in range(told):   # sent before the collective that counted them: here or on their way
             self._comm.Recv(self._buf, source=self._any, tag=self.TAG)
         for request in self._sent:
             request.Wait()   # 1 byte: sent eagerly, done once it left
+
+
+def failed_alone(exc: BaseException) -> bool:
+    """Whether exc is this rank's own request failing for good (an I/O error, a file gone or short,
+    a server gone), which the other ranks do not know of: not bad input, not an error every rank
+    raised together (comm.collective), not a rank gone silent."""
+    return (isinstance(exc, (OSError, IodlError)) and not isinstance(exc, (UsageError, RanksNotAnswering))
+            and not getattr(exc, "collective", False))
 
 
 class RanksNotAnswering(IodlError):

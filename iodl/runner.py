@@ -13,7 +13,7 @@ import numpy as np
 
 from . import cache, dlio_output, limits
 from . import comm as comm_mod
-from .comm import NodeShared, RanksNotAnswering, SerialComm, collective
+from .comm import NodeShared, RanksNotAnswering, SerialComm, collective, failed_alone
 from .data.manifest import read_manifests, workload_for_roots
 from .data.open import open_dataset
 from .data.tables import int_rows
@@ -134,10 +134,11 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     try:
         partial = _run_pattern(pattern, run, stop, progress, checkpoints)
     except (OSError, IodlError) as exc:
-        if isinstance(exc, (UsageError, RanksNotAnswering)):
+        if not failed_alone(exc):
+            if notices is not None:
+                notices.close()
             raise
-        # a request failed for good (an I/O error, a file gone or short, a server gone): what was
-        # counted is written, partial
+        # a request failed for good: what was counted is written, partial
         failed, partial = exc, True
         if notices is not None:
             notices.tell()
@@ -148,7 +149,7 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
     partial, parts, reduced, ck_reduced, failures, missing = _put_together(
         comm, lambda c: _reduce(c, run, partial or stop(), m.roots, checkpoints, failure))
     if notices is not None:
-        notices.close()
+        notices.close(len(failures) - (failed is not None))
     if out is None:
         # a rank that failed exits 1 without a word (rank 0 names it, after writing the result) and
         # without ending the job, which would end rank 0 before the result is written
@@ -307,7 +308,7 @@ def _reduce(c, run: Run, partial: bool, roots, checkpoints, failure: str | None)
     of the ranks of c."""
     flag = bool(c.allreduce(int(partial), "max"))
     parts = c.gather((run.mount, run.part))
-    failures = [f for f in c.gather(failure) or [] if f]
+    failures = [f for f in c.allgather(failure) if f]   # every rank: how many notices it was sent
     ck = (_checkpointing().reduce_ops(c, {"write": checkpoints.counters["write"]}, checkpoints.spec)
           if checkpoints else None)
     # a stopped run's window is what it ran: from its first counted completion to its last

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import _native, cache, engines, limits, reduce
 from .. import checkpoint
-from ..comm import RanksNotAnswering, collective
+from ..comm import collective, failed_alone
 from ..cursor import Cursor
 from ..engine import open_for_read, open_for_write
 from ..errors import IodlError, UsageError
@@ -373,7 +373,9 @@ def execute(comm, spec: CheckpointRunSpec, stop) -> dict:
     except (IodlError, OSError) as exc:
         # a request that failed for good (a file or an object): what ran before it is the result,
         # marked partial
-        if run.part is None or isinstance(exc, (UsageError, RanksNotAnswering)):
+        if run.part is None or not failed_alone(exc):
+            if notices is not None:
+                notices.close()
             raise
         stopped, failure = True, (f"rank {comm.rank}: {exc}" if comm.size > 1 else str(exc))
         if notices is not None:
@@ -381,10 +383,10 @@ def execute(comm, spec: CheckpointRunSpec, stop) -> dict:
     if failure is not None or stop():
         comm.give_up_after(STOP_GRACE_S)
     partial = bool(comm.allreduce(int(stopped or stop()), "max"))
-    failures = [f for f in comm.gather(failure) or [] if f]
+    failures = [f for f in comm.allgather(failure) if f]   # every rank: how many notices it was sent
     reduced = reduce_ops(comm, run.part, spec)
     if notices is not None:
-        notices.close()
+        notices.close(len(failures) - (failure is not None))
     if comm.rank != 0:
         return {"partial": partial, "failed": failure is not None}   # what this rank's exit status says
     result = CHECKPOINT.summarize(spec, [], reduced, partial)

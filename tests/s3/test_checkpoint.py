@@ -264,7 +264,9 @@ def test_in_training_checkpoints_go_to_a_bucket_and_the_steps_wait_for_them(seaw
     assert "ck/iodl-checkpoints.json" in stored
     assert sorted(objects.values()) == [size] * 3
     assert sorted({k.split("/")[1] for k in objects}) == ["ckpt-000001", "ckpt-000002", "ckpt-000003"]
-    # every checkpoint held every rank's step: 11 measured steps (the first is not) carry all three
-    assert train["checkpoint_s_per_step"] * 11 == pytest.approx(write["duration_s"], rel=0.1)
+    # every checkpoint held every rank's step: 11 measured steps (the first is not) carry all three, and
+    # beside the PUTs only the store object's requests and two barriers a checkpoint (< 0.1 s each)
+    stalled = train["checkpoint_s_per_step"] * 11
+    assert write["duration_s"] <= stalled <= write["duration_s"] + 3 * 0.1, (stalled, write["duration_s"])
     assert "3 written" in proc.stdout and "9 PUTs" in proc.stdout
     assert "the client, not the storage" not in proc.stdout   # the checkpoints held AU down, not the emulator
