@@ -287,6 +287,13 @@ def failed_alone(exc: BaseException) -> bool:
             and not getattr(exc, "collective", False))
 
 
+def failures_line(failures: list[str]) -> str | None:
+    """The one line of the ranks' own failures (each "rank N: ..."): the first, and how many more."""
+    if not failures:
+        return None
+    return failures[0] + (f" (and {len(failures) - 1} more rank(s))" if len(failures) > 1 else "")
+
+
 class RanksNotAnswering(IodlError):
     """After a stop request, some rank did not take part in a collective in time."""
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import cache, dlio_output, limits
 from . import comm as comm_mod
-from .comm import NodeShared, RanksNotAnswering, SerialComm, collective, failed_alone
+from .comm import NodeShared, RanksNotAnswering, SerialComm, collective, failed_alone, failures_line
 from .data.manifest import read_manifests, workload_for_roots
 from .data.open import open_dataset
 from .data.tables import int_rows
@@ -154,7 +154,7 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
         # a rank that failed exits 1 without a word (rank 0 names it, after writing the result) and
         # without ending the job, which would end rank 0 before the result is written
         return (1 if failed is not None else 130 if partial else 0), None, None   # partial: agreed (_reduce)
-    error = failures[0] + (f" (and {len(failures) - 1} more rank(s))" if len(failures) > 1 else "") if failures else None
+    error = failures_line(failures)
     result, summary = out.after_run(spec, pattern, parts, reduced, partial, m, node, facts, (wall_start, wall_run),
                                     ck_spec, ck_reduced, missing, error)
     if missing:

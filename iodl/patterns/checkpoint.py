@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import _native, cache, engines, limits, reduce
 from .. import checkpoint
-from ..comm import collective, failed_alone
+from ..comm import collective, failed_alone, failures_line
 from ..cursor import Cursor
 from ..engine import open_for_read, open_for_write
 from ..errors import IodlError, UsageError
@@ -391,5 +391,5 @@ def execute(comm, spec: CheckpointRunSpec, stop) -> dict:
         return {"partial": partial, "failed": failure is not None}   # what this rank's exit status says
     result = CHECKPOINT.summarize(spec, [], reduced, partial)
     if failures:
-        result["error"] = failures[0] + (f" (and {len(failures) - 1} more rank(s))" if len(failures) > 1 else "")
+        result["error"] = failures_line(failures)
     return result
