@@ -117,6 +117,13 @@ def _main(argv: list[str], starting: bool) -> int:
             # start-up CPU (perf, 72 ranks on 2 cores). Off while importing; then they are frozen
             # out of every later pass (the run's own collections walk only what the run makes).
             gc.disable()
+        held = []   # a stop that came while the command's modules were loading
+        deferring = starting and threading.current_thread() is threading.main_thread()
+        if deferring:
+            # Held until they are in: raised inside an import, KeyboardInterrupt can land in one of
+            # importlib's own callbacks, which print it as "ignored" and go on (a CI run then read on
+            # for a minute after its SIGINT). Held, it is raised below, where nothing swallows it.
+            before = {s: signal.signal(s, lambda *_: held.append(s)) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             name = next((a for a in argv if not a.startswith("-")), None)
             if name in COMMANDS and launched_by_mpi():
@@ -133,9 +140,14 @@ def _main(argv: list[str], starting: bool) -> int:
             # that a test can run one in-process; it starts MPI only when mpirun launched this process
             comm = world()
         finally:
+            if deferring:
+                for s, handler in before.items():
+                    signal.signal(s, handler)
             if starting:
                 gc.freeze()
                 gc.enable()
+        if held:
+            raise KeyboardInterrupt
         return int(module.run(comm, args) or 0)
     except IodlError as exc:
         if getattr(exc, "collective", False):
