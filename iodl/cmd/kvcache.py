@@ -197,7 +197,7 @@ def print_result(result: dict, console) -> None:
              ms(kv["entry_read_latency_us"], "p50"), ms(kv["entry_read_latency_us"], "p99"),
              ms(kv["read_latency_us"], "p99")]]
     print_table(console, None, [("", "left"), ("GB", "right"), ("MB/s", "right"), ("entries", "right"),
-                                ("entry p50 ms", "right"), ("entry p99 ms", "right"), ("request p99 ms", "right")],
+                                ("entry p50 ms", "right"), ("entry p99 ms", "right"), ("I/O p99 ms", "right")],
                 rows)
     device = kv["device_read_fraction"]
     console.print(f"{kv['tokens']:,} tokens in {kv['requests']:,} requests: {kv['tokens_per_s']:,.1f} tokens/s; "
