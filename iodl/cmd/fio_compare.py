@@ -59,7 +59,7 @@ def fio_options_as_flags(argv: list[str]) -> list[str]:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("jobfile", help="fio job file (reads, sequential writes; see docs/fio-compare.md)")
+    parser.add_argument("jobfile", help="fio job file (what runs and what is refused: docs/fio-compare.md)")
     fio_args = parser.add_argument_group(
         "fio's command-line options", "as on fio's command line: defaults for every job, before the job file "
         "(a value the job file sets wins); any fio job option may be given as --OPTION=VALUE")
