@@ -108,6 +108,7 @@ def run(comm, args) -> int:
         if stop():
             comm.give_up_after(STOP_GRACE_S)
         partial = bool(comm.allreduce(int(stopped or stop()), "max"))
+        comm.all_answered()   # the "still here" messages of a stop, done with: none left for MPI_Finalize
         trials.append(_gathered(comm, tally, end_s, process))
         everything.merge(tally)
         windows += end_s

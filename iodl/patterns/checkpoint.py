@@ -384,6 +384,7 @@ def execute(comm, spec: CheckpointRunSpec, stop) -> dict:
         comm.give_up_after(STOP_GRACE_S)
     partial = bool(comm.allreduce(int(stopped or stop()), "max"))
     failures = [f for f in comm.allgather(failure) if f]   # every rank: how many notices it was sent
+    comm.all_answered()
     reduced = reduce_ops(comm, run.part, spec)
     if notices is not None:
         notices.close(len(failures) - (failure is not None))
