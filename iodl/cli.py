@@ -70,6 +70,15 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _os_error_line(exc: OSError) -> str:
+    """A file's error as a person reads it ("/mnt/x: Permission denied"), not Python's repr of it
+    ("[Errno 13] Permission denied: '/mnt/x'"); an error that names no file keeps its own words."""
+    if exc.filename is None or not exc.strerror:
+        return str(exc)
+    names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n is not None)
+    return f"{names}: {exc.strerror}"
+
+
 def _fail(message: str, code: int) -> int:
     rank = launcher_rank()
     prefix = f"iodl: error (rank {rank}): " if launched_by_mpi() and rank else "iodl: error: "
@@ -155,7 +164,7 @@ def _main(argv: list[str], starting: bool) -> int:
             return _fail(str(exc), exc.exit_code) if launcher_rank() == 0 else exc.exit_code
         code = _fail(str(exc), exc.exit_code)
     except OSError as exc:
-        code = _fail(str(exc), 1)
+        code = _fail(_os_error_line(exc), 1)
     except KeyboardInterrupt:
         code = _fail("interrupted", 130)
     except MemoryError:   # the machine's limit, not a bug: one line (the limits are checked up front)
