@@ -118,6 +118,22 @@ def test_drop_caches_without_root_is_one_line_error(nobody_iodl):
     assert "--drop-caches needs root" in proc.stderr
 
 
+@pytest.mark.root
+def test_a_root_the_user_may_not_write_is_one_line_naming_it(nobody_iodl, tmp_path):
+    """An ordinary user's --root inside root's directory: the kernel's refusal in one line, as a
+    person reads it (the path, then why), exit 1; nothing made there."""
+    import subprocess
+
+    from tests.helpers import NOBODY
+
+    root = tmp_path / "kv"   # tmp_path is root's, mode 0700
+    proc = subprocess.run([*NOBODY, nobody_iodl, "kvcache", "--root", str(root), "--model", "tiny-1b", "--users", "1",
+                           "--duration", "1"], capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == f"iodl: error: {root}: Permission denied\n"
+    assert not root.exists()
+
+
 @pytest.mark.parametrize("ranks", [0, 2])
 @pytest.mark.parametrize("flag", ["--out", "--csv"])
 def test_output_into_a_missing_directory_fails_before_the_run(tmp_path, flag, ranks):
