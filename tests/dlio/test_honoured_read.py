@@ -6,7 +6,6 @@ What DLIO does is read from its code: mlcommons/DLIO_local_changes@f6796ed (the 
 Storage v3.0 runs): reader/reader_factory.py, reader/npz_reader_odirect.py, reader/tf_reader.py,
 main.py (_train, skip_listing); the same in argonne-lcf/dlio_benchmark v2.0.0 where it has the key.
 """
-import json
 import os
 import re
 import shutil

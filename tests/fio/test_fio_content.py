@@ -2,7 +2,6 @@
 zero_buffers, refill_buffers, scramble_buffers): the file each tool writes for the same job, compressed with
 zlib, compresses alike, and holds as many distinct 64 KiB blocks (fio 3.33 is the ground truth)."""
 import hashlib
-import os
 import subprocess
 import sys
 import zlib

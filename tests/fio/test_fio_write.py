@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from iodl.fio import layout

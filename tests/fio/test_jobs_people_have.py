@@ -254,7 +254,7 @@ def test_unlink_removes_iodls_own_files_only(tmp_path):
     mine = d / "user.dat"
     mine.write_bytes(b"u" * 65536)
     job = tmp_path / "job.fio"
-    job.write_text(f"[own]\nrw=read\nbs=4k\nsize=64k\nunlink=1\n[user]\nrw=read\nbs=4k\nfilename=user.dat\nunlink=1\n")
+    job.write_text("[own]\nrw=read\nbs=4k\nsize=64k\nunlink=1\n[user]\nrw=read\nbs=4k\nfilename=user.dat\nunlink=1\n")
     r = fio_compare(job, "--no-fio", "--directory", d, "--keep-jobfile", tmp_path / "derived.fio")
     assert r.returncode == 0, r.stderr
     assert os.listdir(d) == ["user.dat"] and mine.read_bytes() == b"u" * 65536

@@ -12,7 +12,6 @@ import hashlib
 import os
 import resource
 import signal
-import time
 import zlib
 
 import numpy as np

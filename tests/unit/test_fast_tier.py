@@ -1,6 +1,5 @@
 """tests/conftest.py's fast tier, on small suites run by pytester: the tier runs first whatever the
 collection order, and a failure in it stops the session at the tier's end."""
-import pytest
 
 FAST = "def test_fast_{n}():\n    assert {ok}\n"
 SLOW = "def test_slow_{n}():\n    pass\n"
