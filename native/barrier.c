@@ -96,15 +96,14 @@ int iodl_barrier_quiet_wait(struct iodl_node_barrier *b, uint64_t timeout_ns)
 	uint64_t deadline = now_ns() + timeout_ns;
 	/* the generation first: a release between the two loads shows as waking raised */
 	uint32_t gen = __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE), left;
+	/* everyone at work now: what we wait for begins with the next release */
+	int next = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE) == 0;
 	int rc;
 
-	if (__atomic_load_n(&b->waking, __ATOMIC_ACQUIRE) == 0) {
-		/* everyone is at work: what we wait for begins with the next release */
-		while (__atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) == gen)
-			if ((rc = wait_until(&b->generation, gen, deadline)) < 0)
-				return rc == -ETIMEDOUT ? 0 : rc;
-	}
-	while ((left = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE)) != 0)
+	/* Only waking is waited on, never the generation: a release wakes the step loops alone, and
+	 * this waiter sleeps on (the word went 0 -> N unwoken) until the last of them is back. */
+	while ((left = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE)) != 0 ||
+	       (next && __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) == gen))
 		if ((rc = wait_until(&b->waking, left, deadline)) < 0)
 			return rc == -ETIMEDOUT ? 0 : rc;
 	return 1;
