@@ -60,6 +60,12 @@ class SerialComm:
     def step_sync(self, flag: int = 0) -> int:
         return flag
 
+    def step_resumed(self) -> None:
+        pass
+
+    def step_quiet(self, timeout_s: float) -> bool | None:
+        return None   # no other rank wakes with this one
+
     def hostname(self) -> str:
         return socket.gethostname()
 
@@ -220,6 +226,21 @@ class MpiComm:
             self._node_barrier = NodeBarrier(self)
         return self._node_barrier.sync(flag)
 
+    def step_resumed(self) -> None:
+        """This rank's step loop is back at work after step_sync (its compute began): once a step."""
+        if self._node_barrier is not None:
+            self._node_barrier.resumed()
+
+    def step_quiet(self, timeout_s: float) -> bool | None:
+        """Wait (at most timeout_s, the GIL released) until every rank of this node is back at work
+        after a step_sync's release: the one under way, else the next. For work that can wait (a
+        reader ahead of its step loop): the node's step loops wake together, and what else runs
+        then delays the last of them, whom the next barrier waits for. True: they are; False: the
+        time ran out; None: there is nothing to wait for (no node barrier: before the first
+        step_sync, or no shared page)."""
+        barrier = self._node_barrier
+        return None if barrier is None else barrier.quiet(timeout_s)
+
     def hostname(self) -> str:
         return self._MPI.Get_processor_name()
 
@@ -362,7 +383,7 @@ class NodeBarrier:
     Where no shared page can be made, every rank sleep-polls an MPI Iallreduce instead."""
 
     PAGE = 4096
-    GLOBAL = 16  # byte offset of the word the leader writes the all-nodes flag to
+    GLOBAL = 24  # byte offset of the word the leader writes the all-nodes flag to (after barrier.c's struct)
 
     def __init__(self, comm: "MpiComm"):
         self._comm = comm
@@ -386,6 +407,13 @@ class NodeBarrier:
             self._mm[self.GLOBAL:self.GLOBAL + 4] = everywhere.to_bytes(4, "little")
         _native.node_barrier(self._mm, self._node_size, 0)  # released once the leader wrote it
         return int.from_bytes(self._mm[self.GLOBAL:self.GLOBAL + 4], "little")
+
+    def resumed(self) -> None:
+        if self._mm is not None:
+            _native.node_resumed(self._mm)
+
+    def quiet(self, timeout_s: float) -> bool | None:
+        return None if self._mm is None else _native.node_quiet(self._mm, int(timeout_s * 1e9))
 
 
 def node_host_name(comm, leader: int) -> str:

@@ -576,9 +576,13 @@ class _Reader(threading.Thread):
     batch (lookahead), so that the reader finds their fds ready, as a data loader's workers do."""
 
     def __init__(self, stream: SampleStream, files: ShardFiles, cfg: RunSpec, cursor: Cursor, batches: int = 0,
-                 lookahead: ShardLookahead | None = None, cut_epochs: int = 0, samples_per_shard: int = 1):
+                 lookahead: ShardLookahead | None = None, cut_epochs: int = 0, samples_per_shard: int = 1,
+                 quiet=None):
         super().__init__(daemon=True, name="iodl-reader")
         self.stream, self.files, self.cfg, self.cursor = stream, files, cfg, cursor
+        # quiet(timeout_s) (comm.step_quiet): waits until the node's step loops are all computing
+        # again after a barrier's release; None when there is no such barrier (yet)
+        self.quiet = quiet
         self.lookahead = lookahead
         # > 0: an epoch ends after this many batches, before its data does (cfg.total_steps): the
         # rest of its share is not read, as DLIO's loader of that epoch is dropped
@@ -612,16 +616,33 @@ class _Reader(threading.Thread):
             while not self.stop.is_set() and not (self.batches and fetched >= self.batches):
                 item = self.fetch()
                 fetched += 1
-                while not self.stop.is_set():
-                    try:
-                        self.out.put(item, timeout=0.05)
-                        break
-                    except queue.Full:
-                        continue
+                while not self.stop.is_set() and not self._put(item):
+                    pass
         except Cancelled:
             pass
         except BaseException as exc:  # the compute loop looks at it every slice of its wait
             self.error = exc
+
+    def _put(self, item) -> bool:
+        """Hand a batch to the step loop if there is room, else wait a slice for room: False if
+        there is none yet. Room comes when the step loop takes a batch, just after a barrier has
+        released the node's step loops all at once; on fewer cores than ranks they begin their
+        compute one after the other, and the last, whom the next barrier waits for, is late by
+        every CPU second spent meanwhile. So a reader ahead (its queue full) is not woken by the
+        take: it waits until all the node's step loops are computing (quiet), then reads on, its
+        batch needed a step later at the soonest."""
+        try:
+            self.out.put_nowait(item)
+            return True
+        except queue.Full:
+            pass
+        if self.quiet is None or self.quiet(WAIT_SLICE_S) is None:   # no barrier to wait for (yet)
+            try:
+                self.out.put(item, timeout=WAIT_SLICE_S)
+                return True
+            except queue.Full:
+                return False
+        return False
 
     def get(self, stop_flag):
         """The next batch; waits in short slices so that a stop request or a dead reader is seen
@@ -740,7 +761,7 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     files = ShardFiles(paths, sizes, cfg.direct, result, threads=cfg.read_threads)
     reader = _Reader(stream, files, cfg, Cursor(engine, result, t0), batches=steps, lookahead=next_shard,
                      samples_per_shard=len(sample_ends(0)) if len(sizes) else 1,
-                     cut_epochs=cut_epochs)
+                     cut_epochs=cut_epochs, quiet=comm.step_quiet if sync else None)
     prefetching = cfg.prefetch > 0
     if prefetching:
         reader.start()
@@ -757,6 +778,8 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
                 else:
                     nbytes = reader.fetch()
                 fetched = clock()
+                if sync:
+                    comm.step_resumed()
                 time.sleep(cfg.compute_time_s)
                 computed = clock()
                 step += 1

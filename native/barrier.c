@@ -3,6 +3,11 @@
  * instead of polling MPI. 72 ranks on 2 cores polling every millisecond cost more than a
  * core and ~100 ms a step; blocked in FUTEX_WAIT they cost nothing and wake together.
  * Each round also ORs a small flag word over the ranks (train-sync agrees on stopping).
+ *
+ * A release wakes every rank of the node at once, and on a node with fewer cores than ranks the
+ * last one back at work is late by all the CPU the others use meanwhile. `waking` counts the
+ * ranks not yet back at work (each says so, iodl_barrier_resumed); work that can wait (a reader
+ * thread ahead of its step loop) waits for it to reach 0 (iodl_barrier_quiet_wait).
  */
 #include <errno.h>
 #include <limits.h>
@@ -28,6 +33,7 @@ int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t f
 	/* last to arrive: publish, reset for the next round, then release (in that order) */
 	__atomic_store_n(&b->result, __atomic_exchange_n(&b->flags, 0, __ATOMIC_ACQ_REL), __ATOMIC_RELEASE);
 	__atomic_store_n(&b->arrived, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&b->waking, nranks, __ATOMIC_RELEASE);	/* before anyone can leave */
 	__atomic_add_fetch(&b->generation, 1, __ATOMIC_RELEASE);
 	futex(&b->generation, FUTEX_WAKE, INT_MAX, NULL);	/* shared, not _PRIVATE: other processes */
 	return 1;
@@ -47,5 +53,58 @@ int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeou
 			/* EAGAIN: the word changed before we slept; look again */
 		}
 	}
+	return 1;
+}
+
+void iodl_barrier_resumed(struct iodl_node_barrier *b)
+{
+	uint32_t left = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE);
+
+	/* never below 0: a rank that says so twice in a round (or before the first release) is ignored */
+	while (left && !__atomic_compare_exchange_n(&b->waking, &left, left - 1, 0, __ATOMIC_ACQ_REL,
+						    __ATOMIC_ACQUIRE))
+		;
+	if (left == 1)
+		futex(&b->waking, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* FUTEX_WAIT on word while it holds val, until deadline: 0 woken or changed, -ETIMEDOUT, -EINTR */
+static int wait_until(uint32_t *word, uint32_t val, uint64_t deadline)
+{
+	uint64_t now = now_ns();
+	struct timespec ts;
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	ts.tv_sec = (time_t)((deadline - now) / 1000000000u);
+	ts.tv_nsec = (long)((deadline - now) % 1000000000u);
+	if (futex(word, FUTEX_WAIT, val, &ts) < 0 && errno != EAGAIN)
+		return -errno;
+	return 0;
+}
+
+int iodl_barrier_quiet_wait(struct iodl_node_barrier *b, uint64_t timeout_ns)
+{
+	uint64_t deadline = now_ns() + timeout_ns;
+	/* the generation first: a release between the two loads shows as waking raised */
+	uint32_t gen = __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE), left;
+	/* everyone at work now: what we wait for begins with the next release */
+	int next = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE) == 0;
+	int rc;
+
+	/* Only waking is waited on, never the generation: a release wakes the step loops alone, and
+	 * this waiter sleeps on (the word went 0 -> N unwoken) until the last of them is back. */
+	while ((left = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE)) != 0 ||
+	       (next && __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE) == gen))
+		if ((rc = wait_until(&b->waking, left, deadline)) < 0)
+			return rc == -ETIMEDOUT ? 0 : rc;
 	return 1;
 }

@@ -182,12 +182,21 @@ struct iodl_node_barrier {
 	uint32_t generation;	/* the futex word: bumped when a round completes */
 	uint32_t flags;		/* OR of this round's flags so far */
 	uint32_t result;	/* OR of the last completed round's flags */
+	uint32_t waking;	/* futex word: the node's ranks not yet back at work since the last release */
+	uint32_t pad;
 };
 
 /* 1: we were last and released the round; 0: wait for *gen to change */
 int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t flag, uint32_t *gen);
 /* 1: released; 0: timeout_ns passed first; -EINTR */
 int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeout_ns);
+/* This rank is back at work after the last release (once a round); the last one wakes the quiet-waiters */
+void iodl_barrier_resumed(struct iodl_node_barrier *b);
+/*
+ * Wait for the node's ranks to be back at work after a release: the one under way, or the next
+ * when none is (every rank at work now). 1: they are; 0: timeout_ns passed first; -EINTR.
+ */
+int iodl_barrier_quiet_wait(struct iodl_node_barrier *b, uint64_t timeout_ns);
 
 /*
  * account.c: what one completed request counts for, the single definition that core.c's loop

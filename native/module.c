@@ -32,6 +32,11 @@ static PyMethodDef module_methods[] = {
 	/* bind_barrier.c */
 	{ "node_barrier", iodl_py_node_barrier, METH_VARARGS,
 	  "node_barrier(shared_buffer, nranks, flag) -> OR of the round's flags; waits in the kernel" },
+	{ "node_resumed", iodl_py_node_resumed, METH_O,
+	  "node_resumed(shared_buffer): this rank is back at work since the barrier's last release" },
+	{ "node_quiet", iodl_py_node_quiet, METH_VARARGS,
+	  "node_quiet(shared_buffer, timeout_ns) -> True once every rank is back at work after a release "
+	  "(the one under way, else the next), False on the timeout" },
 	/* bind_opener.c */
 	{ "opener", iodl_py_opener, METH_VARARGS,
 	  "opener(threads, direct, inside) -> Opener: dataset files opened ahead on `threads` threads, in order, "

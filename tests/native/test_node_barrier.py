@@ -70,3 +70,55 @@ def test_waiting_ranks_use_no_cpu():
 def test_rejects_a_buffer_too_small():
     with pytest.raises(ValueError):
         _native.node_barrier(bytearray(4), 2, 0)
+
+
+def test_quiet_returns_once_every_rank_is_back_at_work_after_each_release():
+    """A sixth process (a reader ahead of its step loop) waits with node_quiet while five ranks meet
+    at the barrier, then each resumes 0-8 ms apart: every wait returns after that round's last
+    resume and before the next round's first arrival (the ranks compute 60 ms in between)."""
+    rounds = 8
+    page = mmap.mmap(-1, 4096)
+    log = mmap.mmap(-1, (N + 1) * rounds * 16)
+
+    def rank(k):
+        for r in range(rounds):
+            struct.pack_into("Q", log, (k * rounds + r) * 16, time.monotonic_ns())   # arrives
+            _native.node_barrier(page, N, 0)
+            time.sleep(0.002 * k)                           # back at work one after the other
+            struct.pack_into("Q", log, (k * rounds + r) * 16 + 8, time.monotonic_ns())
+            _native.node_resumed(page)
+            time.sleep(0.06)                                # the compute
+
+    def reader():
+        for r in range(rounds):
+            ok = _native.node_quiet(page, 2_000_000_000)
+            struct.pack_into("QQ", log, (N * rounds + r) * 16, int(ok), time.monotonic_ns())
+
+    pids = []
+    for k in range(N + 1):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                reader() if k == N else rank(k)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    assert [os.waitpid(p, 0)[1] for p in pids] == [0] * (N + 1)
+    at = lambda k, r: struct.unpack_from("QQ", log, (k * rounds + r) * 16)   # noqa: E731
+    for r in range(rounds):
+        ok, returned = at(N, r)
+        assert ok == 1, r
+        assert returned >= max(at(k, r)[1] for k in range(N)), r
+        if r + 1 < rounds:
+            assert returned <= min(at(k, r + 1)[0] for k in range(N)), r
+
+
+def test_quiet_gives_up_after_its_timeout_when_no_round_comes():
+    page = mmap.mmap(-1, 4096)
+    start = time.monotonic()
+    assert _native.node_quiet(page, 150_000_000) is False
+    assert 0.15 <= time.monotonic() - start < 0.5
+    _native.node_resumed(page)                      # no round under way: waking stays 0
+    assert struct.unpack_from("I", page, 16)[0] == 0
