@@ -38,6 +38,7 @@ MULTIPART_THRESHOLD = 64 << 20
 PART_SIZE = 16 << 20
 RETRIES = 3                    # attempts after the first, for 5xx (SlowDown, InternalError) and dropped connections
 BACKOFF_S = 0.2
+NO_CREDENTIALS = "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
 
 
 class S3Error(IodlError):
@@ -129,7 +130,7 @@ class S3Store:
                 if status == 403 or code in ("SignatureDoesNotMatch", "InvalidAccessKeyId"):
                     why += " (refused: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS credentials file)"
                 if exc.name == "AWS_AUTH_CREDENTIALS_PROVIDER_CHAIN_ALL_PROVIDERS_FAILED" or "CREDENTIAL" in exc.name:
-                    why = "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+                    why = NO_CREDENTIALS
                 raise S3Error(self.endpoint, op, url, why, status, code) from None
         raise AssertionError("unreachable")
 
