@@ -82,7 +82,7 @@ class S3Engine:
         if len(cols) and int(cols[:, 2].max()) > self._block_size:
             raise ValueError(f"a plan row is longer than block_size {self._block_size}")
         live_view = np.frombuffer(memoryview(live).cast("B"), dtype=np.int64, count=3) if live is not None else None
-        st = _Job(cols.tolist(), [urlsplit(h) for h in fds], live_view, int(deadline_ns))
+        st = _Job(cols, [urlsplit(h) for h in fds], live_view, int(deadline_ns))
         self.retries = 0
         cv = self._cv
         interrupt = None
@@ -99,7 +99,7 @@ class S3Engine:
                     if self._cancelled and not st.stop:
                         st.stop = st.interrupted = True
                     st.takes()   # (sets stop at the deadline)
-                    if st.inflight == 0 and (st.stop or st.next_row >= st.nrows):
+                    if st.inflight == 0 and (st.stop or st.next_row >= st.nrows or self._closed):
                         break
                     cv.wait(0.05)
         except KeyboardInterrupt as exc:
@@ -145,31 +145,38 @@ class S3Engine:
                 if self._closed:
                     return
                 st = self._job
-                row = st.take()
-            h = st.handles[st.rows[row][0]]
+                t0 = _native.monotonic_ns()
+                row = st.take(t0)
+                f, offset, length = st.rows[row, :3].tolist()
+            h = st.handles[f]
             conn = conns.get((h.scheme, h.netloc))
             if conn is None:
                 conn = conns[(h.scheme, h.netloc)] = Connection(h.scheme, h.netloc, buf)
                 with cv:
                     self._conns.append(conn)
-            self._get(st, row, h, conn)
+            self._get(st, row, t0, h, conn, offset, length)
 
-    def _get(self, st: "_Job", row: int, h, conn: Connection) -> None:
-        """One row's GET, retried on 5xx and dropped connections; its outcome into st."""
-        _f, offset, length = st.rows[row][:3]
+    def _get(self, st: "_Job", row: int, t0: int, h, conn: Connection, offset: int, length: int) -> None:
+        """One row's GET (sent at t0), retried on 5xx and dropped connections; its outcome into st."""
         clock, cv = _native.monotonic_ns, self._cv
-        for attempt in range(RETRIES + 1):
-            got, first = [0], [0]
-            t0 = clock()
-            with cv:
-                st.sent(t0)
+        got, first = [0], [0]
 
-            def on_body(n: int):
-                got[0] += n
+        def on_first(t: int):
+            first[0] = t
+
+        def on_body(n: int):
+            got[0] += n
+
+        for attempt in range(RETRIES + 1):
+            if attempt:
+                got[0] = first[0] = 0
+                t0 = clock()
+                with cv:
+                    st.sent(t0)
 
             try:
                 request = self._signer.get_request(h.netloc, h.path, offset, offset + length - 1)
-                status, body = conn.get(request, clock, lambda t: first.__setitem__(0, t), on_body)
+                status, body = conn.get(request, clock, on_first, on_body)
             except AwsCrtError as exc:   # signing: no credentials, ...
                 return st.finish(cv, row, t0, got[0], first[0], (errno.EACCES, f"{os.strerror(errno.EACCES)}: "
                                                                   f"{_credentials_why(exc.name)}"))
@@ -182,6 +189,9 @@ class S3Engine:
                 err = exc.errno if isinstance(exc, ConnectionError) and exc.errno else (
                     errno.ETIMEDOUT if isinstance(exc, socket.timeout) else errno.EIO)
                 return st.finish(cv, row, t0, got[0], first[0], _why(err, name, attempt))
+            except Exception as exc:   # an answer that is not HTTP: the run fails in one line, as on EIO
+                return st.finish(cv, row, t0, got[0], first[0], _why(errno.EIO, f"{type(exc).__name__}: {exc}",
+                                                                     attempt))
             if 200 <= status < 300:
                 return st.finish(cv, row, t0, got[0], first[0], None)
             code, s3code = _answer(status, "", body)
@@ -222,7 +232,9 @@ def _credentials_why(name: str) -> str:
 class _Job:
     """One run(): its rows and handles, and what came of them (every field under the engine's condition)."""
 
-    def __init__(self, rows: list, handles: list, live_view, deadline_ns: int):
+    def __init__(self, rows: np.ndarray, handles: list, live_view, deadline_ns: int):
+        # rows: the plan's (file, offset, length, op) as uint64; each read as its GET is made (a plan
+        # may be far longer than what a deadline lets be sent)
         self.rows, self.handles, self.live, self.deadline_ns = rows, handles, live_view, deadline_ns
         self.nrows, self.next_row, self.inflight, self.retries = len(rows), 0, 0, 0
         self.done, self.submits, self.ttfb = [], [], []
@@ -239,9 +251,11 @@ class _Job:
             self.stop = True
         return not self.stop and self.next_row < self.nrows
 
-    def take(self) -> int:
+    def take(self, t0: int) -> int:
+        """The next row, sent at t0."""
         row, self.next_row = self.next_row, self.next_row + 1
         self.inflight += 1
+        self.sent(t0)
         return row
 
     def sent(self, t0: int) -> None:
@@ -266,11 +280,12 @@ class _Job:
                 if self.live is not None:
                     self.live[0] += got
                     self.live[1] += 1
-                if got < self.rows[row][2] and self.first_short_row < 0:
+                if got < int(self.rows[row, 2]) and self.first_short_row < 0:
                     self.short_rows += 1
-                    self.first_short_row, self.short_file_size = row, self.rows[row][1] + got
+                    self.first_short_row, self.short_file_size = row, int(self.rows[row, 1]) + got
             self.t_end = now
-            cv.notify_all()
+            if self.inflight == 0 and (self.stop or self.next_row >= self.nrows):
+                cv.notify_all()   # run() waits for the job's end, not woken by every GET
 
 
 def _cols(rows: list, n: int) -> np.ndarray:
