@@ -296,8 +296,8 @@ def write(rows: list[dict], args) -> None:
              "bench's process, beside the loops (its PUTs of settled files).", "",
              "| op | in flight | iodl MB/s | same-client loop MB/s | iodl / loop | per-round ratios | "
              "iodl in-process / loop, per round | S3Client GET loop MB/s | iodl / S3Client loop, per round | "
-             "CPU s/GB: iodl, loop, S3Client loop |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "CPU s/GB: iodl, loop, S3Client loop | iodl / loop CPU, per round |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for op, inflight in sorted({(r["op"], r["inflight"]) for r in rows}):
         rs = [r for r in rows if (r["op"], r["inflight"]) == (op, inflight)]
@@ -311,7 +311,7 @@ def write(rows: list[dict], args) -> None:
                + ", ".join(f"{r['iodl_MBps'] / r['crt_MBps']:.2f}" for r in rs)) if op == "GET" else "- | -"
         lines.append(f"| {op} | {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} "
                      f"| {inproc} | {crt} | {cpu[0]:.2f}, {cpu[1]:.2f}" + (f", {cpu[2]:.2f}" if op == "GET" else "")
-                     + " |")
+                     + " | " + ", ".join(f"{r['engine_cpu_s_per_GB'] / r[f'{loop}_cpu_s_per_GB']:.2f}" for r in rs) + " |")
         side = {x >= 0.95 for x in ratios}
         verdicts.append(f"{op} {inflight} in flight: " + ("not established (the rounds fall on both sides of 0.95)"
                                                           if len(side) > 1 else ">= 0.95" if side == {True}

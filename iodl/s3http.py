@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+from urllib.parse import urlsplit
 
 from awscrt import auth, http, io as crt_io
 
@@ -57,8 +58,8 @@ class Connection:
 
     def __init__(self, scheme: str, netloc: str, buf: bytearray):
         # buf: the caller's read buffer (one per thread, reused for every body)
-        self.host, _, port = netloc.rpartition(":") if netloc.rpartition(":")[2].isdigit() else (netloc, "", "")
-        self.port = int(port) if port else (443 if scheme == "https" else 80)
+        where = urlsplit(f"//{netloc}")   # (an IPv6 literal's brackets off)
+        self.host, self.port = where.hostname, where.port or (443 if scheme == "https" else 80)
         self.tls = scheme == "https"
         self.sock: socket.socket | None = None
         self.buf, self.view = buf, memoryview(buf)
