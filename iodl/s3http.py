@@ -4,8 +4,8 @@ Why not awscrt's S3Client, which iodl's PUTs, LISTs and small requests use (iodl
 GET's response headers over only once the body is in, so it cannot tell a time to first byte; and
 its body comes to Python in the CRT's 16 KiB reads, copied twice. Here the body is read with
 recv_into into one buffer per connection, the GIL released while the kernel copies, and dropped:
-bench/results/s3-ttfb.md measured 8 MiB GETs one at a time at ~0.25 CPU s/GB against the S3Client's
-~1.0 and awscrt.http's ~1.4, and the first response byte at the time it arrives. Requests are
+bench/results/s3-ttfb.md measured 8 MiB GETs one at a time at 0.19-0.25 CPU s/GB against the
+S3Client's 0.66-0.88 and awscrt.http's 1.07-1.35, and the first response byte at the time it arrives. Requests are
 signed (SigV4, headers) by awscrt.auth from the same default credentials chain as the S3Client's.
 
 A connection serves one request at a time (no pipelining). One that the server closed while idle

@@ -1,6 +1,6 @@
 """A bucket as iodl talks to it: `s3://BUCKET/PREFIX` roots, one endpoint, awscrt's S3 client.
 Its PUTs, LISTs and small requests; the s3 engine's GETs are iodl.s3http's (a time to first byte,
-~3.5x less CPU per GB than this client's).
+3-4x less CPU per GB than this client's).
 
 awscrt (the `s3` extra) was chosen by measurement (bench/results/s3-client.md): per request it
 costs the client 3-6x less CPU than boto3, and with the body written by its own threads
