@@ -5,8 +5,9 @@ GET's response headers over only once the body is in, so it cannot tell a time t
 its body comes to Python in the CRT's 16 KiB reads, copied twice. Here the body is read with
 recv_into into one buffer per connection, the GIL released while the kernel copies, and dropped:
 bench/results/s3-ttfb.md measured 8 MiB GETs one at a time at 0.19-0.25 CPU s/GB against the
-S3Client's 0.66-0.88 and awscrt.http's 1.07-1.35, and the first response byte at the time it arrives. Requests are
-signed (SigV4, headers) by awscrt.auth from the same default credentials chain as the S3Client's.
+S3Client's 0.66-0.88 and awscrt.http's 1.07-1.35, and the first response byte at the time it
+arrives. Requests are signed (SigV4, headers) by awscrt.auth from the same default credentials
+chain as the S3Client's.
 
 A connection serves one request at a time (no pipelining). One that the server closed while idle
 is found on the next request, before any byte of an answer, and that request is sent once more
@@ -121,9 +122,7 @@ class Connection:
         rest = head[end + 4:]
         keep = not 200 <= status < 300
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            body = self._chunked(rest)
-            if not keep:
-                on_body(len(body))
+            body = self._chunked(rest, on_body, keep)
         else:
             length = int(headers.get("content-length", 0))
             body = self._fixed(rest, length, on_body, keep)
@@ -141,20 +140,22 @@ class Connection:
         if len(rest) > length:
             raise HttpError("more bytes than the answer's Content-Length")
         got, kept = len(rest), [rest] if keep else []
-        if got:
+        if got and not keep:
             on_body(got)
         while got < length:
             n = self.sock.recv_into(self.buf, min(len(self.buf), length - got))
             if not n:
                 raise HttpError(f"the server closed the connection after {got} of {length} body bytes")
             got += n
-            on_body(n)
-            if keep and sum(map(len, kept)) < ERROR_BODY_MAX:
+            if not keep:
+                on_body(n)
+            elif sum(map(len, kept)) < ERROR_BODY_MAX:
                 kept.append(bytes(self.view[:n]))
         return b"".join(kept)
 
-    def _chunked(self, data: bytes) -> bytes:
-        """A chunked body, whole (only error answers come chunked: they are small)."""
+    def _chunked(self, data: bytes, on_body, keep: bool) -> bytes:
+        """A chunked body (S3 servers send error answers so; a GET's body has a Content-Length):
+        kept (keep), else counted and dropped."""
         body = b""
         while True:
             while (eol := data.find(b"\r\n")) < 0:
@@ -165,8 +166,9 @@ class Connection:
                 data += self._recv_some()
             if size == 0:   # (no trailers: S3 servers send none)
                 return body
-            body += data[:size]
+            if keep and len(body) < ERROR_BODY_MAX:
+                body += data[:size]
+            elif not keep:
+                on_body(size)
             data = data[size + 2:]
-            if len(body) > ERROR_BODY_MAX:
-                raise HttpError("an error answer too long")
 
