@@ -1,20 +1,22 @@
-"""iodl's GETs and PUTs beside a plain loop of the same client library (awscrt) at the same
-concurrency, same server.
+"""iodl's GETs and PUTs beside a plain loop of the same client at the same concurrency, same server.
 
     python bench/bench_s3_iodl.py [--seconds 8] [--rounds 2] [--put-files 48]
 
 A local SeaweedFS (tests/s3/server.py). GET: a dataset `iodl generate` wrote (tiny's tfrecord
 shards, ~4 MB objects). iodl: `iodl read --pattern storage-only --block-size 8MiB` (one ranged GET
-per object) at --iodepth 1 and 8, its MB/s over the window. The plain loop: awscrt's S3Client in
-this process, the same requests (one GET per object, Range over the whole object, body counted and
-dropped: bench_s3_client.Crt), the same objects, the same number in flight, MB/s over --seconds.
+per object) at --iodepth 1 and 8, its MB/s over the window. The plain loop of the same client: the
+s3 engine's (iodl.s3http, a connection per thread, requests signed by awscrt.auth) in `inflight`
+threads of this process, the same requests (one GET per object, Range over the whole object, body
+counted and dropped), the same objects, MB/s over --seconds; beside it, for reference, awscrt's
+S3Client making the same GETs (bench_s3_client.Crt).
 
 PUT: the objects of `iodl generate --files N` (tiny's shards), 8 in flight (generate's
 UPLOADS_IN_FLIGHT, one rank). iodl: `iodl generate` into a new prefix, its upload's MB/s (the line
-it prints: the PUTs, after the dataset is staged locally). The plain loop: awscrt's S3Client PUTting
-the same staged files (PUT_OBJECT from the file, as iodl's S3Store.put_file does), 8 in flight, into
-keys of its own (iodl, into a prefix it has just marked, sends no HEAD first: only a re-run into
-its own prefix looks for what is there).
+it prints: the PUTs, after the dataset is staged locally). The plain loop: awscrt's S3Client (the
+client of iodl's PUTs) PUTting the same files, staged by `iodl generate` into a directory just
+before, as iodl's are (PUT_OBJECT from the file, as iodl's S3Store.put_file does), 8 in flight,
+into keys of its own (iodl, into a prefix it has just marked, sends no HEAD first: only a re-run
+into its own prefix looks for what is there).
 
 Rounds interleave iodl and the loop. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratios
 iodl / loop, and the command line that made them.
@@ -44,6 +46,7 @@ import numpy as np  # noqa: E402
 from bench_s3_client import BUCKET, Crt, bench_args, bench_server, cpu_s  # noqa: E402
 from iodl import _native, histogram  # noqa: E402
 from iodl.s3engine import S3Engine  # noqa: E402
+from iodl.s3http import Connection, Signer  # noqa: E402
 from iodl.s3generate import UPLOADS_IN_FLIGHT, _files, _upload  # noqa: E402
 from iodl.s3root import Target  # noqa: E402
 from iodl.s3store import S3Store  # noqa: E402
@@ -80,6 +83,42 @@ def plain_loop(server, keys, inflight: int, seconds: float) -> tuple[float, floa
     if state["err"] is not None:
         raise state["err"]
     return counted / wall / 1e6, cpu / (nbytes / 1e9)
+
+
+def socket_loop(server, keys, inflight: int, seconds: float) -> tuple[float, float]:
+    """(MB/s, CPU s/GB) of the same whole-object GETs by the s3 engine's client (iodl.s3http) in a
+    plain loop: `inflight` threads, each a connection of its own, for `seconds`."""
+    signer, host = Signer(), server.endpoint.split("//", 1)[1]
+    lock, state = threading.Lock(), {"bytes": 0, "counted": 0, "i": 0}
+    cpu0, t0 = cpu_s(), time.monotonic()
+    end = t0 + seconds
+
+    def loop() -> None:
+        conn, got = Connection("http", host, bytearray(1 << 20)), [0]
+
+        def on_body(n: int) -> None:
+            got[0] += n
+
+        while time.monotonic() < end:
+            with lock:
+                state["i"] += 1
+                key, size = keys[state["i"] % len(keys)]
+            got[0] = 0
+            status, _ = conn.get(signer.get_request(host, f"/{BUCKET}/{key}", 0, size - 1), time.monotonic,
+                                 lambda t: None, on_body)
+            assert status == 206 and got[0] == size, (status, got[0], size)
+            with lock:
+                state["bytes"] += size
+                state["counted"] += size if time.monotonic() <= end else 0   # what completed within the time
+        conn.close()
+
+    threads = [threading.Thread(target=loop) for _ in range(inflight)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpu = cpu_s() - cpu0
+    return state["counted"] / seconds / 1e6, cpu / (state["bytes"] / 1e9)
 
 
 def engine_in_process(server, keys, inflight: int, seconds: float) -> tuple[float, float]:
@@ -190,35 +229,50 @@ def main() -> None:
         if gen.returncode:
             raise RuntimeError(gen.stderr)
         # the PUTs' objects: the files iodl generate stages (the same workload and seed), here kept
-        gen = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", staging, "--files",
-                              str(args.put_files), "--quiet"], capture_output=True, text=True)
-        if gen.returncode:
-            raise RuntimeError(gen.stderr)
-        rels = sorted(_files(staging))
+        settled = os.path.join(staging, "settled")
+        stage(settled, args.put_files)
+        rels = sorted(_files(settled))
         keys = [(o["Key"], o["Size"]) for o in client.list_objects_v2(Bucket=BUCKET, Prefix="ds/copy-")["Contents"]]
         os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
         for rnd in range(args.rounds):
             for inflight in (1, 8):
                 iodl_mbps = iodl_read(server, inflight, args.seconds)
-                loop_mbps, loop_cpu = plain_loop(server, keys, inflight, args.seconds)
+                sock = socket_loop(server, keys, inflight, args.seconds)
+                crt = plain_loop(server, keys, inflight, args.seconds)
                 inproc = engine_in_process(server, keys, inflight, args.seconds)
-                _record(rows, rnd, "GET", inflight, iodl_mbps, loop_mbps, inproc, loop_cpu)
+                _record(rows, rnd, "GET", inflight, iodl_mbps, sock, crt, inproc)
             iodl_mbps = iodl_generate(server, f"s3://{BUCKET}/put-iodl-{rnd}", args.put_files)
-            loop_mbps, loop_cpu = put_loop(server, staging, rels, f"put-loop-{rnd}", UPLOADS_IN_FLIGHT)
-            inproc = upload_in_process(server, staging, rels, f"put-inproc-{rnd}")
-            _record(rows, rnd, "PUT", UPLOADS_IN_FLIGHT, iodl_mbps, loop_mbps, inproc, loop_cpu)
+            # the loop's files just written too, as iodl generate's are when it PUTs them (their
+            # write-back then shares the disk with the server: settled files PUT faster)
+            fresh = os.path.join(staging, f"fresh-{rnd}")
+            stage(fresh, args.put_files)
+            crt = put_loop(server, fresh, rels, f"put-loop-{rnd}", UPLOADS_IN_FLIGHT)
+            shutil.rmtree(fresh)
+            inproc = upload_in_process(server, settled, rels, f"put-inproc-{rnd}")
+            _record(rows, rnd, "PUT", UPLOADS_IN_FLIGHT, iodl_mbps, None, crt, inproc)
     finally:
         server.remove()
         shutil.rmtree(staging, ignore_errors=True)
     write(rows, args)
 
 
-def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, loop_mbps, inproc, loop_cpu) -> None:
-    """inproc: (MB/s, CPU s/GB) of iodl's own code run in this process (engine_in_process, upload_in_process)."""
+def stage(top: str, files: int) -> None:
+    """The files `iodl generate --files N` stages for a bucket, written into top."""
+    gen = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", top, "--files", str(files), "--quiet"],
+                         capture_output=True, text=True)
+    if gen.returncode:
+        raise RuntimeError(gen.stderr)
+
+
+def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, sock, crt, inproc) -> None:
+    """(MB/s, CPU s/GB) of: sock, the engine's client in a plain loop (GET only; None for PUT); crt,
+    awscrt's S3Client loop; inproc, iodl's own code run in this process (engine_in_process,
+    upload_in_process)."""
     row = {"round": rnd, "op": op, "inflight": inflight, "iodl_MBps": round(iodl_mbps, 1),
-           "loop_MBps": round(loop_mbps, 1), "inproc_MBps": round(inproc[0], 1),
-           "engine_cpu_s_per_GB": round(inproc[1], 3),
-           "loop_cpu_s_per_GB": round(loop_cpu, 3), "load": round(os.getloadavg()[0], 1)}
+           "sock_MBps": round(sock[0], 1) if sock else None, "crt_MBps": round(crt[0], 1),
+           "inproc_MBps": round(inproc[0], 1), "engine_cpu_s_per_GB": round(inproc[1], 3),
+           "sock_cpu_s_per_GB": round(sock[1], 3) if sock else None, "crt_cpu_s_per_GB": round(crt[1], 3),
+           "load": round(os.getloadavg()[0], 1)}
     rows.append(row)
     print(json.dumps(row), flush=True)
 
@@ -229,35 +283,41 @@ def write(rows: list[dict], args) -> None:
     with open(args.out + ".json", "w") as f:
         json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, "put_files": args.put_files,
                    "rows": rows}, f, indent=1)
-    lines = ["# iodl's GETs and PUTs vs a plain awscrt loop (bench/bench_s3_iodl.py)", "",
+    lines = ["# iodl's GETs and PUTs vs plain loops of the same client (bench/bench_s3_iodl.py)", "",
              f"    {command.strip()}", "",
              f"Local SeaweedFS 4.48; GET: 16 objects of ~4 MB (tiny), whole-object GETs, {args.seconds:g} s per cell; "
              f"PUT: {args.put_files} objects of ~4 MB (tiny's shards), each once, {UPLOADS_IN_FLIGHT} in flight; "
-             f"median of {args.rounds} rounds; client and server share this 2-core VM. CPU s/GB: the client "
-             "process's own (every thread), iodl's code run in the bench's process (module docstring). "
-             "iodl MB/s: `iodl read`'s window, `iodl generate`'s upload (just after it staged the files: their "
-             "write-back shares the disk with the server); in-process: iodl's engine or upload in the bench's "
-             "process, beside the loop, on the same settled files.", "",
-             "| op | in flight | iodl MB/s | plain loop MB/s | iodl / loop | per-round ratios | "
-             "iodl in-process / loop, per round | iodl CPU s/GB | loop CPU s/GB | iodl / loop CPU, per round |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"median of {args.rounds} rounds; client and server share this 2-core VM. The same client: for GETs "
+             "the s3 engine's (iodl.s3http: sockets, signed by awscrt.auth) in a plain loop of threads; for PUTs "
+             "awscrt's S3Client (iodl's PUTs are its); awscrt's S3Client loop of GETs beside, for reference. "
+             "CPU s/GB: the client process's own (every thread), iodl's code run in the bench's process (module "
+             "docstring). iodl MB/s: `iodl read`'s window, `iodl generate`'s upload (just after it staged the "
+             "files; the loop's PUTs too are of files just written); in-process: iodl's engine or upload in the "
+             "bench's process, beside the loops (its PUTs of settled files).", "",
+             "| op | in flight | iodl MB/s | same-client loop MB/s | iodl / loop | per-round ratios | "
+             "iodl in-process / loop, per round | S3Client GET loop MB/s | iodl / S3Client loop, per round | "
+             "CPU s/GB: iodl, loop, S3Client loop | iodl / loop CPU, per round |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for op, inflight in sorted({(r["op"], r["inflight"]) for r in rows}):
         rs = [r for r in rows if (r["op"], r["inflight"]) == (op, inflight)]
-        a, b = statistics.median(r["iodl_MBps"] for r in rs), statistics.median(r["loop_MBps"] for r in rs)
-        ratios = [r["iodl_MBps"] / r["loop_MBps"] for r in rs]
-        ce = statistics.median(r["engine_cpu_s_per_GB"] for r in rs)
-        cl = statistics.median(r["loop_cpu_s_per_GB"] for r in rs)
-        cpu_ratios = ", ".join(f"{r['engine_cpu_s_per_GB'] / r['loop_cpu_s_per_GB']:.2f}" for r in rs)
-        inproc = ", ".join(f"{r['inproc_MBps'] / r['loop_MBps']:.2f}" for r in rs)
+        loop = "sock" if op == "GET" else "crt"
+        a, b = statistics.median(r["iodl_MBps"] for r in rs), statistics.median(r[f"{loop}_MBps"] for r in rs)
+        ratios = [r["iodl_MBps"] / r[f"{loop}_MBps"] for r in rs]
+        inproc = ", ".join(f"{r['inproc_MBps'] / r[f'{loop}_MBps']:.2f}" for r in rs)
+        cpu = [statistics.median(r[k] for r in rs) for k in ("engine_cpu_s_per_GB", f"{loop}_cpu_s_per_GB",
+                                                             "crt_cpu_s_per_GB")]
+        crt = (f"{statistics.median(r['crt_MBps'] for r in rs):.0f} | "
+               + ", ".join(f"{r['iodl_MBps'] / r['crt_MBps']:.2f}" for r in rs)) if op == "GET" else "- | -"
         lines.append(f"| {op} | {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} "
-                     f"| {inproc} | {ce:.2f} | {cl:.2f} | {cpu_ratios} |")
+                     f"| {inproc} | {crt} | {cpu[0]:.2f}, {cpu[1]:.2f}" + (f", {cpu[2]:.2f}" if op == "GET" else "")
+                     + " | " + ", ".join(f"{r['engine_cpu_s_per_GB'] / r[f'{loop}_cpu_s_per_GB']:.2f}" for r in rs) + " |")
         side = {x >= 0.95 for x in ratios}
         verdicts.append(f"{op} {inflight} in flight: " + ("not established (the rounds fall on both sides of 0.95)"
                                                           if len(side) > 1 else ">= 0.95" if side == {True}
                                                           else "< 0.95"))
     loads = [r["load"] for r in rows]
-    lines += ["", "Against the goal iodl >= 0.95 x the loop, every round on the same side: " + "; ".join(verdicts)
+    lines += ["", "Against the goal iodl >= 0.95 x the same-client loop, every round on the same side: " + "; ".join(verdicts)
               + ".",
               "", f"Load average (1 min) during the rounds: {min(loads):g}-{max(loads):g} on {os.cpu_count()} cores."]
     if max(loads) > os.cpu_count() + 1:   # the bench's own client and server make ~2

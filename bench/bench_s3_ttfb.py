@@ -1,13 +1,14 @@
-"""Time to first byte: awscrt's HTTP client (awscrt.http, requests signed with auth.aws_sign_request)
-beside its S3Client, the same ranged GETs one at a time on the same server.
+"""Time to first byte and CPU per GB of three GET clients: the s3 engine's (iodl.s3http: Python's
+sockets, requests signed by awscrt.auth), awscrt's HTTP client (awscrt.http, signed the same way)
+and awscrt's S3Client; the same ranged GETs one at a time on the same server.
 
     python bench/bench_s3_ttfb.py [--seconds 6] [--rounds 2]
 
-The s3 engine's `ttfb_us` is the time to the response headers as awscrt's S3Client hands them over,
-which is once the body is in (docs/s3.md). This measures, per client: the headers' time, the first
-body chunk's, the whole GET's (p50 over the GETs), and the client's CPU seconds per GB (this
-process, every thread), for 8 MiB ranged GETs of a 64 MiB object on a local SeaweedFS, 1 in flight,
-for --seconds per cell, the clients alternating. Writes bench/results/s3-ttfb.{json,md}.
+awscrt's S3Client hands a GET's response headers over only once the body is in (docs/s3.md): it
+cannot tell a time to first byte. This measures, per client: the headers' time, the first body
+byte's, the whole GET's (p50 over the GETs), and the client's CPU seconds per GB (this process,
+every thread), for 8 MiB ranged GETs of a 64 MiB object on a local SeaweedFS, 1 in flight, for
+--seconds per cell, the clients alternating. Writes bench/results/s3-ttfb.{json,md}.
 """
 import json
 import os
@@ -20,6 +21,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from awscrt import auth, http, io as crt_io, s3  # noqa: E402
 from bench_s3_client import BUCKET, bench_args, bench_server, cpu_s  # noqa: E402
+
+from iodl.s3http import Connection, Signer  # noqa: E402
 
 KEY = "ttfb/64MiB"
 SIZE, PART = 64 << 20, 8 << 20
@@ -52,6 +55,31 @@ class HttpGets:
         stream = self.conn.request(req, on_response=on_response, on_body=on_body)
         stream.activate()
         stream.completion_future.result()
+
+
+class SocketGets:
+    """The s3 engine's client: one kept-alive connection of iodl.s3http, the body received into one
+    buffer and dropped; its answer's first byte is the headers' and the body's time."""
+    name = "iodl.s3http (sockets)"
+
+    def __init__(self, server, boot, creds):
+        os.environ.update(AWS_ACCESS_KEY_ID=server.access_key, AWS_SECRET_ACCESS_KEY=server.secret_key)
+        self.signer = Signer()
+        self.netloc = server.endpoint.split("//", 1)[1]
+        self.conn = Connection("http", self.netloc, bytearray(1 << 20))
+
+    def get(self, req, t: list) -> None:
+        first, last = (int(x) for x in dict(req.headers)["range"][len("bytes="):].split("-"))
+
+        def on_first(now):
+            t[1] = t[2] = now
+
+        def on_body(n):
+            t[3] += n
+
+        status, _ = self.conn.get(self.signer.get_request(self.netloc, req.path, first, last), time.monotonic,
+                                  on_first, on_body)
+        assert status == 206, status
 
 
 class S3ClientGets:
@@ -107,7 +135,7 @@ def main() -> None:
         boot = crt_io.ClientBootstrap(elg, crt_io.DefaultHostResolver(elg))
         creds = auth.AwsCredentialsProvider.new_static(server.access_key, server.secret_key)
         netloc = server.endpoint.split("//", 1)[1]
-        clients = [HttpGets(server, boot, creds), S3ClientGets(server, boot, creds)]
+        clients = [SocketGets(server, boot, creds), HttpGets(server, boot, creds), S3ClientGets(server, boot, creds)]
         for rnd in range(args.rounds):
             for client in clients:
                 row = {"round": rnd, **cell(client, netloc, args.seconds), "load": round(os.getloadavg()[0], 1)}
@@ -119,7 +147,7 @@ def main() -> None:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, "rows": rows}, f, indent=1)
-    lines = ["# Time to first byte: awscrt.http vs awscrt's S3Client (bench/bench_s3_ttfb.py)", "",
+    lines = ["# Time to first byte: iodl's sockets, awscrt.http and awscrt's S3Client (bench/bench_s3_ttfb.py)", "",
              f"    {command.strip()}", "",
              f"Local SeaweedFS 4.48, 8 MiB ranged GETs of a 64 MiB object, 1 in flight, {args.seconds:g} s per cell, "
              "each round's cells listed; client and server share this 2-core VM.", "",

@@ -1,79 +1,71 @@
-"""The s3 engine: a plan's rows as GETs to an S3 endpoint, `depth` in flight (awscrt's S3 client).
+"""The s3 engine: a plan's rows as GETs to an S3 endpoint, `depth` in flight.
 
 It has _native.Engine's interface (run a plan, count into the caller's histogram and counters) so
 the patterns run unchanged; its "fds" are object handles, `http(s)://HOST[:PORT]/BUCKET/KEY`
 (iodl.s3dataset.ObjectPaths), which name the endpoint and the object in any error. Every row is
 one GET with `Range: bytes=OFFSET-END` (a whole object's row too: the plan holds lengths, not
-whether a row ends its object), one HTTP request per row (S3RequestType.DEFAULT: the CRT never
-splits or merges them). The body is counted as it arrives and dropped. Latency is a GET's whole
-time (request handed to the CRT -> last byte); its time to the response headers goes to the
-stats' ttfb_hist (the S3Client hands them over only once the body is in: not yet a time to first
-byte, docs/s3.md). A 5xx answer or a dropped connection is retried up to s3store.RETRIES times,
-each counted in the stats' `retries`; a request that fails for good stops the run as a failed
-read does (errno: EACCES for 403, ENOENT for 404, ECONNREFUSED, ETIMEDOUT, else EIO), its reason
-(the HTTP status and S3 code, or the CRT's error, and the retries) in the stats' `error_reason`,
-which engine.raise_for_errors puts in its one line.
+whether a row ends its object), sent by one of `depth` threads, each with its own kept-alive
+connection per host (iodl.s3http: signed by awscrt.auth, read with Python's sockets). The body is
+counted as it arrives and dropped. Latency is a GET's whole time (the request's signing -> last
+byte); its time to the answer's first byte goes to the stats' ttfb_hist. A 5xx answer or a
+dropped connection is retried up to s3store.RETRIES times, each counted in the stats' `retries`;
+a request that fails for good stops the run as a failed read does (errno: EACCES for 403, ENOENT
+for 404, ECONNREFUSED, ETIMEDOUT, else EIO), its reason (the HTTP status and S3 code, or the
+socket's error, and the retries) in the stats' `error_reason`, which engine.raise_for_errors puts
+in its one line.
 """
 from __future__ import annotations
 
 import errno
 import os
+import socket
 import threading
 import time
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from .errors import UsageError
-
-try:
-    from awscrt import http, s3
-except ImportError:   # the s3 extra is optional: without it an s3:// root is one line, not a traceback
-    raise UsageError("s3:// roots need the s3 extra (awscrt): pip install 'iodl[s3]'") from None
 
 from . import _native, histogram
-from .s3store import BACKOFF_S, RETRIES, S3Store, _answer, _retryable
+from .s3store import BACKOFF_S, NO_CREDENTIALS, RETRIES, AwsCrtError, _answer, _retryable
+from .s3http import IO_TIMEOUT_S, Connection, Signer
 
 _ERRNO = {403: errno.EACCES, 404: errno.ENOENT, 416: errno.EINVAL}
-_CRT_ERRNO = {"AWS_IO_SOCKET_CONNECTION_REFUSED": errno.ECONNREFUSED, "AWS_IO_SOCKET_TIMEOUT": errno.ETIMEDOUT,
-              "AWS_ERROR_HTTP_CHANNEL_THROUGHPUT_FAILURE": errno.ETIMEDOUT}
+READ_BUFFER = 1 << 20    # per GET thread: a body's bytes are received into it, up to this many per recv
 
 
 class S3Engine:
     def __init__(self, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False, delay_ns: int = 0,
                  rate_bps: int = 0, cache_check: bool = False, endpoints: tuple[str, ...] = (), endpoint: str = "",
                  addressing: str = "auto"):
-        # endpoints, addressing: the run's; each handle is an object's URL, naming its host and path
-        # in the run's addressing style (s3dataset.ObjectPaths), so they are not used here.
-        # endpoint: this rank's, whose client is made now: the engine is opened before the start
-        # barrier, and making a client (its event loops, the credentials) takes ~30 ms that would
-        # otherwise fall inside the measured window as if the storage were slow
+        # endpoints, endpoint, addressing: the run's; each handle is an object's URL, naming its host
+        # and path in the run's addressing style (s3dataset.ObjectPaths), so they are not used here.
+        # The signer (its credentials chain) is made now: the engine is opened before the start
+        # barrier, so that it does not fall inside the measured window as if the storage were slow
         if direct:
             raise ValueError("O_DIRECT is for files, not objects (leave --direct out)")
         if rate_bps:
             raise ValueError("rate pacing is not offered for objects")
         self._depth, self._block_size = max(1, int(depth)), int(block_size)
-        self._stores: dict[str, S3Store] = {}
-        self._lock = threading.Lock()
+        self._signer = Signer()
+        self._cv = threading.Condition()
+        self._job: _Job | None = None
+        self._workers: list[threading.Thread] = []
+        self._conns: list[Connection] = []      # every worker's, closed by close()
+        self._closed = False
         self._cancelled = False
         self.retries = 0     # of the run in progress (its stats say each run's)
-        if endpoint:
-            self._store(endpoint)
-
-    def _store(self, url: str) -> S3Store:
-        """The client for http or https URLs: one serves every host (the CRT connects to the host a
-        request's Host header names: the endpoint, or BUCKET.endpoint virtual-host style)."""
-        scheme = urlsplit(url).scheme
-        store = self._stores.get(scheme)
-        if store is None:
-            store = self._stores[scheme] = S3Store(url, self._depth)
-        return store
 
     def cancel(self) -> None:
         self._cancelled = True
 
     def close(self) -> None:
-        self._stores.clear()
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            conns = list(self._conns)
+        for c in conns:
+            c.close()
 
     def __enter__(self) -> "S3Engine":
         return self
@@ -89,147 +81,211 @@ class S3Engine:
             raise ValueError("the s3 engine runs reads only")
         if len(cols) and int(cols[:, 2].max()) > self._block_size:
             raise ValueError(f"a plan row is longer than block_size {self._block_size}")
-        handles = [urlsplit(h) for h in fds]
         live_view = np.frombuffer(memoryview(live).cast("B"), dtype=np.int64, count=3) if live is not None else None
-        st = _State(len(cols))
+        st = _Job(cols, [urlsplit(h) for h in fds], live_view, int(deadline_ns))
         self.retries = 0
-        cv = threading.Condition()
-        clock = _native.monotonic_ns
+        cv = self._cv
         interrupt = None
-
-        def finish(row: int, t0: int, got: list, first: list, error, retry_in: float):
-            now = clock()
-            with cv:
-                st.inflight -= 1
-                if error is not None:
-                    if not st.errors and not st.stop:
-                        st.errors, st.first_error_row, st.first_errno, st.error_reason = 1, row, *error
-                    st.stop = True
-                else:
-                    st.done.append((now, got[0], 0, now - t0, 0))
-                    if first:
-                        st.ttfb.append((first[0], first[0] - t0))
-                    if live_view is not None:
-                        live_view[0] += got[0]
-                        live_view[1] += 1
-                    want = int(cols[row, 2])
-                    if got[0] < want and st.first_short_row < 0:
-                        st.short_rows += 1
-                        st.first_short_row, st.short_file_size = row, int(cols[row, 1]) + got[0]
-                st.t_end = now
-                cv.notify()
-
-        def submit(row: int, attempt: int = 0):
-            f, offset, length = (int(x) for x in cols[row, :3])
-            h = handles[f]
-            store = self._store(f"{h.scheme}://{h.netloc}")
-            headers = [("host", h.netloc), ("range", f"bytes={offset}-{offset + length - 1}")]
-            req = http.HttpRequest("GET", h.path, http.HttpHeaders(headers))
-            got, first, status = [0], [], [0]
-            t0 = clock()
-            with cv:
-                if not st.t_start:
-                    st.t_start = t0
-                st.submits.append((t0, st.inflight))
-
-            def on_headers(status_code, headers):
-                first.append(clock())
-                status[0] = status_code
-
-            def on_body(chunk, offset):
-                got[0] += len(chunk)
-
-            def on_done(error=None, status_code=None, error_body=None, **_):
-                if error is None:
-                    finish(row, t0, got, first, None, 0)
-                    return
-                name = getattr(error, "name", type(error).__name__)
-                code, s3code = _answer(status_code or getattr(error, "status_code", None), name, error_body)
-                if attempt < RETRIES and not st.stop and _retryable(code, name):
-                    with cv:
-                        self.retries += 1
-                        st.retry.append((time.monotonic() + BACKOFF_S * (1 << attempt), row, attempt + 1))
-                        cv.notify()
-                    return
-                why = f"HTTP {code}" + (f" {s3code}" if s3code else "") if code else name
-                err = _ERRNO.get(code, errno.EIO) if code else _CRT_ERRNO.get(name, errno.EIO)
-                finish(row, t0, got, first, (err, f"{os.strerror(err)}: {why}"
-                                             + (f" after {attempt} retries" if attempt else "")), 0)
-
-            store.client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name="GetObject",
-                                      on_headers=on_headers, on_body=on_body, on_done=on_done)
-
+        with cv:
+            while len(self._workers) < min(self._depth, st.nrows):
+                t = threading.Thread(target=self._work, name=f"iodl-s3-get-{len(self._workers)}", daemon=True)
+                self._workers.append(t)
+                t.start()
+            self._job = st
+            cv.notify_all()
         try:
             with cv:
                 while True:
                     if self._cancelled and not st.stop:
                         st.stop = st.interrupted = True
-                    if deadline_ns and clock() >= deadline_ns:
-                        st.stop = True
-                    now_s = time.monotonic()
-                    while st.retry and st.retry[0][0] <= now_s and not st.stop:
-                        _due, row, attempt = st.retry.pop(0)
-                        cv.release()
-                        try:
-                            submit(row, attempt)
-                        finally:
-                            cv.acquire()
-                    while not st.stop and st.next_row < st.nrows and st.inflight + len(st.retry) < self._depth:
-                        row = st.next_row
-                        st.next_row += 1
-                        st.inflight += 1
-                        cv.release()
-                        try:
-                            submit(row)
-                        finally:
-                            cv.acquire()
-                    if st.stop and st.retry:   # retries not yet sent: dropped, they count as not done
-                        st.inflight -= len(st.retry)
-                        st.retry.clear()
-                    if st.inflight == 0 and (st.stop or (st.next_row >= st.nrows and not st.retry)):
-                        break
-                    if st.stop and st.inflight == 0:
+                    st.takes()   # (sets stop at the deadline)
+                    if st.inflight == 0 and (st.stop or st.next_row >= st.nrows or self._closed):
                         break
                     cv.wait(0.05)
         except KeyboardInterrupt as exc:
             interrupt = exc
             with cv:
                 st.stop = st.interrupted = True
-                end = time.monotonic() + 1.0   # the GETs in flight: a second to finish, then left to the CRT
+                end = time.monotonic() + 1.0   # the GETs in flight: a second to finish, then left to their threads
                 while st.inflight and time.monotonic() < end:
                     cv.wait(0.05)
-        done, subs = _cols(st.done, 5), _cols(st.submits, 2)
+        with cv:
+            self._job = None
+            self.retries = st.retries
+            done, subs, tt = _cols(st.done, 5), _cols(st.submits, 2), _cols(st.ttfb, 2)
+            abandoned = st.inflight
         counted = _native.account(done[0], done[1], done[2], done[3], hist, window_start_ns=int(window_start_ns),
                                   window_end_ns=int(window_end_ns), series=series,
                                   series_origin_ns=int(series_origin_ns), series_bucket_ns=int(series_bucket_ns),
                                   unmeasured=done[4], submit_ns=subs[0], inflight=subs[1],
                                   t_start_ns=st.t_start, t_end_ns=st.t_end or st.t_start)
-        tt = _cols(st.ttfb, 2)
         ttfb = histogram.empty()
         ttfb_counted = _native.account(tt[0], np.zeros_like(tt[0]), None, tt[1], ttfb,
                                        window_start_ns=int(window_start_ns), window_end_ns=int(window_end_ns))
         stats = {"done": st.first_error_row if st.errors else st.next_row, **counted, "errors": st.errors,
                  "first_errno": st.first_errno, "first_error_row": st.first_error_row, "error_reason": st.error_reason,
                  "interrupted": st.interrupted, "short_rows": st.short_rows, "first_short_row": st.first_short_row,
-                 "short_file_size": st.short_file_size, "abandoned": st.inflight,
+                 "short_file_size": st.short_file_size, "abandoned": abandoned,
                  "write_ios": 0, "write_bytes": 0, "fsyncs": 0, "fsync_ns": 0,
-                 "retries": self.retries, "ttfb_hist": ttfb, "ttfb_max_ns": ttfb_counted["max_ns"]}
+                 "retries": st.retries, "ttfb_hist": ttfb, "ttfb_max_ns": ttfb_counted["max_ns"]}
         if interrupt is not None:
             interrupt.stats = stats
             raise interrupt
         return stats
 
+    def _work(self) -> None:
+        """One of the `depth` GET threads: rows of the job in progress, one at a time, until close()."""
+        buf = bytearray(READ_BUFFER)
+        conns: dict[tuple[str, str], Connection] = {}
+        cv = self._cv
+        while True:
+            with cv:
+                while not self._closed and not (self._job and self._job.takes()):
+                    cv.wait()
+                if self._closed:
+                    return
+                st = self._job
+                t0 = _native.monotonic_ns()
+                row = st.take(t0)
+                f, offset, length = st.rows[row, :3].tolist()
+            h = st.handles[f]
+            conn = conns.get((h.scheme, h.netloc))
+            if conn is None:
+                conn = conns[(h.scheme, h.netloc)] = Connection(h.scheme, h.netloc, buf)
+                with cv:
+                    self._conns.append(conn)
+            self._get(st, row, t0, h, conn, offset, length)
 
-class _State:
-    def __init__(self, nrows: int):
-        self.nrows, self.next_row, self.inflight = nrows, 0, 0
-        self.done, self.submits, self.ttfb, self.retry = [], [], [], []
+    def _get(self, st: "_Job", row: int, t0: int, h, conn: Connection, offset: int, length: int) -> None:
+        """One row's GET (sent at t0), retried on 5xx and dropped connections; its outcome into st."""
+        clock, cv = _native.monotonic_ns, self._cv
+        got, first = [0], [0]
+
+        def on_first(t: int):
+            first[0] = t
+
+        def on_body(n: int):
+            got[0] += n
+
+        for attempt in range(RETRIES + 1):
+            if attempt:
+                got[0] = first[0] = 0
+                t0 = clock()
+                with cv:
+                    st.sent(t0)
+
+            try:
+                request = self._signer.get_request(h.netloc, h.path, offset, offset + length - 1)
+                status, body = conn.get(request, clock, on_first, on_body)
+            except AwsCrtError as exc:   # signing: no credentials, ...
+                return st.finish(cv, row, t0, got[0], first[0], (errno.EACCES, f"{os.strerror(errno.EACCES)}: "
+                                                                  f"{_credentials_why(exc.name)}"))
+            except OSError as exc:
+                name = _socket_error_name(exc)
+                if attempt < RETRIES and not st.stop:
+                    if self._backoff(st, attempt):
+                        continue
+                    return st.finish(cv, row, t0, got[0], first[0], None, dropped=True)
+                err = exc.errno if isinstance(exc, ConnectionError) and exc.errno else (
+                    errno.ETIMEDOUT if isinstance(exc, socket.timeout) else errno.EIO)
+                return st.finish(cv, row, t0, got[0], first[0], _why(err, name, attempt))
+            except Exception as exc:   # an answer that is not HTTP: the run fails in one line, as on EIO
+                return st.finish(cv, row, t0, got[0], first[0], _why(errno.EIO, f"{type(exc).__name__}: {exc}",
+                                                                     attempt))
+            if 200 <= status < 300:
+                return st.finish(cv, row, t0, got[0], first[0], None)
+            code, s3code = _answer(status, "", body)
+            if attempt < RETRIES and not st.stop and _retryable(code, ""):
+                if self._backoff(st, attempt):
+                    continue
+                return st.finish(cv, row, t0, got[0], first[0], None, dropped=True)
+            why = f"HTTP {code}" + (f" {s3code}" if s3code else "")
+            return st.finish(cv, row, t0, got[0], first[0], _why(_ERRNO.get(code, errno.EIO), why, attempt))
+
+    def _backoff(self, st: "_Job", attempt: int) -> bool:
+        """Count a retry and wait its backoff; False: the run stopped meanwhile (the GET is dropped)."""
+        with self._cv:
+            st.retries += 1
+            end = time.monotonic() + BACKOFF_S * (1 << attempt)
+            while not st.stop and not self._closed and time.monotonic() < end:
+                self._cv.wait(end - time.monotonic())
+            return not st.stop and not self._closed
+
+
+def _why(err: int, why: str, attempt: int) -> tuple[int, str]:
+    return err, f"{os.strerror(err)}: {why}" + (f" after {attempt} retries" if attempt else "")
+
+
+def _socket_error_name(exc: OSError) -> str:
+    """ECONNREFUSED, ETIMEDOUT...; or what the connection did (s3http.HttpError)."""
+    if isinstance(exc, socket.timeout):
+        return f"no answer in {IO_TIMEOUT_S:g} s"
+    if exc.errno:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    return str(exc) or type(exc).__name__
+
+
+def _credentials_why(name: str) -> str:
+    return NO_CREDENTIALS if "CREDENTIAL" in name else name
+
+
+class _Job:
+    """One run(): its rows and handles, and what came of them (every field under the engine's condition)."""
+
+    def __init__(self, rows: np.ndarray, handles: list, live_view, deadline_ns: int):
+        # rows: the plan's (file, offset, length, op) as uint64; each read as its GET is made (a plan
+        # may be far longer than what a deadline lets be sent)
+        self.rows, self.handles, self.live, self.deadline_ns = rows, handles, live_view, deadline_ns
+        self.nrows, self.next_row, self.inflight, self.retries = len(rows), 0, 0, 0
+        self.done, self.submits, self.ttfb = [], [], []
         self.stop = self.interrupted = False
         self.errors = self.first_errno = 0
         self.error_reason = ""
         self.first_error_row = self.first_short_row = -1
         self.short_rows = self.short_file_size = 0
         self.t_start = self.t_end = 0
+
+    def takes(self) -> bool:
+        """A row is there to send: not stopped, not past the deadline (no GET starts after it)."""
+        if self.deadline_ns and not self.stop and _native.monotonic_ns() >= self.deadline_ns:
+            self.stop = True
+        return not self.stop and self.next_row < self.nrows
+
+    def take(self, t0: int) -> int:
+        """The next row, sent at t0."""
+        row, self.next_row = self.next_row, self.next_row + 1
+        self.inflight += 1
+        self.sent(t0)
+        return row
+
+    def sent(self, t0: int) -> None:
+        self.t_start = self.t_start or t0
+        self.submits.append((t0, self.inflight))
+
+    def finish(self, cv: threading.Condition, row: int, t0: int, got: int, first: int, error: tuple | None,
+               dropped: bool = False) -> None:
+        """A GET's end: done (got bytes, its first byte at `first`), failed for good (error: errno,
+        reason), or dropped (a retry the run's stop left unsent: not done)."""
+        now = _native.monotonic_ns()
+        with cv:
+            self.inflight -= 1
+            if error is not None:
+                if not self.errors and not self.stop:
+                    self.errors, self.first_error_row, self.first_errno, self.error_reason = 1, row, *error
+                self.stop = True
+            elif not dropped:
+                self.done.append((now, got, 0, now - t0, 0))
+                if first:
+                    self.ttfb.append((first, first - t0))
+                if self.live is not None:
+                    self.live[0] += got
+                    self.live[1] += 1
+                if got < int(self.rows[row, 2]) and self.first_short_row < 0:
+                    self.short_rows += 1
+                    self.first_short_row, self.short_file_size = row, int(self.rows[row, 1]) + got
+            self.t_end = now
+            if self.inflight == 0 and (self.stop or self.next_row >= self.nrows):
+                cv.notify_all()   # run() waits for the job's end, not woken by every GET
 
 
 def _cols(rows: list, n: int) -> np.ndarray:

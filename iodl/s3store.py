@@ -1,4 +1,6 @@
 """A bucket as iodl talks to it: `s3://BUCKET/PREFIX` roots, one endpoint, awscrt's S3 client.
+Its PUTs, LISTs and small requests; the s3 engine's GETs are iodl.s3http's (a time to first byte,
+3-4x less CPU per GB than this client's).
 
 awscrt (the `s3` extra) was chosen by measurement (bench/results/s3-client.md): per request it
 costs the client 3-6x less CPU than boto3, and with the body written by its own threads
@@ -38,6 +40,7 @@ MULTIPART_THRESHOLD = 64 << 20
 PART_SIZE = 16 << 20
 RETRIES = 3                    # attempts after the first, for 5xx (SlowDown, InternalError) and dropped connections
 BACKOFF_S = 0.2
+NO_CREDENTIALS = "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
 
 
 class S3Error(IodlError):
@@ -129,7 +132,7 @@ class S3Store:
                 if status == 403 or code in ("SignatureDoesNotMatch", "InvalidAccessKeyId"):
                     why += " (refused: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS credentials file)"
                 if exc.name == "AWS_AUTH_CREDENTIALS_PROVIDER_CHAIN_ALL_PROVIDERS_FAILED" or "CREDENTIAL" in exc.name:
-                    why = "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+                    why = NO_CREDENTIALS
                 raise S3Error(self.endpoint, op, url, why, status, code) from None
         raise AssertionError("unreachable")
 

@@ -43,6 +43,9 @@ def usable() -> str | None:
     return None
 
 
+BURST_KB = 256   # tbf's bucket: bytes of frames the link sends at once after it idled long enough to fill it
+
+
 class Link:
     def __init__(self, ns: str, veth: str, mbit: int, net: int = 77):
         self.ns, self.host_dev, self.ns_dev, self.mbit = ns, veth + "h", veth + "n", mbit
@@ -58,7 +61,7 @@ class Link:
         _ip("ip", "link", "set", self.ns_dev, "up", ns=self.ns)
         _ip("ip", "link", "set", "lo", "up", ns=self.ns)
         for dev, ns in ((self.host_dev, None), (self.ns_dev, self.ns)):
-            _ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{self.mbit}mbit", "burst", "256kb",
+            _ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{self.mbit}mbit", "burst", f"{BURST_KB}kb",
                 "latency", "100ms", ns=ns)
         return self
 
