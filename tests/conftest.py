@@ -20,10 +20,12 @@ import tempfile
 
 import pytest
 from pytest_rerunfailures import get_reruns_count   # the plugin that owns `flaky` counts the attempts
+from xdist.scheduler import LoadFileScheduling
 
 from iodl import probe
 from iodl.groundtruth import CpuSteal
 from tests.helpers import REPO, NotJudged, mpiexec
+from tests.machine_lock import MachineLock, MachineLockPlugin
 
 pytest_plugins = ["pytester"]   # tests/unit/test_timing_claims.py runs small suites under this conftest
 
@@ -58,14 +60,37 @@ def _capability(name: str):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "blkio: needs cgroup v1 blkio throttling (root)")
+    config.addinivalue_line("markers", "shares_sleep: a serial test that may run beside another such one "
+                                       "(set from SHARES_SLEEP in tests/conftest.py)")
     config.pluginmanager.register(FastTier(), "iodl-fast-tier")
+    if hasattr(config, "workerinput"):
+        # an xdist worker: its basetemp is the run's basetemp/popen-gwN, so the parent is one directory
+        # every worker of this run sees, and no other run does
+        lock = MachineLock(os.path.dirname(os.path.abspath(config.option.basetemp)))
+        config.pluginmanager.register(MachineLockPlugin(lock), "iodl-machine-lock")
+        for name, value in config.workerinput.get("iodl_terminal_env", {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# An xdist worker starts with COLUMNS=80 and LINES=24 in its environment where the controller has
+# none, and tests.helpers.iodl passes COLUMNS on (250 when unset): progress lines of 110 characters
+# were folded at 80 under xdist and not in one pytest process. The worker gets the controller's.
+TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+def pytest_configure_node(node):
+    node.workerinput["iodl_terminal_env"] = {name: os.environ.get(name) for name in TERMINAL_ENV}
 
 
 # Tests that must have the machine to themselves, marked `serial` here so that no file has to say it:
 # timing claims (`flaky`), throttles and loop devices, the page cache and drop_caches (root), MPI jobs
 # that use both cores, fio's runs held against iodl's, S3 servers in network namespaces, the system and
 # MPI-size batteries, and the ordinary user's venv (built once, by whichever phase meets it first).
-# tests/run.py runs the other tests two at a time (pytest-xdist), then these one at a time.
+# tests/run.py runs the other tests two at a time (pytest-xdist), then these on two workers that
+# take tests/machine_lock.py's lock: alone, or two at a time where both are in SHARES_SLEEP.
 SERIAL_MARKERS = ("flaky", "blkio", "loopdev", "root", "mpiexec", "mpi", "slow")
 SERIAL_PATHS = ("tests/system/", "tests/s3/", "tests/test_mpi_sizes.py")
 SERIAL_FIXTURES = ("nobody_iodl",)
@@ -80,6 +105,42 @@ FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.p
 # free ports): they share the machine; the rest of tests/s3 is serial
 S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py")
 
+# Serial tests that may run two at a time, beside one another and nothing else: their claims are a
+# rate that the kernel paces (a blkio throttle, tc's tbf on a veth) with one process keeping it busy,
+# or a count, and they wait on it, so a partner like them does not move them. Each has resources of
+# its own: loop devices from `losetup --find`, blkio groups named with the worker's pid, network
+# namespaces, veths and /30s named per file. None drops the caches or needs them warm or cold.
+# Left out after runs of the group at two workers (tests/README.md): where several ranks must get
+# the CPU to keep a throttle or link busy (kvcache's bandwidth at 1-2 ranks, test_endpoints,
+# test_checkpoint_links, 8 % short), the knee of test_sweep and the progress lines of
+# test_read_groundtruth, and what spends CPU rather than waits (the ordinary user's venv build,
+# tests/s3 at loopback speed). tests/README.md says how a test joins. nodeid prefix -> why.
+SHARES_SLEEP = {
+    # not its checkpoint: PUTs through Ceph cost the OSD and radosgw CPU (beside a partner, 23 % short)
+    "tests/s3/test_radosgw.py::test_every_byte": "bytes over a 200 Mbit/s tbf link; the cluster's 20 s start is a wait",
+    "tests/s3/test_radosgw.py::test_validate": "bytes and rate of GETs over a 200 Mbit/s tbf link",
+    "tests/s3/test_radosgw.py::test_storage_only": "the rate of ranged GETs over a 200 Mbit/s tbf link",
+    "tests/s3/test_radosgw.py::test_wrong_secret": "one line of text",
+    "tests/s3/test_radosgw.py::test_slowdown": "retries counted, one line",
+    "tests/s3/test_radosgw.py::test_radosgw_gone": "one line, within 30 s",
+    "tests/kvcache/test_truth.py::test_writes_are_capped": "the fd table under a 10 MB/s throttle: counts, no time",
+    "tests/kvcache/test_truth.py::test_the_queue_serves": "the order of service under an 8 MiB/s write throttle",
+    "tests/kvcache/test_truth.py::test_every_reported_read_reaches_the_device":
+        "blkio's byte count; it drops one file's pages (fadvise), never the machine's",
+    "tests/fio/test_e2e.py": "fio against iodl on one throttled or rate-limited mount, medians of interleaved rounds "
+                             "(O_DIRECT jobs: fio-compare drops no cache)",
+    # the O_DIRECT jobs only: for a buffered one fio-compare drops the machine's caches each round
+    "tests/fio/test_fio_write.py::test_throttled_write_jobs_agree_with_fio[libaio]": "fio against iodl, one write throttle",
+    "tests/fio/test_fio_write.py::test_throttled_write_jobs_agree_with_fio[numjobs2]": "fio against iodl, one write throttle",
+    # not its test_ttfb_is_where_the_body_starts: a latency held to 5 % of 87 ms, with a few ms for the first byte
+    "tests/s3/test_link.py::test_bytes_": "bytes over a 200 Mbit/s tbf link (the link's own counters)",
+    "tests/s3/test_link.py::test_storage_only_bandwidth_is_the_links": "the rate of a 200 Mbit/s tbf link, the "
+                                                                       "payload rate measured beside iodl's",
+}
+# The tests of the ordinary user's venv (SERIAL_FIXTURES), one unit for xdist as a file is: the venv
+# is built once in phase 2, not once per worker. Collection fails when a user of the fixture is not here.
+NOBODY_TESTS = ("tests/cmd/test_read.py::test_drop_caches_without_root_is_one_line_error", "tests/system/test_cache_truth.py")
+
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` selects on the marker
 def pytest_collection_modifyitems(items):
@@ -89,6 +150,28 @@ def pytest_collection_modifyitems(items):
                 or (item.get_closest_marker("fio") and not item.nodeid.startswith(FIO_SHARING))
                 or any(f in item.fixturenames for f in SERIAL_FIXTURES)):
             item.add_marker("serial")
+            if item.nodeid.startswith(tuple(SHARES_SLEEP)):
+                item.add_marker("shares_sleep")
+        if "nobody_iodl" in item.fixturenames and not item.nodeid.startswith(NOBODY_TESTS):
+            raise pytest.UsageError(f"{item.nodeid} uses nobody_iodl: add it to NOBODY_TESTS in tests/conftest.py")
+    # the shared ones first, in SHARES_SLEEP's order (the longest first: the last pair ends closer
+    # together), so that there are two to run side by side; the rest keep their order
+    rank = {prefix: n for n, prefix in enumerate(SHARES_SLEEP)}
+    items.sort(key=lambda i: min((n for p, n in rank.items() if i.nodeid.startswith(p)), default=len(rank)))
+
+
+class FileScheduling(LoadFileScheduling):
+    """xdist's --dist loadfile (a file's tests on one worker: a module's server, link of fixed names or
+    mount is made once), with NOBODY_TESTS as one more file. xdist's loadgroup would say it with
+    markers, but under pytest 9 its group never reaches the scheduler (it renames item._nodeid,
+    which pytest 9 no longer reads)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return "nobody_iodl" if nodeid.startswith(NOBODY_TESTS) else super()._split_scope(nodeid)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return FileScheduling(config, log) if config.getoption("dist") == "loadfile" else None
 
 
 # The fast tier: unit tests, the C engines' contract on tmpfs and the in-process commands. It runs

@@ -8,6 +8,7 @@ payload_rate() is the link's measured GET payload rate: a plain loop of awscrt's
 iodl code), the figure iodl's own bandwidth is held to."""
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 import threading
@@ -33,7 +34,8 @@ def require() -> None:
 
 def usable() -> str | None:
     """None when this machine can make the link (root, ip netns, veth, tbf), else why not."""
-    probe = Link("iodl-s3-probe", "iodls3p", 200, net=76)
+    # named by the process: two xdist workers may probe at once (tests/conftest.py's SHARES_SLEEP)
+    probe = Link(f"iodl-s3-probe-{os.getpid()}", f"iodlp{os.getpid() % 100000}", 200, net=76)
     try:
         probe.open()
     except (subprocess.CalledProcessError, OSError) as exc:
