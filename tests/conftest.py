@@ -117,13 +117,14 @@ S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py")
 # test_read_groundtruth, and what spends CPU rather than waits (the ordinary user's venv build,
 # tests/s3 at loopback speed). tests/README.md says how a test joins. nodeid prefix -> why.
 SHARES_SLEEP = {
-    # not its checkpoint: PUTs through Ceph cost the OSD and radosgw CPU (beside a partner, 23 % short)
+    # not its checkpoint: PUTs through Ceph cost the OSD and radosgw CPU (beside a partner, 23 % short);
+    # not test_radosgw_gone: it ends the module's cluster, so it must stay the file's last test, and a
+    # shared test is moved ahead of the file's others (below): the checkpoint test met a dead server
     "tests/s3/test_radosgw.py::test_every_byte": "bytes over a 200 Mbit/s tbf link; the cluster's 20 s start is a wait",
     "tests/s3/test_radosgw.py::test_validate": "bytes and rate of GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_storage_only": "the rate of ranged GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_wrong_secret": "one line of text",
     "tests/s3/test_radosgw.py::test_slowdown": "retries counted, one line",
-    "tests/s3/test_radosgw.py::test_radosgw_gone": "one line, within 30 s",
     "tests/kvcache/test_truth.py::test_writes_are_capped": "the fd table under a 10 MB/s throttle: counts, no time",
     "tests/kvcache/test_truth.py::test_the_queue_serves": "the order of service under an 8 MiB/s write throttle",
     "tests/kvcache/test_truth.py::test_every_reported_read_reaches_the_device":
@@ -139,7 +140,7 @@ SHARES_SLEEP = {
                                                                        "payload rate measured beside iodl's",
 }
 # The tests of the ordinary user's venv (SERIAL_FIXTURES), one unit for xdist as a file is: the venv
-# is built once in phase 2, not once per worker. Collection fails when a user of the fixture is not here.
+# is built once in phase 2, not once per worker. A user of the fixture that is not here fails.
 NOBODY_TESTS = ("tests/cmd/test_read.py::test_drop_caches_without_root_is_one_line_error",
                 "tests/cmd/test_read.py::test_a_root_the_user_may_not_write_is_one_line_naming_it",
                 "tests/system/test_cache_truth.py")

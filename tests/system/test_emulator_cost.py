@@ -19,8 +19,10 @@ import pytest
 from iodl.reduce import emulator_cpu
 from iodl.result import STEP_FIELDS
 
-SHORT, LONG, PAIRS = 50, 250, 3
-BATCH = 240   # samples per step: ten times the workload's, so that 200 steps cost ~1 CPU s (start-up varies ~0.1)
+# LONG - SHORT steps make the start-up's variance (~0.1 CPU s between two runs) a small share of the
+# truth: 0.1 s over 200 steps was ~0.5 ms of a ~0.9 ms step (one CI run: pairs of 0.51, 1.59, 0.71 ms)
+SHORT, LONG, PAIRS = 50, 650, 3
+BATCH = 240   # samples per step: ten times the workload's, so that 600 steps cost ~0.5 CPU s or more
 TOLERANCE = 0.30   # of the figure: the two runs' start-ups and the machine's load vary by a few 10 ms
 
 
