@@ -132,7 +132,7 @@ def _main(argv: list[str], starting: bool) -> int:
             # Held until they are in: raised inside an import, KeyboardInterrupt can land in one of
             # importlib's own callbacks, which print it as "ignored" and go on (a CI run then read on
             # for a minute after its SIGINT). Held, it is raised below, where nothing swallows it.
-            before = {s: signal.signal(s, lambda *_: held.append(s)) for s in (signal.SIGINT, signal.SIGTERM)}
+            before = {s: signal.signal(s, lambda *_: held.append(True)) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             name = next((a for a in argv if not a.startswith("-")), None)
             if name in COMMANDS and launched_by_mpi():

@@ -60,7 +60,8 @@ void iodl_barrier_resumed(struct iodl_node_barrier *b)
 {
 	uint32_t left = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE);
 
-	/* never below 0: a rank that says so twice in a round (or before the first release) is ignored */
+	/* never below 0: said before the first release, or after the round's count reached 0, it changes nothing
+	 * (each rank says it once a step: twice in a round would count a rank still waking as back) */
 	while (left && !__atomic_compare_exchange_n(&b->waking, &left, left - 1, 0, __ATOMIC_ACQ_REL,
 						    __ATOMIC_ACQUIRE))
 		;
