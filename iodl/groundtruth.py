@@ -211,6 +211,7 @@ class RequestSizes:
         self.dev = (major << 20) | minor
         self.path = os.path.join(self.TRACING, "instances", f"iodl-rq-{os.getpid()}-{id(self)}")
         self.sizes: list[int] = []
+        self.lost = 0     # events the ring buffers overwrote or dropped: a count short of the truth
 
     def _write(self, name: str, value: str) -> None:
         with open(os.path.join(self.path, name), "w") as f:
@@ -237,6 +238,12 @@ class RequestSizes:
                     fields = parts[1].split()
                     if len(fields) > 1 and "R" in fields[1] and "+" in fields:
                         self.sizes.append(int(fields[fields.index("+") + 1]) * 512)
+        for cpu in os.listdir(os.path.join(self.path, "per_cpu")):
+            with open(os.path.join(self.path, "per_cpu", cpu, "stats")) as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    if key in ("overrun", "commit overrun", "dropped events"):
+                        self.lost += int(value)
         os.rmdir(self.path)
 
     @staticmethod

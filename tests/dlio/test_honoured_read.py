@@ -319,12 +319,15 @@ def test_a_dlio_directory_holds_the_files_samples(tmp_path):
     assert result["total"]["ios"] == 2 * -(-16 * 3016 // 4096)
 
 
-def _np_load_all(paths):
+def _np_load_all(paths, tally):
     import numpy as np
 
+    got = 0
     for p in paths:
         with np.load(p) as f:
-            f["x"]
+            got += f["x"].nbytes
+    with open(tally, "w") as f:
+        f.write(str(got))
 
 
 def _buckets(sizes) -> dict[int, list[int]]:
@@ -368,16 +371,25 @@ def test_npz_requests_at_the_device_are_np_loads(tmp_path):
         os.sync()
         drop_caches()
         with RequestSizes(m.majmin) as ref:
-            procs = [multiprocessing.Process(target=_np_load_all, args=(paths[r::2],)) for r in range(2)]
+            tallies = [str(tmp_path / f"loaded-{r}") for r in range(2)]
+            procs = [multiprocessing.Process(target=_np_load_all, args=(paths[r::2], tallies[r])) for r in range(2)]
             for p in procs:
                 p.start()
             for p in procs:
                 p.join()
+        # numpy's side is only a reference if both processes loaded every array
+        assert [p.exitcode for p in procs] == [0, 0]
+        loaded = sum(int(open(t).read()) for t in tallies)
+        arrays = sum(os.path.getsize(p) for p in paths)
+        assert arrays - 16 * 4096 < loaded <= arrays, (loaded, arrays)
         wl = _yaml(tmp_path, "w.yaml", NPZ.format(files=16, record=6 << 20, odirect="false"))
         drop_caches()
         with RequestSizes(m.majmin) as mine:
             r = iodl("read", "--workload", wl, "--root", train, "--progress", "off", ranks=2)
             assert r.returncode == 0, r.stderr
+    assert (ref.lost, mine.lost) == (0, 0)
+    # what numpy loaded came from the device (the caches were dropped), so the device saw at least that
+    assert sum(ref.sizes) >= loaded, (sum(ref.sizes), loaded)
     a, b = _buckets(ref.sizes), _buckets(mine.sizes)
     total = sum(ref.sizes)
     assert sum(mine.sizes) == pytest.approx(total, rel=0.01)
