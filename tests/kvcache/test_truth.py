@@ -164,7 +164,7 @@ def test_two_ranks_on_one_core_report_what_they_report_on_two(tmp_path):
                 os.sched_setaffinity(0, cores)
 
             proc = iodl("kvcache", "--root", os.path.join(m.path, "kv"), "--model", "llama3.1-8b", "--users", "32",
-                        "--context", "10:30", "--duration", "12", "--out", str(out), ranks=2, preexec_fn=enter,
+                        "--context", "10:30", "--duration", "7", "--out", str(out), ranks=2, preexec_fn=enter,
                         timeout=120)
             assert proc.returncode == 0, proc.stderr
         got[len(cores)] = load_json(out)["kvcache"]["read_bandwidth_MBps"] * MB
