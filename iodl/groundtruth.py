@@ -5,11 +5,13 @@ cgroup v1 blkio; see docs/design.md, "Ground truth".
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 
 BLKIO_ROOT = "/sys/fs/cgroup/blkio"
 # reads left in flight by a stopped run drain before an unmount can succeed (2 ranks x 8 x 1 MiB at
@@ -163,19 +165,29 @@ class BlkioGroup:
         return 0
 
     def __exit__(self, *exc) -> None:
-        # A cgroup can only be removed once empty: move any survivors back to the root group.
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as f:
-                pids = f.read().split()
-            for pid in pids:
-                try:
-                    with open(os.path.join(BLKIO_ROOT, "cgroup.procs"), "w") as f:
-                        f.write(pid + "\n")
-                except OSError:
-                    pass
-            os.rmdir(self.path)
-        except OSError:
-            pass
+        # A cgroup can only be removed once empty: move any survivors back to the root group. A
+        # process still exiting counts until the kernel has unlinked it (rmdir: EBUSY): try again for up to 2 s
+        # and say so if it stays (an empty group was found left behind by a run, silently).
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                with open(os.path.join(self.path, "cgroup.procs")) as f:
+                    pids = f.read().split()
+                for pid in pids:
+                    try:
+                        with open(os.path.join(BLKIO_ROOT, "cgroup.procs"), "w") as f:
+                            f.write(pid + "\n")
+                    except OSError:
+                        pass   # it exited meanwhile
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError as e:
+                if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                    warnings.warn(f"{self.path} left behind: {e.strerror}", RuntimeWarning, stacklevel=2)
+                    return
+                time.sleep(0.01)
 
 
 class CpuSteal:
