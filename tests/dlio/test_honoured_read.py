@@ -372,7 +372,9 @@ def test_npz_requests_at_the_device_are_np_loads(tmp_path):
         drop_caches()
         with RequestSizes(m.majmin) as ref:
             tallies = [str(tmp_path / f"loaded-{r}") for r in range(2)]
-            procs = [multiprocessing.Process(target=_np_load_all, args=(paths[r::2], tallies[r])) for r in range(2)]
+            # spawned, not forked from this (threaded) pytest worker: nothing of its state goes with them
+            spawn = multiprocessing.get_context("spawn")
+            procs = [spawn.Process(target=_np_load_all, args=(paths[r::2], tallies[r])) for r in range(2)]
             for p in procs:
                 p.start()
             for p in procs:
