@@ -1,5 +1,5 @@
 """A generated dataset's .npy tables (file sizes, sample sizes, extents): loaded without trusting
-them, looked up a row at a time, checked against each other a chunk at a time."""
+them, looked up a row or a batch's rows at a time, checked against each other a chunk at a time."""
 from __future__ import annotations
 
 import os
