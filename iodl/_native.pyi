@@ -281,3 +281,8 @@ def opener(threads: int, direct: bool, inside: str | None) -> Opener: ...
     # O_CLOEXEC (|O_DIRECT), O_NOFOLLOW when `inside` (a dataset's real root) is given and a link is then followed
     # only if its realpath is inside it; fstat through the fd (a regular file at least the size asked); O_NONBLOCK
     # cleared: iodl/engine.py open_for_read's checks, whose messages the caller gets by running it on a failed path
+
+def pread_rows(fd: int, base: int, row_bytes: int, rows: np.ndarray) -> bytes: ...
+    # the rows (a contiguous uint64 array of row indices) of a table whose row 0 is at byte `base` of fd, each
+    # row_bytes long, in the order asked (numpy.frombuffer): rows within 4 KiB of each other in the file are read by
+    # one pread, sorted by place (GIL released). EOFError when the file ends before a row; OSError naming pread

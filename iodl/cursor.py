@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from . import _native
+from .data.tables import take_rows
 from .engine import open_for_read, raise_for_errors
 
 
@@ -88,8 +89,9 @@ class ShardFiles:
 
     def _submit(self, shards: list[int]) -> range:
         """Queue the opens of shards on the open threads, in order: their tickets."""
-        paths = b"".join(os.fsencode(self.paths[s]) + b"\0" for s in shards)
-        first = self._pool.submit(paths, np.array([int(self.sizes[s]) for s in shards], dtype=np.int64))
+        sizes = np.ascontiguousarray(take_rows(self.sizes, shards), dtype=np.int64)
+        # each path ends with its NUL; encoded once for the batch, as os.fsencode does
+        first = self._pool.submit(os.fsencode("".join(self.paths[s] + "\0" for s in shards)), sizes)
         return range(first, first + len(shards))
 
     def ahead(self, shards: list[int]) -> None:

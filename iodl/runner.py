@@ -96,6 +96,7 @@ class Mount:
     copies: int = 1
     synthetic: bool = False
     manifest: object = None
+    batch_ends: Callable | None = None   # shards -> their samples' end offsets, at once (Dataset.batch_ends)
 
 
 @dataclass
@@ -175,7 +176,7 @@ def _rank_run(comm, spec, m: Mount, node: Node, stop, checkpoints) -> Run:
                       live=np.frombuffer(node.shared.mm, dtype=np.int64, count=LIVE_SLOT // 8,
                                          offset=node.shared.node_rank * LIVE_SLOT))
     return Run(comm=comm, spec=spec, paths=m.paths, sizes=int_rows(m.sizes), sample_ends=m.sample_ends,
-               mount=m.index, n_mounts=len(m.roots), host=node.host, result=mine, stop=stop,
+               batch_ends=m.batch_ends, mount=m.index, n_mounts=len(m.roots), host=node.host, result=mine, stop=stop,
                on_epoch=(lambda _epoch: cache.drop_caches()) if spec.drop_caches == "epoch" and node.leader else None,
                total_samples=m.total_samples,
                after_step=(_checkpointing().TrainingCheckpoints(checkpoints, spec.workload.checkpoint)
@@ -209,7 +210,8 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
         ends = np.cumsum(np.full(ds.samples_per_file, ds.sample_size, dtype=np.int64))
         sizes = [int(ends[-1])] * (ds.files * ds.copies)
         return Mount(["(null: no dataset)"], 0, None, sizes, lambda i: ends, len(sizes) * ds.samples_per_file,
-                     (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64))), synthetic=True)
+                     (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64))), synthetic=True,
+                     batch_ends=lambda shards: np.broadcast_to(ends, (len(shards), len(ends))))
     if not roots:
         # no --root: the default dataset, generated on first use; a run given its roots never
         # imports generate's modules (start-up: every rank imports what this module does)
@@ -233,7 +235,7 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
         ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
                                                    samples_per_file=per_file, manifests=spec.manifests))
     return Mount(roots, mount, ds.paths, ds.sizes, ds.sample_ends, ds.total_samples, (ds.largest, ds.total_bytes),
-                 ds.copies, manifest=ds.manifest)
+                 ds.copies, manifest=ds.manifest, batch_ends=ds.batch_ends)
 
 
 def _request_size(spec, m: Mount):

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _native, limits, plan, reduce
 from .cursor import Cancelled, Cursor, ShardFiles
-from .data.tables import int_rows
+from .data.tables import int_rows, take_rows
 from .engines import open_engine
 from .metrics import LIVE_STEPS
 from .result import STEP_FIELDS
@@ -60,8 +60,11 @@ class SampleStream:
 
     def __init__(self, next_shard, sample_ends, sizes: np.ndarray, block_size: int, buffer: int = 0,
                  rng: np.random.Generator | None = None, check: bool = True, records: bool = False,
-                 npz_load: bool = False):
+                 npz_load: bool = False, batch_ends=None):
         self._next_shard, self._sample_ends, self._sizes, self._bs = next_shard, sample_ends, sizes, block_size
+        # batch_ends(shards) -> (n, k) sample ends of a batch's shards in one look-up (a dataset's
+        # tables read in one call); None: looked up a shard at a time
+        self._batch_ends = batch_ends or (lambda shards: [sample_ends(s) for s in shards])
         self._records = records                           # tfrecord record by record (plan.record_plan)
         self._npz_load = npz_load                         # np.load's reads (plan.npz_load_plan)
         self._shard, self._ends, self._rows, self._sample, self._row = None, None, None, 0, 0
@@ -70,7 +73,8 @@ class SampleStream:
         self._buf_shard = np.empty(0, dtype=np.int64)     # loaded, not yet taken (shard, sample)
         self._buf_sample = np.empty(0, dtype=np.int64)
         self._buf_bytes = np.empty(0, dtype=np.int64)     # their sizes
-        self._epoch, self._held = None, None              # epoch being loaded; a next epoch's shard
+        self._epoch = None                                # epoch being loaded
+        self._drawn: deque[tuple[int, int]] = deque()     # (shard, epoch) drawn from next_shard, not begun
         self._taken: dict[int, np.ndarray] = {}           # this epoch's shards: times each sample was taken
         self.epochs_checked = 0                           # shares finished with every sample taken once
         self.epochs_wrong = 0                             # shares finished otherwise (a defect if ever > 0)
@@ -78,6 +82,12 @@ class SampleStream:
         # shards read whole, one block_size request after the other, and no buffer: a shard of one
         # sample is then a whole step's worth of work in a few array operations (take_batch)
         self._whole_files = not (buffer or records or npz_load)
+
+    def _peek(self) -> tuple[int, int]:
+        """The next (shard, epoch), drawn but not begun (a next epoch's first shard waits there)."""
+        if not self._drawn:
+            self._drawn.append(self._next_shard())
+        return self._drawn[0]
 
     def _layout(self, shard: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(sample end offsets, read plan, rows that complete each sample) of a shard, computed
@@ -100,14 +110,13 @@ class SampleStream:
     def _start_shard(self) -> bool:
         """Begin the next shard of this epoch's share; False at the share's end (the next
         epoch's first shard is held until the buffer is empty)."""
-        if self._held is None:
-            self._held = self._next_shard()
-        shard, epoch = self._held
+        shard, epoch = self._peek()
         if self._epoch is not None and epoch != self._epoch:
             if len(self._buf_shard):
                 return False
             self._check_epoch()
-        self._epoch, self._held = epoch, None
+        self._epoch = epoch
+        self._drawn.popleft()
         self._shard = shard
         self._ends, self._rows, self._row_ends = self._layout(shard)
         self._sample = self._row = 0
@@ -122,14 +131,13 @@ class SampleStream:
         epoch reads nothing."""
         if not self._check or self._shard is not None or len(self._buf_shard) or self._epoch is None:
             return
-        if self._held is None:
-            self._held = self._next_shard()
-        if self._held[1] != self._epoch:
+        if self._peek()[1] != self._epoch:
             self._check_epoch()
 
     def _check_epoch(self) -> None:
         if self._taken:
-            ok = all(bool((t == 1).all()) for t in self._taken.values())
+            # _ONCE: a one-sample shard taken once (take_batch's), no array to look at
+            ok = all(t is _ONCE or bool((t == 1).all()) for t in self._taken.values())
             self.epochs_checked += ok
             self.epochs_wrong += not ok
         self._taken = {}
@@ -167,12 +175,8 @@ class SampleStream:
         self._shard = None
         self._buf_shard = self._buf_sample = self._buf_bytes = np.empty(0, dtype=np.int64)
         if self._epoch is not None:
-            while True:                        # the share's other shards are passed over
-                if self._held is None:
-                    self._held = self._next_shard()
-                if self._held[1] != self._epoch:
-                    break
-                self._held = None
+            while self._peek()[1] == self._epoch:   # the share's other shards are passed over
+                self._drawn.popleft()
         self._taken = {}
         return left
 
@@ -237,36 +241,44 @@ class SampleStream:
 
     def take_batch(self, n: int) -> tuple[list[int], np.ndarray, list[bool], int]:
         """take(n) as one batch (as_batch). Shards of one sample each (retinanet, every JPEG
-        dataset) take no Python per sample but a table look-up: the batch's rows are made at once
-        (plan.shard_plan over its shards' sizes), the same reads in the same order as take()'s."""
+        dataset) take no Python per sample: the batch's shards are drawn, their sample ends and
+        sizes looked up in one call each (batch_ends, the size table's take_rows) and its rows made
+        at once (plan.shard_plan); the same reads in the same order as take()'s."""
         if not self._whole_files or self._shard is not None:
             return as_batch(*self.take(n))
-        shards, consumed = [], 0
-        while len(shards) < n:
-            if self._held is None:
-                self._held = self._next_shard()
-            shard, epoch = self._held
-            ends = self._sample_ends(shard)
-            if len(ends) != 1:                 # take() goes on from this shard (held)
-                break
+        while len(self._drawn) < n:
+            self._drawn.append(self._next_shard())
+        drawn = list(itertools.islice(self._drawn, n))
+        shards = [shard for shard, _epoch in drawn]
+        ends = self._batch_ends(np.array(shards, dtype=np.int64))
+        # k: the shards before the first of several samples (or none), where take() goes on
+        if isinstance(ends, np.ndarray):      # (n, samples): every shard holds as many
+            k = n if ends.shape[1] == 1 else 0
+            consumed = int(ends[:k, 0].sum())
+        else:
+            one = [len(e) == 1 for e in ends]
+            k = one.index(False) if not all(one) else n
+            consumed = sum(int(e[0]) for e in ends[:k])
+        shards = shards[:k]
+        for _ in range(k):
+            self._drawn.popleft()
+        for shard, epoch in drawn[:k]:
             if self._epoch is not None and epoch != self._epoch:
                 self._check_epoch()
-            self._epoch, self._held = epoch, None
-            consumed += int(ends[0])
+            self._epoch = epoch
             if self._check:
                 seen = self._taken.get(shard)
                 self._taken[shard] = _ONCE if seen is None else seen + 1
-            shards.append(shard)
         if self.trace is not None and shards:
             self.trace.append((np.array(shards, dtype=np.int64), np.zeros(len(shards), dtype=np.int64)))
-        rows = plan.shard_plan([int(self._sizes[s]) for s in shards], self._bs)
-        if len(shards) == n:
+        rows = plan.shard_plan(take_rows(self._sizes, shards), self._bs)
+        if k == n:
             return shards, rows, [True] * n, consumed
-        # a shard of several samples (or none) met: the rest as take() reads it
-        more, rest_rows, rest_done, rest_bytes = as_batch(*self.take(n - len(shards)))
+        # the rest as take() reads it
+        more, rest_rows, rest_done, rest_bytes = as_batch(*self.take(n - k))
         both = np.concatenate([rows, rest_rows])   # a copy: rest_rows may be a shard's cached plan
-        both["file"][len(rows):] += len(shards)
-        return shards + more, both, [True] * len(shards) + rest_done, consumed + rest_bytes
+        both["file"][len(rows):] += k
+        return shards + more, both, [True] * k + rest_done, consumed + rest_bytes
 
 
 def as_batch(segments: list[tuple[int, np.ndarray, bool]], consumed: int) -> tuple[list[int], np.ndarray, list[bool], int]:
@@ -692,16 +704,16 @@ def planned_steps(cfg: RunSpec, n_samples: int, ranks_in_mount: int) -> tuple[in
 
 
 def _shard_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_in_mount: int, ranks_in_mount: int,
-                  rank: int):
+                  rank: int, batch_ends=None):
     buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
     next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, rank, buffer))
     return SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
                         rng=np.random.default_rng([cfg.seed, rank, 1]), check=cfg.sampling == "epoch",
-                        records=cfg.reading.records, npz_load=cfg.reading.npz_load), next_shard
+                        records=cfg.reading.records, npz_load=cfg.reading.npz_load, batch_ends=batch_ends), next_shard
 
 
 def _sample_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_in_mount: int, ranks_in_mount: int,
-                   rank: int):
+                   rank: int, batch_ends=None):
     # every shard of a dataset holds as many samples (generate lays them out so)
     return SampleAccessStream(cfg, sample_ends, len(sizes), total_samples // max(1, len(sizes)), index_in_mount,
                               ranks_in_mount, rank, align=_native.ALIGN if cfg.direct else 1,
@@ -709,12 +721,13 @@ def _sample_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_i
 
 
 def _row_group_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_in_mount: int,
-                      ranks_in_mount: int, rank: int):
+                      ranks_in_mount: int, rank: int, batch_ends=None):
     return RowGroupStream(cfg, len(sizes), total_samples // max(1, len(sizes)), index_in_mount, ranks_in_mount,
                           rank, align=_native.ALIGN if cfg.direct else 1, check=cfg.sampling == "epoch"), None
 
 
-# a rank's sample stream for each formats.Reading kind: (stream, the shard order to open ahead of or None)
+# a rank's sample stream for each formats.Reading kind: (stream, the shard order to open ahead of or None);
+# batch_ends (Run.batch_ends) is for the streams that take a batch of whole shards at once
 STREAMS = {"shards": _shard_stream, "samples": _sample_stream, "row_groups": _row_group_stream}
 
 
@@ -739,7 +752,7 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     # the format's reading (formats.Format.reading); next_shard: the shard order the open threads
     # open ahead of (None for per-sample and per-row-group reads)
     stream, next_shard = STREAMS[cfg.reading.kind](cfg, sample_ends, sizes, total_samples, index_in_mount,
-                                                   ranks_in_mount, comm.rank)
+                                                   ranks_in_mount, comm.rank, batch_ends=run.batch_ends)
     steps, steps_per_epoch = planned_steps(cfg, total_samples, ranks_in_mount)
     whole = planned_steps(dataclasses.replace(cfg, total_steps=0), total_samples, ranks_in_mount)[1]
     cut_epochs = steps_per_epoch if steps_per_epoch < whole and cfg.sampling == "epoch" else 0

@@ -85,6 +85,9 @@ PyObject *iodl_py_node_quiet(PyObject *m, PyObject *args);
 /* bind_opener.c: opener.c's open-ahead pool */
 PyObject *iodl_py_opener(PyObject *m, PyObject *args);
 
+/* bind_rows.c: a batch's table rows (rows.c) */
+PyObject *iodl_py_pread_rows(PyObject *m, PyObject *args);
+
 /* beside their code */
 PyObject *iodl_py_write_files(PyObject *m, PyObject *args);	/* smallfiles.c */
 PyObject *iodl_py_list_dir(PyObject *m, PyObject *args);	/* listing.c */

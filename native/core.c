@@ -219,6 +219,10 @@ struct loop {
 	int cache_check;		/* buffered reads whose cache hits are counted */
 	uint64_t storage_seen;		/* this thread's read-bytes counter when last looked at */
 	uint64_t storage_seen_ns;	/* and when */
+	/* iodl_reads_accounted of the last regular file's filesystem (st_dev): its answer is the
+	 * filesystem's, so a batch of files on one mount asks once (an access and an fstatfs), not per file */
+	dev_t accounted_dev;
+	int accounted;			/* -1: not asked yet */
 };
 
 static void first_use(struct loop *L, uint32_t file)
@@ -231,8 +235,15 @@ static void first_use(struct loop *L, uint32_t file)
 	f->size = UNKNOWN_SIZE;
 	if (L->c->ops->flags & IODL_ENG_FAKE || fstat(fd, &sb) < 0)
 		return;		/* a bad fd is reported by the read itself */
-	if (L->cache_check)
+	if (L->cache_check && S_ISREG(sb.st_mode)) {
+		if (L->accounted < 0 || L->accounted_dev != sb.st_dev) {
+			L->accounted_dev = sb.st_dev;
+			L->accounted = iodl_task_io_accounting() && iodl_reads_accounted(fd, &sb);
+		}
+		f->measured = L->accounted;
+	} else if (L->cache_check) {
 		f->measured = iodl_task_io_accounting() && iodl_reads_accounted(fd, &sb);
+	}
 	if (S_ISREG(sb.st_mode)) {
 		f->size = (uint64_t)sb.st_size;
 	} else if (S_ISBLK(sb.st_mode)) {
@@ -514,7 +525,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 {
 	const struct iodl_engine_ops *ops = c->ops;
 	const int sync = ops->flags & IODL_ENG_SYNC;
-	struct loop L = { .c = c, .a = a, .st = st };
+	struct loop L = { .c = c, .a = a, .st = st, .accounted = -1 };
 	int ret = 0, slack = -1;
 	uint64_t now, drain_until = 0;
 

@@ -41,6 +41,10 @@ static PyMethodDef module_methods[] = {
 	{ "opener", iodl_py_opener, METH_VARARGS,
 	  "opener(threads, direct, inside) -> Opener: dataset files opened ahead on `threads` threads, in order, "
 	  "with open_for_read's checks" },
+	/* bind_rows.c */
+	{ "pread_rows", iodl_py_pread_rows, METH_VARARGS,
+	  "pread_rows(fd, base, row_bytes, rows) -> bytes: the rows (uint64 indices) of a table at base in fd, "
+	  "in the order asked, rows near each other read together" },
 	/* smallfiles.c, listing.c, fileops.c: files at the speed of the syscalls */
 	{ "write_files", iodl_py_write_files, METH_VARARGS,
 	  "write_files(dirfd, prefix, width, tail, temp_suffix, indices, buffer, offsets, lengths): files named "

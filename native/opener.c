@@ -9,7 +9,8 @@
  * Each open makes the checks of iodl/engine.py open_for_read, in the same order: O_NONBLOCK (a
  * FIFO in a file's place must not hang the open), O_NOFOLLOW when a dataset root is given and a
  * link then followed only if it resolves inside the root, fstat through the descriptor (a
- * regular file of at least the bytes the dataset promises), then O_NONBLOCK cleared. A refusal is
+ * regular file of at least the bytes the dataset promises), then O_NONBLOCK cleared (one F_SETFL
+ * with the status flags we opened with: no F_GETFL to ask them first). A refusal is
  * recorded, not worded: the caller re-runs open_for_read on that path, which raises the one-line
  * error (one place says what each refusal means).
  */
@@ -64,7 +65,7 @@ static int open_checked(const char *path, int64_t size, int direct, const char *
 {
 	int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | (direct ? O_DIRECT : 0);
 	struct stat st;
-	int fd, fl;
+	int fd;
 
 	fd = open(path, flags | (inside ? O_NOFOLLOW : 0));
 	if (fd < 0 && inside && errno == ELOOP) {
@@ -86,7 +87,7 @@ static int open_checked(const char *path, int64_t size, int direct, const char *
 		*err = errno;
 		return -1;
 	}
-	if (fstat(fd, &st) < 0 || (fl = fcntl(fd, F_GETFL)) < 0) {
+	if (fstat(fd, &st) < 0) {
 		*err = errno;
 		close(fd);
 		return -1;
@@ -96,7 +97,8 @@ static int open_checked(const char *path, int64_t size, int direct, const char *
 		close(fd);
 		return -1;
 	}
-	if (fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+	/* F_SETFL sets the status flags alone (access mode and O_CLOEXEC are not among them) */
+	if (fcntl(fd, F_SETFL, direct ? O_DIRECT : 0) < 0) {
 		*err = errno;
 		close(fd);
 		return -1;

@@ -54,9 +54,15 @@ def sample_sizes(spec, seed: int) -> np.ndarray:
     return np.clip(np.rint(drawn), 1, None).astype(np.int64).reshape(shape)
 
 
-def shard_name(fmt: str, index: int, files: int) -> str:
+def name_parts(fmt: str, files: int) -> tuple[int, str]:
+    """(digits of the index, what follows it) in the names of a dataset's shards."""
     width = max(5, len(str(files)))
-    return f"train-{index:0{width}d}-of-{files:0{width}d}.{FORMATS[fmt].suffix}"
+    return width, f"-of-{files:0{width}d}.{FORMATS[fmt].suffix}"
+
+
+def shard_name(fmt: str, index: int, files: int) -> str:
+    width, tail = name_parts(fmt, files)
+    return f"train-{index:0{width}d}{tail}"
 
 
 def copy_dir(copy: int) -> str:
@@ -124,12 +130,15 @@ class GeneratedPaths(_Paths):
     def __init__(self, folder_dirs: list[list[str]], fmt: str, files: int, real_root: str):
         self._dirs, self._fmt, self._files = folder_dirs, fmt, files
         self._folders = len(folder_dirs[0])
+        # shard_name's parts, made once: a batch's names are then one format each
+        self._prefixes = [[os.path.join(d, "") for d in row] for row in folder_dirs]
+        self._width, self._tail = name_parts(fmt, files)
         self._n = len(folder_dirs) * files
         self.inside = real_root   # a shard that is a link is opened only if it resolves inside (open_for_read)
 
     def _path(self, i: int) -> str:
         c, f = divmod(i, self._files)
-        return os.path.join(self._dirs[c][f % self._folders], shard_name(self._fmt, f, self._files))
+        return f"{self._prefixes[c][f % self._folders]}train-{f:0{self._width}d}{self._tail}"
 
 
 class ListedPaths(_Paths):

@@ -18,7 +18,7 @@ from .files import inside
 from .layout import MANIFEST, DerivedPaths, GeneratedPaths, ListedPaths, Shard, ShardNames
 from .listing import list_plain
 from .manifest import check_complete, folder_dirs, form_of, read_manifest
-from .tables import TableRows, check_tables, load_npy
+from .tables import TableRows, check_tables, load_npy, take_rows
 
 class _Shards(Sequence):
     """ds.shards: Shard objects made on demand from the dataset's paths and sizes."""
@@ -90,6 +90,25 @@ class Dataset:
     def sample_ends(self, i: int) -> np.ndarray:
         e = self.sample_extents(i)
         return e[:, 0] + e[:, 1]
+
+    def batch_ends(self, shards: np.ndarray):
+        """sample_ends of a batch's shards, looked up together (a table's rows in one call): an
+        (n, k) array where every shard holds k samples, a list of n arrays where they may differ
+        (a plain directory of several samples per file, a format whose extents follow from the
+        sample sizes)."""
+        shards = np.asarray(shards, dtype=np.int64)
+        if self.manifest is None:
+            if self.foreign_samples == 1:   # the whole file (sample_extents)
+                return take_rows(self.sizes, shards).astype(np.uint64).reshape(-1, 1)
+            return [self.sample_ends(int(s)) for s in shards]
+        base = shards % self._files
+        if self._extents is not None:
+            ex = take_rows(self._extents, base).astype(np.uint64)
+            return ex[:, :, 0] + ex[:, :, 1]
+        if self._form is None:
+            self._form = form_of(self.manifest)
+        ext = [self._form.extents(np.asarray(row)) for row in take_rows(self._sizes, base)]
+        return [e[:, 0] + e[:, 1] for e in ext]
 
     def sample_sizes(self, i: int) -> np.ndarray:
         """Payload bytes of each sample in shard i (a foreign shard: the slices of sample_extents)."""

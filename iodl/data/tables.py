@@ -1,5 +1,5 @@
 """A generated dataset's .npy tables (file sizes, sample sizes, extents): loaded without trusting
-them, looked up a row at a time, checked against each other a chunk at a time."""
+them, looked up a row or a batch's rows at a time, checked against each other a chunk at a time."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib import format as npy
 
-from .. import limits
+from .. import _native, limits
 from ..errors import IodlError, UsageError
 from .files import open_regular
 
@@ -51,8 +51,8 @@ class TableRows(Sequence):
     Not a map: pages of a mapped file count in the RSS of every process that touched them, and a
     rank reading its shards in a shuffled order touches every page of the table (7.8 MB per table
     at 1,000,000 files, in each rank, plus the kernel's fault-around). Read this way the table stays
-    in the node's page cache once, and a rank holds the rows of the shards it has in hand: one
-    pread of a few bytes per shard opened, against the ~100 us a shard's open and reads take.
+    in the node's page cache once, and a rank holds the rows of the shards it has in hand: a
+    batch's rows in one call (take: rows near each other in the file read by one pread, in C).
     `repeat`: the rows seen that many times over (a dataset's copies repeat its files' sizes)."""
 
     def __init__(self, fd: int, path: str, dtype: np.dtype, shape: tuple, offset: int, repeat: int = 1):
@@ -86,14 +86,26 @@ class TableRows(Sequence):
             return np.array([self[j] for j in range(*i.indices(len(self)))], dtype=self.dtype).reshape(
                 (-1,) + self._inner)
         if not np.isscalar(i):   # a list or array of indices (a group of shards)
-            idx = np.asarray(i, dtype=np.int64).reshape(-1)
-            return np.array([self[int(j)] for j in idx], dtype=self.dtype).reshape(idx.shape + self._inner)
+            return self.take(i)
         i = int(i)
         if not -len(self) <= i < len(self):
             raise IndexError(f"row {i} of a table of {len(self)}")
         base = i % len(self) % self._stored
         row = self.rows(base, base + 1)[0]
         return row if self._inner else row[()]
+
+    def take(self, indices) -> np.ndarray:
+        """The rows of these indices (a batch's shards), in their order, shaped indices' shape +
+        a row's: one C call whatever their number (_native.pread_rows)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and not (-len(self) <= idx.min() and idx.max() < len(self)):
+            raise IndexError(f"rows {idx.min()}..{idx.max()} of a table of {len(self)}")
+        base = (idx.reshape(-1) % len(self) % self._stored).astype(np.uint64)
+        try:
+            data = _native.pread_rows(self._fd, self._offset, self._row, base)
+        except EOFError:
+            raise TableShort(f"{self.path}: shorter than its header says (cut while iodl was reading it?)") from None
+        return np.frombuffer(data, dtype=self.dtype).reshape(idx.shape + self._inner)
 
     def chunks(self, rows: int = 1 << 15):
         """The whole table (repeats included) a bounded chunk at a time."""
@@ -123,6 +135,11 @@ def int_rows(sizes):
     """A size table to look sizes up in: a TableRows as it is (rows read when looked up, no copy of
     the whole), anything else as an int64 array."""
     return sizes if isinstance(sizes, TableRows) else np.asarray(sizes, dtype=np.int64)
+
+
+def take_rows(table, indices) -> np.ndarray:
+    """table[indices] of a table as loaded: a TableRows's rows in one call, an array's by numpy."""
+    return table.take(indices) if isinstance(table, TableRows) else np.asarray(table)[np.asarray(indices, dtype=np.int64)]
 
 
 def _table_rows(table, start: int, stop: int) -> np.ndarray:

@@ -30,6 +30,7 @@ class Run:
     paths: list[str] | None      # the mount's shards (None: the null engine without a dataset)
     sizes: np.ndarray            # or a dataset's TableRows (rows read when looked up)
     sample_ends: Callable | None = None   # shard -> its samples' end offsets (step patterns)
+    batch_ends: Callable | None = None    # shards -> theirs at once (Dataset.batch_ends; None: shard by shard)
     mount: int = 0
     n_mounts: int = 1
     host: str = ""

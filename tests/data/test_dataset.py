@@ -505,3 +505,25 @@ def test_a_fresh_mount_point_with_only_lost_and_found_is_accepted(tmp_path):
     (root / "lost+found").mkdir(parents=True)
     generate(small(tmp_path), [str(root)], COMM)
     assert len(open_dataset(str(root)).shards) == 5 and (root / "lost+found").is_dir()
+
+
+def test_batch_ends_are_each_shards_sample_ends(tmp_path):
+    """Dataset.batch_ends (a batch's look-up at once) gives each shard's sample_ends, in order:
+    extents from the table (jpeg), from the sample sizes (raw, several samples), a copy's
+    shards, and a plain directory's files."""
+    wl = small(tmp_path, files=6, spf=1, size="3000B", stdev="900B")
+    shards = np.array([4, 0, 7, 4, 11, 2])
+    for fmt, copies in (("jpeg", 2), ("raw", 2)):
+        generate(wl, [str(tmp_path / fmt)], COMM, fmt=fmt, copies=copies)
+        ds = open_dataset(str(tmp_path / fmt))
+        got = ds.batch_ends(shards)
+        assert [np.asarray(e).tolist() for e in got] == [ds.sample_ends(int(s)).tolist() for s in shards], fmt
+    generate(small(tmp_path, files=3, spf=5), [str(tmp_path / "many")], COMM, fmt="raw")
+    ds = open_dataset(str(tmp_path / "many"))
+    assert [e.tolist() for e in ds.batch_ends([2, 0])] == [ds.sample_ends(2).tolist(), ds.sample_ends(0).tolist()]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name, n in (("a", 100), ("b", 0), ("c", 7)):
+        (plain / name).write_bytes(b"x" * n)
+    ds = open_dataset(str(plain))
+    assert ds.batch_ends([2, 0, 1]).tolist() == [[7], [100], [0]] == [ds.sample_ends(i).tolist() for i in (2, 0, 1)]

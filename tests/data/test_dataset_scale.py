@@ -256,3 +256,41 @@ def test_table_rows_read_as_the_array_does(tmp_path):
     assert len(f) == 6 and [int(f[i]) for i in range(6)] == [7, 1, 9, 7, 1, 9]
     assert np.sum(f) == 34 and np.max(f) == 9 and int_rows(f) is f
     assert np.array_equal(np.asarray(f, dtype=np.int64), [7, 1, 9, 7, 1, 9])
+
+
+def _read_syscalls() -> int:
+    """Read syscalls (pread included) this process has made (/proc/self/io syscr)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("syscr:"))
+
+
+def test_table_rows_take_a_batch_in_few_reads(tmp_path):
+    """take(): a batch's rows in the order asked (repeats, negatives, a repeated table) as numpy
+    gives them; rows within a page of each other cost one pread together, rows far apart one each;
+    a table cut after its header was checked is TableShort."""
+    rows = 100_000
+    path = str(tmp_path / "ext.npy")
+    arr = np.random.default_rng(7).integers(0, 1 << 40, (rows, 1, 2)).astype(np.uint64)
+    np.save(path, arr)
+    t = load_npy(path, rows=True)
+    idx = np.array([5, 99_999, -1, 5, 0, 512, 40_000, -100_000])
+    assert np.array_equal(t.take(idx), arr[idx]) and t.take([]).shape == (0, 1, 2)
+    near = np.random.default_rng(8).permutation(np.arange(1000, 1240))   # 240 rows of 16 B: one page
+    far = np.arange(24) * 4000                                           # 64,000 B apart
+    own = -_read_syscalls() + _read_syscalls()   # the reads of looking at the counter itself
+    before = _read_syscalls()
+    got_near = t.take(near)
+    between = _read_syscalls()
+    got_far = t.take(far)
+    after = _read_syscalls()
+    assert np.array_equal(got_near, arr[near]) and np.array_equal(got_far, arr[far])
+    assert (between - before - own, after - between - own) == (1, 24)
+    with pytest.raises(IndexError):
+        t.take([rows])
+    flat = str(tmp_path / "f.npy")
+    np.save(flat, np.array([7, 1, 9], dtype=np.int64))
+    f = load_npy(flat, rows=True).repeated(2)
+    assert f.take([5, 0, 4]).tolist() == [9, 7, 1] and tables.take_rows(np.array([7, 1, 9]), [2, 0]).tolist() == [9, 7]
+    os.truncate(path, os.path.getsize(path) - 16)   # its last row gone
+    with pytest.raises(tables.TableShort):
+        t.take([3, rows - 1])

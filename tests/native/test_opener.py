@@ -6,6 +6,7 @@ FIFO without blocking, a link out of the dataset root) and names its file; no de
 open thread outlives the pool, also when it is closed with opens queued and in flight.
 """
 import errno
+import fcntl
 import os
 import time
 
@@ -49,6 +50,25 @@ def files(tmp_path):
 
 def _packed(paths) -> bytes:
     return b"".join(os.fsencode(p) + b"\0" for p in paths)
+
+
+def test_a_direct_open_keeps_o_direct_once_o_nonblock_is_cleared(files):
+    # the flags are set in one F_SETFL (no F_GETFL first): O_DIRECT must survive it
+    paths, sizes = files
+    try:
+        os.close(os.open(paths[0], os.O_RDONLY | os.O_DIRECT))
+    except OSError as exc:
+        pytest.skip(f"{paths[0]}: no O_DIRECT here ({exc.strerror})")
+    pool = _native.opener(1, True, paths.inside)
+    first = pool.submit(_packed(paths[:2]), sizes[:2])
+    got = np.frombuffer(pool.take(np.arange(first, first + 2, dtype=np.int64)), dtype=np.int64).reshape(-1, 4)
+    pool.close()
+    assert (got[:, 1] == 0).all()
+    for fd in got[:, 0].tolist():
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        assert flags & os.O_DIRECT and not flags & os.O_NONBLOCK and flags & os.O_ACCMODE == os.O_RDONLY
+        assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+        os.close(fd)
 
 
 def test_opens_in_order_each_its_file_timed(files):
