@@ -8,8 +8,11 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import pytest
 
+from iodl import histogram, plan
+from iodl.s3engine import S3Engine
 from tests.helpers import iodl, mpiexec
 from tests.s3.server import Seaweed
 
@@ -65,6 +68,30 @@ def test_storage_only_whole_and_ranged_gets(seaweed, dataset, tmp_path, block):
         assert 0.7 * (1 << 20) <= mean <= (1 << 20)
     else:                 # whole objects of 3.8-4.5 MB
         assert 3.8e6 <= mean <= 4.6e6
+
+
+def test_the_next_plan_starts_while_this_one_drains(seaweed, dataset, monkeypatch):
+    """S3Engine.ahead(): storage-only's next group of shards is sent by the GET threads that come
+    free while the current group's last GETs are still in flight (the pipe stays full across
+    groups), each plan's GETs counted in its own run. Plan 1: one object, 2 in flight: the second
+    thread has nothing of plan 1 to send, so plan 2's first GET goes before plan 1's ends."""
+    for k, v in seaweed.env().items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    root, total = dataset
+    client = seaweed.client()
+    objs = client.list_objects_v2(Bucket="read-bkt", Prefix="tiny/copy-")["Contents"]
+    handles = [f"{seaweed.endpoint}/read-bkt/{o['Key']}" for o in objs]
+    sizes = np.array([o["Size"] for o in objs], dtype=np.int64)
+    first, rest = plan.shard_plan(sizes[:1], 8 << 20), plan.shard_plan(sizes, 8 << 20)
+    with S3Engine(depth=2, block_size=8 << 20) as engine:
+        engine.ahead(handles, rest)
+        one = engine.run(handles[:1], first, histogram.empty())
+        two = engine.run(handles, rest, histogram.empty())
+    assert (one["ios"], one["bytes"], one["done"]) == (1, int(sizes[0]), 1)
+    assert (two["ios"], two["bytes"], two["done"]) == (len(objs), total, len(objs))
+    assert two["t_start_ns"] < one["t_end_ns"]   # plan 2 under way before plan 1's GET ended
+    assert one["errors"] == two["errors"] == 0
 
 
 @pytest.mark.parametrize("pattern,extra", [("train-sync", ["--steps", "20"]),
