@@ -38,6 +38,7 @@ from .s3root import region, virtual_host
 # objects above this are written in parts of PART_SIZE (S3's parts are 5 MiB .. 5 GiB, at most 10,000)
 MULTIPART_THRESHOLD = 64 << 20
 PART_SIZE = 16 << 20
+LIST_PAGE = 1000               # keys per ListObjectsV2 page (max-keys): S3's default and largest
 RETRIES = 3                    # attempts after the first, for 5xx (SlowDown, InternalError) and dropped connections
 BACKOFF_S = 0.2
 NO_CREDENTIALS = "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
@@ -95,6 +96,7 @@ class S3Store:
         self.lock = threading.Lock()
         self.retries = 0              # attempts repeated after a 5xx or a dropped connection
         self.errors = 0               # requests that failed for good
+        self.lists = 0                # ListObjectsV2 pages asked for (each one request)
 
     # --- one request, blocking ---------------------------------------------------------------------
 
@@ -183,9 +185,11 @@ class S3Store:
         token, n = None, 0
         ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
         while True:
-            query = "list-type=2&prefix=" + quote(prefix, safe="") + (
+            query = f"list-type=2&max-keys={LIST_PAGE}&prefix=" + quote(prefix, safe="") + (
                 "&continuation-token=" + quote(token, safe="") if token else "")
             _status, _h, body = self.request("GET", bucket, query=query, op="LIST")
+            with self.lock:
+                self.lists += 1
             root = ET.fromstring(body)
             for c in root.iter(ns + "Contents"):
                 yield c.findtext(ns + "Key"), int(c.findtext(ns + "Size") or 0)

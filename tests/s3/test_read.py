@@ -7,12 +7,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from iodl import histogram, plan
 from iodl.s3engine import S3Engine
+from iodl.s3store import S3Store
 from tests.helpers import iodl, mpiexec
 from tests.s3.server import Seaweed
 
@@ -113,6 +115,32 @@ def test_step_patterns_read_samples_as_ranged_gets(seaweed, dataset, tmp_path, p
         assert abs(total["bytes"] - train["consumed_bytes"]) <= 0.05 * train["consumed_bytes"], (
             total["bytes"], train["consumed_bytes"])
     assert total["errors"] == 0 and 0 < total["ttfb_us"]["p50"] <= total["latency_us"]["p50"]
+
+
+def test_each_rank_lists_the_prefix_in_pages_of_1000(seaweed, bucket, tmp_path, monkeypatch):
+    """As DLIO lists its data folder at start, each rank lists the dataset's prefix before the run:
+    1001 objects under it (the dataset's, and others the test put beside them) are ceil(1001 / 1000)
+    = 2 ListObjectsV2 pages, counted as the rank's LISTs and its endpoint's, with their rate."""
+    assert iodl("generate", "--root", f"s3://{bucket}/ds", "--endpoint", seaweed.endpoint, "--files", "2", "--quiet",
+                env=seaweed.env()).returncode == 0
+    client = seaweed.client()
+    ours = client.list_objects_v2(Bucket=bucket, Prefix="ds/")["KeyCount"]
+    for k, v in seaweed.env().items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    store = S3Store(seaweed.endpoint, 32)
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(lambda i: store.put(bucket, f"ds/pad/{i:04d}", b""), range(1001 - ours)))
+    listed = sum(page["KeyCount"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                                                Prefix="ds/"))
+    assert listed == 1001
+    proc = _read(seaweed, f"s3://{bucket}/ds", tmp_path / "l.json", "--pattern", "validate")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "l.json").read_text())
+    (endpoint,) = result["endpoints"]
+    assert result["total"]["lists"] == endpoint["lists"] == result["per_rank"][0]["lists"] == 2
+    assert endpoint["list_ops_per_s"] == pytest.approx(2 / result["per_rank"][0]["list_s"])
+    assert result["validate"]["bytes"] == result["validate"]["expected_bytes"]   # the pad is not read
 
 
 def test_a_prefix_without_a_dataset_is_one_line(seaweed, dataset, tmp_path):
