@@ -8,7 +8,8 @@ whether a row ends its object), sent by one of `depth` threads, each with its ow
 connection per host (iodl.s3http: signed by awscrt.auth, read with Python's sockets). The body is
 counted as it arrives and dropped. Latency is a GET's whole time (the request's signing -> last
 byte); its time to the answer's first byte goes to the stats' ttfb_hist. A 5xx answer or a
-dropped connection is retried up to s3store.RETRIES times, each counted in the stats' `retries`;
+dropped connection is retried up to s3store.RETRIES times (a server silent for s3http.IO_TIMEOUT_S
+is not: it is hung), each counted in the stats' `retries`;
 a request that fails for good stops the run as a failed read does (errno: EACCES for 403, ENOENT
 for 404, ECONNREFUSED, ETIMEDOUT, else EIO), its reason (the HTTP status and S3 code, or the
 socket's error, and the retries) in the stats' `error_reason`, which engine.raise_for_errors puts
@@ -224,7 +225,7 @@ class S3Engine:
                                                                   f"{_credentials_why(exc.name)}"))
             except OSError as exc:
                 name = _socket_error_name(exc)
-                if attempt < RETRIES and not st.stop:
+                if attempt < RETRIES and not st.stop and not isinstance(exc, socket.timeout):   # (s3http.IO_TIMEOUT_S)
                     if self._backoff(st, attempt):
                         continue
                     return st.finish(cv, row, t0, got[0], first[0], None, dropped=True)

@@ -1,5 +1,6 @@
 """`iodl read` from s3:// roots against a real server (SeaweedFS): the patterns unchanged, the s3
 engine's GETs counted; faults end in one line naming the endpoint and the object."""
+import errno
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import pytest
 
 from iodl import histogram, plan
 from iodl.s3engine import S3Engine
+from iodl.s3http import IO_TIMEOUT_S
 from iodl.s3store import S3Store
 from tests.helpers import iodl, mpiexec
 from tests.s3.server import Seaweed
@@ -194,6 +196,37 @@ def _killed_mid_read(server, cmd: list[str]):
     t0 = time.monotonic()
     out, err = proc.communicate(timeout=60)
     return proc, (out, err, time.monotonic() - t0)
+
+
+def test_a_hung_server_ends_the_run_after_the_io_timeout(seaweed, dataset, tmp_path):
+    """The server SIGSTOPped once the run's GETs are going (a hung server: its kernel still holds
+    the connections, nothing answers): each GET in flight has no byte for s3http.IO_TIMEOUT_S, fails
+    for good (not retried: it would wait on the same server) and the run ends in one line naming
+    the object, IO_TIMEOUT_S (10 s) after the stop, within STOP_BOUND_S; what was read, partial."""
+    root, _total = dataset
+    proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", root, "--endpoint", seaweed.endpoint,
+                             "--pattern", "storage-only", "--duration", "60", "--ramp", "0", "--iodepth", "4",
+                             "--block-size", "1MiB", "--out", str(tmp_path / "h.json")],
+                            env={**os.environ, **seaweed.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _reading(proc, seaweed, at_least=4)
+        os.killpg(seaweed.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        _out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        os.killpg(seaweed.proc.pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    line = err.strip()
+    assert "\n" not in line and line.startswith(f"iodl: error: [Errno {errno.ETIMEDOUT}] "), line
+    assert f": no answer in {IO_TIMEOUT_S:g} s (read of " in line and f"'{seaweed.endpoint}/read-bkt/tiny/" in line
+    assert IO_TIMEOUT_S - 0.5 <= took <= IO_TIMEOUT_S + STOP_BOUND_S, took
+    result = json.loads((tmp_path / "h.json").read_text())
+    assert result["partial"] and result["total"]["errors"] == 1 and result["total"]["retries"] == 0
+    assert result["total"]["bytes"] > 0
 
 
 def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
