@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -22,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from bench_s3_client import BUCKET, bench_server  # noqa: E402
+from bench_s3_iodl import generate_dataset  # noqa: E402
 from iodl import _native, cli, s3engine  # noqa: E402
 
 
@@ -73,11 +73,7 @@ def main() -> None:
     server, _client = bench_server()
     rows = []
     try:
-        gen = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", f"s3://{BUCKET}/ds", "--endpoint",
-                              server.endpoint, "--files", "16", "--quiet"], env=server.env(), capture_output=True,
-                             text=True)
-        if gen.returncode:
-            raise RuntimeError(gen.stderr)
+        generate_dataset(server)
         os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
         timeline, ahead = Timeline(), s3engine.S3Engine.ahead
         for rnd in range(args.rounds):

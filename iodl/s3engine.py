@@ -138,13 +138,14 @@ class S3Engine:
                     cv.wait(0.05)
         with cv:
             self._next = None
+            abandoned = st.inflight
             if nxt is not None and nxt.stop and st.stop:   # stopped with this plan: what it completed counts here
                 st.absorb(nxt)
+                abandoned += nxt.inflight
                 nxt = None
             self._job = nxt
             self.retries = st.retries
             done, subs, tt = _cols(st.done, 5), _cols(st.submits, 2), _cols(st.ttfb, 2)
-            abandoned = st.inflight
         counted = _native.account(done[0], done[1], done[2], done[3], hist, window_start_ns=int(window_start_ns),
                                   window_end_ns=int(window_end_ns), series=series,
                                   series_origin_ns=int(series_origin_ns), series_bucket_ns=int(series_bucket_ns),
