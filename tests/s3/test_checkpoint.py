@@ -2,6 +2,7 @@
 bucket, the figures' counts, the prefix rule, a wrong secret, a server gone mid-write and Ctrl-C.
 The truth of the bandwidth is tests/s3/test_checkpoint_links.py's."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from iodl.patterns.checkpoint import IODEPTH
+from iodl.s3http import IO_TIMEOUT_S
 from tests.helpers import iodl
 from tests.s3.server import Seaweed
 from tests.system.test_checkpoint_truth import TRAIN
@@ -211,6 +213,40 @@ def test_a_server_gone_mid_write_is_one_line_naming_the_object_with_a_partial_re
     write = result["checkpoint"]["write"]
     assert write["errors"] == 1 and 0 < write["bytes"] < 200_000_000 and write["bytes"] % (5 * MiB) == 0
     assert "checkpoints (1 write(s))" in stdout
+
+
+def test_a_hung_server_mid_write_ends_the_run_after_the_io_timeout(tmp_path):
+    """SIGSTOP the server while a multipart upload is under way (hung: its kernel holds the
+    connections, nothing answers): the PUTs in flight make no progress for s3http.IO_TIMEOUT_S,
+    the round fails naming the endpoint, the object and the part, IO_TIMEOUT_S (10 s) after the
+    stop within 4 s (the aborts' 0.3 s, a Python exit on a busy VM), partial, exit 1."""
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ckhung-")).start()
+    try:
+        server.client().create_bucket(Bucket="hung-bkt")
+        config = tmp_path / "big.toml"
+        config.write_text(BIG.format(size="200MB"))
+        out = tmp_path / "r.json"
+        proc = _start_when_uploading(server, "hung-bkt", ["--workload", str(config), "--root", "s3://hung-bkt/ck",
+                                                          "--endpoint", server.endpoint, "--out", str(out),
+                                                          "--part-size", "5MiB"],
+                                     server.env(), parts=IODEPTH + 1)
+        os.killpg(server.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        server.kill()
+        server.remove()
+    assert proc.returncode == 1, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"iodl: error: {server.endpoint}: PUT "
+                                                   "s3://hung-bkt/ck/ckpt-000001/model_states-0.pt: "
+                                                   f"ETIMEDOUT: no answer in {IO_TIMEOUT_S:g} s (part "), stderr
+    assert IO_TIMEOUT_S - 0.5 <= took <= IO_TIMEOUT_S + 4.0, took
+    result = json.loads(out.read_text())
+    assert result["partial"] is True and result["error"] in lines[0]
+    write = result["checkpoint"]["write"]
+    assert write["errors"] == 1 and write["retries"] == 0 and 0 < write["bytes"] < 200_000_000
 
 
 def test_ctrl_c_mid_write_stops_within_a_second_with_a_partial_result(seaweed, bucket, tmp_path):
