@@ -185,19 +185,26 @@ def _start_when_uploading(server, bucket, args, env, parts: int = 1):
     return proc
 
 
+def _mid_upload(server, bucket: str, tmp_path):
+    """A new bucket and a 200 MB checkpoint into it in 5 MiB parts, returned once (iodepth + 1) parts
+    were sent (the (iodepth + 1)th only after one of the first had its answer and was counted):
+    (the process, its --out)."""
+    server.client().create_bucket(Bucket=bucket)
+    config = tmp_path / "big.toml"
+    config.write_text(BIG.format(size="200MB"))
+    out = tmp_path / "r.json"
+    proc = _start_when_uploading(server, bucket, ["--workload", str(config), "--root", f"s3://{bucket}/ck",
+                                                  "--endpoint", server.endpoint, "--out", str(out),
+                                                  "--part-size", "5MiB"], server.env(), parts=IODEPTH + 1)
+    return proc, out
+
+
 def test_a_server_gone_mid_write_is_one_line_naming_the_object_with_a_partial_result(tmp_path):
     """SIGKILL the server while a multipart upload is under way: one line naming the endpoint and the
     object being written, after the figures of what completed (partial), exit 1."""
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ckgone-")).start()
     try:
-        server.client().create_bucket(Bucket="gone-bkt")
-        config = tmp_path / "big.toml"
-        config.write_text(BIG.format(size="200MB"))
-        out = tmp_path / "r.json"
-        proc = _start_when_uploading(server, "gone-bkt", ["--workload", str(config), "--root", "s3://gone-bkt/ck",
-                                                          "--endpoint", server.endpoint, "--out", str(out),
-                                                          "--part-size", "5MiB"],
-                                     server.env(), parts=IODEPTH + 1)
+        proc, out = _mid_upload(server, "gone-bkt", tmp_path)
         # a part on the server may not have its answer back yet; the (iodepth + 1)th was sent only
         # after one of the first iodepth had its answer and was counted: something completed
         server.kill()
@@ -222,14 +229,7 @@ def test_a_hung_server_mid_write_ends_the_run_after_the_io_timeout(tmp_path):
     stop within 4 s (the aborts' 0.3 s, a Python exit on a busy VM), partial, exit 1."""
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ckhung-")).start()
     try:
-        server.client().create_bucket(Bucket="hung-bkt")
-        config = tmp_path / "big.toml"
-        config.write_text(BIG.format(size="200MB"))
-        out = tmp_path / "r.json"
-        proc = _start_when_uploading(server, "hung-bkt", ["--workload", str(config), "--root", "s3://hung-bkt/ck",
-                                                          "--endpoint", server.endpoint, "--out", str(out),
-                                                          "--part-size", "5MiB"],
-                                     server.env(), parts=IODEPTH + 1)
+        proc, out = _mid_upload(server, "hung-bkt", tmp_path)
         os.killpg(server.proc.pid, signal.SIGSTOP)
         t0 = time.monotonic()
         stdout, stderr = proc.communicate(timeout=60)
