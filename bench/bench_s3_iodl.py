@@ -223,11 +223,7 @@ def main() -> None:
     staging = tempfile.mkdtemp(prefix="iodl-s3-bench-staged-")
     rows = []
     try:
-        gen = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", f"s3://{BUCKET}/ds", "--endpoint",
-                              server.endpoint, "--files", "16", "--quiet"], env=server.env(), capture_output=True,
-                             text=True)
-        if gen.returncode:
-            raise RuntimeError(gen.stderr)
+        generate_dataset(server)
         # the PUTs' objects: the files iodl generate stages (the same workload and seed), here kept
         settled = os.path.join(staging, "settled")
         stage(settled, args.put_files)
@@ -254,6 +250,14 @@ def main() -> None:
         server.remove()
         shutil.rmtree(staging, ignore_errors=True)
     write(rows, args)
+
+
+def generate_dataset(server) -> None:
+    """The GETs' dataset: `iodl generate` of tiny's 16 shards (~4 MB objects) under BUCKET/ds."""
+    gen = subprocess.run([sys.executable, "-m", "iodl", "generate", "--root", f"s3://{BUCKET}/ds", "--endpoint",
+                          server.endpoint, "--files", "16", "--quiet"], env=server.env(), capture_output=True, text=True)
+    if gen.returncode:
+        raise RuntimeError(gen.stderr)
 
 
 def stage(top: str, files: int) -> None:

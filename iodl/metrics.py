@@ -80,6 +80,10 @@ class RankResult:
     # counted GET's time to first byte (request handed over -> response headers); 0 and empty on files
     retries: int = 0
     ttfb_max_ns: int = 0
+    # ... and the LISTs of the dataset's prefix before the run (s3dataset: as DLIO lists its data
+    # folder), with their wall time
+    lists: int = 0
+    list_s: float = 0.0
     ttfb_hist: np.ndarray = field(default_factory=histogram.empty)
 
     def engine_args(self, t0_ns: int) -> dict:
@@ -139,7 +143,7 @@ class RankResult:
                                               "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s",
                                               "cores", "max_rss_mb",
                                               "pss_mb", "epochs_checked", "epochs_wrong", "opens", "open_max_ns",
-                                              "open_wait_s", "closes", "close_max_ns", "retries", "ttfb_max_ns")}
+                                              "open_wait_s", "closes", "close_max_ns", "retries", "ttfb_max_ns", "lists", "list_s")}
 
     def note_process(self, startup_s: float) -> None:
         """What this rank's process cost: start-up time, CPU, peak memory."""

@@ -172,8 +172,8 @@ def emulator_cpu(rows: list[np.ndarray], counted: list[np.ndarray], ranks: list[
 # ---- read patterns: what each rank adds, and a group's block
 
 READ_SUMS = ("bytes", "ios", "cached_bytes", "cache_unmeasured_bytes", "errors", "opens", "closes", "epochs_checked",
-             "epochs_wrong", "retries")
-READ_MAXES = ("max_ns", "open_max_ns", "close_max_ns", "ttfb_max_ns")
+             "epochs_wrong", "retries", "lists")
+READ_MAXES = ("max_ns", "open_max_ns", "close_max_ns", "ttfb_max_ns", "list_s")
 
 
 def reduce_read(comm, mine, n_mounts: int, group: int | None = None) -> tuple[list[dict], dict] | None:
@@ -210,6 +210,9 @@ def read_block(g: dict, window_s: float | None = None) -> dict:
         "close_latency_us": histogram.summary_us(g["close_hist"], int(g["close_max_ns"])),
         "retries": int(g["retries"]),
         "ttfb_us": histogram.summary_us(g["ttfb_hist"], int(g["ttfb_max_ns"])),
+        # s3: the LISTs before the run, over the time its slowest rank (the ranks list at once) took
+        "lists": int(g["lists"]),
+        "list_ops_per_s": g["lists"] / g["list_s"] if g["list_s"] else 0.0,
     }
     rates(block, window_s)
     block["depth"] = g["depth"].tolist()

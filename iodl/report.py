@@ -324,11 +324,12 @@ def _print_endpoints(result: dict, console) -> None:
     if len(endpoints) < 2:
         return
     columns = [("endpoint", "left"), ("ranks", "right"), ("MB/s", "right"), ("GET/s", "right"), ("p50 µs", "right"),
-               ("p99 µs", "right"), ("ttfb p50 µs", "right"), ("retries", "right"), ("errors", "right")]
+               ("p99 µs", "right"), ("ttfb p50 µs", "right"), ("retries", "right"), ("errors", "right"),
+               ("LISTs", "right"), ("LIST/s", "right")]
     rows = [[e["url"], _ranks(e["ranks"]), f"{e['bandwidth_MBps']:,.1f}", f"{e['iops']:,.0f}",
              f"{e['latency_us']['p50']:,.0f}", f"{e['latency_us']['p99']:,.0f}", f"{e['ttfb_us']['p50']:,.0f}",
-             str(e["retries"]), str(e["errors"])] for e in endpoints]
-    print_table(console, "GETs per endpoint", columns, rows, paths=0)
+             str(e["retries"]), str(e["errors"]), str(e["lists"]), f"{e['list_ops_per_s']:,.1f}"] for e in endpoints]
+    print_table(console, "GETs per endpoint (LISTs: of the dataset's prefix, before the run)", columns, rows, paths=0)
 
 
 def _print_cache(result: dict, console) -> None:

@@ -58,6 +58,8 @@ class Block(TypedDict):
     close_latency_us: Latency
     retries: int            # object storage: requests sent again (0 on files)
     ttfb_us: Latency        # object storage: time to first byte per GET (all 0 on files)
+    lists: int              # object storage: LISTs of the dataset's prefix before the run (0 on files)
+    list_ops_per_s: float   # ... over the slowest rank's listing time
 
 
 class _Mount(Block):
@@ -148,6 +150,8 @@ class PerRank(TypedDict):
     close_max_ns: int
     retries: int
     ttfb_max_ns: int
+    lists: int
+    list_s: float
 
 
 class _Result(TypedDict):

@@ -97,6 +97,7 @@ class Mount:
     synthetic: bool = False
     manifest: object = None
     batch_ends: Callable | None = None   # shards -> their samples' end offsets, at once (Dataset.batch_ends)
+    listing: tuple[int, float] = (0, 0.0)   # an s3:// root: the LISTs of its prefix before the run, their seconds
 
 
 @dataclass
@@ -171,7 +172,7 @@ def run_once(comm, args, patterns: dict, out: ReadReport | None, run_index: int 
 
 def _rank_run(comm, spec, m: Mount, node: Node, stop, checkpoints) -> Run:
     """This rank's part of the run, counting into a RankResult whose live counters rank 0 can see."""
-    mine = RankResult(rank=comm.rank, host=node.host, mount=m.index,
+    mine = RankResult(rank=comm.rank, host=node.host, mount=m.index, lists=m.listing[0], list_s=m.listing[1],
                       series=new_series(spec.ramp_s + spec.duration_s if spec.fixed_window else None),
                       live=np.frombuffer(node.shared.mm, dtype=np.int64, count=LIVE_SLOT // 8,
                                          offset=node.shared.node_rank * LIVE_SLOT))
@@ -231,11 +232,13 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
         ds = collective(comm, lambda: open_s3_dataset(roots[mount], spec.manifests[roots[mount]],
                                                       urls[endpoint_of(comm.rank, urls)],
                                                       spec.engine_extra["addressing"]))
+        listing = (ds.lists, ds.list_s)
     else:
         ds = collective(comm, lambda: open_dataset(roots[mount], group=group, derive=derive,
                                                    samples_per_file=per_file, manifests=spec.manifests))
+        listing = (0, 0.0)
     return Mount(roots, mount, ds.paths, ds.sizes, ds.sample_ends, ds.total_samples, (ds.largest, ds.total_bytes),
-                 ds.copies, manifest=ds.manifest, batch_ends=ds.batch_ends)
+                 ds.copies, manifest=ds.manifest, batch_ends=ds.batch_ends, listing=listing)
 
 
 def _request_size(spec, m: Mount):

@@ -44,6 +44,7 @@ from .patterns.checkpoint_store import STORE, STORE_SCHEMA
 from .plan import shard_plan
 from .reduce import checkpoint_block, rate, reduce_checkpoint_op
 from .s3engine import S3Engine
+from .s3http import IO_TIMEOUT_S
 from .s3root import Target, endpoint_of, object_url
 from .s3store import BACKOFF_S, RETRIES, S3Error, S3Store, _answer, _retryable
 
@@ -176,6 +177,8 @@ class PutRound:
         self.retries = 0
         self.uploads: list[_Upload] = []
         self.t_start = self.t_end = 0
+        # slot -> [the CRT's request, when something of it last moved (s3http.IO_TIMEOUT_S), what it is]
+        self.flying: dict[int, list] = {}
 
     def _jobs(self, keys_sizes):
         """(upload, part number, offset, length) of every PUT, an upload created as its first part is due."""
@@ -207,6 +210,7 @@ class PutRound:
                             pending = next(jobs, None)   # a CreateMultipartUpload happens here, unlocked
                         finally:
                             self.cv.acquire()
+                    self._hung(time.monotonic())
                     if self.failed:
                         break          # the PUTs still in flight fail too, or are left to the CRT
                     if not self.inflight and pending is None and not self.retry:
@@ -225,6 +229,18 @@ class PutRound:
         finally:
             self._count(counters, t0_ns)
 
+    def _hung(self, now: float) -> None:
+        """A PUT of which nothing moved for IO_TIMEOUT_S (the CRT has no read timeout): the server
+        is hung; the round fails naming it, every PUT in flight cancelled (the lock held)."""
+        stalled = [f for f in self.flying.values() if now - f[1] >= IO_TIMEOUT_S]
+        if not stalled or self.failed:
+            return
+        _req, _moved, key, what = stalled[0]
+        self.failed = S3Error(self.store.endpoint, "PUT", f"s3://{self.bucket}/{key}",
+                              f"ETIMEDOUT: no answer in {IO_TIMEOUT_S:g} s ({what})")
+        for req, *_ in self.flying.values():
+            req.cancel()
+
     def _send(self, up: _Upload, n: int, offset: int, length: int, attempt: int = 0, slot: int = -1) -> None:
         """Hand one PUT to the CRT (the lock held); a retry keeps its body's slot."""
         if slot < 0:
@@ -239,12 +255,20 @@ class PutRound:
         self.submits.append((t0, self.inflight))
         self.inflight += 1
 
+        what = f"part {n} ({length:,} bytes at offset {offset:,})" if n else f"{length:,} bytes"
+        flying = self.flying[slot] = [None, time.monotonic(), up.key, what]
+
+        def moved(*_):
+            flying[1] = time.monotonic()
+
         def on_headers(status_code, headers):
+            moved()
             etag.extend(v for k, v in headers if k.lower() == "etag")
 
         def on_done(error=None, status_code=None, error_body=None, **_):
             now = _native.monotonic_ns()
             with self.cv:
+                self.flying.pop(slot, None)
                 self.inflight -= 1
                 self.t_end = now
                 if error is None:
@@ -263,14 +287,14 @@ class PutRound:
                     if self.failed is None:
                         why = (f"HTTP {code}" + (f" {s3code}" if s3code else "") if code else name) + (
                             f" after {attempt} retries" if attempt else "")
-                        what = f"part {n} ({length:,} bytes at offset {offset:,})" if n else f"{length:,} bytes"
                         self.failed = S3Error(self.store.endpoint, "PUT", f"s3://{self.bucket}/{up.key}",
                                               f"{why} ({what})", code, s3code)
                 self.bodies.free.append(slot)
                 self.cv.notify()
 
-        self.store.client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name="UploadPart"
-                                       if n else "PutObject", on_headers=on_headers, on_done=on_done)
+        flying[0] = self.store.client.make_request(type=s3.S3RequestType.DEFAULT, request=req,
+                                                   operation_name="UploadPart" if n else "PutObject",
+                                                   on_headers=on_headers, on_done=on_done, on_progress=moved)
 
     def _complete(self, up: _Upload) -> None:
         parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(e)}</ETag></Part>"

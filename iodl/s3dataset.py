@@ -7,6 +7,11 @@ is (iodl.data.open): the same checks, the same derived names. The shards' paths 
 handles `ENDPOINT/BUCKET/PREFIX/REL` (or `BUCKET.ENDPOINT/PREFIX/REL`, virtual-host style), which
 the s3 engine GETs and every error names. Only datasets with a complete iodl manifest are read: a
 bucket's other objects are not listed.
+
+Before the run, each rank lists the dataset's prefix (ListObjectsV2, s3store.LIST_PAGE keys a
+page), as DLIO lists its data folder at start to find its files; the manifest, not the listing,
+says what the shards are (an object gone since shows as its GET's 404). The LISTs and their time
+are the rank's (RankResult.lists, list_s): LIST ops/s per rank and endpoint.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 
 from .data.layout import MANIFEST, SCHEMA, folder_name
@@ -97,4 +103,13 @@ def open_s3_dataset(root: str, manifest: dict, url: str, addressing: str) -> Dat
         raise UsageError(f"{t.url(MANIFEST)}: unreadable dataset manifest ({type(exc).__name__}: {exc})") from None
     ds.root = root
     ds.paths = ObjectPaths(ds.paths, mirror, object_url(url, t.bucket, t.prefix, addressing))
+    ds.lists, ds.list_s = _list_prefix(store, t)
     return ds
+
+
+def _list_prefix(store: S3Store, t: Target) -> tuple[int, float]:
+    """Every object under the prefix, listed: (LISTs, seconds)."""
+    before, t0 = store.lists, time.perf_counter()
+    for _ in store.list(t.bucket, t.prefix + "/"):
+        pass
+    return store.lists - before, time.perf_counter() - t0

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -108,13 +109,22 @@ def _upload(store: S3Store, staging: str, mine, fresh: list[Target]) -> tuple[in
     """PUT this rank's objects, UPLOADS_IN_FLIGHT at a time; (written, skipped, bytes written).
     Under a prefix iodl carries on (not in fresh, marked by this run), an object already there
     with its size is skipped (a re-run under iodl's own mark): a HEAD before its PUT."""
+    failed = threading.Event()   # a PUT failed for good: the rest are not sent (a hung server would
+                                 # hold each for s3http.IO_TIMEOUT_S); the run ends on that PUT's error
+
     def one(item):
+        if failed.is_set():
+            return 0, 0, 0
         t, rel = item
         path = os.path.join(staging, rel)
         size = os.path.getsize(path)
-        if t not in fresh and store.head(t.bucket, t.key(rel)) == size:
-            return 0, 1, 0
-        store.put_file(t.bucket, t.key(rel), path)
+        try:
+            if t not in fresh and store.head(t.bucket, t.key(rel)) == size:
+                return 0, 1, 0
+            store.put_file(t.bucket, t.key(rel), path)
+        except BaseException:
+            failed.set()
+            raise
         return 1, 0, size
 
     with ThreadPoolExecutor(UPLOADS_IN_FLIGHT, thread_name_prefix="iodl-put") as pool:

@@ -23,7 +23,11 @@ from awscrt import auth, http, io as crt_io
 
 from .s3root import region
 
-IO_TIMEOUT_S = 30.0      # a server that sends nothing for this long: the request fails (ETIMEDOUT), is retried
+# a server that sends nothing for this long is hung (SIGSTOPped, wedged): the GET fails for good
+# (ETIMEDOUT, not retried: another attempt would wait on the same server), and the run ends in one
+# line. 30 s retried 3 times took 2 min to end a run on a stopped server. s3store's requests
+# (PUTs, LISTs, small GETs) use it too: one with no progress for this long is cancelled
+IO_TIMEOUT_S = 10.0
 ERROR_BODY_MAX = 64 << 10   # of an error answer, kept for its S3 <Code>; a 2xx body is counted and dropped
 _HEAD_MAX = 64 << 10
 

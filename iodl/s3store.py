@@ -22,6 +22,7 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 import xml.etree.ElementTree as ET
 from urllib.parse import quote, urlsplit
 
@@ -33,14 +34,20 @@ try:
 except ImportError:   # the s3 extra is optional: without it an s3:// root is one line, not a traceback
     raise UsageError("s3:// roots need the s3 extra (awscrt): pip install 'iodl[s3]'") from None
 
+from .s3http import IO_TIMEOUT_S
 from .s3root import region, virtual_host
 
 # objects above this are written in parts of PART_SIZE (S3's parts are 5 MiB .. 5 GiB, at most 10,000)
 MULTIPART_THRESHOLD = 64 << 20
 PART_SIZE = 16 << 20
+LIST_PAGE = 1000               # keys per ListObjectsV2 page (max-keys): S3's default and largest
 RETRIES = 3                    # attempts after the first, for 5xx (SlowDown, InternalError) and dropped connections
 BACKOFF_S = 0.2
 NO_CREDENTIALS = "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+
+
+class _Hung(Exception):
+    """A request with no progress for IO_TIMEOUT_S: the server is hung (cancelled, not retried)."""
 
 
 class S3Error(IodlError):
@@ -75,6 +82,19 @@ def _retryable(status: int | None, error_name: str) -> bool:
     return error_name != "AWS_ERROR_S3_CANCELED"
 
 
+def _wait(done, moved: list) -> None:
+    """Until the request `done` ends (its error raised); _Hung, the request cancelled, once nothing
+    of it moved (moved[0]: the last body bytes sent or answer bytes received) for IO_TIMEOUT_S: the
+    CRT's S3 client has no read timeout of its own, and waited on a SIGSTOPped server for good."""
+    while True:
+        try:
+            return done.finished_future.result(timeout=1.0)
+        except FutureTimeout:
+            if time.monotonic() - moved[0] >= IO_TIMEOUT_S:
+                done.cancel()
+                raise _Hung() from None
+
+
 class S3Store:
     """One endpoint's client (requests from any thread; callbacks on the CRT's threads)."""
 
@@ -95,6 +115,7 @@ class S3Store:
         self.lock = threading.Lock()
         self.retries = 0              # attempts repeated after a 5xx or a dropped connection
         self.errors = 0               # requests that failed for good
+        self.lists = 0                # ListObjectsV2 pages asked for (each one request)
 
     # --- one request, blocking ---------------------------------------------------------------------
 
@@ -117,6 +138,10 @@ class S3Store:
         for attempt in range(RETRIES + 1):
             try:
                 return self._once(method, bucket, key, query, body, send_file, op)
+            except _Hung:
+                with self.lock:
+                    self.errors += 1
+                raise S3Error(self.endpoint, op, url, f"ETIMEDOUT: no answer in {IO_TIMEOUT_S:g} s") from None
             except AwsCrtError as exc:
                 status, code = _answer(getattr(exc, "status_code", None), exc.name, getattr(exc, "body", None))
                 if status == 404 and ok_missing:
@@ -146,19 +171,27 @@ class S3Store:
         elif method == "PUT" and send_file is None:
             headers.add("content-length", "0")
         req = http.HttpRequest(method, path, headers, stream)
-        got, answer = [], {}
+        got, answer, moved = [], {}, [time.monotonic()]
 
         def on_headers(status_code, headers):
+            moved[0] = time.monotonic()
             answer["status"], answer["headers"] = status_code, {k.lower(): v for k, v in headers}
+
+        def on_body(chunk, offset):
+            moved[0] = time.monotonic()
+            got.append(bytes(chunk))
+
+        def on_progress(n):
+            moved[0] = time.monotonic()
 
         if send_file is not None:
             req.headers.add("content-length", str(os.path.getsize(send_file)))
             done = self.client.make_request(type=s3.S3RequestType.PUT_OBJECT, request=req, send_filepath=send_file,
-                                            on_headers=on_headers)
+                                            on_headers=on_headers, on_progress=on_progress)
         else:
             done = self.client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name=op,
-                                            on_headers=on_headers, on_body=lambda chunk, offset: got.append(bytes(chunk)))
-        done.finished_future.result()
+                                            on_headers=on_headers, on_body=on_body, on_progress=on_progress)
+        _wait(done, moved)
         return answer.get("status", 200), answer.get("headers", {}), b"".join(got)
 
     # --- what generate needs -------------------------------------------------------------------------
@@ -183,9 +216,11 @@ class S3Store:
         token, n = None, 0
         ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
         while True:
-            query = "list-type=2&prefix=" + quote(prefix, safe="") + (
+            query = f"list-type=2&max-keys={LIST_PAGE}&prefix=" + quote(prefix, safe="") + (
                 "&continuation-token=" + quote(token, safe="") if token else "")
             _status, _h, body = self.request("GET", bucket, query=query, op="LIST")
+            with self.lock:
+                self.lists += 1
             root = ET.fromstring(body)
             for c in root.iter(ns + "Contents"):
                 yield c.findtext(ns + "Key"), int(c.findtext(ns + "Size") or 0)

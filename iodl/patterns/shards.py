@@ -22,24 +22,35 @@ if TYPE_CHECKING:
 class _GroupWalk:
     """storage-only and validate: a rank's stream of shards, a group at a time, through the cursor.
 
-    A deadline can stop the engine mid-group; the next call resumes at the same request.
+    A deadline can stop the engine mid-group; the next call resumes at the same request. An engine
+    that can start the next group's requests while a group's last ones drain (ahead(): the s3
+    engine, whose "fds" are object URLs, nothing to open) is given the next group before each run.
     """
 
     def __init__(self, stream: plan.ShardStream, files: ShardFiles, sizes: np.ndarray, cfg: "RunSpec"):
         self.stream, self.files, self.sizes, self.cfg = stream, files, sizes, cfg
         self.group, self.rows, self.pos = None, None, 0
+        self.upcoming = None   # (group, rows) taken from the stream early, given to the engine's ahead()
 
-    def _open_next(self) -> bool:
+    def _take_group(self) -> tuple[list[int], np.ndarray] | None:
+        if self.upcoming is not None:
+            up, self.upcoming = self.upcoming, None
+            return up
         group = self.stream.next_group()
         if group is None:
+            return None
+        return [int(i) for i in group], plan.shard_plan(self.sizes[group], self.cfg.block_size)
+
+    def _open_next(self) -> bool:
+        taken = self._take_group()
+        if taken is None:
             return False
-        self.group = [int(i) for i in group]
+        self.group, self.rows = taken
         try:
             self.files.open(self.group)
         except BaseException:
             self.close()
             raise
-        self.rows = plan.shard_plan(self.sizes[group], self.cfg.block_size)
         self.pos = 0
         return True
 
@@ -49,9 +60,14 @@ class _GroupWalk:
 
     def run(self, cursor: Cursor, end_ns: int) -> None:
         """Read until end_ns (0: until the stream ends)."""
+        ahead = getattr(cursor.engine, "ahead", None)
         while True:
             if self.group is None and not self._open_next():
                 return
+            if ahead is not None and self.upcoming is None:
+                self.upcoming = self._take_group()
+                if self.upcoming is not None:
+                    ahead(self.files.open(self.upcoming[0]), self.upcoming[1])
             stats = cursor.run(self.files.open(self.group), self.rows[self.pos:], self.files.names(self.group),
                                deadline_ns=end_ns)
             self.pos += stats["done"]

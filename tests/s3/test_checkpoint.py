@@ -2,6 +2,7 @@
 bucket, the figures' counts, the prefix rule, a wrong secret, a server gone mid-write and Ctrl-C.
 The truth of the bandwidth is tests/s3/test_checkpoint_links.py's."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from iodl.patterns.checkpoint import IODEPTH
+from iodl.s3http import IO_TIMEOUT_S
 from tests.helpers import iodl
 from tests.s3.server import Seaweed
 from tests.system.test_checkpoint_truth import TRAIN
@@ -183,19 +185,26 @@ def _start_when_uploading(server, bucket, args, env, parts: int = 1):
     return proc
 
 
+def _mid_upload(server, bucket: str, tmp_path):
+    """A new bucket and a 200 MB checkpoint into it in 5 MiB parts, returned once (iodepth + 1) parts
+    were sent (the (iodepth + 1)th only after one of the first had its answer and was counted):
+    (the process, its --out)."""
+    server.client().create_bucket(Bucket=bucket)
+    config = tmp_path / "big.toml"
+    config.write_text(BIG.format(size="200MB"))
+    out = tmp_path / "r.json"
+    proc = _start_when_uploading(server, bucket, ["--workload", str(config), "--root", f"s3://{bucket}/ck",
+                                                  "--endpoint", server.endpoint, "--out", str(out),
+                                                  "--part-size", "5MiB"], server.env(), parts=IODEPTH + 1)
+    return proc, out
+
+
 def test_a_server_gone_mid_write_is_one_line_naming_the_object_with_a_partial_result(tmp_path):
     """SIGKILL the server while a multipart upload is under way: one line naming the endpoint and the
     object being written, after the figures of what completed (partial), exit 1."""
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ckgone-")).start()
     try:
-        server.client().create_bucket(Bucket="gone-bkt")
-        config = tmp_path / "big.toml"
-        config.write_text(BIG.format(size="200MB"))
-        out = tmp_path / "r.json"
-        proc = _start_when_uploading(server, "gone-bkt", ["--workload", str(config), "--root", "s3://gone-bkt/ck",
-                                                          "--endpoint", server.endpoint, "--out", str(out),
-                                                          "--part-size", "5MiB"],
-                                     server.env(), parts=IODEPTH + 1)
+        proc, out = _mid_upload(server, "gone-bkt", tmp_path)
         # a part on the server may not have its answer back yet; the (iodepth + 1)th was sent only
         # after one of the first iodepth had its answer and was counted: something completed
         server.kill()
@@ -211,6 +220,33 @@ def test_a_server_gone_mid_write_is_one_line_naming_the_object_with_a_partial_re
     write = result["checkpoint"]["write"]
     assert write["errors"] == 1 and 0 < write["bytes"] < 200_000_000 and write["bytes"] % (5 * MiB) == 0
     assert "checkpoints (1 write(s))" in stdout
+
+
+def test_a_hung_server_mid_write_ends_the_run_after_the_io_timeout(tmp_path):
+    """SIGSTOP the server while a multipart upload is under way (hung: its kernel holds the
+    connections, nothing answers): the PUTs in flight make no progress for s3http.IO_TIMEOUT_S,
+    the round fails naming the endpoint, the object and the part, IO_TIMEOUT_S (10 s) after the
+    stop within 4 s (the aborts' 0.3 s, a Python exit on a busy VM), partial, exit 1."""
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ckhung-")).start()
+    try:
+        proc, out = _mid_upload(server, "hung-bkt", tmp_path)
+        os.killpg(server.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        server.kill()
+        server.remove()
+    assert proc.returncode == 1, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"iodl: error: {server.endpoint}: PUT "
+                                                   "s3://hung-bkt/ck/ckpt-000001/model_states-0.pt: "
+                                                   f"ETIMEDOUT: no answer in {IO_TIMEOUT_S:g} s (part "), stderr
+    assert IO_TIMEOUT_S - 0.5 <= took <= IO_TIMEOUT_S + 4.0, took
+    result = json.loads(out.read_text())
+    assert result["partial"] is True and result["error"] in lines[0]
+    write = result["checkpoint"]["write"]
+    assert write["errors"] == 1 and write["retries"] == 0 and 0 < write["bytes"] < 200_000_000
 
 
 def test_ctrl_c_mid_write_stops_within_a_second_with_a_partial_result(seaweed, bucket, tmp_path):

@@ -6,10 +6,14 @@ as it was; the secret key never shows in what iodl prints or writes.
 """
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 
+from iodl.s3http import IO_TIMEOUT_S
 from tests.conftest import require_or_skip
 from tests.helpers import iodl, mpiexec
 from tests.s3.server import Seaweed
@@ -163,3 +167,38 @@ def test_several_endpoints_spread_the_puts_over_the_ranks(seaweed, bucket, tmp_p
     assert sorted(on_b) == shards[1::2]
     assert sorted(on_a) == sorted([*shards[0::2], "iodl-dataset.json"])
     assert {**on_a, **on_b} == files
+
+
+def test_a_hung_server_ends_generate_after_the_io_timeout():
+    """A server SIGSTOPped once the first shard objects are in (hung: its kernel holds the
+    connections, nothing answers): each PUT in flight makes no progress for s3http.IO_TIMEOUT_S and
+    fails for good (cancelled, not retried), the PUTs not yet sent are not, and generate ends in
+    one line naming the endpoint and an object, IO_TIMEOUT_S (10 s) after the stop, within 4 s (a
+    Python process's exit on a busy 2-core VM). A server of its own: one stopped mid-upload takes
+    10 s to stop gracefully after (SIGKILLed here)."""
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-hung-")).start()
+    proc = None
+    try:
+        client = server.client()
+        client.create_bucket(Bucket="hung-bkt")
+        proc = subprocess.Popen([sys.executable, "-m", "iodl", "generate", "--root", "s3://hung-bkt/ds", "--endpoint",
+                                 server.endpoint, "--files", "32"], env={**os.environ, **server.env()},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while client.list_objects_v2(Bucket="hung-bkt", Prefix="ds/copy-")["KeyCount"] < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "the upload never started"
+            time.sleep(0.05)
+        os.killpg(server.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        _out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        server.kill()
+        server.remove()
+    assert proc.returncode == 1, err
+    line = err.strip()
+    assert "\n" not in line and line.startswith(f"iodl: error: {server.endpoint}: PUT s3://hung-bkt/ds/"), line
+    assert line.endswith(f": ETIMEDOUT: no answer in {IO_TIMEOUT_S:g} s"), line
+    assert IO_TIMEOUT_S - 0.5 <= took <= IO_TIMEOUT_S + 4.0, took

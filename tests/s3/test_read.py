@@ -1,5 +1,6 @@
 """`iodl read` from s3:// roots against a real server (SeaweedFS): the patterns unchanged, the s3
 engine's GETs counted; faults end in one line naming the endpoint and the object."""
+import errno
 import json
 import os
 import signal
@@ -7,9 +8,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
+from iodl import histogram, plan
+from iodl.s3engine import S3Engine
+from iodl.s3http import IO_TIMEOUT_S
+from iodl.s3store import S3Store
 from tests.helpers import iodl, mpiexec
 from tests.s3.server import Seaweed
 
@@ -67,6 +74,30 @@ def test_storage_only_whole_and_ranged_gets(seaweed, dataset, tmp_path, block):
         assert 3.8e6 <= mean <= 4.6e6
 
 
+def test_the_next_plan_starts_while_this_one_drains(seaweed, dataset, monkeypatch):
+    """S3Engine.ahead(): storage-only's next group of shards is sent by the GET threads that come
+    free while the current group's last GETs are still in flight (the pipe stays full across
+    groups), each plan's GETs counted in its own run. Plan 1: one object, 2 in flight: the second
+    thread has nothing of plan 1 to send, so plan 2's first GET goes before plan 1's ends."""
+    for k, v in seaweed.env().items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    root, total = dataset
+    client = seaweed.client()
+    objs = client.list_objects_v2(Bucket="read-bkt", Prefix="tiny/copy-")["Contents"]
+    handles = [f"{seaweed.endpoint}/read-bkt/{o['Key']}" for o in objs]
+    sizes = np.array([o["Size"] for o in objs], dtype=np.int64)
+    first, rest = plan.shard_plan(sizes[:1], 8 << 20), plan.shard_plan(sizes, 8 << 20)
+    with S3Engine(depth=2, block_size=8 << 20) as engine:
+        engine.ahead(handles, rest)
+        one = engine.run(handles[:1], first, histogram.empty())
+        two = engine.run(handles, rest, histogram.empty())
+    assert (one["ios"], one["bytes"], one["done"]) == (1, int(sizes[0]), 1)
+    assert (two["ios"], two["bytes"], two["done"]) == (len(objs), total, len(objs))
+    assert two["t_start_ns"] < one["t_end_ns"]   # plan 2 under way before plan 1's GET ended
+    assert one["errors"] == two["errors"] == 0
+
+
 @pytest.mark.parametrize("pattern,extra", [("train-sync", ["--steps", "20"]),
                                            ("infer-async", ["--duration", "2", "--ramp", "0.5"])])
 def test_step_patterns_read_samples_as_ranged_gets(seaweed, dataset, tmp_path, pattern, extra):
@@ -86,6 +117,32 @@ def test_step_patterns_read_samples_as_ranged_gets(seaweed, dataset, tmp_path, p
         assert abs(total["bytes"] - train["consumed_bytes"]) <= 0.05 * train["consumed_bytes"], (
             total["bytes"], train["consumed_bytes"])
     assert total["errors"] == 0 and 0 < total["ttfb_us"]["p50"] <= total["latency_us"]["p50"]
+
+
+def test_each_rank_lists_the_prefix_in_pages_of_1000(seaweed, bucket, tmp_path, monkeypatch):
+    """As DLIO lists its data folder at start, each rank lists the dataset's prefix before the run:
+    1001 objects under it (the dataset's, and others the test put beside them) are ceil(1001 / 1000)
+    = 2 ListObjectsV2 pages, counted as the rank's LISTs and its endpoint's, with their rate."""
+    assert iodl("generate", "--root", f"s3://{bucket}/ds", "--endpoint", seaweed.endpoint, "--files", "2", "--quiet",
+                env=seaweed.env()).returncode == 0
+    client = seaweed.client()
+    ours = client.list_objects_v2(Bucket=bucket, Prefix="ds/")["KeyCount"]
+    for k, v in seaweed.env().items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    store = S3Store(seaweed.endpoint, 32)
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(lambda i: store.put(bucket, f"ds/pad/{i:04d}", b""), range(1001 - ours)))
+    listed = sum(page["KeyCount"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                                                Prefix="ds/"))
+    assert listed == 1001
+    proc = _read(seaweed, f"s3://{bucket}/ds", tmp_path / "l.json", "--pattern", "validate")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "l.json").read_text())
+    (endpoint,) = result["endpoints"]
+    assert result["total"]["lists"] == endpoint["lists"] == result["per_rank"][0]["lists"] == 2
+    assert endpoint["list_ops_per_s"] == pytest.approx(2 / result["per_rank"][0]["list_s"])
+    assert result["validate"]["bytes"] == result["validate"]["expected_bytes"]   # the pad is not read
 
 
 def test_a_prefix_without_a_dataset_is_one_line(seaweed, dataset, tmp_path):
@@ -139,6 +196,37 @@ def _killed_mid_read(server, cmd: list[str]):
     t0 = time.monotonic()
     out, err = proc.communicate(timeout=60)
     return proc, (out, err, time.monotonic() - t0)
+
+
+def test_a_hung_server_ends_the_run_after_the_io_timeout(seaweed, dataset, tmp_path):
+    """The server SIGSTOPped once the run's GETs are going (a hung server: its kernel still holds
+    the connections, nothing answers): each GET in flight has no byte for s3http.IO_TIMEOUT_S, fails
+    for good (not retried: it would wait on the same server) and the run ends in one line naming
+    the object, IO_TIMEOUT_S (10 s) after the stop, within STOP_BOUND_S; what was read, partial."""
+    root, _total = dataset
+    proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", root, "--endpoint", seaweed.endpoint,
+                             "--pattern", "storage-only", "--duration", "60", "--ramp", "0", "--iodepth", "4",
+                             "--block-size", "1MiB", "--out", str(tmp_path / "h.json")],
+                            env={**os.environ, **seaweed.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _reading(proc, seaweed, at_least=4)
+        os.killpg(seaweed.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        _out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        os.killpg(seaweed.proc.pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    line = err.strip()
+    assert "\n" not in line and line.startswith(f"iodl: error: [Errno {errno.ETIMEDOUT}] "), line
+    assert f": no answer in {IO_TIMEOUT_S:g} s (read of " in line and f"'{seaweed.endpoint}/read-bkt/tiny/" in line
+    assert IO_TIMEOUT_S - 0.5 <= took <= IO_TIMEOUT_S + STOP_BOUND_S, took
+    result = json.loads((tmp_path / "h.json").read_text())
+    assert result["partial"] and result["total"]["errors"] == 1 and result["total"]["retries"] == 0
+    assert result["total"]["bytes"] > 0
 
 
 def test_server_gone_mid_read_is_one_line_naming_the_object(tmp_path):
