@@ -15,19 +15,38 @@ on a new connection: not a retry of the request (the server never saw it), so no
 """
 from __future__ import annotations
 
+import math
+import os
 import socket
 import ssl
 from urllib.parse import urlsplit
 
 from awscrt import auth, http, io as crt_io
 
+from .errors import UsageError
 from .s3root import region
+
+
+
+def _io_timeout_s() -> float:
+    """IODL_S3_IO_TIMEOUT, seconds (default 10; docs/s3.md): a gateway known to sit silent longer
+    than that on a healthy request is given more. Read with the credentials, from the environment:
+    every rank of a job sees the same."""
+    text = os.environ.get("IODL_S3_IO_TIMEOUT", "10")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.1 <= value <= 3600:   # nan fails both
+        raise UsageError(f"IODL_S3_IO_TIMEOUT={text!r}: a number of seconds from 0.1 to 3600")
+    return value
+
 
 # a server that sends nothing for this long is hung (SIGSTOPped, wedged): the GET fails for good
 # (ETIMEDOUT, not retried: another attempt would wait on the same server), and the run ends in one
 # line. 30 s retried 3 times took 2 min to end a run on a stopped server. s3store's requests
 # (PUTs, LISTs, small GETs) use it too: one with no progress for this long is cancelled
-IO_TIMEOUT_S = 10.0
+IO_TIMEOUT_S = _io_timeout_s()
 ERROR_BODY_MAX = 64 << 10   # of an error answer, kept for its S3 <Code>; a 2xx body is counted and dropped
 _HEAD_MAX = 64 << 10
 

@@ -12,7 +12,6 @@ import time
 import pytest
 
 from iodl.patterns.checkpoint import IODEPTH
-from iodl.s3http import IO_TIMEOUT_S
 from tests.helpers import iodl
 from tests.s3.server import Seaweed
 from tests.system.test_checkpoint_truth import TRAIN
@@ -185,7 +184,7 @@ def _start_when_uploading(server, bucket, args, env, parts: int = 1):
     return proc
 
 
-def _mid_upload(server, bucket: str, tmp_path):
+def _mid_upload(server, bucket: str, tmp_path, env=None):
     """A new bucket and a 200 MB checkpoint into it in 5 MiB parts, returned once (iodepth + 1) parts
     were sent (the (iodepth + 1)th only after one of the first had its answer and was counted):
     (the process, its --out)."""
@@ -195,14 +194,15 @@ def _mid_upload(server, bucket: str, tmp_path):
     out = tmp_path / "r.json"
     proc = _start_when_uploading(server, bucket, ["--workload", str(config), "--root", f"s3://{bucket}/ck",
                                                   "--endpoint", server.endpoint, "--out", str(out),
-                                                  "--part-size", "5MiB"], server.env(), parts=IODEPTH + 1)
+                                                  "--part-size", "5MiB"], {**server.env(), **(env or {})},
+                                    parts=IODEPTH + 1)
     return proc, out
 
 
 def test_a_server_gone_mid_write_is_one_line_naming_the_object_with_a_partial_result(tmp_path):
     """SIGKILL the server while a multipart upload is under way: one line naming the endpoint and the
     object being written, after the figures of what completed (partial), exit 1."""
-    server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ckgone-")).start()
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-ckgone-")).start()
     try:
         proc, out = _mid_upload(server, "gone-bkt", tmp_path)
         # a part on the server may not have its answer back yet; the (iodepth + 1)th was sent only
@@ -222,14 +222,17 @@ def test_a_server_gone_mid_write_is_one_line_naming_the_object_with_a_partial_re
     assert "checkpoints (1 write(s))" in stdout
 
 
+HUNG_S = 3   # IODL_S3_IO_TIMEOUT of the test: the default's 10 s is a wait, not a check
+
+
 def test_a_hung_server_mid_write_ends_the_run_after_the_io_timeout(tmp_path):
     """SIGSTOP the server while a multipart upload is under way (hung: its kernel holds the
-    connections, nothing answers): the PUTs in flight make no progress for s3http.IO_TIMEOUT_S,
-    the round fails naming the endpoint, the object and the part, IO_TIMEOUT_S (10 s) after the
-    stop within 4 s (the aborts' 0.3 s, a Python exit on a busy VM), partial, exit 1."""
-    server = Seaweed(tempfile.mkdtemp(prefix="iodl-i27-ckhung-")).start()
+    connections, nothing answers): the PUTs in flight make no progress for IODL_S3_IO_TIMEOUT (3 s
+    here), the round fails naming the endpoint, the object and the part, that long after the stop
+    within 4 s (the aborts' 0.3 s, a Python exit on a busy VM), partial, exit 1."""
+    server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-ckhung-")).start()
     try:
-        proc, out = _mid_upload(server, "hung-bkt", tmp_path)
+        proc, out = _mid_upload(server, "hung-bkt", tmp_path, env={"IODL_S3_IO_TIMEOUT": str(HUNG_S)})
         os.killpg(server.proc.pid, signal.SIGSTOP)
         t0 = time.monotonic()
         stdout, stderr = proc.communicate(timeout=60)
@@ -241,8 +244,8 @@ def test_a_hung_server_mid_write_ends_the_run_after_the_io_timeout(tmp_path):
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"iodl: error: {server.endpoint}: PUT "
                                                    "s3://hung-bkt/ck/ckpt-000001/model_states-0.pt: "
-                                                   f"ETIMEDOUT: no answer in {IO_TIMEOUT_S:g} s (part "), stderr
-    assert IO_TIMEOUT_S - 0.5 <= took <= IO_TIMEOUT_S + 4.0, took
+                                                   f"ETIMEDOUT: no answer in {HUNG_S:g} s (part "), stderr
+    assert HUNG_S - 0.5 <= took <= HUNG_S + 4.0, took
     result = json.loads(out.read_text())
     assert result["partial"] is True and result["error"] in lines[0]
     write = result["checkpoint"]["write"]

@@ -15,7 +15,6 @@ import pytest
 
 from iodl import histogram, plan
 from iodl.s3engine import S3Engine
-from iodl.s3http import IO_TIMEOUT_S
 from iodl.s3store import S3Store
 from tests.helpers import iodl, mpiexec
 from tests.s3.server import Seaweed
@@ -198,17 +197,21 @@ def _killed_mid_read(server, cmd: list[str]):
     return proc, (out, err, time.monotonic() - t0)
 
 
+HUNG_S = 3   # IODL_S3_IO_TIMEOUT of the hung-server tests: the default's 10 s is a wait, not a check
+
+
 def test_a_hung_server_ends_the_run_after_the_io_timeout(seaweed, dataset, tmp_path):
     """The server SIGSTOPped once the run's GETs are going (a hung server: its kernel still holds
-    the connections, nothing answers): each GET in flight has no byte for s3http.IO_TIMEOUT_S, fails
-    for good (not retried: it would wait on the same server) and the run ends in one line naming
-    the object, IO_TIMEOUT_S (10 s) after the stop, within STOP_BOUND_S; what was read, partial."""
+    the connections, nothing answers): each GET in flight has no byte for IODL_S3_IO_TIMEOUT (3 s
+    here, 10 by default), fails for good (not retried: it would wait on the same server) and the run
+    ends in one line naming the object, that long after the stop, within STOP_BOUND_S; what was
+    read, partial."""
     root, _total = dataset
     proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--root", root, "--endpoint", seaweed.endpoint,
                              "--pattern", "storage-only", "--duration", "60", "--ramp", "0", "--iodepth", "4",
                              "--block-size", "1MiB", "--out", str(tmp_path / "h.json")],
-                            env={**os.environ, **seaweed.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            env={**os.environ, **seaweed.env(), "IODL_S3_IO_TIMEOUT": str(HUNG_S)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _reading(proc, seaweed, at_least=4)
         os.killpg(seaweed.proc.pid, signal.SIGSTOP)
@@ -222,8 +225,8 @@ def test_a_hung_server_ends_the_run_after_the_io_timeout(seaweed, dataset, tmp_p
     assert proc.returncode == 1, err
     line = err.strip()
     assert "\n" not in line and line.startswith(f"iodl: error: [Errno {errno.ETIMEDOUT}] "), line
-    assert f": no answer in {IO_TIMEOUT_S:g} s (read of " in line and f"'{seaweed.endpoint}/read-bkt/tiny/" in line
-    assert IO_TIMEOUT_S - 0.5 <= took <= IO_TIMEOUT_S + STOP_BOUND_S, took
+    assert f": no answer in {HUNG_S:g} s (read of " in line and f"'{seaweed.endpoint}/read-bkt/tiny/" in line
+    assert HUNG_S - 0.5 <= took <= HUNG_S + STOP_BOUND_S, took
     result = json.loads((tmp_path / "h.json").read_text())
     assert result["partial"] and result["total"]["errors"] == 1 and result["total"]["retries"] == 0
     assert result["total"]["bytes"] > 0
