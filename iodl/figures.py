@@ -12,7 +12,8 @@ from __future__ import annotations
 
 _LATENCY = ("p50", "p90", "p99", "p999", "max")
 _READ_COUNTS = ("bytes", "ios", "cached_bytes", "cache_measured", "errors", "depth", "opens", "open_wait_s",
-                "closes", "latency_us", "open_latency_us", "close_latency_us", "retries", "ttfb_us")
+                "closes", "latency_us", "open_latency_us", "close_latency_us", "retries", "ttfb_us", "lists",
+                "list_ops_per_s")
 _READ_RATES = ("window_s", "bandwidth_MBps", "iops", "opens_per_s", "cache_hit_fraction", "storage_bandwidth_MBps")
 _OP = ("rounds", "bytes", "ios", "duration_s", "bandwidth_MBps", "min_rank_bandwidth_MBps", "latency_us", "fsync",
        "fsyncs", "fsync_latency_us", "cache_hit_fraction", "per_round.bytes", "per_round.duration_s",
@@ -38,6 +39,7 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
                                                                            "cache_unmeasured_bytes", "errors",
                                                                            "max_ns", "t_start", "t_end", "retries",
                                                                            "ttfb_max_ns")),
+    "iodl.s3dataset:open_s3_dataset": ("result.per_rank.lists", "result.per_rank.list_s"),   # the listing, timed
     "iodl.metrics:RankResult.note_open": ("result.per_rank.opens", "result.per_rank.open_max_ns"),
     "iodl.metrics:RankResult.note_close": ("result.per_rank.closes", "result.per_rank.close_max_ns"),
     "iodl.metrics:RankResult.note_open_wait": ("result.per_rank.open_wait_s",),
