@@ -30,3 +30,13 @@ def test_anything_else_is_a_usage_error_naming_the_variable(value):
     proc = _import_with(value)
     assert proc.returncode != 0
     assert f"UsageError: IODL_S3_IO_TIMEOUT={value!r}: a number of seconds from 0.1 to 3600" in proc.stderr
+
+
+def test_a_command_given_a_bad_value_says_so_in_one_line():
+    """The command that reaches an s3:// root, not a traceback: one line, exit 2 (nothing is contacted:
+    the endpoint is a closed port)."""
+    env = {**os.environ, "IODL_S3_IO_TIMEOUT": "soon"}
+    proc = subprocess.run([sys.executable, "-m", "iodl", "read", "--root", "s3://b/p", "--endpoint",
+                           "http://127.0.0.1:9"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "iodl: error: IODL_S3_IO_TIMEOUT='soon': a number of seconds from 0.1 to 3600"
