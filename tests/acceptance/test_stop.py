@@ -247,7 +247,10 @@ def test_one_ranks_files_cut_short_stop_every_rank_with_a_partial_result(tmp_pat
     assert proc.returncode == 1, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"iodl: error: rank 1: {roots[1]}/copy-0000/"), err
-    assert "shorter than expected: 1000 bytes" in lines[0]
+    # found short mid-read, or at the open of a file not yet opened when the cut came (the open pool works
+    # ahead of the reads): either way the line says the size it found
+    assert ("shorter than expected: 1000 bytes" in lines[0]
+            or "shorter than the dataset manifest says" in lines[0] and lines[0].endswith("found 1000")), err
     result = load_json(out)
     assert result["partial"] is True and result["error"] in lines[0]
     assert [p["rank"] for p in result["per_rank"]] == [0, 1] and all(p["bytes"] > 0 for p in result["per_rank"])
