@@ -5,11 +5,11 @@ iodl/limits.py); what it returns is what every rank runs and what the result rep
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from . import cache, limits
 from .cursor import ShardFiles
+from .data.files import not_a_dir
 from .errors import UsageError
 from .formats import Reading, format_for
 from . import engines
@@ -114,9 +114,9 @@ def resolve(args, wl, patterns: dict, run_index: int = 0, manifests: dict | None
     if objects and engine_asked not in (engines.AUTO, "s3"):
         raise UsageError(f"s3:// roots are read by --engine s3 (or auto), not {engine_asked}")
     for root in () if objects else args.root:
-        if not os.path.isdir(root):
-            raise UsageError(f"--root {root}: " + ("not a directory (give the folder that holds the dataset's "
-                                                    "files)" if os.path.exists(root) else "no such directory"))
+        if why := not_a_dir(root):
+            raise UsageError(f"--root {root}: {why}" + (" (give the folder that holds the dataset's files)"
+                                                         if why == "not a directory" else ""))
     if args.drop_caches:
         cache.check_can_drop()
     engine = engines.choose("s3" if objects else engine_asked, direct)

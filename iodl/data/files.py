@@ -30,6 +30,21 @@ def open_regular(path: str):
     return os.fdopen(fd, "rb")
 
 
+def not_a_dir(path: str) -> str | None:
+    """Why PATH is not a directory this user can read a dataset from, in words (None: it is one).
+    stat's own errno, not os.path.isdir's False: a directory behind one the user may not search
+    (EACCES) is there, and "no such directory" would send them looking for a typo."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return "no such directory"
+        if e.errno == errno.EACCES:
+            return "permission denied (this user may not search a directory on its path)"
+        return os.strerror(e.errno)
+    return None if stat.S_ISDIR(st.st_mode) else "not a directory"
+
+
 def inside(root: str, entry, manifest_path: str, what: str) -> str:
     """ROOT/entry after symlinks, or a UsageError when it is not a relative name inside the root."""
     if not isinstance(entry, str) or not entry or os.path.isabs(entry) or ".." in entry.split("/") or "\0" in entry:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..comm import SerialComm, node_shared_arrays
 from ..errors import UsageError
-from .files import inside
+from .files import inside, not_a_dir
 from .layout import MANIFEST, DerivedPaths, GeneratedPaths, ListedPaths, Shard, ShardNames
 from .listing import list_plain
 from .manifest import check_complete, folder_dirs, form_of, read_manifest
@@ -128,10 +128,8 @@ def open_dataset(root: str, group=None, derive: tuple | None = None, samples_per
     manifest taken from it when there rather than read again."""
     group = group or SerialComm()
     root = os.path.abspath(root)
-    if not os.path.exists(root):
-        raise UsageError(f"dataset root {root}: no such directory")
-    if not os.path.isdir(root):
-        raise UsageError(f"dataset root {root}: not a directory")
+    if why := not_a_dir(root):
+        raise UsageError(f"dataset root {root}: {why}")
     manifest = manifests[root] if manifests and root in manifests else read_manifest(root)
     if manifest is None:
         ds = _open_derived(root, group, *derive) if derive else _open_foreign(root, group)

@@ -132,6 +132,14 @@ def test_a_root_the_user_may_not_write_is_one_line_naming_it(nobody_iodl, tmp_pa
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr == f"iodl: error: {root}: Permission denied\n"
     assert not root.exists()
+    # a dataset root there: it exists, the user may not reach it, and the line says so (it said "no such
+    # directory", which sends a person looking for a typo)
+    root.mkdir()
+    proc = subprocess.run([*NOBODY, nobody_iodl, "read", "--root", str(root), "--steps", "1"],
+                          capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"iodl: error: --root {root}: permission denied (this user may not search a directory "
+                           "on its path)\n")
 
 
 @pytest.mark.parametrize("ranks", [0, 2])
