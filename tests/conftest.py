@@ -166,14 +166,25 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda i: min((n for p, n in rank.items() if i.nodeid.startswith(p)), default=len(rank)))
 
 
+# Files whose SHARES_SLEEP tests are a unit of work of their own (they share no module fixture with the
+# file's other tests). Kept in their file, a worker that finished them went on to the file's exclusive
+# tests, which wait for the other worker and then hold the machine alone: the shared tests found a
+# partner only by chance (phase 2's wall time was within 3 % of the sum of its tests' times). Apart,
+# each worker goes from shared unit to shared unit while there are any, and the exclusive rest follows.
+SPLIT_SHARED = ("tests/kvcache/test_truth.py", "tests/fio/test_fio_write.py")
+
+
 class FileScheduling(LoadFileScheduling):
     """xdist's --dist loadfile (a file's tests on one worker: a module's server, link of fixed names or
-    mount is made once), with NOBODY_TESTS as one more file. xdist's loadgroup would say it with
-    markers, but under pytest 9 its group never reaches the scheduler (it renames item._nodeid,
-    which pytest 9 no longer reads)."""
+    mount is made once), with NOBODY_TESTS as one more file and SPLIT_SHARED's shared tests as one
+    more unit each. xdist's loadgroup would say it with markers, but under pytest 9 its group never
+    reaches the scheduler (it renames item._nodeid, which pytest 9 no longer reads)."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return "nobody_iodl" if nodeid.startswith(NOBODY_TESTS) else super()._split_scope(nodeid)
+        if nodeid.startswith(NOBODY_TESTS):
+            return "nobody_iodl"
+        scope = super()._split_scope(nodeid)
+        return scope + "::shared" if scope in SPLIT_SHARED and nodeid.startswith(tuple(SHARES_SLEEP)) else scope
 
 
 def pytest_xdist_make_scheduler(config, log):
