@@ -424,12 +424,17 @@ class S3Checkpoints:
         self.target = Target.parse(spec.roots[self.mount])
         files = checkpoint.rank_files(spec.model, comm.rank, spec.layout.ranks)
         self.share = RankShare([n for n, _b in files], [b for _n, b in files])
-        self.store = S3Store(self.url, spec.iodepth, spec.addressing)
+        # (collective: an endpoint refused at once, its certificate not trusted, is one line of rank 0's)
+        self.store = collective(comm, lambda: S3Store(self.url, spec.iodepth, spec.addressing))
         self.sites: list[Site] = []
         if comm.rank == 0:
             pairs = sorted({(endpoint_of(r, urls), r % len(spec.roots)) for r in range(spec.ranks)})
-            stores = {e: (self.store if e == self.endpoint else S3Store(urls[e], 2, spec.addressing)) for e, _m in pairs}
-            self.sites = collective(comm, lambda: [prepare(stores[e], Target.parse(spec.roots[m])) for e, m in pairs])
+
+            def sites():
+                stores = {e: (self.store if e == self.endpoint else S3Store(urls[e], 2, spec.addressing))
+                          for e, _m in pairs}
+                return [prepare(stores[e], Target.parse(spec.roots[m])) for e, m in pairs]
+            self.sites = collective(comm, sites)
         else:
             collective(comm, lambda: None)
         host = comm.hostname()
