@@ -131,6 +131,7 @@ class S3Store:
         self.retries = 0              # attempts repeated after a 5xx or a dropped connection
         self.errors = 0               # requests that failed for good
         self.lists = 0                # ListObjectsV2 pages asked for (each one request)
+        self.list_s = 0.0             # ... and the seconds they took, one after another
 
     # --- one request, blocking ---------------------------------------------------------------------
 
@@ -233,9 +234,11 @@ class S3Store:
         while True:
             query = f"list-type=2&max-keys={LIST_PAGE}&prefix=" + quote(prefix, safe="") + (
                 "&continuation-token=" + quote(token, safe="") if token else "")
+            t0 = time.perf_counter()
             _status, _h, body = self.request("GET", bucket, query=query, op="LIST")
             with self.lock:
                 self.lists += 1
+                self.list_s += time.perf_counter() - t0
             root = ET.fromstring(body)
             for c in root.iter(ns + "Contents"):
                 yield c.findtext(ns + "Key"), int(c.findtext(ns + "Size") or 0)
