@@ -3,7 +3,8 @@ here (openssl), and the server's own request counters.
 
 `Pki` makes a CA and a certificate for 127.0.0.1 signed by it (P-256 keys, two days), and a second
 CA that signed nothing (a bundle that does not trust the server). `TlsSeaweed` is tests/s3/server.py's
-`weed mini` with `-s3.cert.file`/`-s3.key.file`: its S3 port then speaks https only. `counts()`
+`weed mini` with `-s3.cert.file`/`-s3.key.file`: its S3 port then speaks https only; `TlsRadosGW`
+tests/s3/radosgw.py's cluster with radosgw's beast front end on https. `counts()`
 reads the gateway's Prometheus counters (weed mini's -metricsPort): requests per bucket, type
 (GET, PUT, LIST...) and HTTP status, counted by the server as it answers them — what the server
 says it was asked, to hold iodl's counts to.
@@ -20,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 
+from tests.s3.radosgw import RadosGW
 from tests.s3.server import Seaweed
 
 OPENSSL = shutil.which("openssl")
@@ -76,7 +78,7 @@ class TlsSeaweed(Seaweed):
     def env(self, ca: str | None = "ca") -> dict:
         """An iodl run's environment: the server's keys, and AWS_CA_BUNDLE: the server's CA ("ca"), the CA
         that did not sign it ("other_ca"), or none (None: the system's trust store)."""
-        env = super().env()
+        env = Seaweed.env(self)
         if ca:
             env["AWS_CA_BUNDLE"] = getattr(self.pki, ca)
         return env
@@ -87,6 +89,27 @@ class TlsSeaweed(Seaweed):
         return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1", verify=self.pki.ca,
                             aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
                             config=Config(s3={"addressing_style": "path"}))
+
+
+class TlsRadosGW(RadosGW):
+    """tests/s3/radosgw.py's one-node cluster, its beast front end serving https only with pki's
+    certificate (ssl_endpoint, ssl_certificate, ssl_private_key); endpoint https://IP:PORT."""
+
+    def __init__(self, top: str, pki: Pki):
+        super().__init__(top)
+        self.pki = pki
+        self.endpoint = f"https://{self.ip}:{self.port}"
+
+    def _config(self) -> str:
+        plain = f"rgw frontends = beast endpoint={self.ip}:{self.port} tcp_nodelay=1"
+        config = super()._config()
+        assert plain in config
+        return config.replace(plain, f"rgw frontends = beast ssl_endpoint={self.ip}:{self.port} "
+                                     f"ssl_certificate={self.pki.cert} ssl_private_key={self.pki.key} tcp_nodelay=1")
+
+    _answers = TlsSeaweed._answers
+    env = TlsSeaweed.env
+    client = TlsSeaweed.client
 
 
 _SAMPLE = re.compile(r'^SeaweedFS_s3_request_total\{bucket="([^"]*)",code="(\d+)",type="([A-Z]+)"\} (\S+)$', re.M)
