@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from iodl import histogram, plan, s3http
+from iodl.s3engine import S3Engine
 from tests.conftest import require_or_skip
 from tests.helpers import mpiexec
 from tests.s3.server import weed_missing
@@ -187,9 +189,6 @@ def test_a_ca_bundle_that_is_not_a_file_is_one_line(tls, tmp_path):
 def test_the_engines_gets_are_not_retried_on_a_certificate_not_trusted(tls, dataset, monkeypatch):
     """iodl.s3http's own GETs (the s3 engine), reached without the CRT's check: a GET refused by the
     certificate check is an error at once, not retried, named in its reason."""
-    from iodl import histogram, plan, s3http
-    from iodl.s3engine import S3Engine
-
     for k, v in tls.env("other_ca").items():
         if k.startswith("AWS_"):
             monkeypatch.setenv(k, v)
