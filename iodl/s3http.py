@@ -69,7 +69,8 @@ def check_tls(endpoint: str) -> None:
     certificate it does not trust (or a server that does not speak TLS) is one line now, not retried.
     The CRT's S3 client, failing the same handshake, says only AWS_IO_TLS_ERROR_NEGOTIATION_FAILURE,
     and 10-30 s late (s2n's blinding delay: 19.4 s measured), past IO_TIMEOUT_S, as if the server
-    were hung. A connection that fails otherwise is left to the requests (retried, named per object)."""
+    were hung. A server silent for IO_TIMEOUT_S is hung here too; a connection that fails otherwise
+    (refused, reset) is left to the requests (retried, named per object)."""
     if endpoint in _CHECKED or not endpoint.startswith("https://"):
         return
     context, trusted = tls_context()
@@ -83,6 +84,8 @@ def check_tls(endpoint: str) -> None:
                         "config file's profile (docs/s3.md)") from None
     except ssl.SSLError as exc:
         raise IodlError(f"{endpoint}: the TLS handshake failed ({exc.reason or exc}): does it serve https?") from None
+    except socket.timeout:   # hung: the requests would wait as long again before saying so
+        raise IodlError(f"{endpoint}: ETIMEDOUT: no answer in {IO_TIMEOUT_S:g} s (TLS handshake)") from None
     except OSError:
         return
     _CHECKED.add(endpoint)

@@ -5,6 +5,7 @@ LISTs, small GETs; iodl.s3http: the engine's GETs), and what iodl reports is wha
 and holds; not trusted, every command ends in one line naming the endpoint, exit 1, at once."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from iodl import histogram, plan, s3http
 from iodl.s3engine import S3Engine
 from tests.conftest import require_or_skip
 from tests.helpers import mpiexec
-from tests.s3.server import weed_missing
+from tests.s3.server import Seaweed, weed_missing
 from tests.s3.tls import OPENSSL, Pki, TlsSeaweed, counts
 from tests.s3.test_checkpoint import DLIO_S3, PART, _plan
 
@@ -202,3 +203,30 @@ def test_the_engines_gets_are_not_retried_on_a_certificate_not_trusted(tls, data
     assert (stats["errors"], stats["retries"], stats["ios"]) == (1, 0, 0)
     assert stats["error_reason"] == ("Permission denied: the server's certificate is not trusted (unable to get "
                                      "local issuer certificate)")
+
+
+HUNG_S = 2   # IODL_S3_IO_TIMEOUT of the test
+
+
+def test_a_server_without_tls_or_hung_in_the_handshake_is_one_line(tmp_path):
+    """An https URL given for a plain-http server: the handshake fails, one line saying so. The same
+    server stopped (SIGSTOP: its kernel takes the connection, nothing answers): one line once
+    IODL_S3_IO_TIMEOUT has passed in the handshake, not that long again in the requests after it."""
+    server = Seaweed(str(tmp_path / "plain")).start()
+    url = server.endpoint.replace("http://", "https://")
+    args = ("read", "--pattern", "validate", "--root", ROOT, "--endpoint", url)
+    env = {**server.env(), "IODL_S3_IO_TIMEOUT": str(HUNG_S)}
+    try:
+        proc = _run(*args, env=env)
+        assert proc.returncode == 1
+        assert proc.stderr.strip() == f"iodl: error: {url}: the TLS handshake failed (WRONG_VERSION_NUMBER): does it serve https?"
+        os.killpg(server.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        proc = _run(*args, env=env)
+        took = time.monotonic() - t0
+    finally:
+        server.kill()
+        server.remove()
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"iodl: error: {url}: ETIMEDOUT: no answer in {HUNG_S} s (TLS handshake)"
+    assert HUNG_S <= took < 2 * HUNG_S + 2, took   # (+2: a Python start on a busy VM)
