@@ -30,8 +30,7 @@ ROOT = f"s3://{BUCKET}/tiny"
 def tls():
     why = weed_missing()
     require_or_skip("s3", why is None, f"s3: {why}")
-    if OPENSSL is None:
-        pytest.skip("no openssl (makes the test CA)")
+    require_or_skip("s3", OPENSSL is not None, "s3: no openssl (makes the test CA)")
     top = tempfile.mkdtemp(prefix="iodl-s3-tls-")
     server = TlsSeaweed(top, Pki(os.path.join(top, "pki"))).start()
     try:

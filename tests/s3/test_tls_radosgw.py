@@ -23,8 +23,7 @@ BUCKET = "rgw-tls-bkt"
 def rgw():
     why = radosgw_missing()
     require_or_skip("radosgw", why is None, f"radosgw: {why}")
-    if OPENSSL is None:
-        pytest.skip("no openssl (makes the test CA)")
+    require_or_skip("radosgw", OPENSSL is not None, "radosgw: no openssl (makes the test CA)")
     top = tempfile.mkdtemp(prefix="iodl-rgw-tls-")
     server = TlsRadosGW(top, Pki(os.path.join(top, "pki")))
     try:
