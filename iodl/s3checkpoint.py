@@ -451,8 +451,9 @@ class S3Checkpoints:
         counted as a read counts its listing (RankResult.lists, list_s): the rank's, its mount's, its
         endpoint's. Each is one page: a page's first key says the prefix holds something."""
         stores = self._stores.values()   # (none but rank 0's)
-        self.counters["write"].lists = sum(st.lists for st in stores)
-        self.counters["write"].list_s = sum(st.list_s for st in stores)
+        # an int and a float on every rank, rank 0's or not: reduce's collectives pair by kind
+        self.counters["write"].lists = int(sum(st.lists for st in stores))
+        self.counters["write"].list_s = float(sum(st.list_s for st in stores))
 
     def _rank0_says(self, fn) -> str:
         return self.comm.bcast(collective(self.comm, lambda: fn() if self.comm.rank == 0 else None), root=0)

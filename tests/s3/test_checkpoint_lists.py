@@ -33,6 +33,9 @@ def test_the_prefix_checks_are_counted_as_the_server_counts_them(seaweed, bucket
         assert write["lists"] == lists and read["lists"] == 0
         assert [r["lists"] for r in write["per_rank"]] == [lists, 0]
         assert [m["lists"] for m in write["mounts"]] == [lists, 0]      # rank 0's mount
+        # the other figures reduced with them are untouched: each mount's time is its one rank's
+        for op in (write, read):
+            assert [m["duration_s"] for m in op["mounts"]] == pytest.approx([r["duration_s"] for r in op["per_rank"]])
         assert [e["lists"] for e in write["endpoints"]] == [lists]
         assert write["list_ops_per_s"] == pytest.approx(lists / write["per_rank"][0]["list_s"], rel=1e-9)
         assert write["per_rank"][1]["list_s"] == 0.0 and read["list_ops_per_s"] == 0.0
