@@ -29,10 +29,11 @@ def print_result(result: dict, console) -> None:
     if result.get("endpoints"):
         print_table(console, "requests per endpoint (PUT: a part or a whole object; GET: one range)",
                     [("", "left"), ("endpoint", "left"), ("ranks", "left"), ("GB", "right"), ("MB/s", "right"),
-                     ("ops/s", "right"), ("p99 ms", "right"), ("retries", "right"), ("errors", "right")],
+                     ("ops/s", "right"), ("p99 ms", "right"), ("retries", "right"), ("errors", "right"),
+                     ("LISTs", "right")],
                     [[("PUT" if op == "write" else "GET"), e["url"], _span(e["ranks"]) if e["ranks"] else "-",
                       f"{e['bytes'] / 1e9:,.3f}", f"{e['bandwidth_MBps']:,.1f}", f"{e['ops_per_s']:,.1f}",
-                      f"{e['latency_us']['p99'] / 1e3:,.2f}", str(e["retries"]), str(e["errors"])]
+                      f"{e['latency_us']['p99'] / 1e3:,.2f}", str(e["retries"]), str(e["errors"]), str(e["lists"])]
                      for op, b in ops for e in b["endpoints"]])
     read = ck.get("read")
     if read and read.get("cache_hit_fraction") is not None:

@@ -17,7 +17,7 @@ _READ_COUNTS = ("bytes", "ios", "cached_bytes", "cache_measured", "errors", "dep
 _READ_RATES = ("window_s", "bandwidth_MBps", "iops", "opens_per_s", "cache_hit_fraction", "storage_bandwidth_MBps")
 _OP = ("rounds", "bytes", "ios", "duration_s", "bandwidth_MBps", "min_rank_bandwidth_MBps", "latency_us", "fsync",
        "fsyncs", "fsync_latency_us", "cache_hit_fraction", "per_round.bytes", "per_round.duration_s",
-       "per_round.bandwidth_MBps", "per_round.min_rank_bandwidth_MBps")
+       "per_round.bandwidth_MBps", "per_round.min_rank_bandwidth_MBps", "lists", "list_ops_per_s")
 _KV = ("tokens", "tokens_per_s", "prefill_tokens", "bytes_per_token", "requests", "entries_written", "entry_reads",
        "evictions", "cpu_entries", "cpu_reads", "demotions", "written_bytes", "read_bytes", "window_s", "write_bandwidth_MBps", "read_bandwidth_MBps",
        "write_ios", "read_ios", "fsyncs", "errors", "cache_hit_rate", "device_read_fraction", "read_latency_us",
@@ -85,7 +85,7 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
     # checkpoints: each operation's figures, per mount and per rank
     "iodl.reduce:checkpoint_block": tuple(f"checkpoint.OP.{k}" for k in _OP),
     "iodl.reduce:checkpoint_rank": tuple(f"checkpoint.OP.per_rank.{k}" for k in (
-        "rank", "host", "mount", "bytes", "duration_s", "bandwidth_MBps", "fsync_s", "round_s")),
+        "rank", "host", "mount", "bytes", "duration_s", "bandwidth_MBps", "fsync_s", "round_s", "lists", "list_s")),
     "iodl.reduce:reduce_checkpoint": ("checkpoint.OP.mounts.path", "checkpoint.OP.mounts.ranks", "checkpoint.hosts",
                                       "checkpoint.checkpoint.write", "checkpoint.checkpoint.read",
                                       "result.checkpoint.write"),

@@ -212,7 +212,7 @@ def read_block(g: dict, window_s: float | None = None) -> dict:
         "ttfb_us": histogram.summary_us(g["ttfb_hist"], int(g["ttfb_max_ns"])),
         # s3: the LISTs before the run, over the time its slowest rank (the ranks list at once) took
         "lists": int(g["lists"]),
-        "list_ops_per_s": g["lists"] / g["list_s"] if g["list_s"] else 0.0,
+        "list_ops_per_s": rate(g["lists"], g["list_s"]),
     }
     rates(block, window_s)
     block["depth"] = g["depth"].tolist()
@@ -241,7 +241,7 @@ def reduce_checkpoint(comm, counters: dict, roots, fsync: bool, read_cache: bool
         rows = reduce_checkpoint_op(comm, c, len(roots), rounds)
         op_fsync = fsync if op == "write" else None   # None: a read
         parts = comm.gather({"rank": c.rank, "host": c.host, "mount": c.mount, "round_s": c.round_s,
-                             "round_bytes": c.round_bytes,
+                             "round_bytes": c.round_bytes, "lists": c.lists, "list_s": c.list_s,
                              **({"fsync_ns": c.fsync_ns} if op_fsync is not None else {})})
         if comm.rank != 0:
             continue
@@ -268,8 +268,8 @@ def reduce_checkpoint_op(comm, c, n_mounts: int, rounds: int) -> tuple[list[dict
     return across_ranks(comm, c.mount, n_mounts,
                         sum={"round_bytes": b, "ios": c.ios, "cached_bytes": c.cached_bytes,
                              "cache_unmeasured_bytes": c.cache_unmeasured_bytes, "hist": c.hist,
-                             "fsync_hist": c.fsync_hist},
-                        max={"round_s": t, "max_ns": c.max_ns},
+                             "fsync_hist": c.fsync_hist, "lists": c.lists},
+                        max={"round_s": t, "max_ns": c.max_ns, "list_s": c.list_s},
                         min={"rank_MBps": own})
 
 
@@ -290,7 +290,9 @@ def checkpoint_block(g: dict, fsync: bool | None, cache: bool) -> dict:
              "bandwidth_MBps": mbps(nbytes, duration),
              "min_rank_bandwidth_MBps": (float(np.mean([r["min_rank_bandwidth_MBps"] for r in per_round]))
                                          if per_round else 0.0),
-             "latency_us": histogram.summary_us(g["hist"], int(g["max_ns"])), "per_round": per_round}
+             "latency_us": histogram.summary_us(g["hist"], int(g["max_ns"])), "per_round": per_round,
+             # s3: the LISTs checking a prefix before writing (s3checkpoint), over the time they took; 0 on files
+             "lists": int(g["lists"]), "list_ops_per_s": rate(g["lists"], g["list_s"])}
     if fsync is not None:
         n = int(g["fsync_hist"].sum())
         block.update(fsync=fsync, fsyncs=n, fsync_latency_us=histogram.summary_us(g["fsync_hist"]) if n else None)
@@ -304,5 +306,5 @@ def checkpoint_rank(rank: dict) -> dict:
     nbytes, seconds = int(sum(rank["round_bytes"])), float(sum(rank["round_s"]))
     return {"rank": rank["rank"], "host": rank["host"], "mount": rank["mount"], "bytes": nbytes, "duration_s": seconds,
             "round_s": [float(x) for x in rank["round_s"]],   # DLIO times rank 0's rounds
-            "bandwidth_MBps": mbps(nbytes, seconds),
+            "bandwidth_MBps": mbps(nbytes, seconds), "lists": int(rank["lists"]), "list_s": float(rank["list_s"]),
             **({"fsync_s": rank["fsync_ns"] / 1e9} if "fsync_ns" in rank else {})}

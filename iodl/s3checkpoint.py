@@ -424,19 +424,36 @@ class S3Checkpoints:
         self.target = Target.parse(spec.roots[self.mount])
         files = checkpoint.rank_files(spec.model, comm.rank, spec.layout.ranks)
         self.share = RankShare([n for n, _b in files], [b for _n, b in files])
-        self.store = S3Store(self.url, spec.iodepth, spec.addressing)
+        # (collective: an endpoint refused at once, its certificate not trusted, is one line of rank 0's)
+        self.store = collective(comm, lambda: S3Store(self.url, spec.iodepth, spec.addressing))
         self.sites: list[Site] = []
+        self._stores: dict[int, S3Store] = {}   # rank 0's, per endpoint: the LISTs are theirs
         if comm.rank == 0:
             pairs = sorted({(endpoint_of(r, urls), r % len(spec.roots)) for r in range(spec.ranks)})
-            stores = {e: (self.store if e == self.endpoint else S3Store(urls[e], 2, spec.addressing)) for e, _m in pairs}
-            self.sites = collective(comm, lambda: [prepare(stores[e], Target.parse(spec.roots[m])) for e, m in pairs])
+
+            def sites():
+                self._stores = {e: (self.store if e == self.endpoint else S3Store(urls[e], 2, spec.addressing))
+                                for e, _m in pairs}
+                return [prepare(self._stores[e], Target.parse(spec.roots[m])) for e, m in pairs]
+            self.sites = collective(comm, sites)
         else:
             collective(comm, lambda: None)
         host = comm.hostname()
         self.counters = {op: OpCounters(rank=comm.rank, host=host, mount=self.mount) for op in ("write", "read")}
+        self._count_lists()
         self.bodies = Bodies(spec.part_size, spec.iodepth, seed=comm.rank)
         self.engine = S3Engine(depth=spec.iodepth, block_size=spec.block_size)
         self.t0 = _native.monotonic_ns()
+
+    def _count_lists(self) -> None:
+        """The LISTs rank 0 made checking prefixes before writing (prepare: a prefix without the store
+        object; new_checkpoint: each checkpoint's, at every site), and their time: the write's `lists`,
+        counted as a read counts its listing (RankResult.lists, list_s): the rank's, its mount's, its
+        endpoint's. Each is one page: a page's first key says the prefix holds something."""
+        stores = self._stores.values()   # (none but rank 0's)
+        # an int and a float on every rank, rank 0's or not: reduce's collectives pair by kind
+        self.counters["write"].lists = int(sum(st.lists for st in stores))
+        self.counters["write"].list_s = float(sum(st.list_s for st in stores))
 
     def _rank0_says(self, fn) -> str:
         return self.comm.bcast(collective(self.comm, lambda: fn() if self.comm.rank == 0 else None), root=0)
@@ -444,6 +461,7 @@ class S3Checkpoints:
     def write(self) -> None:
         spec = self.spec
         name = self._rank0_says(lambda: new_checkpoint(self.sites, spec.signature, spec.part_size))
+        self._count_lists()
         self.comm.barrier()
         c = self.counters["write"]
         keys = [(self.target.key(f"{name}/{n}"), size) for n, size in zip(self.share.names, self.share.sizes)]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import ssl
 import threading
 import time
 from urllib.parse import urlsplit
@@ -224,6 +225,9 @@ class S3Engine:
             except AwsCrtError as exc:   # signing: no credentials, ...
                 return st.finish(cv, row, t0, got[0], first[0], (errno.EACCES, f"{os.strerror(errno.EACCES)}: "
                                                                   f"{_credentials_why(exc.name)}"))
+            except ssl.SSLCertVerificationError as exc:   # an answer of a kind: another attempt gets the same
+                return st.finish(cv, row, t0, got[0], first[0], _why(
+                    errno.EACCES, f"the server's certificate is not trusted ({exc.verify_message})", attempt))
             except OSError as exc:
                 name = _socket_error_name(exc)
                 if attempt < RETRIES and not st.stop and not isinstance(exc, socket.timeout):   # (s3http.IO_TIMEOUT_S)
@@ -264,6 +268,8 @@ def _socket_error_name(exc: OSError) -> str:
     """ECONNREFUSED, ETIMEDOUT...; or what the connection did (s3http.HttpError)."""
     if isinstance(exc, socket.timeout):
         return f"no answer in {IO_TIMEOUT_S:g} s"
+    if isinstance(exc, ssl.SSLError):   # its errno is OpenSSL's, not the kernel's
+        return f"TLS {exc.reason or exc}"
     if exc.errno:
         return errno.errorcode.get(exc.errno, str(exc.errno))
     return str(exc) or type(exc).__name__

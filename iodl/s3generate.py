@@ -45,7 +45,7 @@ def generate_s3(wl, roots: list[str], endpoints: list[str], comm, say=None, prog
     urls = endpoint_urls(endpoints)
     url = urls[endpoint_of(comm.rank, urls)]
     spec = wl.to_dict()["dataset"]
-    store = S3Store(url, UPLOADS_IN_FLIGHT, addressing)
+    store = collective(comm, lambda: S3Store(url, UPLOADS_IN_FLIGHT, addressing))   # (one line of rank 0's: check_tls)
     # the prefixes marked now: nothing of the dataset can be there yet (no HEAD before each PUT)
     fresh = comm.bcast(collective(comm, lambda: _mark(store, targets, spec) if comm.rank == 0 else None), root=0)
     staging = comm.bcast(tempfile.mkdtemp(prefix="iodl-s3-staging-") if comm.rank == 0 else None, root=0)

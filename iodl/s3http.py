@@ -15,6 +15,7 @@ on a new connection: not a retry of the request (the server never saw it), so no
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
@@ -23,9 +24,8 @@ from urllib.parse import urlsplit
 
 from awscrt import auth, http, io as crt_io
 
-from .errors import UsageError
-from .s3root import region
-
+from .errors import IodlError, UsageError
+from .s3root import ca_bundle, region
 
 
 def _io_timeout_s() -> float:
@@ -49,6 +49,46 @@ def _io_timeout_s() -> float:
 IO_TIMEOUT_S = _io_timeout_s()
 ERROR_BODY_MAX = 64 << 10   # of an error answer, kept for its S3 <Code>; a 2xx body is counted and dropped
 _HEAD_MAX = 64 << 10
+
+
+@functools.cache
+def tls_context() -> tuple[ssl.SSLContext, str]:
+    """The https trust of every request iodl makes (these GETs; s3store gives the CRT the same file):
+    (the context, what it trusts: the system's store, or s3root.ca_bundle's CAs alone)."""
+    bundle = ca_bundle()
+    if bundle is None:
+        return ssl.create_default_context(), "the system's CAs"
+    return ssl.create_default_context(cafile=bundle[0]), f"the CAs of {bundle[1]} ({bundle[0]})"
+
+
+_CHECKED: set[str] = set()
+
+
+def check_tls(endpoint: str) -> None:
+    """Once per process and https endpoint: a TLS handshake with tls_context()'s trust, so that a
+    certificate it does not trust (or a server that does not speak TLS) is one line now, not retried.
+    The CRT's S3 client, failing the same handshake, says only AWS_IO_TLS_ERROR_NEGOTIATION_FAILURE,
+    and 10-30 s late (s2n's blinding delay: 19.4 s measured), past IO_TIMEOUT_S, as if the server
+    were hung. A server silent for IO_TIMEOUT_S is hung here too; a connection that fails otherwise
+    (refused, reset) is left to the requests (retried, named per object)."""
+    if endpoint in _CHECKED or not endpoint.startswith("https://"):
+        return
+    context, trusted = tls_context()
+    where = urlsplit(endpoint)
+    try:
+        with socket.create_connection((where.hostname, where.port or 443), timeout=IO_TIMEOUT_S) as sock:
+            context.wrap_socket(sock, server_hostname=where.hostname).close()
+    except ssl.SSLCertVerificationError as exc:
+        raise IodlError(f"{endpoint}: the server's certificate is not trusted ({exc.verify_message}; checked "
+                        f"against {trusted}): give its CA as AWS_CA_BUNDLE=FILE or ca_bundle = FILE in the AWS "
+                        "config file's profile (docs/s3.md)") from None
+    except ssl.SSLError as exc:
+        raise IodlError(f"{endpoint}: the TLS handshake failed ({exc.reason or exc}): does it serve https?") from None
+    except socket.timeout:   # hung: the requests would wait as long again before saying so
+        raise IodlError(f"{endpoint}: ETIMEDOUT: no answer in {IO_TIMEOUT_S:g} s (TLS handshake)") from None
+    except OSError:
+        return
+    _CHECKED.add(endpoint)
 
 
 class HttpError(OSError):
@@ -101,7 +141,7 @@ class Connection:
         sock = socket.create_connection((self.host, self.port), timeout=IO_TIMEOUT_S)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls:
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+            sock = tls_context()[0].wrap_socket(sock, server_hostname=self.host)
         self.sock = sock
 
     def get(self, request: bytes, clock, on_first, on_body) -> tuple[int, bytes]:

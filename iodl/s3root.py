@@ -115,29 +115,57 @@ def addressing(given: str | None) -> str:
 
 
 def _config_addressing() -> str | None:
-    path = os.environ.get("AWS_CONFIG_FILE") or os.path.expanduser("~/.aws/config")
-    profile = os.environ.get("AWS_PROFILE") or "default"
-    config = configparser.ConfigParser(interpolation=None)
-    try:
-        config.read(path)
-    except (configparser.Error, UnicodeDecodeError):
-        return None   # awscrt reads the same file for credentials and says what is wrong with it
-    section = "default" if profile == "default" else f"profile {profile}"
     # the s3 key's value is a nested block: "\naddressing_style = virtual"
-    for line in config.get(section, "s3", fallback="").splitlines():
+    for line in _profile()[1].get("s3", "").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "addressing_style":
             return value.strip()
     return None
 
 
+def _profile() -> tuple[str, dict[str, str]]:
+    """(name, keys) of the AWS config file's profile (AWS_PROFILE, else default), as the AWS CLI and
+    boto3 read the file (AWS_CONFIG_FILE, else ~/.aws/config): no keys when it has no such profile."""
+    path = os.environ.get("AWS_CONFIG_FILE") or os.path.expanduser("~/.aws/config")
+    profile = os.environ.get("AWS_PROFILE") or "default"
+    config = configparser.ConfigParser(interpolation=None)
+    try:
+        config.read(path)
+    except (configparser.Error, UnicodeDecodeError):
+        return profile, {}   # awscrt reads the same file for credentials and says what is wrong with it
+    section = "default" if profile == "default" else f"profile {profile}"
+    return profile, dict(config[section]) if config.has_section(section) else {}
+
+
+def ca_bundle() -> tuple[str, str] | None:
+    """The CAs an https endpoint's certificate must chain to when not the system's: (the PEM file,
+    where it was given). AWS_CA_BUNDLE, else the config file's `ca_bundle` of the profile: the
+    AWS CLI's and the SDKs' setting, the environment first, as they read it. As with them, the
+    file replaces the system's trust store (an endpoint signed by a public CA needs no bundle)."""
+    if "AWS_CA_BUNDLE" in os.environ:
+        path, where = os.environ["AWS_CA_BUNDLE"], "AWS_CA_BUNDLE"
+    else:
+        name, keys = _profile()
+        path, where = keys.get("ca_bundle"), f"ca_bundle (AWS config file, profile {name})"
+        if path is None:
+            return None
+    if not os.path.isfile(path):
+        raise UsageError(f"{where}={path!r}: not a file (give the PEM file of the CA certificates that signed "
+                         "the endpoint's certificate)")
+    return path, where
+
+
 def virtual_host(style: str, url: str, bucket: str) -> bool:
     """Whether requests to bucket at url name it in the host (BUCKET.HOST, virtual-host style) or
     in the path (HOST/BUCKET). auto, as boto3's: virtual on AWS's own endpoint, path on any
-    --endpoint given (every S3 server takes it); a bucket with dots stays path-style over https,
-    as its name would not match the server's certificate."""
+    --endpoint given (every S3 server takes it). A bucket with dots stays path-style over https,
+    virtual asked for or not (as boto3 keeps it): BUCKET.HOST would not match the server's
+    certificate (a wildcard *.HOST covers one label)."""
+    parts = urlsplit(url)
+    if "." in bucket and parts.scheme == "https":
+        return False
     if style == "auto":
-        return urlsplit(url).hostname.endswith(".amazonaws.com") and "." not in bucket
+        return parts.hostname.endswith(".amazonaws.com") and "." not in bucket
     return style == "virtual"
 
 

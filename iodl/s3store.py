@@ -34,8 +34,8 @@ try:
 except ImportError:   # the s3 extra is optional: without it an s3:// root is one line, not a traceback
     raise UsageError("s3:// roots need the s3 extra (awscrt): pip install 'iodl[s3]'") from None
 
-from .s3http import IO_TIMEOUT_S
-from .s3root import region, virtual_host
+from .s3http import IO_TIMEOUT_S, check_tls
+from .s3root import ca_bundle, region, virtual_host
 
 # objects above this are written in parts of PART_SIZE (S3's parts are 5 MiB .. 5 GiB, at most 10,000)
 MULTIPART_THRESHOLD = 64 << 20
@@ -95,6 +95,17 @@ def _wait(done, moved: list) -> None:
                 raise _Hung() from None
 
 
+def _tls_options():
+    """The CRT's TLS settings: s3root.ca_bundle's CAs in place of the system's (None: the system's),
+    the trust s3http's GETs have."""
+    bundle = ca_bundle()
+    if bundle is None:
+        return None
+    options = crt_io.TlsContextOptions()
+    options.override_default_trust_store_from_path(ca_filepath=bundle[0])
+    return crt_io.ClientTlsContext(options).new_connection_options()
+
+
 class S3Store:
     """One endpoint's client (requests from any thread; callbacks on the CRT's threads)."""
 
@@ -107,8 +118,12 @@ class S3Store:
         boot = crt_io.ClientBootstrap(self._elg, crt_io.DefaultHostResolver(self._elg))
         creds = auth.AwsCredentialsProvider.new_default_chain(boot)
         signing = s3.create_default_s3_signing_config(region=region(), credential_provider=creds)
-        tls = s3.S3RequestTlsMode.ENABLED if parts.scheme == "https" else s3.S3RequestTlsMode.DISABLED
-        self.client = s3.S3Client(bootstrap=boot, region=region(), tls_mode=tls, signing_config=signing,
+        tls, tls_options = s3.S3RequestTlsMode.DISABLED, None
+        if parts.scheme == "https":
+            check_tls(endpoint)
+            tls, tls_options = s3.S3RequestTlsMode.ENABLED, _tls_options()
+        self.client = s3.S3Client(bootstrap=boot, region=region(), tls_mode=tls, tls_connection_options=tls_options,
+                                  signing_config=signing,
                                   part_size=PART_SIZE, multipart_upload_threshold=MULTIPART_THRESHOLD,
                                   max_active_connections_override=max(1, inflight),
                                   retry_config=s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
@@ -116,6 +131,7 @@ class S3Store:
         self.retries = 0              # attempts repeated after a 5xx or a dropped connection
         self.errors = 0               # requests that failed for good
         self.lists = 0                # ListObjectsV2 pages asked for (each one request)
+        self.list_s = 0.0             # ... and the seconds they took, one after another
 
     # --- one request, blocking ---------------------------------------------------------------------
 
@@ -218,9 +234,11 @@ class S3Store:
         while True:
             query = f"list-type=2&max-keys={LIST_PAGE}&prefix=" + quote(prefix, safe="") + (
                 "&continuation-token=" + quote(token, safe="") if token else "")
+            t0 = time.perf_counter()
             _status, _h, body = self.request("GET", bucket, query=query, op="LIST")
             with self.lock:
                 self.lists += 1
+                self.list_s += time.perf_counter() - t0
             root = ET.fromstring(body)
             for c in root.iter(ns + "Contents"):
                 yield c.findtext(ns + "Key"), int(c.findtext(ns + "Size") or 0)

@@ -80,6 +80,8 @@ def _op_counters(rank: int) -> OpCounters:
         c.round_bytes.append((i + 2) * 1_000_000)
     c.ios, c.max_ns = 10, 1000
     c.hist[histogram.index_one(1000)] = 10
+    if rank % 2 == 0:   # object storage's prefix checks: even ranks made 2 + rank LISTs in 0.1 x (1 + rank) s
+        c.lists, c.list_s = 2 + rank, 0.1 * (1 + rank)
     return c
 
 
@@ -105,3 +107,7 @@ def test_a_checkpoint_round_is_its_slowest_rank_and_its_least_rank_bandwidth():
             assert r["bandwidth_MBps"] == (r["bytes"] / duration / 1e6 if duration else 0.0)
         assert block["duration_s"] == sum(r["duration_s"] for r in block["per_round"])
         assert block["ios"] == 10 * len(ranks)
+        # LISTs add up over the group's ranks, over the longest time one of them spent in its own
+        lists = sum(c.lists for c in ranks)
+        assert block["lists"] == lists
+        assert block["list_ops_per_s"] == (lists / max(c.list_s for c in ranks) if lists else 0.0)
