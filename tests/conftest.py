@@ -104,7 +104,8 @@ FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.p
 # tests/s3's files that check objects, counts and one-line errors against SeaweedFS servers of their own
 # (no link throttle, no network namespace, no time held; each xdist worker starts its session's server on
 # free ports): they share the machine; the rest of tests/s3 is serial
-S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py")
+S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py", "tests/s3/test_tls.py",
+              "tests/s3/test_checkpoint_lists.py")
 
 # Serial tests that may run two at a time, beside one another and nothing else: their claims are a
 # rate that the kernel paces (a blkio throttle, tc's tbf on a veth) with one process keeping it busy,
@@ -125,6 +126,7 @@ SHARES_SLEEP = {
     "tests/s3/test_radosgw.py::test_storage_only": "the rate of ranged GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_wrong_secret": "one line of text",
     "tests/s3/test_radosgw.py::test_slowdown": "retries counted, one line",
+    "tests/s3/test_tls_radosgw.py": "objects and counts over https, one line; its cluster's 20 s start is a wait",
     "tests/kvcache/test_truth.py::test_writes_are_capped": "the fd table under a 10 MB/s throttle: counts, no time",
     "tests/kvcache/test_truth.py::test_the_queue_serves": "the order of service under an 8 MiB/s write throttle",
     "tests/kvcache/test_truth.py::test_every_reported_read_reaches_the_device":
