@@ -18,6 +18,18 @@ def _mount(rank: int) -> int:
     return rank % 2
 
 
+def test_a_figure_of_another_kind_on_one_rank_is_an_error_on_every_rank():
+    """Rank 0's "t" an int where the others' is a float: the int and float buffers would pair wrongly
+    (figures silently wrong); every rank raises instead. At one rank there is nothing to disagree with."""
+    comm = MpiComm()
+    values = {"n": 3, "t": 0 if comm.rank == 0 else 0.5}
+    if comm.size == 1:
+        assert reduce.across_ranks(comm, 0, 1, sum=values)[1] == {"n": 3, "t": 0}
+        return
+    with pytest.raises(RuntimeError, match="ranks reduce different figures"):
+        reduce.across_ranks(comm, 0, 1, sum=values)
+
+
 def test_across_ranks_is_min_max_sum_per_mount_and_over_all():
     comm = MpiComm()
     r = comm.rank
