@@ -282,7 +282,14 @@ def opener(threads: int, direct: bool, inside: str | None) -> Opener: ...
     # only if its realpath is inside it; fstat through the fd (a regular file at least the size asked); O_NONBLOCK
     # cleared: iodl/engine.py open_for_read's checks, whose messages the caller gets by running it on a failed path
 
-def pread_rows(fd: int, base: int, row_bytes: int, rows: np.ndarray) -> bytes: ...
-    # the rows (a contiguous uint64 array of row indices) of a table whose row 0 is at byte `base` of fd, each
-    # row_bytes long, in the order asked (numpy.frombuffer): rows within 4 KiB of each other in the file are read by
-    # one pread, sorted by place (GIL released). EOFError when the file ends before a row; OSError naming pread
+def pread_rows(fd: int, base: int, row_bytes: int, rows: np.ndarray, seen: int, stored: int) -> bytes: ...
+    # the rows (a contiguous int64 array of indices into a table `seen` rows long: its `stored` rows repeated, index
+    # i is stored row (i mod seen) mod stored, negative ones from the end) of a table whose row 0 is at byte `base` of
+    # fd, each row_bytes long, in the order asked (numpy.frombuffer): rows within 4 KiB of each other in the file are
+    # read by one pread, sorted by place (GIL released). IndexError "rows LO..HI of a table of SEEN" for an index
+    # outside -seen..seen-1; EOFError when the file ends before a row; OSError naming pread
+
+def shard_plan(sizes: np.ndarray, block_size: int) -> bytearray: ...
+    # plan.shard_plan's rows as PLAN_DTYPE bytes (numpy.frombuffer: writable): shard i (a contiguous int64 array of
+    # sizes, none negative) read whole from offset 0 in block_size requests, the last one short, file column i,
+    # op 0 (read); a shard of 0 bytes has no row. ValueError for a negative size or block_size < 1

@@ -125,11 +125,15 @@ class ShardFiles:
         elif getattr(self.paths, "objects", False):
             return [self.paths[s] for s in shards]   # objects (iodl.s3dataset): the handle is the "fd", nothing to open
         elif self._pool is None:
-            for shard in need:
-                fd, t, took = self._open_timed(shard)
-                self.fds[shard] = fd
-                self._note(t, took)
-                self._note_wait(t, took)
+            times = []
+            try:
+                for shard in need:
+                    fd, t, took = self._open_timed(shard)
+                    self.fds[shard] = fd
+                    times.append((t, took))
+                    self._note_wait(t, took)
+            finally:   # an open that fails ends the run: those before it still count
+                self._note(times)
         elif need:
             self._open_pooled(need, then)
         else:
@@ -150,30 +154,33 @@ class ShardFiles:
         wanted = np.array(tickets, dtype=np.int64)
         t0 = _native.monotonic_ns()
         try:
-            got = np.frombuffer(self._pool.take(wanted), dtype=np.int64).reshape(-1, 4).tolist()
+            got = self._pool.take(wanted)
         except BaseException:
             self._pool.drop(wanted)   # interrupted while waiting: nobody takes them now
             raise
         finally:
             t1 = _native.monotonic_ns()
             self._note_wait(t1, t1 - t0)
-        failed = []
-        for shard, (fd, err, t, took) in zip(need, got):
-            if err:
-                failed.append(shard)
-            else:
-                self.fds[shard] = fd
-                self._note(t, took)
-        for shard in failed:
+        got = np.frombuffer(got, dtype=np.int64).reshape(-1, 4)   # (fd, err, done_ns, took_ns) per shard
+        ok = got[:, 1] == 0
+        if ok.all():
+            self.fds.update(zip(need, got[:, 0].tolist()))
+            self._note(got[:, 2:])
+            return
+        self.fds.update((s, fd) for s, fd, good in zip(need, got[:, 0].tolist(), ok.tolist()) if good)
+        self._note(got[ok, 2:])
+        for shard in np.array(need)[~ok].tolist():
             # the C open refused or failed: open_for_read, run again here, raises saying why in one
             # line (its refusals' words live there only); a file that has become fine since is used
             fd, t, took = self._open_timed(shard)
             self.fds[shard] = fd
-            self._note(t, took)
+            self._note([(t, took)])
 
-    def _note(self, t_ns: int, took_ns: int) -> None:
-        if self.counters is not None:
-            self.counters.note_open(t_ns, took_ns)
+    def _note(self, times) -> None:
+        """Opens that returned at times[i][0] after times[i][1], counted at once."""
+        if self.counters is not None and len(times):
+            times = np.asarray(times, dtype=np.int64)
+            self.counters.note_open(times[:, 0], times[:, 1])
 
     def _note_wait(self, t_ns: int, waited_ns: int) -> None:
         if self.counters is not None:
@@ -188,8 +195,7 @@ class ShardFiles:
         if not fds:
             return
         if self._pool is not None:
-            times = np.frombuffer(self._pool.close_fds(np.array(fds, dtype=np.int64)), dtype=np.int64)
-            times = times.reshape(-1, 2).tolist()
+            times = np.frombuffer(self._pool.close_fds(np.array(fds, dtype=np.int64)), dtype=np.int64).reshape(-1, 2)
         else:
             times = []
             for fd in fds:
@@ -197,9 +203,9 @@ class ShardFiles:
                 os.close(fd)
                 t1 = _native.monotonic_ns()
                 times.append((t1, t1 - t0))
+            times = np.array(times, dtype=np.int64)
         if self.counters is not None:
-            for t, took in times:
-                self.counters.note_close(t, took)
+            self.counters.note_close(times[:, 0], times[:, 1])
 
     def close_all(self) -> None:
         """Close every fd, those opened ahead too; stop the open threads (an open in progress

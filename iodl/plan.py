@@ -11,6 +11,7 @@ import resource   # at import: fd_budget runs when descriptors may be used up (E
 
 import numpy as np
 
+from . import _native
 from .errors import UsageError
 
 # A row is one request: which of the run's files, where, how long, and what to do. The op column
@@ -36,16 +37,10 @@ def ranks_of_mount(mount: int, n_mounts: int, size: int) -> list[int]:
 
 
 def shard_plan(sizes: list[int] | np.ndarray, block_size: int) -> np.ndarray:
-    """Rows that read each shard whole, in order, in block_size requests (the last one short)."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    counts = (sizes + block_size - 1) // block_size
-    plan = new_plan(int(counts.sum()))
-    plan["file"] = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
-    starts = np.cumsum(counts) - counts   # each shard's first row (none: no shards, no rows)
-    offset = (np.arange(len(plan), dtype=np.int64) - np.repeat(starts, counts)) * block_size
-    plan["offset"] = offset
-    plan["length"] = np.minimum(block_size, np.repeat(sizes, counts) - offset)
-    return plan
+    """Rows that read each shard whole, in order, in block_size requests (the last one short). Made in
+    C (_native.shard_plan): a reader makes one a step, ~15 numpy operations a batch before."""
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    return np.frombuffer(_native.shard_plan(sizes, block_size), dtype=PLAN_DTYPE)
 
 
 def file_plan(size: int, block_size: int) -> np.ndarray:

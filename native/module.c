@@ -41,6 +41,10 @@ static PyMethodDef module_methods[] = {
 	{ "opener", iodl_py_opener, METH_VARARGS,
 	  "opener(threads, direct, inside) -> Opener: dataset files opened ahead on `threads` threads, in order, "
 	  "with open_for_read's checks" },
+	/* bind_plan.c */
+	{ "shard_plan", iodl_py_shard_plan, METH_VARARGS,
+	  "shard_plan(sizes, block_size) -> bytearray of PLAN_DTYPE rows: each shard (int64 sizes) read whole, "
+	  "in order, in block_size requests" },
 	/* bind_rows.c */
 	{ "pread_rows", iodl_py_pread_rows, METH_VARARGS,
 	  "pread_rows(fd, base, row_bytes, rows) -> bytes: the rows (uint64 indices) of a table at base in fd, "

@@ -290,6 +290,7 @@ def test_table_rows_take_a_batch_in_few_reads(tmp_path):
     flat = str(tmp_path / "f.npy")
     np.save(flat, np.array([7, 1, 9], dtype=np.int64))
     f = load_npy(flat, rows=True).repeated(2)
+    assert f.take([-1, -6]).tolist() == [9, 7]                      # negative: from the end of the copies
     assert f.take([5, 0, 4]).tolist() == [9, 7, 1] and tables.take_rows(np.array([7, 1, 9]), [2, 0]).tolist() == [9, 7]
     os.truncate(path, os.path.getsize(path) - 16)   # its last row gone
     with pytest.raises(tables.TableShort):

@@ -161,11 +161,13 @@ def test_shard_files_ahead_then_passed_over(files):
         opens = closes = 0
         waited = 0
 
-        def note_open(self, t, took):
-            self.opens += 1
+        def note_open(self, t, took):   # a batch's files at once
+            assert len(t) == len(took)
+            self.opens += len(t)
 
         def note_close(self, t, took):
-            self.closes += 1
+            assert len(t) == len(took)
+            self.closes += len(t)
 
         def note_open_wait(self, t, waited):
             self.waited += waited

@@ -85,3 +85,32 @@ def test_fd_budget_with_every_descriptor_taken_is_one_line_not_a_traceback():
     full, freed = proc.stdout.splitlines()
     assert full.startswith("error ulimit -n 64: every file descriptor") and "raise ulimit -n" in full, full
     assert freed == "budget 4", freed   # the descriptor that counts them is not counted
+
+
+def test_shard_plan_rows_written_out():
+    # two shards of 10 and 3 bytes in 4-byte requests, an empty one between them: no row for it
+    assert plan.shard_plan([10, 0, 3], 4).tolist() == [(0, 0, 4, 0), (0, 4, 4, 0), (0, 8, 2, 0), (2, 0, 3, 0)]
+    assert plan.shard_plan([], 4096).dtype == plan.PLAN_DTYPE and len(plan.shard_plan([], 4096)) == 0
+    p = plan.shard_plan(np.array([5], dtype=np.uint64), 8)
+    p["file"] += 3                                   # writable, as the batch code renumbers files
+    assert p.tolist() == [(3, 0, 5, 0)]
+
+
+def test_shard_plan_in_c_matches_numpy_arithmetic():
+    """The C rows against the same plan made with numpy (the arithmetic it replaced)."""
+    rng = np.random.default_rng(3)
+    for bs, largest in ((1, 100), (7, 1000), (4096, 1 << 20), (262_144, 3 << 20), (1 << 20, 3 << 20)):
+        sizes = rng.integers(0, largest, size=50)
+        sizes[::7] = 0
+        counts = (sizes + bs - 1) // bs
+        ref = plan.new_plan(int(counts.sum()))
+        ref["file"] = np.repeat(np.arange(len(sizes)), counts)
+        offset = (np.arange(len(ref)) - np.repeat(np.cumsum(counts) - counts, counts)) * bs
+        ref["offset"] = offset
+        ref["length"] = np.minimum(bs, np.repeat(sizes, counts) - offset)
+        assert (plan.shard_plan(sizes, bs) == ref).all()
+
+
+def test_shard_plan_refuses_a_negative_size():
+    with pytest.raises(ValueError, match="negative"):
+        plan.shard_plan([4, -1], 4096)
