@@ -115,7 +115,7 @@ class Engine:
             clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None,
             fsync_hist: np.ndarray | None = None, write_hist: np.ndarray | None = None,
             write_clat_hist: np.ndarray | None = None, write_slat_hist: np.ndarray | None = None,
-            records: np.ndarray | None = None) -> RunStats: ...
+            records: np.ndarray | None = None, opened: np.ndarray | None = None) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
         # a signal whose handler raises stops the run within 100 ms; the exception carries .stats
         # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
@@ -133,6 +133,9 @@ class Engine:
         #   in completion order (t_ns reaped, lat_ns, clat_ns, slat_ns (0 for psync), bytes, the row's offset, op);
         #   the stats then say how many rows were filled ("records") and how many completions found no room
         #   ("records_lost"). fio-compare's logs (iodl/fio/logs.py) are made from them.
+        # opened: None, or a C-contiguous int64 array of len(fds) x 2: what each fd's open found through it just before
+        #   (Opener.take's size and dev): (st_size, st_dev) of a regular file, st_size -1 where not known. Such a file
+        #   is not fstat'ed again at its first row (its EOF and its filesystem's read accounting come from these)
         # write_hist, write_clat_hist, write_slat_hist: None, or int64 arrays of HIST_BUCKETS: the writes' samples of
         #   that kind go there instead of into hist/clat_hist/slat_hist (fio reports reads and writes apart); each
         #   None leaves the writes' samples of its kind with the reads'
@@ -262,10 +265,11 @@ class Opener:   # an open-ahead pool (native/opener.c); made by opener()
         # The threads start them in ticket order. ValueError when the counts differ or the pool is closed
     def take(self, tickets: np.ndarray) -> bytes: ...
         # waits (GIL released, a signal seen within 100 ms: KeyboardInterrupt, the tickets stay waiting) until each
-        # ticket's open is done, then -> len(tickets) rows of 4 int64 (numpy.frombuffer): fd (-1 on failure), err
+        # ticket's open is done, then -> len(tickets) rows of 6 int64 (numpy.frombuffer): fd (-1 on failure), err
         # (0, the errno of open/fstat/fcntl/realpath, or -1: refused by a check: not a regular file, shorter than its
         # size, a link resolving outside `inside`), done_ns (when the open returned, monotonic_ns' clock), took_ns
-        # (open + fstat + fcntl). The fds are then the caller's. ValueError for a ticket taken, dropped or never given
+        # (open + fstat + fcntl), size and dev (the fstat's st_size and st_dev; -1 when the open failed: Engine.run's
+        # opened). The fds are then the caller's. ValueError for a ticket taken, dropped or never given
     def drop(self, tickets: np.ndarray) -> None: ...
         # these tickets will not be taken: an open not begun is never made, a done one's fd is closed now, one in
         # progress has its fd closed by its thread. Tickets not waiting are ignored

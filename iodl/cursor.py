@@ -8,6 +8,7 @@ a cancelled engine ends the caller's loop (Cancelled), a failed or short row nam
 """
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
 from typing import Protocol
@@ -33,13 +34,18 @@ class Counters(Protocol):
 class Cursor:
     def __init__(self, engine, counters: Counters, t0_ns: int):
         self.engine, self.counters, self.t0 = engine, counters, t0_ns
+        self._c_engine = isinstance(engine, _native.Engine)   # takes `opened` (the Python engines fstat nothing)
 
-    def run(self, fds: list[int], rows: np.ndarray, names: list[str], deadline_ns: int = 0) -> dict:
+    def run(self, fds: list[int], rows: np.ndarray, names: list[str], deadline_ns: int = 0,
+            opened: np.ndarray | None = None) -> dict:
         """One Engine.run of rows over fds (names: the files, for errors), counted; its stats.
-        stats["done"] rows are finished: a deadline stops the run early, the caller resumes there."""
+        stats["done"] rows are finished: a deadline stops the run early, the caller resumes there.
+        opened: ShardFiles.opened of these fds (what their opens' fstat found), or None."""
+        args = self.counters.engine_args(self.t0)
+        if opened is not None and self._c_engine:
+            args["opened"] = opened
         try:
-            stats = self.engine.run(fds, rows, self.counters.hist, deadline_ns=deadline_ns,
-                                    **self.counters.engine_args(self.t0))
+            stats = self.engine.run(fds, rows, self.counters.hist, deadline_ns=deadline_ns, **args)
         except KeyboardInterrupt as exc:
             if getattr(exc, "stats", None):
                 self.counters.add(exc.stats, self.t0)   # what the interrupted run had counted
@@ -68,6 +74,8 @@ class ShardFiles:
     """
 
     AHEAD_PER_THREAD = 8   # opens started ahead per open thread: a batch of small files ahead at 4 threads, few fds
+    # Opener.take's columns per file (native/opener.h struct iodl_open_result)
+    TAKEN = ("fd", "err", "done_ns", "took_ns", "size", "dev")
 
     def __init__(self, paths: list[str] | None, sizes, direct: bool, counters=None, threads: int = 0):
         self.paths, self.sizes, self.direct, self.counters = paths, sizes, direct, counters
@@ -79,6 +87,9 @@ class ShardFiles:
         if threads > 0 and paths is not None and not getattr(paths, "objects", False):
             self._pool = _native.opener(threads, direct, self._inside)
         self.ahead_cap = threads * self.AHEAD_PER_THREAD if self._pool else 0
+        # (st_size, st_dev) of each fd open() last returned, as the open threads' fstat found them
+        # (Engine.run's `opened`: the engine then fstats none of them again), or None
+        self.opened: np.ndarray | None = None
 
     def _open_timed(self, shard: int) -> tuple[int, int, int]:
         """(fd, when its open returned, how long it took), on the engine's clock."""
@@ -91,7 +102,7 @@ class ShardFiles:
         """Queue the opens of shards on the open threads, in order: their tickets."""
         sizes = np.ascontiguousarray(take_rows(self.sizes, shards), dtype=np.int64)
         # each path ends with its NUL; encoded once for the batch, as os.fsencode does
-        first = self._pool.submit(os.fsencode("".join(self.paths[s] + "\0" for s in shards)), sizes)
+        first = self._pool.submit(joined_paths(self.paths, shards), sizes)
         return range(first, first + len(shards))
 
     def ahead(self, shards: list[int]) -> None:
@@ -120,6 +131,7 @@ class ShardFiles:
         """The fds of shards (a batch's), opened now or ahead; then: the shards that come next,
         started after this batch's own opens (ahead)."""
         need = [s for s in dict.fromkeys(shards) if s not in self.fds]
+        self.opened = None
         if self.paths is None:
             self.fds.update((s, -1) for s in need)
         elif getattr(self.paths, "objects", False):
@@ -135,21 +147,40 @@ class ShardFiles:
             finally:   # an open that fails ends the run: those before it still count
                 self._note(times)
         elif need:
-            self._open_pooled(need, then)
+            self._open_pooled(need, then, whole=len(need) == len(shards))
         else:
             self.ahead(then)
         return [self.fds[s] for s in shards]
 
-    def _open_pooled(self, need: list[int], then: list[int]) -> None:
-        # a batch's shards not opened ahead are opened by the threads too, together, before `then`
-        passed: list[int] = []
-        tickets = [self._claim(s, passed) for s in need]
-        if passed:
-            self._pool.drop(np.array(passed, dtype=np.int64))
-        missing = [s for s, t in zip(need, tickets) if t is None]
-        if missing:
-            fresh = iter(self._submit(missing))
-            tickets = [next(fresh) if t is None else t for t in tickets]
+    def _claim_next(self, need: list[int]) -> list[int] | None:
+        """The tickets of need when they are the next shards opened ahead, in order (the usual
+        case: the stream reads the shards it gave the threads): taken in one pass; else None."""
+        ahead, k = self._ahead, len(need)
+        if len(ahead) < k or [s for s, _t in itertools.islice(ahead, k)] != need:
+            return None
+        tickets = [ahead.popleft()[1] for _ in range(k)]
+        waiting = self._waiting
+        for s in need:
+            left = waiting[s] - 1
+            if left:
+                waiting[s] = left
+            else:
+                del waiting[s]
+        return tickets
+
+    def _open_pooled(self, need: list[int], then: list[int], whole: bool) -> None:
+        # a batch's shards not opened ahead are opened by the threads too, together, before `then`;
+        # whole: need is the batch's every shard, in its order (their fstat's facts are then `opened`)
+        tickets = self._claim_next(need)
+        if tickets is None:
+            passed: list[int] = []
+            tickets = [self._claim(s, passed) for s in need]
+            if passed:
+                self._pool.drop(np.array(passed, dtype=np.int64))
+            missing = [s for s, t in zip(need, tickets) if t is None]
+            if missing:
+                fresh = iter(self._submit(missing))
+                tickets = [next(fresh) if t is None else t for t in tickets]
         self.ahead(then)
         wanted = np.array(tickets, dtype=np.int64)
         t0 = _native.monotonic_ns()
@@ -161,14 +192,16 @@ class ShardFiles:
         finally:
             t1 = _native.monotonic_ns()
             self._note_wait(t1, t1 - t0)
-        got = np.frombuffer(got, dtype=np.int64).reshape(-1, 4)   # (fd, err, done_ns, took_ns) per shard
+        got = np.frombuffer(got, dtype=np.int64).reshape(-1, len(self.TAKEN))   # a row per shard
         ok = got[:, 1] == 0
         if ok.all():
             self.fds.update(zip(need, got[:, 0].tolist()))
-            self._note(got[:, 2:])
+            self._note(got[:, 2:4])
+            if whole:
+                self.opened = np.ascontiguousarray(got[:, 4:6])
             return
         self.fds.update((s, fd) for s, fd, good in zip(need, got[:, 0].tolist(), ok.tolist()) if good)
-        self._note(got[ok, 2:])
+        self._note(got[ok, 2:4])
         for shard in np.array(need)[~ok].tolist():
             # the C open refused or failed: open_for_read, run again here, raises saying why in one
             # line (its refusals' words live there only); a file that has become fine since is used
@@ -215,6 +248,15 @@ class ShardFiles:
             self._pool.close()
         self._ahead.clear()
         self._waiting.clear()
+
+
+def joined_paths(paths, shards: list[int]) -> bytes:
+    """The shards' paths for Opener.submit: each ends with its NUL, encoded once for the batch (as
+    os.fsencode does); a sequence of paths that can make a batch's at once (GeneratedPaths.batch)
+    makes them so."""
+    batch = getattr(paths, "batch", None)
+    names = batch(shards) if batch else [paths[s] for s in shards]
+    return os.fsencode("\0".join(names) + "\0") if names else b""
 
 
 class BatchNames:

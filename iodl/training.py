@@ -189,6 +189,17 @@ class SampleStream:
         if self.trace is not None:
             self.trace.append((np.full(len(samples), shard, dtype=np.int64), samples))
 
+    def _taken_once(self, shards: list[int]) -> None:
+        """Count one-sample shards as taken (take_batch's): each new one marked _ONCE, shared."""
+        taken = self._taken
+        fresh = dict.fromkeys(shards, _ONCE)
+        if len(fresh) == len(shards) and taken.keys().isdisjoint(fresh):
+            taken.update(fresh)   # the usual batch: shards not seen yet this epoch, none twice
+            return
+        for shard in shards:
+            seen = taken.get(shard)
+            taken[shard] = _ONCE if seen is None else seen + 1
+
     def take(self, n: int) -> tuple[list[tuple[int, np.ndarray, bool]], int]:
         """([(shard, rows, shard_finished)], bytes): the reads that make the next n samples
         available, and the bytes of those n samples (what the accelerator consumes)."""
@@ -246,8 +257,12 @@ class SampleStream:
         at once (plan.shard_plan); the same reads in the same order as take()'s."""
         if not self._whole_files or self._shard is not None:
             return as_batch(*self.take(n))
-        while len(self._drawn) < n:
-            self._drawn.append(self._next_shard())
+        if len(self._drawn) < n:
+            more = getattr(self._next_shard, "take", None)   # a ShardLookahead draws a batch's in one call
+            if more:
+                self._drawn.extend(more(n - len(self._drawn)))
+            while len(self._drawn) < n:
+                self._drawn.append(self._next_shard())
         drawn = list(itertools.islice(self._drawn, n))
         shards = [shard for shard, _epoch in drawn]
         ends = self._batch_ends(np.array(shards, dtype=np.int64))
@@ -260,15 +275,23 @@ class SampleStream:
             k = one.index(False) if not all(one) else n
             consumed = sum(int(e[0]) for e in ends[:k])
         shards = shards[:k]
-        for _ in range(k):
-            self._drawn.popleft()
-        for shard, epoch in drawn[:k]:
-            if self._epoch is not None and epoch != self._epoch:
-                self._check_epoch()
-            self._epoch = epoch
+        if k == len(self._drawn):
+            self._drawn.clear()
+        else:
+            for _ in range(k):
+                self._drawn.popleft()
+        if k and drawn[0][1] == drawn[k - 1][1] and self._epoch in (None, drawn[0][1]):
+            # one epoch, the one being read (epochs only grow along the stream): no check falls due
+            self._epoch = drawn[0][1]
             if self._check:
-                seen = self._taken.get(shard)
-                self._taken[shard] = _ONCE if seen is None else seen + 1
+                self._taken_once(shards)
+        else:
+            for shard, epoch in drawn[:k]:
+                if self._epoch is not None and epoch != self._epoch:
+                    self._check_epoch()
+                self._epoch = epoch
+                if self._check:
+                    self._taken_once([shard])
         if self.trace is not None and shards:
             self.trace.append((np.array(shards, dtype=np.int64), np.zeros(len(shards), dtype=np.int64)))
         rows = plan.shard_plan(take_rows(self._sizes, shards), self._bs)
@@ -449,6 +472,14 @@ class ShardLookahead:
         self._drawn += 1
         return self._queue.popleft() if self._queue else self._next()
 
+    def take(self, n: int) -> list[tuple[int, int]]:
+        """The next n calls' answers at once (a batch's shards)."""
+        queue = self._queue
+        got = [queue.popleft() for _ in range(min(n, len(queue)))]
+        got += [self._next() for _ in range(n - len(got))]
+        self._drawn += n
+        return got
+
     def ahead(self, n: int) -> list[int]:
         while len(self._queue) < n:
             self._queue.append(self._next())
@@ -615,7 +646,8 @@ class _Reader(threading.Thread):
             left = (self.batches - self.fetched - 1) * self.cfg.batch_size - self.stream.left_in_shard()
             ahead = min(ahead, -(-max(left, 0) // self.samples_per_shard))
         upcoming = self.lookahead.ahead(ahead) if self.lookahead and ahead > 0 else []
-        self.cursor.run(self.files.open(shards, then=upcoming), rows, self.files.names(shards))
+        fds = self.files.open(shards, then=upcoming)
+        self.cursor.run(fds, rows, self.files.names(shards), opened=self.files.opened)
         self.files.close([shard for shard, d in zip(shards, done) if d])
         self.fetched += 1
         if self.cut_epochs and self.fetched % self.cut_epochs == 0:

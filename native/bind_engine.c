@@ -187,11 +187,13 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns",
 				  "series", "series_origin_ns", "series_bucket_ns", "live", "clat_hist", "slat_hist",
-				  "fsync_hist", "write_hist", "write_clat_hist", "write_slat_hist", "records", NULL };
+				  "fsync_hist", "write_hist", "write_clat_hist", "write_slat_hist", "records", "opened",
+				  NULL };
 	PyObject *fds_obj, *plan_obj, *hist_obj, *series_obj = Py_None, *live_obj = Py_None, *result = NULL;
 	PyObject *clat_obj = Py_None, *slat_obj = Py_None, *fsync_obj = Py_None;
 	PyObject *whist_obj = Py_None, *wclat_obj = Py_None, *wslat_obj = Py_None, *rec_obj = Py_None;
-	Py_buffer rec_view = { 0 };
+	PyObject *opened_obj = Py_None;
+	Py_buffer rec_view = { 0 }, opened_view = { 0 };
 	struct iodl_records records = { 0 };
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
 	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
@@ -203,10 +205,10 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	int *fds = NULL, rc;
 	size_t nfds = 0, nrows = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOOOOOO:run", kwlist, &fds_obj, &plan_obj,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOOOOOOO:run", kwlist, &fds_obj, &plan_obj,
 					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns, &series_obj,
 					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj, &fsync_obj,
-					 &whist_obj, &wclat_obj, &wslat_obj, &rec_obj))
+					 &whist_obj, &wclat_obj, &wslat_obj, &rec_obj, &opened_obj))
 		return NULL;
 	if (check_open(self) < 0)
 		return NULL;
@@ -234,6 +236,16 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		records.buf = rec_view.buf;
 		records.cap = (size_t)rec_view.shape[0];
 		a.records = &records;
+	}
+	if (opened_obj != Py_None) {
+		/* an int64 (len(fds), 2) array: each fd's (st_size, st_dev) from its open, st_size -1: unknown */
+		if (PyObject_GetBuffer(opened_obj, &opened_view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+			goto out;
+		if (!iodl_is_int64(&opened_view) || (size_t)opened_view.len != nfds * 2 * sizeof(int64_t)) {
+			PyErr_SetString(PyExc_ValueError, "opened must be a C-contiguous int64 array of (st_size, st_dev) per fd");
+			goto out;
+		}
+		a.opened = (const int64_t (*)[2])opened_view.buf;
 	}
 	a.plan = plan;
 	if (iodl_check_plan(plan, nrows, nfds, self->block_size, self->direct) < 0)
@@ -303,6 +315,8 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 out:
 	if (rec_view.obj)
 		PyBuffer_Release(&rec_view);
+	if (opened_view.obj)
+		PyBuffer_Release(&opened_view);
 	PyMem_Free(plan);
 	iodl_outputs_release(&o);
 	PyMem_Free(fds);
@@ -407,7 +421,8 @@ static PyMethodDef Engine_methods[] = {
 	{ "run", (PyCFunction)(void (*)(void))Engine_run, METH_VARARGS | METH_KEYWORDS,
 	  "run(fds, plan, hist, *, deadline_ns=0, window_start_ns=0, window_end_ns=0, series=None, "
 	  "series_origin_ns=0, series_bucket_ns=1_000_000_000, live=None, clat_hist=None, slat_hist=None, "
-	  "fsync_hist=None, write_hist=None, write_clat_hist=None, write_slat_hist=None, records=None) -> RunStats: "
+	  "fsync_hist=None, write_hist=None, write_clat_hist=None, write_slat_hist=None, records=None, opened=None) "
+	  "-> RunStats: "
 	  "the whole plan "
 	  "(reads, writes, fsyncs), GIL released" },
 	{ "set_content", (PyCFunction)(void (*)(void))Engine_set_content, METH_VARARGS | METH_KEYWORDS,

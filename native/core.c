@@ -233,8 +233,17 @@ static void first_use(struct loop *L, uint32_t file)
 
 	f->seen = 1;
 	f->size = UNKNOWN_SIZE;
-	if (L->c->ops->flags & IODL_ENG_FAKE || fstat(fd, &sb) < 0)
+	if (L->c->ops->flags & IODL_ENG_FAKE)
+		return;
+	if (L->a->opened && L->a->opened[file][0] >= 0) {
+		/* what the opener's fstat of this fd found: a regular file, its size and device */
+		memset(&sb, 0, sizeof(sb));
+		sb.st_mode = S_IFREG;
+		sb.st_size = (off_t)L->a->opened[file][0];
+		sb.st_dev = (dev_t)L->a->opened[file][1];
+	} else if (fstat(fd, &sb) < 0) {
 		return;		/* a bad fd is reported by the read itself */
+	}
 	if (L->cache_check && S_ISREG(sb.st_mode)) {
 		if (L->accounted < 0 || L->accounted_dev != sb.st_dev) {
 			L->accounted_dev = sb.st_dev;

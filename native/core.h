@@ -77,6 +77,14 @@ struct iodl_records {
 struct iodl_run_args {
 	const int *fds;
 	size_t nfds;
+	/*
+	 * NULL, or nfds rows: what fds[i]'s open found through the fd just before (the open-ahead
+	 * pool's fstat, opener.c): (st_size, st_dev) of the regular file it is, or st_size -1 where
+	 * not known. A known file is not fstat'ed again at its first row (one syscall a file less:
+	 * a sample's, on one-sample-per-file datasets); a file cut since meets EOF early, which a
+	 * short row reports from its own fstat as before.
+	 */
+	const int64_t (*opened)[2];
 	const struct iodl_plan_row *plan;
 	size_t nrows;
 	int64_t *hist;			/* IODL_HIST_BUCKETS, accumulated into: "lat", submit call -> reaped */

@@ -60,11 +60,11 @@ static int inside_root(const char *inside, const char *real)
 	return !strncmp(real, inside, n) && (real[n] == '/' || real[n] == '\0');
 }
 
-/* one open with open_for_read's checks; the fd, or -1 with *err set */
-static int open_checked(const char *path, int64_t size, int direct, const char *inside, int *err)
+/* one open with open_for_read's checks; the fd (*st its fstat), or -1 with *err set */
+static int open_checked(const char *path, int64_t size, int direct, const char *inside, int *err,
+			struct stat *st)
 {
 	int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | (direct ? O_DIRECT : 0);
-	struct stat st;
 	int fd;
 
 	fd = open(path, flags | (inside ? O_NOFOLLOW : 0));
@@ -87,12 +87,12 @@ static int open_checked(const char *path, int64_t size, int direct, const char *
 		*err = errno;
 		return -1;
 	}
-	if (fstat(fd, &st) < 0) {
+	if (fstat(fd, st) < 0) {
 		*err = errno;
 		close(fd);
 		return -1;
 	}
-	if (!S_ISREG(st.st_mode) || st.st_size < size) {
+	if (!S_ISREG(st->st_mode) || st->st_size < size) {
 		*err = IODL_OPEN_REFUSED;
 		close(fd);
 		return -1;
@@ -155,7 +155,8 @@ static void *worker(void *arg)
 		/* the array may move while we open (submit grows it, retire shifts it): keep the ticket */
 		int64_t ticket = op->first + (int64_t)op->next;
 		struct request *r = &op->q[op->next++];
-		struct iodl_open_result res = { .fd = -1 };
+		struct iodl_open_result res = { .fd = -1, .size = -1, .dev = -1 };
+		struct stat st;
 
 		if (r->dropped) {	/* passed over before it began: nothing to open */
 			r->state = DONE;
@@ -169,10 +170,14 @@ static void *worker(void *arg)
 
 		pthread_mutex_unlock(&op->mu);
 		uint64_t t0 = iodl_now_ns();
-		res.fd = open_checked(path, size, op->direct, op->inside, &err);
+		res.fd = open_checked(path, size, op->direct, op->inside, &err, &st);
 		res.done_ns = (int64_t)iodl_now_ns();
 		res.took_ns = res.done_ns - (int64_t)t0;
 		res.err = err;
+		if (res.fd >= 0) {
+			res.size = (int64_t)st.st_size;
+			res.dev = (int64_t)st.st_dev;
+		}
 		pthread_mutex_lock(&op->mu);
 
 		r = &op->q[ticket - op->first];
@@ -268,7 +273,8 @@ int64_t iodl_opener_submit(struct iodl_opener *op, const char *paths, const int6
 		struct request *r = &op->q[op->len];
 		size_t len = strlen(paths);
 
-		*r = (struct request){ .path = malloc(len + 1), .size = sizes[i], .res = { .fd = -1 } };
+		*r = (struct request){ .path = malloc(len + 1), .size = sizes[i],
+				       .res = { .fd = -1, .size = -1, .dev = -1 } };
 		if (!r->path) {
 			pthread_mutex_unlock(&op->mu);
 			errno = ENOMEM;

@@ -18,9 +18,11 @@
 struct iodl_opener;
 
 /* What one open did: fd (-1 on failure), err (0, an errno or IODL_OPEN_REFUSED), when it
- * returned and how long it took, on the engine's clock (sys.h iodl_now_ns). */
+ * returned and how long it took, on the engine's clock (sys.h iodl_now_ns); the fstat it made
+ * through the fd: st_size and st_dev (-1 both on failure), which the engine then need not ask
+ * again (core.h iodl_run_args.opened). */
 struct iodl_open_result {
-	int64_t fd, err, done_ns, took_ns;
+	int64_t fd, err, done_ns, took_ns, size, dev;
 };
 
 /* threads >= 1 open threads; inside: the dataset's real root (NULL: links are followed). NULL with

@@ -140,6 +140,14 @@ class GeneratedPaths(_Paths):
         c, f = divmod(i, self._files)
         return f"{self._prefixes[c][f % self._folders]}train-{f:0{self._width}d}{self._tail}"
 
+    def batch(self, shards: list[int]) -> list[str]:
+        """[self[s] for s in shards] of a batch's shards (in range: the dataset's own order), made
+        in one comprehension: the open threads' paths, a batch a step."""
+        if shards and not (0 <= min(shards) and max(shards) < self._n):
+            raise IndexError(f"a shard of {shards} outside 0..{self._n - 1}")
+        prefixes, files, folders, width, tail = self._prefixes, self._files, self._folders, self._width, self._tail
+        return [f"{prefixes[i // files][i % files % folders]}train-{i % files:0{width}d}{tail}" for i in shards]
+
 
 class ListedPaths(_Paths):
     """Paths of a listed (foreign) root: relative names packed in one byte array, NUL-free."""

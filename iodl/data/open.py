@@ -101,10 +101,10 @@ class Dataset:
             if self.foreign_samples == 1:   # the whole file (sample_extents)
                 return take_rows(self.sizes, shards).astype(np.uint64).reshape(-1, 1)
             return [self.sample_ends(int(s)) for s in shards]
-        base = shards % self._files
+        base = shards % self._files if self.copies > 1 else shards   # one copy: the shards are the files
         if self._extents is not None:
-            ex = take_rows(self._extents, base).astype(np.uint64)
-            return ex[:, :, 0] + ex[:, :, 1]
+            ex = take_rows(self._extents, base)   # ends below MAX_SHARD_SIZE: summed in the table's own dtype
+            return (ex[:, :, 0] + ex[:, :, 1]).astype(np.uint64, copy=False)
         if self._form is None:
             self._form = form_of(self.manifest)
         ext = [self._form.extents(np.asarray(row)) for row in take_rows(self._sizes, base)]

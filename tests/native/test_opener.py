@@ -8,15 +8,21 @@ open thread outlives the pool, also when it is closed with opens queued and in f
 import errno
 import fcntl
 import os
+import re
+import signal
+import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from iodl import _native
+from iodl import _native, plan
 from iodl.cursor import ShardFiles
 from iodl.errors import IodlError
 from tests.helpers import fds_open, open_threads
+
+
+COLS = len(ShardFiles.TAKEN)   # Opener.take's int64 per file
 
 
 def _settled(fds: int, within_s: float = 2.0) -> bool:
@@ -61,7 +67,7 @@ def test_a_direct_open_keeps_o_direct_once_o_nonblock_is_cleared(files):
         pytest.skip(f"{paths[0]}: no O_DIRECT here ({exc.strerror})")
     pool = _native.opener(1, True, paths.inside)
     first = pool.submit(_packed(paths[:2]), sizes[:2])
-    got = np.frombuffer(pool.take(np.arange(first, first + 2, dtype=np.int64)), dtype=np.int64).reshape(-1, 4)
+    got = np.frombuffer(pool.take(np.arange(first, first + 2, dtype=np.int64)), dtype=np.int64).reshape(-1, COLS)
     pool.close()
     assert (got[:, 1] == 0).all()
     for fd in got[:, 0].tolist():
@@ -79,13 +85,16 @@ def test_opens_in_order_each_its_file_timed(files):
     first = pool.submit(_packed(paths), sizes)
     got = np.frombuffer(pool.take(np.arange(first, first + len(paths), dtype=np.int64)), dtype=np.int64)
     t1 = _native.monotonic_ns()
-    got = got.reshape(-1, 4)
+    got = got.reshape(-1, COLS)
     assert (got[:, 1] == 0).all()
     for i, fd in enumerate(got[:, 0].tolist()):
         assert os.pread(fd, 8, 0) == i.to_bytes(8, "little")
         assert os.get_blocking(fd)                  # O_NONBLOCK was cleared once checked
     assert ((got[:, 2] >= t0) & (got[:, 2] <= t1)).all()            # done on the engine's clock
     assert ((got[:, 3] > 0) & (got[:, 3] <= got[:, 2] - t0)).all()  # took: inside its own span
+    # the fstat each open made, handed on (Engine.run's opened): each file's size and device
+    assert got[:, 4].tolist() == [os.stat(p).st_size for p in paths] == sizes.tolist()
+    assert got[:, 5].tolist() == [os.stat(p).st_dev for p in paths]
     closed = np.frombuffer(pool.close_fds(np.ascontiguousarray(got[:, 0])), dtype=np.int64).reshape(-1, 2)
     assert (closed[:, 1] > 0).all() and (closed[:, 0] <= _native.monotonic_ns()).all()
     with pytest.raises(ValueError, match="not waiting"):   # a ticket is taken once
@@ -108,7 +117,7 @@ def test_refusals_recorded_without_blocking(files, tmp_path):
     pool = _native.opener(2, False, paths.inside)
     first = pool.submit(_packed(asked), want)
     t = time.monotonic()
-    got = np.frombuffer(pool.take(np.arange(first, first + 5, dtype=np.int64)), dtype=np.int64).reshape(-1, 4)
+    got = np.frombuffer(pool.take(np.arange(first, first + 5, dtype=np.int64)), dtype=np.int64).reshape(-1, COLS)
     assert time.monotonic() - t < 1.0                # the FIFO did not block its open
     assert got[:, 1].tolist() == [errno.ENOENT, -1, -1, -1, 0]   # -1: refused by a check
     assert got[:4, 0].tolist() == [-1] * 4
@@ -142,7 +151,7 @@ def test_close_with_opens_queued_and_in_flight_leaks_nothing(files):
     before = fds_open()
     pool = _native.opener(4, False, paths.inside)
     first = pool.submit(_packed(list(paths) * 50), np.tile(sizes, 50))   # 2,000 opens
-    got = np.frombuffer(pool.take(np.array([first, first + 1], dtype=np.int64)), dtype=np.int64).reshape(-1, 4)
+    got = np.frombuffer(pool.take(np.array([first, first + 1], dtype=np.int64)), dtype=np.int64).reshape(-1, COLS)
     pool.drop(np.arange(first + 2, first + 40, dtype=np.int64))
     pool.close()                                       # the rest queued or in flight: closed by the pool
     for fd in got[:, 0].tolist():                      # taken fds are the caller's
@@ -177,11 +186,67 @@ def test_shard_files_ahead_then_passed_over(files):
     files_ = ShardFiles(paths, sizes, False, counts, threads=2)
     fds = files_.open([0, 1], then=[2, 3, 4])
     assert [os.pread(fd, 8, 0) for fd in fds] == [i.to_bytes(8, "little") for i in (0, 1)]
+    assert files_.opened.tolist() == [[os.fstat(fd).st_size, os.fstat(fd).st_dev] for fd in fds]
     fds = files_.open([4, 5], then=[6])                # 2 and 3 passed over: dropped
     assert [os.pread(fd, 8, 0) for fd in fds] == [i.to_bytes(8, "little") for i in (4, 5)]
+    assert files_.opened.tolist() == [[int(sizes[4]), os.fstat(fds[0]).st_dev], [int(sizes[5]), os.fstat(fds[1]).st_dev]]
+    files_.open([5, 6])                                # 5 was open: what its open found is not at hand
+    assert files_.opened is None
     files_.close([0, 1, 4])
-    assert (counts.opens, counts.closes) == (4, 3)
+    assert (counts.opens, counts.closes) == (5, 3)
     assert counts.waited > 0
     files_.close_all()
-    assert counts.closes == 4
+    assert counts.closes == 5
     assert _settled(before)
+
+
+@pytest.mark.strace
+def test_the_engine_takes_each_open_fstat_instead_of_its_own(files, tmp_path):
+    """Engine.run given ShardFiles.opened (what each fd's open found through it) makes no fstat of
+    those fds, and reads and counts the same: bytes, and the cache's (the file's filesystem told by
+    the device the opener saw); without it, one fstat per file, as before."""
+    paths, sizes = files
+    files_ = ShardFiles(paths, sizes, False, threads=2)
+    fds = files_.open(list(range(10)))
+    opened = files_.opened
+    rows = plan.shard_plan(sizes[:10], 64)
+    seen = []
+    try:
+        for given in (None, opened, None):
+            out = tmp_path / f"strace-{len(seen)}.out"
+            with _native.Engine("psync", block_size=64, cache_check=True) as eng, _Strace(str(out)):
+                stats = eng.run(fds, rows, np.zeros(_native.HIST_BUCKETS, dtype=np.int64), opened=given)
+            calls = re.findall(r"(?:newfstatat|fstat)\((\d+),", out.read_text())
+            seen.append((sum(int(fd) in fds for fd in calls), stats["bytes"], stats["cached_bytes"],
+                         stats["cache_unmeasured_bytes"]))
+        with pytest.raises(ValueError, match="opened"), _native.Engine("psync") as eng:   # not one row per fd
+            eng.run(fds, rows, np.zeros(_native.HIST_BUCKETS, dtype=np.int64), opened=opened[:5])
+    finally:
+        files_.close_all()
+    total = int(sizes[:10].sum())
+    assert seen[0] == seen[2] and seen[0][:2] == (10, total)   # without: one fstat per file
+    assert seen[1] == (0,) + seen[0][1:]                        # with: none, the same counts
+
+
+class _Strace:
+    """strace attached to this process's threads (new ones too) while inside: fstat-like calls."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=fstat,newfstatat", "-e", "signal=none",
+                                      "-o", self.out, "-p", str(os.getpid())], stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not (os.path.exists(self.out) and _traced()):
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGINT)   # detaches
+        self.proc.wait(10)
+
+
+def _traced() -> bool:
+    with open(f"/proc/{os.getpid()}/status") as f:
+        return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)

@@ -11,17 +11,20 @@ import pytest
 
 from iodl import plan
 from iodl.runspec import RunSpec
-from iodl.training import SampleStream, as_batch, shard_source
+from iodl.training import SampleStream, ShardLookahead, as_batch, shard_source
 
 SHARDS, RANKS, BATCH, BS = 50, 2, 7, 4096
 SIZES = np.random.default_rng(3).integers(100, 3 * BS, size=SHARDS)
 
 
-def _stream(shuffle: str, ends_of, rank: int, batch_ends=None) -> SampleStream:
+def _stream(shuffle: str, ends_of, rank: int, batch_ends=None, lookahead: bool = False) -> SampleStream:
     cfg = RunSpec(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=BS, seed=5,
                   batch_size=BATCH, compute_time_s=0, prefetch=0, shuffle=shuffle, shuffle_size=0)
-    stream = SampleStream(shard_source(cfg, SHARDS, rank, RANKS, rank, 0), ends_of, SIZES, BS, 0,
-                          rng=np.random.default_rng(1), batch_ends=batch_ends)
+    source = shard_source(cfg, SHARDS, rank, RANKS, rank, 0)
+    if lookahead:   # as run_steps gives it: a batch's shards drawn in one call, some drawn ahead before
+        source = ShardLookahead(source)
+        source.ahead(BATCH + 3)
+    stream = SampleStream(source, ends_of, SIZES, BS, 0, rng=np.random.default_rng(1), batch_ends=batch_ends)
     stream.trace = []
     return stream
 
@@ -30,10 +33,10 @@ def _pairs(stream: SampleStream) -> list[tuple[int, int]]:
     return [(int(x), int(y)) for sh, sm in stream.trace for x, y in zip(sh, sm)]
 
 
-def _same(ends_of, shuffle: str, batch_ends=None) -> int:
+def _same(ends_of, shuffle: str, batch_ends=None, lookahead: bool = False) -> int:
     batches = 0
     for rank in range(RANKS):
-        fast, slow = _stream(shuffle, ends_of, rank, batch_ends), _stream(shuffle, ends_of, rank)
+        fast, slow = _stream(shuffle, ends_of, rank, batch_ends, lookahead), _stream(shuffle, ends_of, rank)
         for _ in range(3 * SHARDS // RANKS // BATCH + 2):   # three epochs and more
             a, b = fast.take_batch(BATCH), as_batch(*slow.take(BATCH))
             assert a[0] == b[0] and a[2] == b[2] and a[3] == b[3]
@@ -61,3 +64,9 @@ def test_mixed_shards_fall_back_where_a_shard_holds_more():
 def test_one_sample_shards_looked_up_as_a_batch(shuffle):
     # a dataset's look-up of a whole batch at once (Dataset.batch_ends: an (n, 1) array)
     assert _same(lambda i: np.array([SIZES[i]]), shuffle, lambda shards: SIZES[shards].reshape(-1, 1)) > 0
+
+
+@pytest.mark.parametrize("shuffle", ["none", "file"])
+def test_one_sample_shards_drawn_through_the_lookahead(shuffle):
+    # the shard order through a ShardLookahead (its take(n): a batch's draws at once, after opens ahead)
+    assert _same(lambda i: np.array([SIZES[i]]), shuffle, lambda shards: SIZES[shards].reshape(-1, 1), True) > 0
