@@ -6,8 +6,10 @@ steps really overlap the emulated compute (a sleep, never a spin). Python runs o
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import os
 import queue
 import threading
 from collections import deque
@@ -655,6 +657,12 @@ class _Reader(threading.Thread):
         return consumed
 
     def run(self) -> None:
+        # SCHED_BATCH (this thread only): woken (the GIL, a queue's room, the quiet), the reader
+        # does not preempt the thread on its CPU, often a step loop just released by the barrier
+        # whose compute the next barrier waits for; it reads at the next tick or wait instead.
+        # Where the policy is refused the reader stays as it is.
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
         try:
             fetched = 0
             while not self.stop.is_set() and not (self.batches and fetched >= self.batches):
