@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 BIN = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the checkout: docs/, bench/, tests/
@@ -109,3 +112,36 @@ zero_stage = {zero_stage}
 writes = {writes}
 reads = {reads}
 """
+
+
+class Strace:
+    """strace attached to this process (every thread, new ones too) while inside: the calls it
+    made of `calls` (by default the reads, so a test can check what offsets reached the kernel;
+    uring's SQEs are not syscalls)."""
+
+    def __init__(self, out: str, calls: str = "pread64,io_submit"):
+        self.out, self.calls = out, calls
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(["strace", "-f", "-qq", "-e", f"trace={self.calls}", "-e", "signal=none",
+                                      "-o", self.out, "-p", str(os.getpid())], stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not (os.path.exists(self.out) and self.attached()):
+            time.sleep(0.05)
+        return self
+
+    def attached(self) -> bool:
+        with open(f"/proc/{os.getpid()}/status") as f:
+            return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGINT)   # detaches
+        self.proc.wait(10)
+
+    def read_offsets(self, fd: int) -> list[int]:
+        """File offsets of the reads of fd: pread64(fd, buf, len, OFFSET), io_submit's aio_offset."""
+        with open(self.out) as f:
+            text = f.read()
+        offs = [int(m) for m in re.findall(rf"pread64\({fd}, .*?, \d+, (\d+)\)", text)]
+        offs += [int(m) for m in re.findall(rf"aio_fildes={fd}, [^}}]*?aio_offset=(\d+)", text)]
+        return offs

@@ -8,9 +8,7 @@ block devices at a known rate. Engines the kernel refuses are skipped with the p
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
 import threading
 import time
 
@@ -21,6 +19,7 @@ from iodl import _native, histogram
 from iodl.engine import as_plan, open_for_read, raise_for_errors
 from iodl.errors import IodlError
 from iodl.groundtruth import BlkioGroup, LoopMount, write_incompressible
+from tests.helpers import Strace
 
 SLOW = 256_000          # B/s: a slow mount
 HUNG = 4096             # B/s: a 1 MiB read takes ~4 minutes, i.e. never within a test
@@ -258,38 +257,6 @@ def test_direct_sizes_not_multiple_of_4096_exact(storage, name):
     finally:
         for fd in fds:
             os.close(fd)
-
-
-class Strace:
-    """strace attached to this process (every thread, new ones too) while inside: the reads it
-    made, so a test can check what offsets reached the kernel. uring's SQEs are not syscalls."""
-
-    def __init__(self, out: str):
-        self.out = out
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=pread64,io_submit", "-e", "signal=none",
-                                      "-o", self.out, "-p", str(os.getpid())], stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not (os.path.exists(self.out) and self.attached()):
-            time.sleep(0.05)
-        return self
-
-    def attached(self) -> bool:
-        with open(f"/proc/{os.getpid()}/status") as f:
-            return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
-
-    def __exit__(self, *exc):
-        self.proc.send_signal(signal.SIGINT)   # detaches
-        self.proc.wait(10)
-
-    def read_offsets(self, fd: int) -> list[int]:
-        """File offsets of the reads of fd: pread64(fd, buf, len, OFFSET), io_submit's aio_offset."""
-        with open(self.out) as f:
-            text = f.read()
-        offs = [int(m) for m in re.findall(rf"pread64\({fd}, .*?, \d+, (\d+)\)", text)]
-        offs += [int(m) for m in re.findall(rf"aio_fildes={fd}, [^}}]*?aio_offset=(\d+)", text)]
-        return offs
 
 
 @pytest.mark.strace

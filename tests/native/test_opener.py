@@ -9,8 +9,6 @@ import errno
 import fcntl
 import os
 import re
-import signal
-import subprocess
 import time
 
 import numpy as np
@@ -19,7 +17,7 @@ import pytest
 from iodl import _native, plan
 from iodl.cursor import ShardFiles
 from iodl.errors import IodlError
-from tests.helpers import fds_open, open_threads
+from tests.helpers import Strace, fds_open, open_threads
 
 
 COLS = len(ShardFiles.TAKEN)   # Opener.take's int64 per file
@@ -214,7 +212,7 @@ def test_the_engine_takes_each_open_fstat_instead_of_its_own(files, tmp_path):
     try:
         for given in (None, opened, None):
             out = tmp_path / f"strace-{len(seen)}.out"
-            with _native.Engine("psync", block_size=64, cache_check=True) as eng, _Strace(str(out)):
+            with _native.Engine("psync", block_size=64, cache_check=True) as eng, Strace(str(out), "fstat,newfstatat"):
                 stats = eng.run(fds, rows, np.zeros(_native.HIST_BUCKETS, dtype=np.int64), opened=given)
             calls = re.findall(r"(?:newfstatat|fstat)\((\d+),", out.read_text())
             seen.append((sum(int(fd) in fds for fd in calls), stats["bytes"], stats["cached_bytes"],
@@ -226,27 +224,3 @@ def test_the_engine_takes_each_open_fstat_instead_of_its_own(files, tmp_path):
     total = int(sizes[:10].sum())
     assert seen[0] == seen[2] and seen[0][:2] == (10, total)   # without: one fstat per file
     assert seen[1] == (0,) + seen[0][1:]                        # with: none, the same counts
-
-
-class _Strace:
-    """strace attached to this process's threads (new ones too) while inside: fstat-like calls."""
-
-    def __init__(self, out: str):
-        self.out = out
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=fstat,newfstatat", "-e", "signal=none",
-                                      "-o", self.out, "-p", str(os.getpid())], stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not (os.path.exists(self.out) and _traced()):
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.send_signal(signal.SIGINT)   # detaches
-        self.proc.wait(10)
-
-
-def _traced() -> bool:
-    with open(f"/proc/{os.getpid()}/status") as f:
-        return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
