@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,12 +145,7 @@ static void discard(struct request *r)
 static void *worker(void *arg)
 {
 	struct iodl_opener *op = arg;
-	struct sched_param batch = { 0 };
 
-	/* SCHED_BATCH: woken by a submit, an open thread does not preempt the thread running on its
-	 * CPU (the reader that submitted, a step loop the barrier just released); it runs at the
-	 * next tick or wait. Its opens are for a later batch. Refused (seccomp): it stays as it is */
-	pthread_setschedparam(pthread_self(), SCHED_BATCH, &batch);
 	pthread_mutex_lock(&op->mu);
 	for (;;) {
 		while (!op->stopping && op->next == op->len)
