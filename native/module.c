@@ -47,8 +47,9 @@ static PyMethodDef module_methods[] = {
 	  "in order, in block_size requests" },
 	/* bind_rows.c */
 	{ "pread_rows", iodl_py_pread_rows, METH_VARARGS,
-	  "pread_rows(fd, base, row_bytes, rows) -> bytes: the rows (uint64 indices) of a table at base in fd, "
-	  "in the order asked, rows near each other read together" },
+	  "pread_rows(fd, base, row_bytes, rows, seen, stored) -> bytes: the rows (int64 indices of a table "
+	  "seen rows long, its stored rows repeated; negative from the end) of a table at base in fd, in the "
+	  "order asked, rows near each other read together; IndexError out of bounds, EOFError if the file is short" },
 	/* smallfiles.c, listing.c, fileops.c: files at the speed of the syscalls */
 	{ "write_files", iodl_py_write_files, METH_VARARGS,
 	  "write_files(dirfd, prefix, width, tail, temp_suffix, indices, buffer, offsets, lengths): files named "
