@@ -72,6 +72,8 @@ def test_rejects_a_buffer_too_small():
         _native.node_barrier(bytearray(4), 2, 0)
 
 
+@pytest.mark.flaky(reruns=1)   # a timing claim (a woken reader scheduled within the ranks' 60 ms compute): the
+# machine to itself (conftest: serial); one CI run beside the fast tier's other worker saw it returned 78 ms late
 def test_quiet_returns_once_every_rank_is_back_at_work_after_each_release():
     """A sixth process (a reader ahead of its step loop) waits with node_quiet while five ranks meet
     at the barrier, then each resumes 0-8 ms apart: every wait returns after that round's last
