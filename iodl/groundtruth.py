@@ -6,6 +6,7 @@ cgroup v1 blkio; see docs/design.md, "Ground truth".
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import shutil
 import subprocess
@@ -32,6 +33,38 @@ def page_cache_drops() -> int:
             if line.startswith("drop_pagecache "):
                 return int(line.split()[1])
     return 0
+
+
+def page_cache_evictions() -> tuple:
+    """Counters that move when anything but the caller's own reads may have emptied cached pages:
+    drop_caches writes, the kernel's reclaim (/proc/vmstat pgsteal_*), and DAMON's proactive
+    "pageout" schemes, which reclaim without counting in vmstat (a VM host may run one: this one
+    pages out what it finds unused for a minute, in coarse regions that can hold pages read a
+    second ago). A test that needs pages to stay cached compares this before and after, and tries
+    again when it moved. DAMON's figures are fresh only after a write to its state (root)."""
+    vm = {}
+    with open("/proc/vmstat") as f:
+        for line in f:
+            name, _, value = line.partition(" ")
+            if name == "drop_pagecache" or name.startswith("pgsteal_"):
+                vm[name] = int(value)
+    paged_out = 0
+    for kdamond in glob.glob("/sys/kernel/mm/damon/admin/kdamonds/[0-9]*"):
+        try:
+            with open(os.path.join(kdamond, "state"), "w") as f:
+                f.write("update_schemes_stats")
+        except OSError:
+            continue                              # not running, or not root: nothing it did is fresh
+        for scheme in glob.glob(os.path.join(kdamond, "contexts/*/schemes/*")):
+            try:
+                with open(os.path.join(scheme, "action")) as f:
+                    if f.read().strip() != "pageout":
+                        continue
+                with open(os.path.join(scheme, "stats/sz_applied")) as f:
+                    paged_out += int(f.read())
+            except OSError:
+                pass
+    return tuple(sorted(vm.items())) + (("damon_pageout_bytes", paged_out),)
 
 
 def write_incompressible(path: str, size: int) -> None:

@@ -215,7 +215,10 @@ def test_a_size_table_cut_mid_run_ends_every_rank_in_one_line(tmp_path):
     _stdout, err = proc.communicate(timeout=60)
     elapsed = time.monotonic() - start
     errors = [line for line in err.splitlines() if line.startswith("iodl: error")]
-    assert proc.returncode == 1, err
+    # hydra's exit code is its ranks' codes OR'ed together: 1 from the rank that found the table short;
+    # 131 when the launcher's stop signal, sent on that rank's MPI_Abort, reached the other rank in Python
+    # first and it stopped as on Ctrl-C (130)
+    assert proc.returncode in (1, 1 | 130), err
     assert "Traceback" not in err and "internal error" not in err, err
     # the first rank to find the table short ends the job (MPI_Abort): the other may be gone first
     assert 1 <= len(errors) <= 2 and all("shorter than its header says" in e for e in errors), err

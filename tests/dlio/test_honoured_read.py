@@ -159,10 +159,12 @@ def test_odirect_reads_reach_the_device_every_time(tmp_path):
 @pytest.mark.loopdev
 def test_odirect_false_reads_through_the_page_cache(tmp_path):
     """The same files with odirect: false: a run right after another finds them in the page cache
-    (the device serves under 5% of them) and opens none O_DIRECT. Another helper's drop_caches
-    between the two runs spoils a try (counted in /proc/vmstat): not judged after 3."""
+    (the device serves under 5% of them) and opens none O_DIRECT. A try that finds more served
+    while someone else emptied cached pages (drop_caches, the kernel's reclaim, or a DAMON pageout
+    scheme: this VM's host runs one that paged out 1.5 MiB of these files between the two runs in a
+    CI) is tried again: not judged after 3."""
     from iodl.cache import drop_caches
-    from iodl.groundtruth import LoopMount, page_cache_drops
+    from iodl.groundtruth import LoopMount, page_cache_evictions
 
     with LoopMount(256 << 20) as m:
         root = os.path.join(m.path, "data")
@@ -173,16 +175,17 @@ def test_odirect_false_reads_through_the_page_cache(tmp_path):
             drop_caches()
             r = iodl("read", "--workload", wl, "--root", root, "--engine", "psync", "--progress", "off")
             assert r.returncode == 0, r.stderr
-            drops = page_cache_drops()
+            evictions = page_cache_evictions()
             before = m.device_stat()[2] * 512
             out = tmp_path / "r.json"
             trace = _strace(tmp_path, "read", "--workload", wl, "--root", root, "--engine", "psync", "--progress",
                             "off", "--out", str(out), calls="openat")
             served = m.device_stat()[2] * 512 - before
-            if page_cache_drops() == drops:
+            if served < 0.05 * nbytes or page_cache_evictions() == evictions:
                 break
         else:
-            raise NotJudged("someone else dropped the page cache during each of 3 tries")
+            raise NotJudged(f"the device served {served} of {nbytes} bytes while someone else emptied cached pages, "
+                            "in each of 3 tries")
     assert load_json(out)["direct"] is False
     assert served < 0.05 * nbytes, (served, nbytes)
     opens = _opens(trace, ".npz")
