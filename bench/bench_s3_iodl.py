@@ -27,7 +27,12 @@ the second). iodl's code is not what differs: its upload in a new process that d
 files, 0.97-1.00 of the first loop; the files are not either: a process that staged one set and
 PUT another set staged elsewhere was as slow. The older loop (files staged by a child that had
 exited) is still run and recorded beside, for reference.
-Within a round iodl and the loop take turns going first (iodl first in even rounds).
+In a round the PUT cells come after the GET cells, and the first PUTs after them ran slower
+whoever made them (this bench, 5 rounds, load 1.6-3.5, iodl first in even rounds: iodl / loop
+0.91, 0.97, 0.75 when iodl went first, 1.24, 1.05 when the loop did; the last PUT cell, iodl's
+code in this process, was the fastest in every round: bench/results/s3-iodl-vs-loop-s7.md). So iodl's upload in this process
+(its own reference figure) goes first, then iodl and the loop, taking turns (iodl first in even
+rounds), then the reference loop.
 
 Rounds interleave iodl and the loop. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratios
 iodl / loop, and the command line that made them.
@@ -279,10 +284,13 @@ def main() -> None:
                 crt = plain_loop(server, keys, inflight, args.seconds)
                 inproc = engine_in_process(server, keys, inflight, args.seconds)
                 _record(rows, rnd, "GET", inflight, iodl_mbps, sock, crt, inproc)
-            # iodl and the loop take turns going first; the loop stages its files itself, as iodl does
-            first = [lambda: iodl_generate(server, f"s3://{BUCKET}/put-iodl-{rnd}", args.put_files),
+            # the first PUTs after the GET cells run slower whoever makes them (module docstring): iodl's
+            # code in this process goes first, then iodl and the loop, taking turns; the loop stages its
+            # files itself, as iodl does
+            inproc = upload_in_process(server, settled, rels, f"put-inproc-{rnd}")
+            pair = [lambda: iodl_generate(server, f"s3://{BUCKET}/put-iodl-{rnd}", args.put_files),
                      lambda: put_loop_staged(server, f"put-loop-{rnd}", args.put_files)]
-            got = [f() for f in (first if rnd % 2 == 0 else first[::-1])]
+            got = [f() for f in (pair if rnd % 2 == 0 else pair[::-1])]
             iodl_mbps, crt = got if rnd % 2 == 0 else got[::-1]
             # for reference, the loop as it was: in this process, of files a child `iodl generate`
             # staged just before (and exited)
@@ -290,7 +298,6 @@ def main() -> None:
             stage(fresh, args.put_files)
             apart = put_loop(server, fresh, rels, f"put-apart-{rnd}", UPLOADS_IN_FLIGHT)
             shutil.rmtree(fresh)
-            inproc = upload_in_process(server, settled, rels, f"put-inproc-{rnd}")
             _record(rows, rnd, "PUT", UPLOADS_IN_FLIGHT, iodl_mbps, None, crt, inproc, apart)
     finally:
         server.remove()
