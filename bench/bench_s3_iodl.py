@@ -228,8 +228,8 @@ def put_loop(server, staging: str, rels: list[str], prefix: str, inflight: int) 
 def put_loop_staged(server, prefix: str, files: int) -> tuple[float, float]:
     """(MB/s, CPU s/GB) of put_loop run as iodl's upload runs: in a new process that has just
     staged the files of `iodl generate --files N` itself (main with --put-loop)."""
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--put-loop", server.endpoint, prefix, str(files)],
-                          env=server.env(), capture_output=True, text=True)
+    argv = [sys.executable, os.path.abspath(__file__), "--put-loop", server.endpoint, prefix, str(files)]
+    proc = subprocess.run(argv, env=server.env(), capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(proc.stderr)
     return tuple(json.loads(proc.stdout))
