@@ -13,10 +13,27 @@ S3Client making the same GETs (bench_s3_client.Crt).
 PUT: the objects of `iodl generate --files N` (tiny's shards), 8 in flight (generate's
 UPLOADS_IN_FLIGHT, one rank). iodl: `iodl generate` into a new prefix, its upload's MB/s (the line
 it prints: the PUTs, after the dataset is staged locally). The plain loop: awscrt's S3Client (the
-client of iodl's PUTs) PUTting the same files, staged by `iodl generate` into a directory just
-before, as iodl's are (PUT_OBJECT from the file, as iodl's S3Store.put_file does), 8 in flight,
-into keys of its own (iodl, into a prefix it has just marked, sends no HEAD first: only a re-run
-into its own prefix looks for what is there).
+client of iodl's PUTs) PUTting the same files (PUT_OBJECT from the file, as iodl's
+S3Store.put_file does), 8 in flight, into keys of its own (iodl, into a prefix it has just marked,
+sends no HEAD first: only a re-run into its own prefix looks for what is there). The loop runs as
+iodl's upload does: in a new process (this script, --put-loop) that has just staged the files
+itself with iodl.data.generate, the call `iodl generate` stages them with (same workload and seed),
+and PUTs them at once. Why: PUTs made at once by the process that has just spent ~2 s of CPU
+staging run ~7% slower than PUTs by a process that did not stage, whoever makes them. Measured
+(27 Nov 2026, load 1.2-2.2, 12 rounds, the three interleaved): a plain loop in this process of
+files a child `iodl generate` had just staged, 197 MB/s (median); the same plain loop in a child
+that had staged them itself, 184; `iodl generate`'s own upload, 182 (0.92 of the first, 0.99 of
+the second). iodl's code is not what differs: its upload in a new process that did not stage the
+files, 0.97-1.00 of the first loop; the files are not either: a process that staged one set and
+PUT another set staged elsewhere was as slow. The older loop (files staged by a child that had
+exited) is still run and recorded beside, for reference.
+In a round the PUT cells come after the GET cells, and the first PUTs after them ran slower
+whoever made them (this bench, 5 rounds, load 1.6-3.5, iodl first in even rounds: iodl / loop
+0.91, 0.97, 0.75 when iodl went first, 1.24, 1.05 when the loop did; the last PUT cell, iodl's
+code in this process, was the fastest in every round: bench/results/s3-iodl-vs-loop-s7.md). So
+iodl's upload in this process (its own reference figure) goes first, then iodl and the loop,
+taking turns (iodl first in even rounds), then the reference loop. A PUT cell of 48 objects lasts
+~1 s: one request stalled ~1 s (seen in every kind of cell) moves its round's ratio by 0.3-0.5.
 
 Rounds interleave iodl and the loop. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratios
 iodl / loop, and the command line that made them.
@@ -38,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -45,11 +63,14 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 from bench_s3_client import BUCKET, Crt, bench_args, bench_server, cpu_s  # noqa: E402
 from iodl import _native, histogram  # noqa: E402
+from iodl.comm import SerialComm  # noqa: E402
+from iodl.data.generate import generate  # noqa: E402
 from iodl.s3engine import S3Engine  # noqa: E402
 from iodl.s3http import Connection, Signer  # noqa: E402
 from iodl.s3generate import UPLOADS_IN_FLIGHT, _files, _upload  # noqa: E402
 from iodl.s3root import Target  # noqa: E402
 from iodl.s3store import S3Store  # noqa: E402
+from iodl.workload import load_workload  # noqa: E402
 
 
 
@@ -204,6 +225,30 @@ def put_loop(server, staging: str, rels: list[str], prefix: str, inflight: int) 
     return state["bytes"] / wall / 1e6, cpu / (state["bytes"] / 1e9)
 
 
+def put_loop_staged(server, prefix: str, files: int) -> tuple[float, float]:
+    """(MB/s, CPU s/GB) of put_loop run as iodl's upload runs: in a new process that has just
+    staged the files of `iodl generate --files N` itself (main with --put-loop)."""
+    argv = [sys.executable, os.path.abspath(__file__), "--put-loop", server.endpoint, prefix, str(files)]
+    proc = subprocess.run(argv, env=server.env(), capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr)
+    return tuple(json.loads(proc.stdout))
+
+
+def put_loop_child(endpoint: str, prefix: str, files: int) -> None:
+    """--put-loop: stage the dataset as `iodl generate --files N --root s3://...` stages it (tiny,
+    its seed; iodl.data.generate into a temporary directory), then put_loop over it; prints
+    [MB/s, CPU s/GB]."""
+    server = SimpleNamespace(endpoint=endpoint, access_key=os.environ["AWS_ACCESS_KEY_ID"],
+                             secret_key=os.environ["AWS_SECRET_ACCESS_KEY"])
+    staging = tempfile.mkdtemp(prefix="iodl-s3-bench-loop-")
+    try:
+        generate(load_workload("tiny").with_overrides(files=files), [staging], SerialComm())
+        print(json.dumps(put_loop(server, staging, sorted(_files(staging)), prefix, UPLOADS_IN_FLIGHT)))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def upload_in_process(server, staging: str, rels: list[str], prefix: str) -> tuple[float, float]:
     """(MB/s, CPU s/GB) of iodl generate's upload (s3generate._upload: a PUT per object,
     UPLOADS_IN_FLIGHT at a time, into a prefix it has just marked) of the staged files into a new
@@ -218,6 +263,9 @@ def upload_in_process(server, staging: str, rels: list[str], prefix: str) -> tup
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--put-loop"]:
+        put_loop_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop", extra=(("--put-files", 48),))
     server, client = bench_server()
     staging = tempfile.mkdtemp(prefix="iodl-s3-bench-staged-")
@@ -237,15 +285,21 @@ def main() -> None:
                 crt = plain_loop(server, keys, inflight, args.seconds)
                 inproc = engine_in_process(server, keys, inflight, args.seconds)
                 _record(rows, rnd, "GET", inflight, iodl_mbps, sock, crt, inproc)
-            iodl_mbps = iodl_generate(server, f"s3://{BUCKET}/put-iodl-{rnd}", args.put_files)
-            # the loop's files just written too, as iodl generate's are when it PUTs them (their
-            # write-back then shares the disk with the server: settled files PUT faster)
+            # the first PUTs after the GET cells run slower whoever makes them (module docstring): iodl's
+            # code in this process goes first, then iodl and the loop, taking turns; the loop stages its
+            # files itself, as iodl does
+            inproc = upload_in_process(server, settled, rels, f"put-inproc-{rnd}")
+            pair = [lambda: iodl_generate(server, f"s3://{BUCKET}/put-iodl-{rnd}", args.put_files),
+                    lambda: put_loop_staged(server, f"put-loop-{rnd}", args.put_files)]
+            got = [f() for f in (pair if rnd % 2 == 0 else pair[::-1])]
+            iodl_mbps, crt = got if rnd % 2 == 0 else got[::-1]
+            # for reference, the loop as it was: in this process, of files a child `iodl generate`
+            # staged just before (and exited)
             fresh = os.path.join(staging, f"fresh-{rnd}")
             stage(fresh, args.put_files)
-            crt = put_loop(server, fresh, rels, f"put-loop-{rnd}", UPLOADS_IN_FLIGHT)
+            apart = put_loop(server, fresh, rels, f"put-apart-{rnd}", UPLOADS_IN_FLIGHT)
             shutil.rmtree(fresh)
-            inproc = upload_in_process(server, settled, rels, f"put-inproc-{rnd}")
-            _record(rows, rnd, "PUT", UPLOADS_IN_FLIGHT, iodl_mbps, None, crt, inproc)
+            _record(rows, rnd, "PUT", UPLOADS_IN_FLIGHT, iodl_mbps, None, crt, inproc, apart)
     finally:
         server.remove()
         shutil.rmtree(staging, ignore_errors=True)
@@ -268,15 +322,17 @@ def stage(top: str, files: int) -> None:
         raise RuntimeError(gen.stderr)
 
 
-def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, sock, crt, inproc) -> None:
+def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, sock, crt, inproc, apart=None) -> None:
     """(MB/s, CPU s/GB) of: sock, the engine's client in a plain loop (GET only; None for PUT); crt,
     awscrt's S3Client loop; inproc, iodl's own code run in this process (engine_in_process,
-    upload_in_process)."""
+    upload_in_process); apart (PUT), the S3Client loop in this process of files staged by a child."""
     row = {"round": rnd, "op": op, "inflight": inflight, "iodl_MBps": round(iodl_mbps, 1),
            "sock_MBps": round(sock[0], 1) if sock else None, "crt_MBps": round(crt[0], 1),
            "inproc_MBps": round(inproc[0], 1), "engine_cpu_s_per_GB": round(inproc[1], 3),
            "sock_cpu_s_per_GB": round(sock[1], 3) if sock else None, "crt_cpu_s_per_GB": round(crt[1], 3),
            "load": round(os.getloadavg()[0], 1)}
+    if apart:
+        row.update(apart_MBps=round(apart[0], 1), apart_cpu_s_per_GB=round(apart[1], 3))
     rows.append(row)
     print(json.dumps(row), flush=True)
 
@@ -296,10 +352,13 @@ def write(rows: list[dict], args) -> None:
              "awscrt's S3Client (iodl's PUTs are its); awscrt's S3Client loop of GETs beside, for reference. "
              "CPU s/GB: the client process's own (every thread), iodl's code run in the bench's process (module "
              "docstring). iodl MB/s: `iodl read`'s window, `iodl generate`'s upload (just after it staged the "
-             "files; the loop's PUTs too are of files just written); in-process: iodl's engine or upload in the "
-             "bench's process, beside the loops (its PUTs of settled files).", "",
+             "files); the PUT loop runs as that upload does, in a new process that has just staged the files "
+             "itself (module docstring: why); in-process: iodl's engine or upload in the bench's process, beside "
+             "the loops (its PUTs of settled files). Reference loop: for GETs awscrt's S3Client loop; for PUTs "
+             "the S3Client loop as the bench ran it before, in the bench's process of files a child had staged.",
+             "",
              "| op | in flight | iodl MB/s | same-client loop MB/s | iodl / loop | per-round ratios | "
-             "iodl in-process / loop, per round | S3Client GET loop MB/s | iodl / S3Client loop, per round | "
+             "iodl in-process / loop, per round | reference loop MB/s | iodl / reference loop, per round | "
              "CPU s/GB: iodl, loop, S3Client loop | iodl / loop CPU, per round |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
@@ -311,8 +370,9 @@ def write(rows: list[dict], args) -> None:
         inproc = ", ".join(f"{r['inproc_MBps'] / r[f'{loop}_MBps']:.2f}" for r in rs)
         cpu = [statistics.median(r[k] for r in rs) for k in ("engine_cpu_s_per_GB", f"{loop}_cpu_s_per_GB",
                                                              "crt_cpu_s_per_GB")]
-        crt = (f"{statistics.median(r['crt_MBps'] for r in rs):.0f} | "
-               + ", ".join(f"{r['iodl_MBps'] / r['crt_MBps']:.2f}" for r in rs)) if op == "GET" else "- | -"
+        ref = "crt" if op == "GET" else "apart"
+        crt = (f"{statistics.median(r[f'{ref}_MBps'] for r in rs):.0f} | "
+               + ", ".join(f"{r['iodl_MBps'] / r[f'{ref}_MBps']:.2f}" for r in rs))
         lines.append(f"| {op} | {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} "
                      f"| {inproc} | {crt} | {cpu[0]:.2f}, {cpu[1]:.2f}" + (f", {cpu[2]:.2f}" if op == "GET" else "")
                      + " | " + ", ".join(f"{r['engine_cpu_s_per_GB'] / r[f'{loop}_cpu_s_per_GB']:.2f}" for r in rs) + " |")
