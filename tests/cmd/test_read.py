@@ -1,6 +1,8 @@
 """`iodl read` end to end, the way the README runs it, and the result-file contract."""
 import os
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -245,9 +247,6 @@ def test_the_reader_alone_runs_as_sched_batch():
     """The reader thread's wake-ups must not preempt a step loop the barrier just released (AU with
     the data cached at 16 ranks 0.82 -> 0.92, bench/results/emu-cost.md): it runs as SCHED_BATCH,
     and nothing else does — the step loop and the open threads stay normal."""
-    import subprocess
-    import time
-
     proc = subprocess.Popen([sys.executable, "-m", "iodl", "read", "--engine", "null", "--steps", "400",
                              "--compute-time", "0.02", "--progress", "off"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
