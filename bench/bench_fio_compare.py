@@ -12,8 +12,15 @@ which other tenants share: its speed can swing 5x within a run. --backing /dev/s
 in RAM, so the unthrottled cases compare what the two tools cost per request, undisturbed by
 the disk. The hypervisor's share of the CPU (steal) is recorded per case: above a few percent
 the ratios are noise.
+
+--cpu N runs both tools (fio-compare and the fio it starts inherit the affinity) and the kernel's
+unbound workqueues — the loop devices' workers — on CPU N alone. On two vCPUs a request to a
+RAM-backed loop device costs what the scheduler's placement of the loop worker makes it (beside
+the tool, or across CPUs, woken from idle; docs/fio-compare.md), and the placement can differ
+between the two tools and from run to run: pinned, the comparison is of the tools' own work.
 """
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -21,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from iodl.groundtruth import BlkioGroup, CpuSteal, LoopMount
+from iodl.groundtruth import BlkioGroup, CpuSteal, LoopMount, UnboundWorkqueues
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIO = os.path.join(REPO, "workloads", "fio")
@@ -39,7 +46,7 @@ CASES = [
 ]
 
 
-def run_case(name, job, extra, limit, runtime, ramp, repeat, tmp, backing):
+def run_case(name, job, extra, limit, runtime, ramp, repeat, tmp, backing, cpu=None):
     if job == "NORATE":
         job = os.path.join(tmp, "norate.fio")
         with open(os.path.join(FIO, "reference-job1.fio")) as src, open(job, "w") as dst:
@@ -47,12 +54,19 @@ def run_case(name, job, extra, limit, runtime, ramp, repeat, tmp, backing):
     else:
         job = os.path.join(FIO, job)
     out = os.path.join(tmp, f"{name}.json")
-    with LoopMount(1536 << 20, workdir=backing) as m, BlkioGroup("bench-fio") as group, CpuSteal() as steal:
+    def enter():
+        if limit:
+            group.enter()
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+
+    pinned = UnboundWorkqueues(cpu) if cpu is not None else contextlib.nullcontext()
+    with LoopMount(1536 << 20, workdir=backing) as m, BlkioGroup("bench-fio") as group, pinned, CpuSteal() as steal:
         if limit:
             group.throttle_read(m.majmin, limit)
         cmd = [sys.executable, "-m", "iodl", "fio-compare", job, "--directory", m.path, "--runtime", str(runtime),
                "--ramp-time", str(ramp), "--repeat", str(repeat), "--out", out, *extra]   # extra wins
-        r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=group.enter if limit else None)
+        r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=enter)
     if r.returncode:
         return {"name": name, "error": r.stderr.strip()}
     (entry,) = json.load(open(out))["jobs"]
@@ -70,13 +84,14 @@ def main():
     ap.add_argument("--backing", default="/var/tmp", help="directory of the loop images (default /var/tmp)")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "fio-compare"))
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
+    ap.add_argument("--cpu", type=int, help="run both tools and the kernel's unbound workqueues on this CPU alone")
     a = ap.parse_args()
     cases = [c for c in CASES if not a.cases or c[0] in a.cases.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [dict(run_case(n, j, x, lim, a.runtime, a.ramp, a.repeat, tmp, a.backing), criterion=c, metric=met)
+        rows = [dict(run_case(n, j, x, lim, a.runtime, a.ramp, a.repeat, tmp, a.backing, a.cpu), criterion=c, metric=met)
                 for n, j, x, lim, met, c in cases]
     doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "runtime_s": a.runtime, "ramp_s": a.ramp, "repeat": a.repeat,
-           "backing": a.backing, "kernel": os.uname().release, "cases": rows}
+           "backing": a.backing, "cpu": a.cpu, "kernel": os.uname().release, "cases": rows}
     with open(a.out + ".json", "w") as f:
         json.dump(doc, f, indent=1)
     lines = ["| case | fio MB/s | iodl MB/s | bw ratio | fio IOPS | iodl IOPS | IOPS ratio | rounds (IOPS ratio) | criterion "
@@ -94,9 +109,10 @@ def main():
             lines.append(f"| {name} | {f['bandwidth_MBps']:.1f} | {i['bandwidth_MBps']:.1f} | {q['bandwidth']:.3f} | "
                          f"{f['iops']:.0f} | {i['iops']:.0f} | {q['iops']:.3f} | {per_round or '-'} | "
                          f"{r['criterion']} ({r['metric']}) | {r['steal']:.1%} | {r.get('load', '-')} |")
+    pin = "" if a.cpu is None else f", both tools and the unbound workqueues on CPU {a.cpu}"
     with open(a.out + ".md", "w") as f:
         f.write(f"# fio-compare on loop mounts backed by {a.backing} ({doc['when']}, runtime {a.runtime}s, ramp {a.ramp}s, "
-                f"{a.repeat} interleaved runs per tool; medians, ratio = median of per-round ratios)\n\n")
+                f"{a.repeat} interleaved runs per tool{pin}; medians, ratio = median of per-round ratios)\n\n")
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -258,6 +258,30 @@ class CpuSteal:
         self.share = d[7] / sum(d) if len(d) > 7 and sum(d) else 0.0
 
 
+class UnboundWorkqueues:
+    """The kernel's unbound workqueues (a loop device's worker among them) on one CPU, put back as
+    they were on leaving. On two vCPUs the time of a request to a RAM-backed loop device is mostly
+    where the scheduler puts that worker (beside the submitter, or across CPUs, woken from idle):
+    pinning the tool and the workers to one CPU compares tools, not placements. Machine-wide: only
+    for a test or bench that has the machine to itself."""
+
+    CPUMASK = "/sys/devices/virtual/workqueue/cpumask"
+
+    def __init__(self, cpu: int) -> None:
+        self.mask = f"{1 << cpu:x}"
+
+    def __enter__(self) -> "UnboundWorkqueues":
+        with open(self.CPUMASK) as f:
+            self._old = f.read().strip()
+        with open(self.CPUMASK, "w") as f:
+            f.write(self.mask)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with open(self.CPUMASK, "w") as f:
+            f.write(self._old)
+
+
 class RequestSizes:
     """The size of every read request a block device completes while inside: ftrace's
     block_rq_complete, in a tracing instance of its own (the global tracer is left alone),

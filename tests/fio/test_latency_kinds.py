@@ -3,7 +3,6 @@ submit call's return), slat with slat, lat with lat. Ground truth is fio itself 
 interleaved (--repeat), and a kernel fact: buffered AIO reads are done inside io_submit, so fio's
 clat for them is ~0 and iodl's must be too (before the split iodl showed the whole read as clat).
 """
-import contextlib
 import json
 import os
 import subprocess
@@ -13,7 +12,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from iodl.groundtruth import LoopMount
+from iodl.groundtruth import LoopMount, UnboundWorkqueues
 from tests.helpers import NotJudged
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,24 +62,6 @@ def test_buffered_libaio_clat_is_near_zero_on_both_sides(tmp_path):
         assert label in stdout
 
 
-WQ_CPUMASK = "/sys/devices/virtual/workqueue/cpumask"
-
-
-@contextlib.contextmanager
-def unbound_workers_on(cpu):
-    """The kernel's unbound workqueues (the loop device's worker among them) on `cpu` alone, put back
-    as they were after. Machine-wide: only for a test that has the machine to itself."""
-    with open(WQ_CPUMASK) as f:
-        old = f.read().strip()
-    with open(WQ_CPUMASK, "w") as f:
-        f.write(f"{1 << cpu:x}")
-    try:
-        yield
-    finally:
-        with open(WQ_CPUMASK, "w") as f:
-            f.write(old)
-
-
 @pytest.mark.fio
 @pytest.mark.root
 @pytest.mark.loopdev
@@ -103,7 +84,7 @@ def test_direct_libaio_clat_agrees_with_fio(tmp_path):
     Tolerance: the median over 3 interleaved rounds of iodl/fio clat p50 within [2/3, 3/2].
     Mislabelled lat (slat ~10 us here) would read ~3x: so also, iodl's clat must be nearer (in ratio)
     fio's clat than fio's lat."""
-    with LoopMount(256 << 20, direct_io=False, workdir="/dev/shm") as m, unbound_workers_on(0):
+    with LoopMount(256 << 20, direct_io=False, workdir="/dev/shm") as m, UnboundWorkqueues(0):
         entry, _ = compare("[global]\nioengine=libaio\nrw=randread\nbs=4k\nsize=64m\ndirect=1\niodepth=1\n"
                            "runtime=1\ntime_based\n[direct]\n", m.path, tmp_path, repeat=3, cpu=0)
     rounds = entry["rounds"]
