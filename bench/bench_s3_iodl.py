@@ -35,6 +35,10 @@ iodl's upload in this process (its own reference figure) goes first, then iodl a
 taking turns (iodl first in even rounds), then the reference loop. A PUT cell of 48 objects lasts
 ~1 s: one request stalled ~1 s (seen in every kind of cell) moves its round's ratio by 0.3-0.5.
 
+--split-cpus 1 runs the server on the last CPU and the bench with every client it starts on the
+others (split_cpus): with both on the same two cores, rounds of one cell moved by 0.1-0.4
+(bench/results/s3-iodl-vs-loop-s11.md).
+
 Rounds interleave iodl and the loop. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratios
 iodl / loop, and the command line that made them.
 
@@ -262,12 +266,27 @@ def upload_in_process(server, staging: str, rels: list[str], prefix: str) -> tup
     return nbytes / wall / 1e6, cpu / (nbytes / 1e9)
 
 
+def split_cpus(server_pid: int) -> None:
+    """--split-cpus 1: the server's every thread on the last CPU, this process (and every client it
+    starts: they inherit it) on the others. On two vCPUs the server and the client under test
+    otherwise take turns on the same cores, and a round's ratio is their scheduling as much as the
+    client's work."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--split-cpus needs two CPUs")
+    for tid in os.listdir(f"/proc/{server_pid}/task"):   # threads made later inherit their maker's
+        os.sched_setaffinity(int(tid), {cpus[-1]})
+    os.sched_setaffinity(0, set(cpus[:-1]))
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--put-loop"]:
         put_loop_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
-    args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop", extra=(("--put-files", 48),))
+    args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop", extra=(("--put-files", 48), ("--split-cpus", 0)))
     server, client = bench_server()
+    if args.split_cpus:
+        split_cpus(server.proc.pid)
     staging = tempfile.mkdtemp(prefix="iodl-s3-bench-staged-")
     rows = []
     try:
@@ -355,7 +374,9 @@ def write(rows: list[dict], args) -> None:
              "files); the PUT loop runs as that upload does, in a new process that has just staged the files "
              "itself (module docstring: why); in-process: iodl's engine or upload in the bench's process, beside "
              "the loops (its PUTs of settled files). Reference loop: for GETs awscrt's S3Client loop; for PUTs "
-             "the S3Client loop as the bench ran it before, in the bench's process of files a child had staged.",
+             "the S3Client loop as the bench ran it before, in the bench's process of files a child had staged."
+             + (" The server ran on the last CPU, the bench and its clients on the others (--split-cpus)."
+                if args.split_cpus else ""),
              "",
              "| op | in flight | iodl MB/s | same-client loop MB/s | iodl / loop | per-round ratios | "
              "iodl in-process / loop, per round | reference loop MB/s | iodl / reference loop, per round | "
