@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import socket
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ import numpy as np
 from . import _native
 from .errors import IodlError, UsageError
 from .launcher import launched_by_mpi, start_mpi
+from .outputs import create_new
 
 
 # MpiComm._wait's sleep between two polls of a collective: it doubles up to 1 ms, and in a wait
@@ -67,7 +66,7 @@ class SerialComm:
         return None   # no other rank wakes with this one
 
     def hostname(self) -> str:
-        return socket.gethostname()
+        return os.uname().nodename   # socket.gethostname()'s, without importing socket
 
     def give_up_after(self, seconds: float) -> None:
         pass
@@ -467,7 +466,7 @@ def split_hosts(comm) -> HostSplit:
 def _shared_file(size: int):
     """A zeroed file in /dev/shm (tmpfs: memory shared by the node's processes)."""
 
-    fd, path = tempfile.mkstemp(prefix="iodl-shm-", dir="/dev/shm")
+    fd, path = create_new("/dev/shm", "iodl-shm-")
     try:
         # reserve the pages now: a sparse file on a full /dev/shm maps fine and then kills the
         # rank with SIGBUS at its first write; ENOSPC here sends the caller to private memory

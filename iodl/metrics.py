@@ -37,6 +37,7 @@ def new_series(seconds: float | None = None) -> np.ndarray:
 
 @dataclass
 class RankResult:
+    """One rank's counters of a run (docs/numbers.md, per rank)."""
     rank: int
     host: str
     mount: int

@@ -606,6 +606,7 @@ def shard_source(cfg: RunSpec, n_shards: int, index_in_mount: int, ranks_in_moun
 
 @dataclass
 class StepRecords:
+    """A rank's steps, a row of STEP_FIELDS each."""
     rows: list = field(default_factory=list)
 
     def add(self, **kw) -> None:
