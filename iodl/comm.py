@@ -23,6 +23,7 @@ from .outputs import create_new
 # MpiComm._wait's sleep between two polls of a collective: it doubles up to 1 ms, and in a wait
 # that has lasted longer than 20 ms up to 1/20 of it, at most 20 ms
 MIN_POLL_S, MAX_POLL_S, POLL_SHARE = 1e-3, 20e-3, 20
+SHARED_NAME_BYTES = 64   # NodeShared's file name: /dev/shm/iodl-shm- and 12 hex digits, 30 bytes
 
 
 class SerialComm:
@@ -188,6 +189,19 @@ class MpiComm:
     def allgather(self, obj):
         self.barrier()
         return self._comm.allgather(obj)
+
+    def bcast_text(self, text: str, size: int, root: int = 0) -> str:
+        """root's text (at most `size` bytes of UTF-8) on every rank: one sleep-polled collective,
+        where bcast is a barrier and a blocking call (a collective at set-up is ~0.1 s at 72 ranks
+        on 2 cores)."""
+        buf = bytearray(size + 1)   # the last byte stays 0: the text's end
+        if self.rank == root:
+            data = text.encode()
+            if len(data) > size:
+                raise ValueError(f"bcast_text: {len(data)} bytes, at most {size}")
+            buf[:len(data)] = data
+        self._wait(self._comm.Ibcast(buf, root=root))
+        return bytes(buf[:buf.index(0)]).decode()
 
     def allreduce(self, value, op: str = "sum"):
         """One non-blocking collective, sleep-polled: train-sync pays this once per step."""
@@ -358,7 +372,7 @@ class NodeShared:
                 os.close(fd)
             except OSError:
                 path = None  # no /dev/shm here
-        path = self._node.bcast(path, root=0)
+        path = self._node.bcast_text(path or "", SHARED_NAME_BYTES, root=0)
         ok = False
         if path:
             try:
