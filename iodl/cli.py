@@ -9,7 +9,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 
 from . import __version__
 from .errors import IodlError
@@ -169,8 +168,9 @@ def _main(argv: list[str], starting: bool) -> int:
         code = _fail("interrupted", 130)
     except MemoryError:   # the machine's limit, not a bug: one line (the limits are checked up front)
         code = _fail("out of memory", 1)
-    except Exception:
-        traceback.print_exc()
+    except Exception as exc:
+        # the interpreter's own printer (in C): the traceback module is ~4 ms of every rank's start-up
+        sys.excepthook(type(exc), exc, exc.__traceback__)
         code = _fail("internal error (traceback above); please report it", 70)
     _abort_if_mpi(code)
     return code

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import socket
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -19,11 +17,13 @@ import numpy as np
 from . import _native
 from .errors import IodlError, UsageError
 from .launcher import launched_by_mpi, start_mpi
+from .outputs import create_new
 
 
 # MpiComm._wait's sleep between two polls of a collective: it doubles up to 1 ms, and in a wait
 # that has lasted longer than 20 ms up to 1/20 of it, at most 20 ms
 MIN_POLL_S, MAX_POLL_S, POLL_SHARE = 1e-3, 20e-3, 20
+SHARED_NAME_BYTES = 64   # NodeShared's file name: /dev/shm/iodl-shm- and 12 hex digits, 30 bytes
 
 
 class SerialComm:
@@ -67,7 +67,7 @@ class SerialComm:
         return None   # no other rank wakes with this one
 
     def hostname(self) -> str:
-        return socket.gethostname()
+        return os.uname().nodename   # socket.gethostname()'s, without importing socket
 
     def give_up_after(self, seconds: float) -> None:
         pass
@@ -189,6 +189,19 @@ class MpiComm:
     def allgather(self, obj):
         self.barrier()
         return self._comm.allgather(obj)
+
+    def bcast_text(self, text: str, size: int, root: int = 0) -> str:
+        """root's text (at most `size` bytes of UTF-8) on every rank: one sleep-polled collective,
+        where bcast is a barrier and a blocking call (a collective at set-up is ~0.1 s at 72 ranks
+        on 2 cores)."""
+        buf = bytearray(size + 1)   # the last byte stays 0: the text's end
+        if self.rank == root:
+            data = text.encode()
+            if len(data) > size:
+                raise ValueError(f"bcast_text: {len(data)} bytes, at most {size}")
+            buf[:len(data)] = data
+        self._wait(self._comm.Ibcast(buf, root=root))
+        return bytes(buf[:buf.index(0)]).decode()
 
     def allreduce(self, value, op: str = "sum"):
         """One non-blocking collective, sleep-polled: train-sync pays this once per step."""
@@ -331,7 +344,8 @@ class NodeShared:
     """A zeroed block of memory mapped by every rank of one node (a /dev/shm file, unlinked as soon
     as all ranks mapped it, so nothing is left behind). Where some rank could not map it, `shared`
     is False on every rank of every node and `mm` is a private block of the same size instead, so
-    callers keep one code path. node_rank/node_size place this rank."""
+    callers keep one code path. node_rank/node_size place this rank; world_ranks: the rank in comm
+    of each rank of the node, in node order (MPI knows them: no message)."""
 
     TAIL = 64   # bytes after the per-rank slots, for one node-wide word (the null engine's device)
 
@@ -340,8 +354,12 @@ class NodeShared:
         if comm.is_mpi:
             node = comm._comm.Split_type(comm._MPI.COMM_TYPE_SHARED)
             self.node_rank, self.node_size, self._node = node.Get_rank(), node.Get_size(), MpiComm(node)
+            mine, theirs = node.Get_group(), comm._comm.Get_group()
+            self.world_ranks = mine.Translate_ranks(None, theirs)
+            mine.Free()
+            theirs.Free()
         else:
-            self.node_rank, self.node_size, self._node = 0, 1, None
+            self.node_rank, self.node_size, self._node, self.world_ranks = 0, 1, None, [comm.rank]
         self.device_offset = per_rank * self.node_size
         size = -(-max(size, self.device_offset + self.TAIL) // mmap.PAGESIZE) * mmap.PAGESIZE
         if not comm.is_mpi:
@@ -354,7 +372,7 @@ class NodeShared:
                 os.close(fd)
             except OSError:
                 path = None  # no /dev/shm here
-        path = self._node.bcast(path, root=0)
+        path = self._node.bcast_text(path or "", SHARED_NAME_BYTES, root=0)
         ok = False
         if path:
             try:
@@ -416,7 +434,7 @@ class NodeBarrier:
         return None if self._mm is None else _native.node_quiet(self._mm, int(timeout_s * 1e9))
 
 
-def node_host_name(comm, leader: int) -> str:
+def node_host_name(comm, leader: int, node_size: int) -> str:
     """This rank's host name for the result: MPI's processor name, made unique per node.
 
     The result groups ranks by this name (`hosts`, the per-node cache view, the datasize rule's
@@ -425,9 +443,11 @@ def node_host_name(comm, leader: int) -> str:
     one host, their memory and cache probes overwriting each other (found by
     tests/system/test_multihost.py). Such nodes are now NAME#1, NAME#2, ... in the order of their
     first rank; a name that one node holds is left as it is. leader: the world rank of this node's
-    first rank, which the caller learnt in a collective of its own. One small allgather, at set-up."""
+    first rank, which the caller learnt in a collective of its own; node_size: the ranks of this
+    node. One small allgather at set-up, where there are several nodes: a node that holds every
+    rank is the only one (the allgather cost ~0.1 s at 72 ranks on 2 cores)."""
     name = comm.hostname()
-    if not comm.is_mpi or comm.size == 1:
+    if not comm.is_mpi or node_size == comm.size:
         return name
     pairs = comm.allgather((leader, name))
     nodes = sorted({first for first, n in pairs if n == name})
@@ -460,14 +480,14 @@ def split_hosts(comm) -> HostSplit:
     first = node.bcast(comm.rank if node.rank == 0 else None, root=0)
     firsts = sorted(set(comm.allgather(first)))
     split = HostSplit(node, node.rank, firsts.index(first), len(firsts))
-    split.name = node_host_name(comm, first)
+    split.name = node_host_name(comm, first, node.size)
     return split
 
 
 def _shared_file(size: int):
     """A zeroed file in /dev/shm (tmpfs: memory shared by the node's processes)."""
 
-    fd, path = tempfile.mkstemp(prefix="iodl-shm-", dir="/dev/shm")
+    fd, path = create_new("/dev/shm", "iodl-shm-")
     try:
         # reserve the pages now: a sparse file on a full /dev/shm maps fine and then kills the
         # rank with SIGBUS at its first write; ENOSPC here sends the caller to private memory
@@ -499,16 +519,18 @@ def collective(comm, fn):
         value, failure = fn(), None
     except IodlError as exc:
         value, failure = None, (type(exc).__name__, str(exc), exc.exit_code)
-    failures = comm.allgather(failure)
-    bad = [(r, f) for r, f in enumerate(failures) if f is not None]
-    if bad:
-        rank, (_kind, message, code) = bad[0]
-        if len({f[1] for _r, f in bad}) > 1 or len(bad) < comm.size:
-            message = f"rank {rank}: {message}" + (f" (and {len(bad) - 1} more rank(s))" if len(bad) > 1 else "")
-        err = IodlError(message, collective=True)
-        err.exit_code = code
-        raise err
-    return value
+    # whether any rank failed: one sleep-polled allreduce, where an allgather is a barrier and a
+    # blocking call (each collective at set-up costs ~0.1 s at 72 ranks on 2 cores); what failed,
+    # only then
+    if not comm.allreduce(int(failure is not None), "max"):
+        return value
+    bad = [(r, f) for r, f in enumerate(comm.allgather(failure)) if f is not None]
+    rank, (_kind, message, code) = bad[0]
+    if len({f[1] for _r, f in bad}) > 1 or len(bad) < comm.size:
+        message = f"rank {rank}: {message}" + (f" (and {len(bad) - 1} more rank(s))" if len(bad) > 1 else "")
+    err = IodlError(message, collective=True)
+    err.exit_code = code
+    raise err
 
 
 def node_shared_arrays(group, build) -> dict[str, np.ndarray]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import time
 from datetime import datetime
@@ -163,7 +162,7 @@ def checkpoint_run_metric(result: dict) -> dict:
 
 def host_facts() -> dict:
     """What DLIO records of a rank's host: memory (psutil's total is MemTotal) and CPUs."""
-    return {"host": socket.gethostname(), "host_memory_GB": meminfo().get("MemTotal", 0) / GiB,
+    return {"host": os.uname().nodename, "host_memory_GB": meminfo().get("MemTotal", 0) / GiB,
             "host_cpu_count": os.cpu_count() or 0}
 
 
@@ -220,7 +219,7 @@ def _summary(facts, hosts_of_ranks, start, end, metric, per_host_gib, **counts) 
     nodes, per_node = _hosts(facts, hosts_of_ranks)
     memory = [per_node[h]["host_memory_GB"] for h in nodes]
     return {"start": _ts(start), "num_accelerators": len(hosts_of_ranks), "num_hosts": len(nodes),
-            "hostname": hosts_of_ranks[0] if hosts_of_ranks else socket.gethostname(),
+            "hostname": hosts_of_ranks[0] if hosts_of_ranks else os.uname().nodename,
             "metric": metric, "num_files_train": counts["num_files_train"], "num_files_eval": 0,
             "num_samples_per_file": counts["num_samples_per_file"],
             "host_cpu_count": [int(per_node[h]["host_cpu_count"]) for h in nodes],

@@ -32,6 +32,7 @@ C_PER_FILE = "C per file"      # fio's metadata engines: one create, stat or unl
 
 @dataclass(frozen=True)
 class Entry:
+    """One engine of the registry: its names and what it can do."""
     name: str                                  # iodl's name (results, --engine)
     kind: str                                  # C_OPS, PYTHON or C_PER_FILE
     about: str                                 # how it issues a request, in a few words

@@ -43,6 +43,7 @@ DEFINED_BY: dict[str, tuple[str, ...]] = {
     "iodl.metrics:RankResult.note_open": ("result.per_rank.opens", "result.per_rank.open_max_ns"),
     "iodl.metrics:RankResult.note_close": ("result.per_rank.closes", "result.per_rank.close_max_ns"),
     "iodl.metrics:RankResult.note_open_wait": ("result.per_rank.open_wait_s",),
+    "iodl.metrics:RankResult.note_start": ("result.per_rank.started_s",),
     "iodl.metrics:RankResult.note_process": tuple(f"result.per_rank.{k}" for k in ("startup_s", "cpu_s", "cores",
                                                                                     "max_rss_mb", "pss_mb")),
     "iodl.metrics:RankResult.scalars": ("result.per_rank.rank", "result.per_rank.host", "result.per_rank.mount"),

@@ -56,9 +56,13 @@ def mpi_env_defaults(env, sysv_works=_sysv_shm_works) -> dict[str, str]:
     # MPICH carries every message in its own shared memory and uses UCX only to swap addresses
     # at start-up. UCX's default opens both its posix and its SysV shared-memory transports, and
     # at 72 ranks their per-peer state is ~5 MB of every rank: one transport is enough.
+    # Neither transport registers memory, so UCX's memory events (for the registration cache of
+    # RDMA transports) have nothing to serve; installing their hooks (patching mmap and munmap
+    # in every loaded library, sched_yield between patches) was half of MPI_Init's CPU in a
+    # process: 0.076 -> 0.040 s at one rank, x72 ranks on 2 cores (bench/results/scale-notes.md).
     local = env.get("MPI_LOCALNRANKS")
     if local is not None and local == env.get("PMI_SIZE") and "UCX_TLS" not in env and sysv_works():
-        out["UCX_TLS"] = "self,sysv"
+        out.update(UCX_TLS="self,sysv", UCX_MEM_EVENTS="no")
     return {k: v for k, v in out.items() if k not in env}
 
 

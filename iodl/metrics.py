@@ -37,6 +37,7 @@ def new_series(seconds: float | None = None) -> np.ndarray:
 
 @dataclass
 class RankResult:
+    """One rank's counters of a run (docs/numbers.md, per rank)."""
     rank: int
     host: str
     mount: int
@@ -49,6 +50,7 @@ class RankResult:
     t_end: float = -math.inf
     max_ns: int = 0
     startup_s: float = 0.0    # process start -> ready to run (imports, MPI init, setup)
+    started_s: float = 0.0    # process start -> the start barrier passed (a step pattern's first step begins)
     cpu_s: float = 0.0        # user + system CPU of the whole process
     cores: int = 0            # CPUs the host has online: what the emulator's own CPU is set against
     max_rss_mb: float = 0.0
@@ -152,10 +154,16 @@ class RankResult:
 
     def scalars(self) -> "PerRank":
         return {k: getattr(self, k) for k in ("rank", "host", "mount", "bytes", "ios", "cached_bytes",
-                                              "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "cpu_s",
+                                              "cache_unmeasured_bytes", "errors", "t_start", "t_end", "max_ns", "startup_s", "started_s", "cpu_s",
                                               "cores", "max_rss_mb",
                                               "pss_mb", "epochs_checked", "epochs_wrong", "opens", "open_max_ns",
                                               "open_wait_s", "closes", "close_max_ns", "retries", "ttfb_max_ns", "lists", "list_s")}
+
+    def note_start(self) -> None:
+        """The run's start barrier is behind this rank (its time 0): how long after its process began.
+        What issue 26 counts (72 ranks on 2 cores: <= 8 s): startup_s, then the pattern's engine
+        opened and every rank met."""
+        self.started_s = process_age_s()
 
     def note_process(self, startup_s: float) -> None:
         """What this rank's process cost: start-up time, CPU, peak memory."""

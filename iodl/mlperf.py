@@ -10,8 +10,8 @@ ACCELERATORS_CLOSED, LLM_ALLOWED_VALUES), mlpstorage/rules/utils.py
 mlpstorage_py/report_generator.py (@0366ccfc9fc629dde3379a8022cb4c4ff8285b53: _aggregate_training)."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from statistics import fmean
 
 import numpy as np
 
@@ -89,6 +89,7 @@ def checkpoint_category(model: str, ranks: int, full_ranks: int, writes: int, re
 
 @dataclass(frozen=True)
 class DataSize:
+    """The smallest dataset the dataset-size rule accepts, and what decided it."""
     accelerators: int
     hosts: int
     host_memory_bytes: int
@@ -148,6 +149,14 @@ def summary(per_rank: list, au_threshold: float) -> dict | None:
     mean_au = float(np.mean([np.mean(v) for v in au.values()]))
     return {"au": mean_au, "samples_per_s": float(np.mean([np.sum(v) for v in rate.values()])),
             "au_threshold": au_threshold, "pass": mean_au >= au_threshold, "epochs": len(au)}
+
+
+def fmean(values) -> float:
+    """statistics.fmean, the same float (the exact sum, divided by the count): statistics imports
+    random, fractions and decimal, ~2.5 ms of the start-up of every rank (the step patterns import
+    this module), ~0.09 s at 72 ranks on 2 cores."""
+    values = list(values)
+    return math.fsum(values) / len(values)
 
 
 def aggregate_runs(results: list[dict], dlio: list[dict | None]) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 from .errors import UsageError
 
@@ -26,12 +25,24 @@ def check_output_path(flag: str, path: str) -> None:
         raise UsageError(f"{flag} {path}: exists and is not a regular file")
 
 
+def create_new(directory: str, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """(fd, path) of a file created here, exclusively (mode 0600, a random name not taken yet), as
+    tempfile.mkstemp makes one: every rank imports this module, and tempfile (with shutil and
+    random) was ~2 ms of each rank's start-up, ~0.08 s at 72 ranks on 2 cores."""
+    for _ in range(100):
+        path = os.path.join(directory, f"{prefix}{os.urandom(6).hex()}{suffix}")
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{directory}: no free name for {prefix}*{suffix}")
+
+
 def write_text_atomically(path: str, write) -> None:
     """write(f) into an exclusively created temporary file beside `path`, renamed over it when
     complete: a reader never sees half a file, and no temporary file is left on any failure."""
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=os.path.dirname(os.path.abspath(path)))
+    fd, tmp = create_new(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.", ".tmp")
     try:
         with os.fdopen(fd, "w", newline="") as f:
             write(f)

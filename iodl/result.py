@@ -137,6 +137,7 @@ class PerRank(TypedDict):
     t_end: float | None
     max_ns: int
     startup_s: float
+    started_s: float
     cpu_s: float
     cores: int
     max_rss_mb: float

@@ -272,11 +272,11 @@ def _prepare_node(comm, spec, m: Mount):
     """(spec, Node): per node a block every rank's live counters go to (rank 0 shows them), one cache
     dropper, the cache looked at; the null engine's shared device in the spec."""
     shared = NodeShared(comm, LIVE_SLOT * 256, per_rank=LIVE_SLOT)
-    # each rank of the node: (its mount, its world rank); the first is the node's leader
-    node_ranks = shared.node.allgather((m.index, comm.rank))
-    node_mounts = [mount for mount, _rank in node_ranks]
+    # the mount of each rank of the node, from its world rank as _open_mount chose it (no message);
+    # the first rank is the node's leader
+    node_mounts = [mount_of(rank, len(m.roots)) for rank in shared.world_ranks]
     # the host name the result groups by, one per node even where nodes share a name (comm.py)
-    host = comm_mod.node_host_name(comm, node_ranks[0][1])
+    host = comm_mod.node_host_name(comm, shared.world_ranks[0], shared.node_size)
     leader = shared.node_rank == 0
     if spec.drop_caches and leader:
         cache.drop_caches()

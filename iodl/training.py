@@ -606,6 +606,7 @@ def shard_source(cfg: RunSpec, n_shards: int, index_in_mount: int, ranks_in_moun
 
 @dataclass
 class StepRecords:
+    """A rank's steps, a row of STEP_FIELDS each."""
     rows: list = field(default_factory=list)
 
     def add(self, **kw) -> None:
@@ -803,6 +804,7 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     sync = cfg.pattern == "train-sync"
     comm.barrier()
     t0 = _native.monotonic_ns()
+    result.note_start()
     # the emulator's own cost, per step (docs/numbers.md "The emulator's own cost"): the kernel's CPU
     # clocks of this process and of this (the step loop's) thread, exact to the ns, two syscalls a step
     cpu_at, loop_at = time.process_time_ns(), time.thread_time_ns()

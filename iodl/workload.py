@@ -35,6 +35,7 @@ ACCESS = ("blocks", "np.load", "whole")   # how a shard is read ([read] access)
 
 @dataclass(frozen=True)
 class DatasetSpec:
+    """A workload's [dataset]: the shards' format, number and samples."""
     format: str
     files: int
     samples_per_file: int
@@ -58,6 +59,7 @@ class DatasetSpec:
 
 @dataclass(frozen=True)
 class TrainSpec:
+    """A workload's [train]: the steps an accelerator takes."""
     batch_size: int
     compute_time_s: float     # emulated accelerator time per step
     epochs: int
@@ -70,6 +72,7 @@ class TrainSpec:
 
 @dataclass(frozen=True)
 class ReadSpec:
+    """A workload's [read]: how its shards are read."""
     block_size: int           # bytes per request
     iodepth: int
     read_threads: int
@@ -91,11 +94,13 @@ class ReadSpec:
 
 @dataclass(frozen=True)
 class MetricSpec:
+    """A workload's [metric]: the AU a run must reach."""
     au_threshold: float
 
 
 @dataclass(frozen=True)
 class Workload:
+    """A workload as resolved: a built-in, a TOML file, or a DLIO/MLPerf YAML file."""
     name: str
     description: str
     pattern: str

@@ -99,6 +99,8 @@ def run(comm, args) -> int:
         entries = collective(comm, lambda: _rank_root(comm, spec))
         comm.barrier()   # the common origin of every rank's window
         t0 = _native.monotonic_ns()
+        if not trials:
+            process.note_start()   # the first trial's
         stop.arm()
         try:
             tally, end_s, stopped = KVCACHE.run_rank(spec, comm.rank, entries, t0, stop)

@@ -36,6 +36,7 @@ _SIZES_STREAM = 0x5A3E  # seed-sequence tag of the sample-size stream (content s
 
 @dataclass(frozen=True)
 class Shard:
+    """One file of a dataset."""
     path: str      # absolute
     size: int      # bytes
     samples: int

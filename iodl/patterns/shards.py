@@ -92,6 +92,7 @@ def read_shards(run: Run, order: Callable[[int], np.ndarray | None], window_s: t
         try:
             comm.barrier()  # the common origin of every rank's clock
             t0 = _native.monotonic_ns()
+            result.note_start()
             if window_s is not None:
                 # the ramp is not a separate phase: I/O runs on through its end, counted from then
                 measure_from = t0 + int(window_s[0] * 1e9)

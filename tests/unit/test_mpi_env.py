@@ -11,8 +11,8 @@ def works():
     return True
 
 
-def test_one_node_gets_fewer_queue_cells_and_one_ucx_shared_memory_transport():
-    assert mpi_env_defaults(ONE_NODE, works) == {CELLS: "8", "UCX_TLS": "self,sysv"}
+def test_one_node_gets_fewer_queue_cells_and_one_ucx_shared_memory_transport_without_memory_hooks():
+    assert mpi_env_defaults(ONE_NODE, works) == {CELLS: "8", "UCX_TLS": "self,sysv", "UCX_MEM_EVENTS": "no"}
 
 
 @pytest.mark.parametrize("env", [
@@ -31,6 +31,8 @@ def test_without_sysv_shared_memory_ucx_keeps_its_own_choice():
 def test_the_users_settings_win():
     env = {**ONE_NODE, "UCX_TLS": "tcp", CELLS: "64"}
     assert mpi_env_defaults(env, works) == {}
+    env = {**ONE_NODE, "UCX_MEM_EVENTS": "yes"}
+    assert mpi_env_defaults(env, works) == {CELLS: "8", "UCX_TLS": "self,sysv"}
 
 
 def test_the_sysv_probe_leaves_no_segment_behind():
