@@ -126,7 +126,9 @@ SHARES_SLEEP = {
     "tests/s3/test_radosgw.py::test_storage_only": "the rate of ranged GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_wrong_secret": "one line of text",
     "tests/s3/test_radosgw.py::test_slowdown": "retries counted, one line",
-    "tests/s3/test_tls_radosgw.py": "objects and counts over https, one line; its cluster's 20 s start is a wait",
+    "tests/s3/test_radosgw.py::test_a_dataset_and_a_checkpoint_over_https": "objects and counts over https on the "
+                                                                           "200 Mbit/s tbf link",
+    "tests/s3/test_radosgw.py::test_another_cas_bundle_is_one_line": "one line of text",
     "tests/kvcache/test_truth.py::test_writes_are_capped": "the fd table under a 10 MB/s throttle: counts, no time",
     "tests/kvcache/test_truth.py::test_the_queue_serves": "the order of service under an 8 MiB/s write throttle",
     "tests/kvcache/test_truth.py::test_every_reported_read_reaches_the_device":
