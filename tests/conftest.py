@@ -106,6 +106,16 @@ FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.p
 # free ports): they share the machine; the rest of tests/s3 is serial
 S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py", "tests/s3/test_tls.py",
               "tests/s3/test_checkpoint_lists.py")
+# Tests of counts on a loop device of their own, serial by their root and loopdev markers otherwise: the
+# device's own counters, statvfs, strace's calls; no time or rate held, no throttle, no drop_caches, the
+# caches needed neither warm nor cold (a partner's reclaim costs a count nothing): they share the machine.
+# A timing claim (`flaky`) stays serial whatever this says.
+DEVICE_SHARING = (
+    "tests/kvcache/test_truth.py::test_prefill_only_writes_tokens_times_bytes_per_token_plus_a_header_per_entry",
+    "tests/kvcache/test_truth.py::test_direct_entries_are_whole_4k_blocks_and_reach_the_device_as_written",
+    "tests/kvcache/test_truth.py::test_a_root_without_room_for_the_largest_entry_is_refused_before_writing",
+    "tests/kvcache/test_truth.py::test_entries_are_unlinked_least_recently_used_first_to_stay_within_95_percent",
+    "tests/dlio/test_honoured_read.py::test_odirect_reads_reach_the_device_every_time")
 
 # Serial tests that may run two at a time, beside one another and nothing else: their claims are a
 # rate that the kernel paces (a blkio throttle, tc's tbf on a veth) with one process keeping it busy,
@@ -126,7 +136,9 @@ SHARES_SLEEP = {
     "tests/s3/test_radosgw.py::test_storage_only": "the rate of ranged GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_wrong_secret": "one line of text",
     "tests/s3/test_radosgw.py::test_slowdown": "retries counted, one line",
-    "tests/s3/test_tls_radosgw.py": "objects and counts over https, one line; its cluster's 20 s start is a wait",
+    "tests/s3/test_radosgw.py::test_a_dataset_and_a_checkpoint_over_https": "objects and counts over https on the "
+                                                                           "200 Mbit/s tbf link",
+    "tests/s3/test_radosgw.py::test_another_cas_bundle_is_one_line": "one line of text",
     "tests/kvcache/test_truth.py::test_writes_are_capped": "the fd table under a 10 MB/s throttle: counts, no time",
     "tests/kvcache/test_truth.py::test_the_queue_serves": "the order of service under an 8 MiB/s write throttle",
     "tests/kvcache/test_truth.py::test_every_reported_read_reaches_the_device":
@@ -151,10 +163,11 @@ NOBODY_TESTS = ("tests/cmd/test_read.py::test_drop_caches_without_root_is_one_li
 @pytest.hookimpl(tryfirst=True)   # before `-m` selects on the marker
 def pytest_collection_modifyitems(items):
     for item in items:
+        sharing = item.nodeid.startswith(DEVICE_SHARING) and item.get_closest_marker("flaky") is None
         if ((item.nodeid.startswith(SERIAL_PATHS) and not item.nodeid.startswith(S3_SHARING))
                 or any(item.get_closest_marker(m) for m in SERIAL_MARKERS)
                 or (item.get_closest_marker("fio") and not item.nodeid.startswith(FIO_SHARING))
-                or any(f in item.fixturenames for f in SERIAL_FIXTURES)):
+                or any(f in item.fixturenames for f in SERIAL_FIXTURES)) and not sharing:
             item.add_marker("serial")
             if item.nodeid.startswith(tuple(SHARES_SLEEP)):
                 item.add_marker("shares_sleep")

@@ -176,7 +176,9 @@ def test_refused_in_one_line(tmp_path, extra, named):
 
 def _signal_once_created(cmd, d, sig, at_least):
     """Run cmd; once `at_least` files are in d, send sig; (its exit status, stderr)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT at its default: a suite started in the background (`cmd &`) hands it down ignored
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while len(os.listdir(d)) < at_least and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.005)

@@ -258,8 +258,10 @@ def test_stop_during_layout_leaves_no_temporary_file(tmp_path, sig):
     try:
         job = tmp_path / "j.fio"
         job.write_text(f"[j]\ndirectory={d}\nrw=read\nsize=1g\n")
+        # SIGINT at its default: a suite started in the background (`cmd &`) hands it down ignored
         p = subprocess.Popen([sys.executable, "-m", "iodl", "fio-compare", str(job), "--no-fio"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 20
         while not any(".iodl-tmp." in n for n in os.listdir(d)) and time.monotonic() < deadline and p.poll() is None:
             time.sleep(0.001)

@@ -13,6 +13,8 @@ legacy mode they wait 30 s for an answer that never comes); beast without tcp_no
 GET on a kept-alive connection ~40 ms (Nagle against delayed ACK); one OSD needs pools of size 1.
 Interface as Seaweed's: endpoint, access_key, secret_key, start/stop/kill/remove, env(), client().
 `netns`: every daemon in that network namespace (the monitor on its loopback, radosgw on `ip`).
+`pki` (tests/s3/tls.py's): beast serves https too, beside the plain endpoint, on `ssl_port` with its
+certificate (one cluster for the plain and the https tests: a cluster's start is ~15 s).
 """
 from __future__ import annotations
 
@@ -50,14 +52,15 @@ def _free_port(ip: str, start: int) -> int:
 class RadosGW:
     """One monitor, one memstore OSD and one radosgw, with one S3 user."""
 
-    def __init__(self, top: str, ip: str = "127.0.0.1", netns: str | None = None):
-        self.top, self.ip, self.netns = top, ip, netns
+    def __init__(self, top: str, ip: str = "127.0.0.1", netns: str | None = None, pki=None):
+        self.top, self.ip, self.netns, self.pki = top, ip, netns, pki
         self.access_key = "IODLRGW" + secrets.token_hex(6).upper()
         self.secret_key = secrets.token_urlsafe(30)
         # a namespace of its own is empty: its ports are free, and the host cannot bind its address to check
         self.mon_port = 6789 if netns else _free_port("127.0.0.1", 26000)
         self.port = 7480 if netns else _free_port(ip, 27000)
         self.endpoint = f"http://{ip}:{self.port}"
+        self.ssl_port = (443 if netns else _free_port(ip, 28000)) if pki else None
         self.conf = os.path.join(top, "ceph.conf")
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -68,6 +71,10 @@ class RadosGW:
 
     def _config(self) -> str:
         d = self.top
+        frontends = f"beast endpoint={self.ip}:{self.port}"
+        if self.pki:
+            frontends += (f" ssl_endpoint={self.ip}:{self.ssl_port} ssl_certificate={self.pki.cert}"
+                          f" ssl_private_key={self.pki.key}")
         return f"""[global]
 fsid = {uuid.uuid4()}
 mon host = v2:127.0.0.1:{self.mon_port}
@@ -98,7 +105,7 @@ osd data = {d}/osd.$id
 osd objectstore = memstore
 memstore device bytes = {2 << 30}
 [client.rgw.iodl]
-rgw frontends = beast endpoint={self.ip}:{self.port} tcp_nodelay=1
+rgw frontends = {frontends} tcp_nodelay=1
 rgw data = {d}/rgw
 """
 

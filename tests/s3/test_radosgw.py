@@ -5,8 +5,15 @@ One cluster for the module, in a network namespace behind a 200 Mbit/s veth (tes
 iodl says it wrote and read crossed the link (the veth's own counters, within 2% for HTTP and TCP/IP
 headers), at the link's rate (within 5% of its TCP payload rate); a wrong secret, 503 SlowDown (radosgw
 throttling its requests), and radosgw killed mid-read, each end in one line. The kill comes last: it takes the server away.
+
+https on the same cluster (beast's ssl_endpoint beside the plain one, a certificate of a private CA:
+tests/s3/tls.py), so that iodl's TLS is not tuned to SeaweedFS's: a dataset written and validated, a
+checkpoint written and read back, what the server holds is what iodl reports; a CA not trusted is the
+one line. (One cluster for both: a second one took ~15-23 s to start.)
 """
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,11 +25,15 @@ from tests.conftest import require_or_skip
 from tests.helpers import iodl
 from tests.s3.link import Link, usable
 from tests.s3.radosgw import RadosGW, radosgw_missing
+from tests.s3.test_checkpoint import DLIO_S3, PART, _plan
+from tests.s3.test_tls import _run
+from tests.s3.tls import OPENSSL, Pki, TlsRadosGW
 
 pytestmark = pytest.mark.root
 
 LINK_PAYLOAD_MBPS = 200e6 / 8 * 1448 / 1500 / 1e6   # TCP payload of 1500-byte frames: ~24.1 MB/s
 BUCKET = "rgw-bkt"
+TLS_BUCKET = "rgw-tls-bkt"
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +43,19 @@ def rgw():
     why = usable()
     require_or_skip("root", why is None, f"root: {why}")
     link = Link("iodl-s3-rgw", "iodls3r", 200, net=78).open()
-    server = RadosGW(tempfile.mkdtemp(prefix="iodl-rgw-"), ip=link.ns_ip, netns=link.ns)
+    top = tempfile.mkdtemp(prefix="iodl-rgw-")
+    server = None
     try:
+        # https beside http: without openssl the https tests skip (or fail, as IODL_REQUIRE says) in their fixture
+        pki = Pki(os.path.join(top, "pki"), ip=link.ns_ip) if OPENSSL else None
+        server = RadosGW(top, ip=link.ns_ip, netns=link.ns, pki=pki)
         server.start()
         server.client().create_bucket(Bucket=BUCKET)
         yield link, server
     finally:
-        server.remove()
+        if server is not None:
+            server.stop()
+        shutil.rmtree(top, ignore_errors=True)
         link.close()
 
 
@@ -163,6 +180,58 @@ def test_slowdown_is_retried_counted_and_named(rgw, written, tmp_path):
     assert f"{server.endpoint}/{BUCKET}/ds/" in line
     total = json.loads((tmp_path / "s.json").read_text())["total"]
     assert total["errors"] >= 1 and total["retries"] >= 3 and total["bytes"] > 0, total
+
+
+@pytest.fixture(scope="module")
+def https(rgw):
+    """The module's cluster over https (its ssl_endpoint), with a bucket of its own."""
+    require_or_skip("radosgw", OPENSSL is not None, "radosgw: no openssl (makes the test CA)")
+    _link, server = rgw
+    tls = TlsRadosGW(server)
+    server._wait(tls._answers, f"radosgw's https on {tls.endpoint}")
+    tls.client().create_bucket(Bucket=TLS_BUCKET)
+    return tls
+
+
+def test_a_dataset_and_a_checkpoint_over_https(https, tmp_path):
+    """generate (4 shards) and validate read them back whole: every byte of the objects radosgw holds;
+    a checkpoint written (one PUT, one 5-part upload) and read back: the objects are the plan's."""
+    env = https.env()
+    proc = _run("generate", "--root", f"s3://{TLS_BUCKET}/ds", "--endpoint", https.endpoint, "--files", "4", "--quiet",
+                env=env)
+    assert proc.returncode == 0, proc.stderr
+    shards = https.client().list_objects_v2(Bucket=TLS_BUCKET, Prefix="ds/copy-")["Contents"]
+    out = tmp_path / "v.json"
+    proc = _run("read", "--pattern", "validate", "--root", f"s3://{TLS_BUCKET}/ds", "--endpoint", https.endpoint,
+                "--block-size", "8MiB", "--out", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert len(shards) == 4 and result["total"]["bytes"] == sum(o["Size"] for o in shards)
+    assert result["total"]["ios"] == 4 and result["endpoints"][0]["url"] == https.endpoint
+
+    config = tmp_path / "tiny_s3.yaml"
+    config.write_text(DLIO_S3)
+    files = _plan(config)
+    proc = _run("checkpoint", "--workload", str(config), "--root", f"s3://{TLS_BUCKET}/ck", "--endpoint",
+                https.endpoint, "--writes", "1", "--reads", "1", "--out", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    ck = json.loads(out.read_text())["checkpoint"]
+    assert (ck["write"]["bytes"], ck["write"]["ios"]) == (sum(b for _n, b in files), sum(-(-b // PART) for _n, b in files))
+    assert ck["read"]["bytes"] == ck["write"]["bytes"]
+    stored = {o["Key"]: o["Size"]
+              for o in https.client().list_objects_v2(Bucket=TLS_BUCKET, Prefix="ck/ckpt-")["Contents"]}
+    assert stored == {f"ck/ckpt-000001/{n}": b for n, b in files}
+    assert https.secret_key not in proc.stdout + proc.stderr + out.read_text()
+
+
+def test_another_cas_bundle_is_one_line(https):
+    proc = _run("read", "--pattern", "validate", "--root", f"s3://{TLS_BUCKET}/ds", "--endpoint", https.endpoint,
+                env=https.env("other_ca"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        f"iodl: error: {https.endpoint}: the server's certificate is not trusted (unable to get local issuer "
+        f"certificate; checked against the CAs of AWS_CA_BUNDLE ({https.pki.other_ca})): give its CA as "
+        "AWS_CA_BUNDLE=FILE or ca_bundle = FILE in the AWS config file's profile (docs/s3.md)")
 
 
 def test_radosgw_gone_mid_read_is_one_line_naming_the_object(rgw, written):

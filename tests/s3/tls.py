@@ -1,10 +1,10 @@
 """An https S3 server for the tests: SeaweedFS's gateway given a certificate of a private CA made
 here (openssl), and the server's own request counters.
 
-`Pki` makes a CA and a certificate for 127.0.0.1 signed by it (P-256 keys, two days), and a second
+`Pki` makes a CA and a certificate for an IP (127.0.0.1 unless told) signed by it (P-256 keys, two days), and a second
 CA that signed nothing (a bundle that does not trust the server). `TlsSeaweed` is tests/s3/server.py's
 `weed mini` with `-s3.cert.file`/`-s3.key.file`: its S3 port then speaks https only; `TlsRadosGW`
-tests/s3/radosgw.py's cluster with radosgw's beast front end on https. `counts()`
+the https front end of tests/s3/radosgw.py's cluster (beast's ssl_endpoint beside its plain one). `counts()`
 reads the gateway's Prometheus counters (weed mini's -metricsPort): requests per bucket, type
 (GET, PUT, LIST...) and HTTP status, counted by the server as it answers them — what the server
 says it was asked, to hold iodl's counts to.
@@ -91,21 +91,14 @@ class TlsSeaweed(Seaweed):
                             config=Config(s3={"addressing_style": "path"}))
 
 
-class TlsRadosGW(RadosGW):
-    """tests/s3/radosgw.py's one-node cluster, its beast front end serving https only with pki's
-    certificate (ssl_endpoint, ssl_certificate, ssl_private_key); endpoint https://IP:PORT."""
+class TlsRadosGW:
+    """The https front end of a tests/s3/radosgw.py cluster started with a Pki (beast's ssl_endpoint
+    beside its plain endpoint, pki's certificate): the same user; endpoint https://IP:SSL_PORT."""
 
-    def __init__(self, top: str, pki: Pki):
-        super().__init__(top)
-        self.pki = pki
+    def __init__(self, server: RadosGW):
+        self.pki, self.ip, self.port = server.pki, server.ip, server.ssl_port
+        self.access_key, self.secret_key = server.access_key, server.secret_key
         self.endpoint = f"https://{self.ip}:{self.port}"
-
-    def _config(self) -> str:
-        plain = f"rgw frontends = beast endpoint={self.ip}:{self.port} tcp_nodelay=1"
-        config = super()._config()
-        assert plain in config
-        return config.replace(plain, f"rgw frontends = beast ssl_endpoint={self.ip}:{self.port} "
-                                     f"ssl_certificate={self.pki.cert} ssl_private_key={self.pki.key} tcp_nodelay=1")
 
     _answers = TlsSeaweed._answers
     env = TlsSeaweed.env
