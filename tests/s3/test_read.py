@@ -316,4 +316,8 @@ def test_one_ranks_server_gone_stops_every_rank_with_a_partial_result(seaweed, t
     assert result["partial"] is True and result["error"] in lines[0]
     assert [p["rank"] for p in result["per_rank"]] == [0, 1] and all(p["bytes"] > 0 for p in result["per_rank"])
     by_url = {e["url"]: e for e in result["endpoints"]}
-    assert by_url[server.endpoint]["errors"] == 1 and by_url[seaweed.endpoint]["errors"] == 0
+    # (failed once in a whole CI run, 27 Nov 2026, killed endpoint's errors 0; not reproduced in 34 runs
+    # alone or beside two busy loops: the message keeps what a next failure shows)
+    assert by_url[server.endpoint]["errors"] == 1 and by_url[seaweed.endpoint]["errors"] == 0, (
+        err, [(e["url"], e["ranks"], e["errors"], e["retries"]) for e in result["endpoints"]],
+        [(p["rank"], p["errors"], p["retries"], p["bytes"]) for p in result["per_rank"]], result["total"]["errors"])
