@@ -275,7 +275,10 @@ def split_cpus(server_pid: int) -> None:
     if len(cpus) < 2:
         raise SystemExit("--split-cpus needs two CPUs")
     for tid in os.listdir(f"/proc/{server_pid}/task"):   # threads made later inherit their maker's
-        os.sched_setaffinity(int(tid), {cpus[-1]})
+        try:
+            os.sched_setaffinity(int(tid), {cpus[-1]})
+        except ProcessLookupError:   # a thread that ended since the listing
+            pass
     os.sched_setaffinity(0, set(cpus[:-1]))
 
 
