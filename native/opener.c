@@ -30,6 +30,17 @@
 
 enum { QUEUED, RUNNING, DONE };
 
+/*
+ * How many threads a queue of opens wakes. The threads are there for opens that wait (a network or
+ * parallel filesystem's: milliseconds each); opens that the dentry and inode caches answer (5-20 us)
+ * one thread finishes sooner than several threads' wake-ups and lock hand-offs would (on 2 cores at
+ * 16 ranks, eight threads woken for each batch cost each sample more CPU than its open). So the pool
+ * keeps its opens' mean time and wakes one thread per SHARE_NS of queued work: at least one, at most
+ * all; all until an open has been timed. A thread that finds the queue longer than the busy ones
+ * can do at that rate wakes one more, so a pool whose opens turn slow is soon all at work.
+ */
+#define SHARE_NS 250000ull
+
 struct request {
 	char *path;
 	int64_t size;
@@ -47,6 +58,9 @@ struct iodl_opener {
 	int direct, stopping;
 	unsigned refs;			/* the owner and each thread: the last one frees the pool */
 	unsigned threads;
+	unsigned busy;			/* threads not waiting for work */
+	uint64_t mean_ns;		/* the opens' mean time (0: none timed yet), see SHARE_NS */
+	int64_t want;			/* the ticket take() waits for (-1: none): only its open wakes it */
 	char *inside;			/* the dataset's real root, or NULL */
 };
 
@@ -134,6 +148,26 @@ static void retire(struct iodl_opener *op)
 	op->first += (int64_t)k;
 }
 
+/* the threads the queued opens want at work (called with the lock held) */
+static unsigned wanted(const struct iodl_opener *op)
+{
+	uint64_t queued = op->len - op->next, k;
+
+	if (!queued)
+		return 0;
+	k = op->mean_ns ? (queued * op->mean_ns + SHARE_NS - 1) / SHARE_NS : queued;
+	if (k > op->threads)
+		k = op->threads;
+	return k > queued ? (unsigned)queued : (unsigned)k;
+}
+
+/* wake threads until as many are at work as the queue wants (called with the lock held) */
+static void wake(struct iodl_opener *op)
+{
+	for (unsigned n = op->busy, k = wanted(op); n < k; n++)
+		pthread_cond_signal(&op->work);
+}
+
 /* one unwanted fd: closed at once (a dropped request, a stopped pool) */
 static void discard(struct request *r)
 {
@@ -148,8 +182,12 @@ static void *worker(void *arg)
 
 	pthread_mutex_lock(&op->mu);
 	for (;;) {
-		while (!op->stopping && op->next == op->len)
-			pthread_cond_wait(&op->work, &op->mu);
+		if (!op->stopping && op->next == op->len) {
+			op->busy--;
+			while (!op->stopping && op->next == op->len)
+				pthread_cond_wait(&op->work, &op->mu);
+			op->busy++;
+		}
 		if (op->stopping)
 			break;
 		/* the array may move while we open (submit grows it, retire shifts it): keep the ticket */
@@ -186,7 +224,12 @@ static void *worker(void *arg)
 		if (op->stopping || r->dropped)
 			discard(r);
 		retire(op);
-		pthread_cond_broadcast(&op->done);
+		/* a mean over the last ~8 opens: it follows storage that turns slow within a batch */
+		op->mean_ns = op->mean_ns ? op->mean_ns - op->mean_ns / 8 + (uint64_t)res.took_ns / 8
+					  : (uint64_t)res.took_ns + 1;
+		if (ticket == op->want)
+			pthread_cond_broadcast(&op->done);
+		wake(op);
 	}
 	int last = !--op->refs;
 
@@ -208,6 +251,7 @@ struct iodl_opener *iodl_opener_new(unsigned threads, int direct, const char *in
 		return NULL;
 	op->direct = direct;
 	op->refs = 1;
+	op->want = -1;
 	if (inside && !(op->inside = strdup(inside))) {
 		free(op);
 		return NULL;
@@ -236,6 +280,7 @@ struct iodl_opener *iodl_opener_new(unsigned threads, int direct, const char *in
 		op->refs++;
 		started++;
 		op->threads++;
+		op->busy++;	/* until it first finds the queue empty */
 	}
 	pthread_mutex_unlock(&op->mu);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -284,10 +329,9 @@ int64_t iodl_opener_submit(struct iodl_opener *op, const char *paths, const int6
 		paths += len + 1;
 		op->len++;
 	}
-	/* as many threads woken as there is work for: 32 ranks x 8 threads all woken per batch would
+	/* no more threads woken than the work wants: 32 ranks x 8 threads all woken per batch would
 	 * fight over the lock (a preempted holder stalls the others for a time slice) */
-	for (size_t i = 0; i < n && i < op->threads; i++)
-		pthread_cond_signal(&op->work);
+	wake(op);
 	pthread_mutex_unlock(&op->mu);
 	return first;
 }
@@ -322,7 +366,11 @@ int iodl_opener_take(struct iodl_opener *op, const int64_t *tickets, size_t n, s
 			i++;
 			continue;
 		}
-		if (pthread_cond_timedwait(&op->done, &op->mu, &ts) == ETIMEDOUT) {
+		op->want = tickets[i];
+		int rc = pthread_cond_timedwait(&op->done, &op->mu, &ts);
+
+		op->want = -1;
+		if (rc == ETIMEDOUT) {
 			pthread_mutex_unlock(&op->mu);
 			return 0;
 		}

@@ -224,3 +224,45 @@ def test_the_engine_takes_each_open_fstat_instead_of_its_own(files, tmp_path):
     total = int(sizes[:10].sum())
     assert seen[0] == seen[2] and seen[0][:2] == (10, total)   # without: one fstat per file
     assert seen[1] == (0,) + seen[0][1:]                        # with: none, the same counts
+
+
+def _open_threads_waits() -> int:
+    """How many times this process's open threads went to sleep (voluntary context switches)."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "iodl-open":
+                    continue
+            with open(f"/proc/self/task/{tid}/status") as f:
+                n += int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", f.read(), re.M).group(1))
+        except OSError:
+            pass   # a thread that just ended
+    return n
+
+
+def test_fast_opens_wake_one_thread_a_batch_not_all(files):
+    """Opens the caches answer (tens of us) are done by one thread: waking all eight for each batch
+    cost more CPU than the opens (native/opener.c SHARE_NS). Each woken thread sleeps again when
+    the queue is empty, so the threads' sleeps count the wake-ups: 8 a batch when every batch woke
+    them all (the pool before), about 1 now. The first batch, before any open was timed, wakes all."""
+    paths, sizes = files
+    pool = _native.opener(8, False, paths.inside)
+    batch, batches = 24, 30
+
+    def one_batch():
+        first = pool.submit(_packed(paths[:batch]), sizes[:batch])
+        got = np.frombuffer(pool.take(np.arange(first, first + batch, dtype=np.int64)), dtype=np.int64)
+        fds = np.ascontiguousarray(got.reshape(-1, COLS)[:, 0])
+        assert (fds >= 0).all()
+        pool.close_fds(fds)
+        time.sleep(0.002)   # the threads back asleep, as between a step's batches
+
+    one_batch()
+    before = _open_threads_waits()
+    for _ in range(batches):
+        one_batch()
+    woken = (_open_threads_waits() - before) / batches
+    pool.close()
+    print(f"{woken:.1f} woken a batch")
+    assert woken <= 4, f"{woken:.1f} open threads woken a batch of {batch} cached opens"
