@@ -165,13 +165,13 @@ def _key(op: str, size: int, i: int) -> str:
 
 def bench_args(doc: str, seconds: float, name: str, extra: tuple = ()):
     """The S3 benches' options: --seconds per cell, --rounds, --out (bench/results/NAME without
-    suffix); extra: (flag, default) of a bench's own integer options."""
+    suffix); extra: (flag, default) of a bench's own options, of the default's type (int, str)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=seconds)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(HERE, "results", name))
     for flag, default in extra:
-        ap.add_argument(flag, type=int, default=default)
+        ap.add_argument(flag, type=type(default), default=default)
     return ap.parse_args()
 
 
