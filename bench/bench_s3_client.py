@@ -175,6 +175,17 @@ def bench_args(doc: str, seconds: float, name: str, extra: tuple = ()):
     return ap.parse_args()
 
 
+def write_rows(args, rows: list[dict], **more) -> str:
+    """args.out + ".json": the command line that ran the bench, --seconds, --rounds, more, the rows;
+    returns the command line (the .md's first line)."""
+    command = f"python bench/{os.path.basename(sys.argv[0])} " + " ".join(sys.argv[1:])
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, **more, "rows": rows}, f,
+                  indent=1)
+    return command
+
+
 def bench_server() -> tuple[Seaweed, object]:
     """A local SeaweedFS for a bench and its boto3 client (the bench's own setup), BUCKET made."""
     server = Seaweed(tempfile.mkdtemp(prefix="iodl-s3-bench-")).start()

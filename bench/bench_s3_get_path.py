@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from bench_s3_client import BUCKET, bench_args, bench_server  # noqa: E402
+from bench_s3_client import BUCKET, bench_args, bench_server, write_rows  # noqa: E402
 from bench_s3_iodl import engine_in_process, generate_dataset, socket_loop, split_cpus  # noqa: E402
 from iodl import s3http  # noqa: E402
 
@@ -99,9 +99,7 @@ def main() -> None:
 
 
 def write(rows: list[dict], args) -> None:
-    command = "python bench/bench_s3_get_path.py " + " ".join(sys.argv[1:])
-    with open(args.out + ".json", "w") as f:
-        json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, "rows": rows}, f, indent=1)
+    command = write_rows(args, rows)
     med = lambda name, key: statistics.median(r[name][key] for r in rows)   # noqa: E731
     ratios = sorted(r["engine"]["MBps"] / r["loop"]["MBps"] for r in rows)
     loads = [r["load"] for r in rows]

@@ -67,7 +67,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
-from bench_s3_client import BUCKET, Crt, bench_args, bench_server, cpu_s  # noqa: E402
+from bench_s3_client import BUCKET, Crt, bench_args, bench_server, cpu_s, write_rows  # noqa: E402
 from iodl import _native, histogram  # noqa: E402
 from iodl.comm import SerialComm  # noqa: E402
 from iodl.data.generate import generate  # noqa: E402
@@ -380,11 +380,7 @@ def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, sock, crt, 
 
 
 def write(rows: list[dict], args) -> None:
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    command = "python bench/bench_s3_iodl.py " + " ".join(sys.argv[1:])
-    with open(args.out + ".json", "w") as f:
-        json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, "put_files": args.put_files,
-                   "rows": rows}, f, indent=1)
+    command = write_rows(args, rows, put_files=args.put_files)
     lines = ["# iodl's GETs and PUTs vs plain loops of the same client (bench/bench_s3_iodl.py)", "",
              f"    {command.strip()}", "",
              f"Local SeaweedFS 4.48; GET: 16 objects of ~4 MB (tiny), whole-object GETs, {args.seconds:g} s per cell; "
