@@ -1,18 +1,20 @@
 """Where a GET's time goes at one request in flight: the s3 engine beside a plain loop of its client.
 
-    python bench/bench_s3_get_path.py [--seconds 1] [--rounds 20] [--split-cpus 1]
+    python bench/bench_s3_get_path.py [--seconds 1] [--rounds 20] [--split-cpus 1] [--iodl-read 1]
 
 At one GET in flight a client's rate is one object per request's time, so whatever the engine
 adds on a request's path shows in full. A local SeaweedFS (tests/s3/server.py), the dataset of
 bench_s3_iodl (tiny's 16 shards, ~4.2 MB objects), whole-object GETs. Each round runs the plain
 loop (bench_s3_iodl.socket_loop: one thread, one connection, the requests of iodl.s3http signed by
 awscrt.auth) and the engine in this process (bench_s3_iodl.engine_in_process: S3Engine.run at
-depth 1) for --seconds each, taking turns at going first: short slices side by side, so that
-both meet the same load.
+depth 1) for --seconds each, and with --iodl-read 1 `iodl read` too (the command, storage-only at
+--iodepth 1, as bench_s3_iodl runs it, for a window of --seconds after a second's ramp), taking
+turns at going first: short slices side by side, so that they meet the same load.
 
 Every request is stamped (time.perf_counter_ns, and the thread's CPU by time.thread_time_ns) by
 wrappers around s3http.Signer.get_request and s3http.Connection.get that both clients go through
-(the same cost in each): signing; request sent -> the answer's first byte; first -> last byte
+(the same cost in each; `iodl read` in a child of this script that wraps them
+alike, --stamped-read): signing; request sent -> the answer's first byte; first -> last byte
 (the body); and between requests, the last byte of one -> the signing of the next, the client's own
 work per request (the engine: the completion counted, the next row taken, under its lock; the
 loop: its counter). Writes bench/results/s3-get-path.{json,md}: per round each client's MB/s, the
@@ -21,7 +23,9 @@ medians of the parts, and their medians over the rounds.
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -72,8 +76,43 @@ def parts(stamps: list[tuple]) -> dict:
             "body": med([s[4] - s[3] for s in st]), "requests": len(st)}
 
 
+RAMP_S = 1   # of `iodl read`: its GETs of the first second are not the window's, nor counted here
+
+
+def stamped_read(server, seconds: float) -> tuple[float, float]:
+    """`iodl read` storage-only at --iodepth 1, as bench_s3_iodl.iodl_read runs it, in a child of
+    this script that stamps its GETs (main with --stamped-read): (its window's MB/s, None); its
+    GETs of the window into STAMPS."""
+    with tempfile.TemporaryDirectory() as d:
+        out, stamps = os.path.join(d, "r.json"), os.path.join(d, "stamps.json")
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--stamped-read", stamps, "read", "--root",
+                               f"s3://{BUCKET}/ds", "--endpoint", server.endpoint, "--pattern", "storage-only",
+                               "--block-size", "8MiB", "--iodepth", "1", "--duration", str(seconds), "--ramp",
+                               str(RAMP_S), "--out", out], env=server.env(), capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(proc.stderr)
+        with open(out) as f, open(stamps) as g:
+            mbps, got = json.load(f)["total"]["bandwidth_MBps"], json.load(g)
+    start = min(s[0] for s in got) + RAMP_S * 10**9
+    STAMPS.extend(tuple(s) for s in got if s[0] >= start)
+    return mbps, None
+
+
+def stamped_read_child(stamps: str, argv: list[str]) -> int:
+    """--stamped-read FILE ARGS: `iodl ARGS` with its GETs stamped, the stamps written to FILE."""
+    from iodl.cli import main as iodl_main
+    _stamp()
+    try:
+        return iodl_main(argv)
+    finally:
+        with open(stamps, "w") as f:
+            json.dump(STAMPS, f)
+
+
 def main() -> None:
-    args = bench_args(__doc__, 1.0, "s3-get-path", extra=(("--split-cpus", 0),))
+    if sys.argv[1:2] == ["--stamped-read"]:
+        sys.exit(stamped_read_child(sys.argv[2], sys.argv[3:]))
+    args = bench_args(__doc__, 1.0, "s3-get-path", extra=(("--split-cpus", 0), ("--iodl-read", 0)))
     server, client = bench_server()
     rows = []
     try:
@@ -83,13 +122,17 @@ def main() -> None:
         keys = [(o["Key"], o["Size"]) for o in client.list_objects_v2(Bucket=BUCKET, Prefix="ds/copy-")["Contents"]]
         os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
         _stamp()
-        runs = {"loop": socket_loop, "engine": engine_in_process}
+        runs = {"loop": lambda: socket_loop(server, keys, 1, args.seconds),
+                "engine": lambda: engine_in_process(server, keys, 1, args.seconds)}
+        if args.iodl_read:
+            runs["iodl read"] = lambda: stamped_read(server, args.seconds)
         for rnd in range(args.rounds):
             row = {"round": rnd}
-            for name in (("loop", "engine") if rnd % 2 == 0 else ("engine", "loop")):
+            for name in (list(runs) if rnd % 2 == 0 else list(runs)[::-1]):
                 STAMPS.clear()
-                mbps, cpu = runs[name](server, keys, 1, args.seconds)
-                row[name] = {"MBps": round(mbps, 1), "cpu_s_per_GB": round(cpu, 3), **parts(STAMPS)}
+                mbps, cpu = runs[name]()
+                row[name] = {"MBps": round(mbps, 1), "cpu_s_per_GB": None if cpu is None else round(cpu, 3),
+                             **parts(STAMPS)}
             row["load"] = round(os.getloadavg()[0], 1)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -101,23 +144,26 @@ def main() -> None:
 def write(rows: list[dict], args) -> None:
     command = write_rows(args, rows)
     med = lambda name, key: statistics.median(r[name][key] for r in rows)   # noqa: E731
-    ratios = sorted(r["engine"]["MBps"] / r["loop"]["MBps"] for r in rows)
+    clients = [name for name in ("loop", "engine", "iodl read") if name in rows[0]]
     loads = [r["load"] for r in rows]
     lines = ["# A GET's time at one in flight: the s3 engine beside a plain loop of its client "
              "(bench/bench_s3_get_path.py)", "", f"    {command.strip()}", "",
              f"Local SeaweedFS, 16 objects of ~4.2 MB, whole-object GETs, one in flight; {args.rounds} rounds of "
              f"{args.seconds:g} s per client, taking turns at going first"
              + (" (the server on the last CPU, the clients on the others)" if args.split_cpus else "")
-             + ". Medians over the rounds of each round's median per request, in us.", "",
+             + ". engine: S3Engine.run in the bench's process; iodl read: the command, storage-only, its window "
+               "(its MB/s as it reports it). Medians over the rounds of each round's median per request, in us.", "",
              "| client | MB/s | between requests | its CPU | signing | sent -> first byte | body | CPU s/GB |",
              "|---|---|---|---|---|---|---|---|"]
-    for name in ("loop", "engine"):
+    for name in clients:
+        cpu = "-" if rows[0][name]["cpu_s_per_GB"] is None else f"{med(name, 'cpu_s_per_GB'):.3f}"
         lines.append(f"| {name} | {med(name, 'MBps'):.0f} | {med(name, 'between'):.1f} | {med(name, 'between_cpu'):.1f} "
-                     f"| {med(name, 'sign'):.1f} | {med(name, 'to_first_byte'):.0f} | {med(name, 'body'):.0f} "
-                     f"| {med(name, 'cpu_s_per_GB'):.3f} |")
-    lines += ["", f"Engine / loop MB/s per round: median {statistics.median(ratios):.2f}, "
-                  f"{ratios[0]:.2f}-{ratios[-1]:.2f} ({', '.join(f'{x:.2f}' for x in ratios)} sorted).",
-              "", f"Load average (1 min) at each round's end: {min(loads):g}-{max(loads):g} on {os.cpu_count()} cores."]
+                     f"| {med(name, 'sign'):.1f} | {med(name, 'to_first_byte'):.0f} | {med(name, 'body'):.0f} | {cpu} |")
+    for name in clients[1:]:
+        ratios = sorted(r[name]["MBps"] / r["loop"]["MBps"] for r in rows)
+        lines += ["", f"{name} / loop MB/s per round: median {statistics.median(ratios):.2f}, "
+                      f"{ratios[0]:.2f}-{ratios[-1]:.2f} ({', '.join(f'{x:.2f}' for x in ratios)} sorted)."]
+    lines += ["", f"Load average (1 min) at each round's end: {min(loads):g}-{max(loads):g} on {os.cpu_count()} cores."]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
 
