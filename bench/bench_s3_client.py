@@ -165,14 +165,25 @@ def _key(op: str, size: int, i: int) -> str:
 
 def bench_args(doc: str, seconds: float, name: str, extra: tuple = ()):
     """The S3 benches' options: --seconds per cell, --rounds, --out (bench/results/NAME without
-    suffix); extra: (flag, default) of a bench's own integer options."""
+    suffix); extra: (flag, default) of a bench's own options, of the default's type (int, str)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=seconds)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(HERE, "results", name))
     for flag, default in extra:
-        ap.add_argument(flag, type=int, default=default)
+        ap.add_argument(flag, type=type(default), default=default)
     return ap.parse_args()
+
+
+def write_rows(args, rows: list[dict], **more) -> str:
+    """args.out + ".json": the command line that ran the bench, --seconds, --rounds, more, the rows;
+    returns the command line (the .md's first line)."""
+    command = f"python bench/{os.path.basename(sys.argv[0])} " + " ".join(sys.argv[1:])
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, **more, "rows": rows}, f,
+                  indent=1)
+    return command
 
 
 def bench_server() -> tuple[Seaweed, object]:

@@ -39,7 +39,9 @@ taking turns (iodl first in even rounds), then the reference loop. A PUT cell of
 others (split_cpus): with both on the same two cores, rounds of one cell moved by 0.1-0.4
 (bench/results/s3-iodl-vs-loop-s11.md).
 
-Rounds interleave iodl and the loop. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratios
+Rounds interleave iodl and the loop, which take turns at going first in GET cells as in PUT cells
+(iodl in even rounds). --cells GET1,GET8,PUT (the default: all) runs only some: `--cells GET1
+--seconds 6 --rounds 8 --split-cpus 1` takes ~4 min. Writes bench/results/s3-iodl-vs-loop.{json,md}: the ratios
 iodl / loop, and the command line that made them.
 
 MB/s on this shared VM swings by +-30% from run to run with the load (the server shares the two
@@ -65,7 +67,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
-from bench_s3_client import BUCKET, Crt, bench_args, bench_server, cpu_s  # noqa: E402
+from bench_s3_client import BUCKET, Crt, bench_args, bench_server, cpu_s, write_rows  # noqa: E402
 from iodl import _native, histogram  # noqa: E402
 from iodl.comm import SerialComm  # noqa: E402
 from iodl.data.generate import generate  # noqa: E402
@@ -76,6 +78,9 @@ from iodl.s3root import Target  # noqa: E402
 from iodl.s3store import S3Store  # noqa: E402
 from iodl.workload import load_workload  # noqa: E402
 
+
+
+CELLS = ("GET1", "GET8", "PUT")   # --cells: GETs at 1 and 8 in flight, PUTs at 8
 
 
 def plain_loop(server, keys, inflight: int, seconds: float) -> tuple[float, float]:
@@ -286,27 +291,42 @@ def main() -> None:
     if sys.argv[1:2] == ["--put-loop"]:
         put_loop_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
-    args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop", extra=(("--put-files", 48), ("--split-cpus", 0)))
+    args = bench_args(__doc__, 8.0, "s3-iodl-vs-loop", extra=(("--put-files", 48), ("--split-cpus", 0),
+                                                               ("--cells", ",".join(CELLS))))
+    cells = args.cells.split(",")
+    if not cells or set(cells) - set(CELLS):
+        raise SystemExit(f"--cells: some of {','.join(CELLS)}")
     server, client = bench_server()
-    if args.split_cpus:
-        split_cpus(server.proc.pid)
     staging = tempfile.mkdtemp(prefix="iodl-s3-bench-staged-")
     rows = []
     try:
+        if args.split_cpus:   # (in the try: a machine of one CPU still removes the server)
+            split_cpus(server.proc.pid)
         generate_dataset(server)
         # the PUTs' objects: the files iodl generate stages (the same workload and seed), here kept
         settled = os.path.join(staging, "settled")
-        stage(settled, args.put_files)
-        rels = sorted(_files(settled))
+        if "PUT" in cells:
+            stage(settled, args.put_files)
+            rels = sorted(_files(settled))
         keys = [(o["Key"], o["Size"]) for o in client.list_objects_v2(Bucket=BUCKET, Prefix="ds/copy-")["Contents"]]
         os.environ.update({k: v for k, v in server.env().items() if k.startswith("AWS_")})
         for rnd in range(args.rounds):
             for inflight in (1, 8):
-                iodl_mbps = iodl_read(server, inflight, args.seconds)
-                sock = socket_loop(server, keys, inflight, args.seconds)
+                if f"GET{inflight}" not in cells:
+                    continue
+                # iodl and the loop take turns at going first (iodl in even rounds), as in the PUT
+                # cells: a round's first cell follows the last round's PUTs (1.6-2.2 GB of dirty
+                # pages after them, written back over the next ~40 s), and iodl's came first in every
+                # round before
+                pair = [lambda: iodl_read(server, inflight, args.seconds),
+                        lambda: socket_loop(server, keys, inflight, args.seconds)]
+                got = [f() for f in (pair if rnd % 2 == 0 else pair[::-1])]
+                iodl_mbps, sock = got if rnd % 2 == 0 else got[::-1]
                 crt = plain_loop(server, keys, inflight, args.seconds)
                 inproc = engine_in_process(server, keys, inflight, args.seconds)
                 _record(rows, rnd, "GET", inflight, iodl_mbps, sock, crt, inproc)
+            if "PUT" not in cells:
+                continue
             # the first PUTs after the GET cells run slower whoever makes them (module docstring): iodl's
             # code in this process goes first, then iodl and the loop, taking turns; the loop stages its
             # files itself, as iodl does
@@ -352,7 +372,7 @@ def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, sock, crt, 
            "sock_MBps": round(sock[0], 1) if sock else None, "crt_MBps": round(crt[0], 1),
            "inproc_MBps": round(inproc[0], 1), "engine_cpu_s_per_GB": round(inproc[1], 3),
            "sock_cpu_s_per_GB": round(sock[1], 3) if sock else None, "crt_cpu_s_per_GB": round(crt[1], 3),
-           "load": round(os.getloadavg()[0], 1)}
+           "load": round(os.getloadavg()[0], 1), "iodl_first": rnd % 2 == 0}
     if apart:
         row.update(apart_MBps=round(apart[0], 1), apart_cpu_s_per_GB=round(apart[1], 3))
     rows.append(row)
@@ -360,11 +380,7 @@ def _record(rows: list, rnd: int, op: str, inflight: int, iodl_mbps, sock, crt, 
 
 
 def write(rows: list[dict], args) -> None:
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    command = "python bench/bench_s3_iodl.py " + " ".join(sys.argv[1:])
-    with open(args.out + ".json", "w") as f:
-        json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, "put_files": args.put_files,
-                   "rows": rows}, f, indent=1)
+    command = write_rows(args, rows, put_files=args.put_files)
     lines = ["# iodl's GETs and PUTs vs plain loops of the same client (bench/bench_s3_iodl.py)", "",
              f"    {command.strip()}", "",
              f"Local SeaweedFS 4.48; GET: 16 objects of ~4 MB (tiny), whole-object GETs, {args.seconds:g} s per cell; "
@@ -385,7 +401,7 @@ def write(rows: list[dict], args) -> None:
              "iodl in-process / loop, per round | reference loop MB/s | iodl / reference loop, per round | "
              "CPU s/GB: iodl, loop, S3Client loop | iodl / loop CPU, per round |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    verdicts = []
+    verdicts, by_order = [], []
     for op, inflight in sorted({(r["op"], r["inflight"]) for r in rows}):
         rs = [r for r in rows if (r["op"], r["inflight"]) == (op, inflight)]
         loop = "sock" if op == "GET" else "crt"
@@ -400,6 +416,9 @@ def write(rows: list[dict], args) -> None:
         lines.append(f"| {op} | {inflight} | {a:.0f} | {b:.0f} | {a / b:.2f} | {', '.join(f'{x:.2f}' for x in ratios)} "
                      f"| {inproc} | {crt} | {cpu[0]:.2f}, {cpu[1]:.2f}" + (f", {cpu[2]:.2f}" if op == "GET" else "")
                      + " | " + ", ".join(f"{r['engine_cpu_s_per_GB'] / r[f'{loop}_cpu_s_per_GB']:.2f}" for r in rs) + " |")
+        by_order.append(f"{op} {inflight}: " + "; ".join(
+            f"{who} first " + ", ".join(f"{x:.2f}" for r, x in zip(rs, ratios) if r.get("iodl_first", True) == first)
+            for who, first in (("iodl", True), ("the loop", False)) if any(r.get("iodl_first", True) == first for r in rs)))
         side = {x >= 0.95 for x in ratios}
         verdicts.append(f"{op} {inflight} in flight: " + ("not established (the rounds fall on both sides of 0.95)"
                                                           if len(side) > 1 else ">= 0.95" if side == {True}
@@ -407,7 +426,11 @@ def write(rows: list[dict], args) -> None:
     loads = [r["load"] for r in rows]
     lines += ["", "Against the goal iodl >= 0.95 x the same-client loop, every round on the same side: " + "; ".join(verdicts)
               + ".",
-              "", f"Load average (1 min) during the rounds: {min(loads):g}-{max(loads):g} on {os.cpu_count()} cores."]
+              "", "iodl / loop per round, by who went first (they take turns): " + "; ".join(by_order) + ".",
+              "", "Load average (1 min) at each round's end of its cells: "
+              + "; ".join(f"{op} {n}: " + ", ".join(f"{r['load']:g}" for r in rows if (r["op"], r["inflight"]) == (op, n))
+                          for op, n in sorted({(r["op"], r["inflight"]) for r in rows}))
+              + f" ({min(loads):g}-{max(loads):g} on {os.cpu_count()} cores)."]
     if max(loads) > os.cpu_count() + 1:   # the bench's own client and server make ~2
         lines += ["", "**The machine was NOT idle** (other work ran beside the bench): MB/s here is a first look, "
                       "not the figure; re-run on an idle machine."]

@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from bench_s3_client import BUCKET, bench_args  # noqa: E402
+from bench_s3_client import BUCKET, bench_args, write_rows  # noqa: E402
 from bench_s3_iodl import engine_in_process  # noqa: E402
 from tests.s3.tls import Pki, TlsSeaweed  # noqa: E402
 
@@ -77,9 +77,7 @@ def main() -> None:
 
 
 def write(rows: list[dict], args) -> None:
-    command = "python bench/bench_s3_tls.py " + " ".join(sys.argv[1:])
-    with open(args.out + ".json", "w") as f:
-        json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, "rows": rows}, f, indent=1)
+    command = write_rows(args, rows)
     lines = ["# TLS's cost to the client: the s3 engine's GETs over https and http (bench/bench_s3_tls.py)", "",
              f"    {command.strip()}", "",
              f"Local SeaweedFS 4.48, one server serving both (http on one port, https on another: a P-256 "

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from awscrt import auth, http, io as crt_io, s3  # noqa: E402
-from bench_s3_client import BUCKET, bench_args, bench_server, cpu_s  # noqa: E402
+from bench_s3_client import BUCKET, bench_args, bench_server, cpu_s, write_rows  # noqa: E402
 
 from iodl.s3http import Connection, Signer  # noqa: E402
 
@@ -143,10 +143,7 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
     finally:
         server.remove()
-    command = "python bench/bench_s3_ttfb.py " + " ".join(sys.argv[1:])
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"command": command, "seconds": args.seconds, "rounds": args.rounds, "rows": rows}, f, indent=1)
+    command = write_rows(args, rows)
     lines = ["# Time to first byte: iodl's sockets, awscrt.http and awscrt's S3Client (bench/bench_s3_ttfb.py)", "",
              f"    {command.strip()}", "",
              f"Local SeaweedFS 4.48, 8 MiB ranged GETs of a 64 MiB object, 1 in flight, {args.seconds:g} s per cell, "

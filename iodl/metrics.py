@@ -100,7 +100,10 @@ class RankResult:
 
     def add(self, stats: dict, t0_ns: int) -> None:
         """Fold one engine run (whose histogram was accumulated into self.hist) into the counters."""
-        self.retries += stats.get("retries", 0)   # a run of nothing but failed attempts has them too
+        # a run of nothing but failed attempts has retries and its error too (a first GET refused, a
+        # server gone before anything of the run completed): counted before the early return below
+        self.retries += stats.get("retries", 0)
+        self.errors += stats["errors"]
         if not stats["ios"]:
             return
         if "ttfb_hist" in stats:
@@ -110,7 +113,6 @@ class RankResult:
         self.ios += stats["ios"]
         self.cached_bytes += stats["cached_bytes"]
         self.cache_unmeasured_bytes += stats.get("cache_unmeasured_bytes", 0)
-        self.errors += stats["errors"]
         self.max_ns = max(self.max_ns, stats["max_ns"])
         self.t_start = min(self.t_start, (stats["t_start_ns"] - t0_ns) / 1e9)
         self.t_end = max(self.t_end, (stats["t_end_ns"] - t0_ns) / 1e9)

@@ -170,6 +170,25 @@ def test_an_object_gone_is_one_line_with_the_servers_answer(seaweed, bucket, tmp
     assert total["errors"] == 1 and total["retries"] == 0 and total["bytes"] > 0
 
 
+def test_a_run_failing_on_its_first_get_counts_the_error(seaweed, bucket, tmp_path):
+    """Every shard deleted after generate (the manifest kept): the rank's first GET is answered 404,
+    so the engine's run that fails completed nothing. Its error is still counted, in total, rank and
+    endpoint (the counters once kept a run's figures only when it had completed a GET, and dropped
+    its error with them: the killed server's endpoint then counted 0 errors)."""
+    assert iodl("generate", "--root", f"s3://{bucket}/ds", "--endpoint", seaweed.endpoint, "--files", "2", "--quiet",
+                env=seaweed.env()).returncode == 0
+    client = seaweed.client()
+    for o in client.list_objects_v2(Bucket=bucket, Prefix="ds/copy-")["Contents"]:
+        client.delete_object(Bucket=bucket, Key=o["Key"])
+    proc = _read(seaweed, f"s3://{bucket}/ds", tmp_path / "f.json", "--pattern", "storage-only", "--duration", "5",
+                 "--ramp", "0", "--iodepth", "1")
+    assert proc.returncode == 1 and "HTTP 404 NoSuchKey" in proc.stderr, proc.stderr
+    result = json.loads((tmp_path / "f.json").read_text())
+    (endpoint,) = result["endpoints"]
+    assert (result["total"]["errors"], result["per_rank"][0]["errors"], endpoint["errors"]) == (1, 1, 1)
+    assert result["total"]["bytes"] == 0 and result["partial"] is True
+
+
 def _connections(port: int) -> int:
     out = subprocess.run(["ss", "-Htn", "state", "established", "dst", f"127.0.0.1:{port}"], capture_output=True,
                          text=True).stdout
