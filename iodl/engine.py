@@ -14,7 +14,7 @@ import stat
 import numpy as np
 
 from .errors import IodlError
-from .plan import OP_FDATASYNC, OP_FSYNC, OP_WRITE, PLAN_DTYPE, new_plan
+from .plan import OP_FDATASYNC, OP_FSYNC, OP_READ, OP_WRITE, PLAN_DTYPE, new_plan
 
 
 def as_plan(rows) -> np.ndarray:
@@ -111,15 +111,17 @@ def raise_for_errors(stats: dict, plan: np.ndarray, paths: list[str]) -> None:
     naming the file when a row met EOF before its length (the plan was made from sizes: the
     file has been truncated since)."""
     if stats["errors"]:
-        row = plan[stats["first_error_row"]]
-        path = paths[int(row["file"])]
+        if stats.get("error_at"):   # a read of no row of this plan (the s3 engine's plan ahead)
+            path, offset, length = stats["error_at"]
+            op = OP_READ
+        else:
+            row = plan[stats["first_error_row"]]
+            path, offset, length, op = paths[int(row["file"])], int(row["offset"]), int(row["length"]), int(row["op"])
         err = stats["first_errno"]
-        op = int(row["op"])
         if op in (OP_FSYNC, OP_FDATASYNC):
             what = "fsync" if op == OP_FSYNC else "fdatasync"
         else:
-            what = (f"{'write' if op == OP_WRITE else 'read'} of {int(row['length'])} bytes "
-                    f"at offset {int(row['offset'])}")
+            what = f"{'write' if op == OP_WRITE else 'read'} of {length} bytes at offset {offset}"
         # an engine may say more than the errno (the s3 engine: the HTTP status and S3's error code)
         raise OSError(err, f"{stats.get('error_reason') or os.strerror(err)} ({what})", path)
     if stats.get("short_rows", 0):

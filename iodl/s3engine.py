@@ -155,8 +155,9 @@ class S3Engine:
         ttfb = histogram.empty()
         ttfb_counted = _native.account(tt[0], np.zeros_like(tt[0]), None, tt[1], ttfb,
                                        window_start_ns=int(window_start_ns), window_end_ns=int(window_end_ns))
-        stats = {"done": st.first_error_row if st.errors else st.next_row, **counted, "errors": st.errors,
-                 "first_errno": st.first_errno, "first_error_row": st.first_error_row, "error_reason": st.error_reason,
+        stats = {"done": st.first_error_row if st.first_error_row >= 0 else st.next_row, **counted,
+                 "errors": st.errors, "first_errno": st.first_errno, "first_error_row": st.first_error_row,
+                 "error_reason": st.error_reason, "error_at": st.error_at,
                  "interrupted": st.interrupted, "short_rows": st.short_rows, "first_short_row": st.first_short_row,
                  "short_file_size": st.short_file_size, "abandoned": abandoned,
                  "write_ios": 0, "write_bytes": 0, "fsyncs": 0, "fsync_ns": 0,
@@ -293,6 +294,7 @@ class _Job:
         self.errors = self.first_errno = 0
         self.error_reason = ""
         self.first_error_row = self.first_short_row = -1
+        self.error_at = None   # (object, offset, length) of an error absorbed from the plan ahead
         self.short_rows = self.short_file_size = 0
         self.t_start = self.t_end = 0
 
@@ -319,12 +321,18 @@ class _Job:
         self.submits.append((t0, inflight))
 
     def absorb(self, other: "_Job") -> None:
-        """Count another job's completed GETs as this one's (a plan ahead that stopped with this)."""
+        """Count another job's completed GETs as this one's (a plan ahead that stopped with this), and
+        its failure when this one had none: a GET of the plan ahead sent in this run's time that failed
+        for good is this run's error, named by its own object (it is no row of this run's plan)."""
         self.done += other.done
         self.submits += other.submits
         self.ttfb += other.ttfb
         self.retries += other.retries
         self.t_end = max(self.t_end, other.t_end)
+        if other.errors and not self.errors:
+            f, offset, length = other.rows[other.first_error_row, :3].tolist()
+            self.errors, self.first_errno, self.error_reason = other.errors, other.first_errno, other.error_reason
+            self.error_at = (other.fds[f], offset, length)
 
     def finish(self, cv: threading.Condition, row: int, t0: int, got: int, first: int, error: tuple | None,
                dropped: bool = False) -> None:

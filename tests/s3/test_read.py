@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from iodl import histogram, plan
+from iodl import _native, histogram, plan
+from iodl.engine import raise_for_errors
 from iodl.s3engine import S3Engine
 from iodl.s3store import S3Store
 from tests.helpers import iodl, mpiexec
@@ -95,6 +96,33 @@ def test_the_next_plan_starts_while_this_one_drains(seaweed, dataset, monkeypatc
     assert (two["ios"], two["bytes"], two["done"]) == (len(objs), total, len(objs))
     assert two["t_start_ns"] < one["t_end_ns"]   # plan 2 under way before plan 1's GET ended
     assert one["errors"] == two["errors"] == 0
+
+
+@pytest.mark.flaky(reruns=1)   # the deadline must fall while the big GET is in flight: a late wake-up can miss it
+def test_a_failure_of_the_plan_ahead_is_the_runs_error_when_the_run_stops_first(seaweed, bucket, monkeypatch):
+    """A GET of the plan ahead (S3Engine.ahead) fails for good while this run's last GET is in flight,
+    and this run then stops at its deadline: the failure is this run's error, counted once and named
+    by its own object (no row of this run's plan), not dropped with the plan ahead. This run: one
+    128 MB object (~0.1 s or more to receive here), 2 in flight on GET threads already started and
+    connected, a deadline 30 ms on (the GET is sent before it, ends after it); the plan ahead: an
+    object that is not there, whose 404 comes back in a few ms and is not retried."""
+    for k, v in seaweed.env().items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    size = 128 << 20
+    seaweed.client().put_object(Bucket=bucket, Key="big", Body=os.urandom(size))
+    big, missing = [f"{seaweed.endpoint}/{bucket}/big"], [f"{seaweed.endpoint}/{bucket}/not-there"]
+    rows = plan.shard_plan(np.array([size], dtype=np.int64), size)
+    with S3Engine(depth=2, block_size=size) as engine:
+        small = plan.shard_plan(np.array([1 << 20, 1 << 20], dtype=np.int64), 1 << 20)
+        assert engine.run(big * 2, small, histogram.empty())["ios"] == 2   # both threads started, connected
+        engine.ahead(missing, plan.shard_plan(np.array([1 << 20], dtype=np.int64), size))
+        stats = engine.run(big, rows, histogram.empty(), deadline_ns=_native.monotonic_ns() + 30_000_000)
+    assert (stats["ios"], stats["bytes"], stats["done"]) == (1, size, 1)   # this run's own GET, whole
+    assert stats["errors"] == 1 and stats["first_errno"] == errno.ENOENT, stats
+    with pytest.raises(OSError) as exc:
+        raise_for_errors(stats, rows, big)
+    assert exc.value.filename == missing[0] and "HTTP 404" in exc.value.strerror, exc.value
 
 
 @pytest.mark.parametrize("pattern,extra", [("train-sync", ["--steps", "20"]),
