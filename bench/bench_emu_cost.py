@@ -165,18 +165,28 @@ def main() -> None:
                 for row in (bare(ranks, a.steps), one(ranks, None, a.steps, tmp), one(ranks, a.root, a.steps, tmp)):
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+    write_results(a.out, rows, a.steps, a.rounds)
+
+
+def write_results(name: str, rows: list[dict], steps: int, rounds: int) -> None:
+    """bench/results/NAME.json (every run) and NAME.md (per case and rank count, the median of the rounds)."""
     cols = list(rows[2]) + ["files_per_cpu_s"]
     groups = {}
     for r in rows:
         groups.setdefault((r["case"], r["ranks"]), []).append(r)
-    with open(os.path.join(RESULTS, a.out + ".json"), "w") as f:
+    with open(os.path.join(RESULTS, name + ".json"), "w") as f:
         json.dump({"nproc": os.cpu_count(), "rows": rows}, f, indent=1)
-    with open(os.path.join(RESULTS, a.out + ".md"), "w") as f:
-        f.write(f"# {a.out}: retinanet_b200 train-sync, {a.steps} steps, {os.cpu_count()} cores "
-                f"(bench/bench_emu_cost.py; median of {a.rounds} interleaved rounds)\n\n")
+
+    def median(vals):
+        # a count that every round shares stays a count (the median of two ints is a float)
+        return vals[0] if all(v == vals[0] for v in vals) else statistics.median(vals)
+
+    with open(os.path.join(RESULTS, name + ".md"), "w") as f:
+        f.write(f"# {name}: retinanet_b200 train-sync, {steps} steps, {os.cpu_count()} cores "
+                f"(bench/bench_emu_cost.py; median of {rounds} interleaved rounds)\n\n")
         f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
         for (case, ranks), rs in sorted(groups.items()):
-            med = {c: (statistics.median(r[c] for r in rs) if isinstance(rs[0].get(c, ""), (int, float))
+            med = {c: (median([r[c] for r in rs]) if isinstance(rs[0].get(c, ""), (int, float))
                        else rs[0].get(c, "")) for c in cols}
             f.write("| " + " | ".join(str(round(med[c], 3)) if isinstance(med[c], float) else str(med[c])
                                       for c in cols) + " |\n")
