@@ -207,14 +207,19 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # The fast tier: unit tests, the C engines' contract on tmpfs and the in-process commands. It runs
-# first, and when any of it fails the session stops at its end: a broken build is told in about two
-# minutes, not after the whole ground-truth battery.
+# first, and when any of it fails the session stops: at the tier's end in one pytest process; under
+# xdist at its first failure, whichever worker saw it (the workers finish the tests already sent to
+# them). A broken build is told within seconds of the tier's start, not after the ground-truth battery.
 FAST_TIER = ("tests/unit/", "tests/native/", "tests/cmd/test_cli.py")
 
 
 class FastTier:
     def __init__(self):
         self.session, self.last, self.failed = None, None, 0
+        self.dsession = None   # xdist's controller, which alone sees every worker's reports
+
+    def pytest_sessionstart(self, session):
+        self.dsession = session.config.pluginmanager.getplugin("dsession")
 
     def pytest_collection_modifyitems(self, session, items):
         if not session.config.getoption("with_mpi", False):
@@ -232,6 +237,11 @@ class FastTier:
     def pytest_runtest_logreport(self, report):
         if report.failed and report.nodeid.startswith(FAST_TIER):
             self.failed += 1
+            # a worker stops at the tier's last test only when it ran that test and saw a failure;
+            # the controller stops them all, as it does for -x
+            if self.dsession is not None and not self.dsession.shouldstop:
+                self.dsession.shouldstop = (f"the fast tier failed ({report.nodeid}); "
+                                            "the slower tiers were not run")
         if report.when == "teardown" and report.nodeid == self.last and self.failed:
             self.session.shouldstop = f"the fast tier failed ({self.failed} failed); the slower tiers were not run"
 
