@@ -101,11 +101,16 @@ SERIAL_FIXTURES = ("nobody_iodl",)
 FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.py", "tests/fio/test_uring_ring.py",
                "tests/fio/test_reap.py", "tests/fio/test_loops.py", "tests/fio/test_fio_mixed.py",
                "tests/fio/test_jobs_people_have.py", "tests/fio/test_fio_write.py::test_sync_counts_and_bytes_equal_fios")
-# tests/s3's files that check objects, counts and one-line errors against SeaweedFS servers of their own
-# (no link throttle, no network namespace, no time held; each xdist worker starts its session's server on
-# free ports): they share the machine; the rest of tests/s3 is serial
+# tests/s3's files and tests that check objects, counts and one-line errors against SeaweedFS servers of
+# their own (no link throttle, no network namespace, no time held, no server stopped or killed; each xdist
+# worker starts its session's server on free ports): they share the machine; the rest of tests/s3 is serial
+# (test_read's others: a stop bound, an io timeout, the order of two GETs, a fixed window's edges, MPI)
 S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py", "tests/s3/test_tls.py",
-              "tests/s3/test_checkpoint_lists.py")
+              "tests/s3/test_checkpoint_lists.py", "tests/s3/test_read.py::test_validate_reads_every_object_whole",
+              "tests/s3/test_read.py::test_storage_only_whole_and_ranged_gets",
+              "tests/s3/test_read.py::test_each_rank_lists_the_prefix_in_pages_of_1000",
+              "tests/s3/test_read.py::test_a_prefix_without_a_dataset_is_one_line",
+              "tests/s3/test_read.py::test_an_object_gone_is_one_line_with_the_servers_answer")
 # Tests of counts on a loop device of their own, serial by their root and loopdev markers otherwise: the
 # device's own counters, statvfs, strace's calls; no time or rate held, no throttle, no drop_caches, the
 # caches needed neither warm nor cold (a partner's reclaim costs a count nothing): they share the machine.
