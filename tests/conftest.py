@@ -136,7 +136,7 @@ SHARES_SLEEP = {
     # not its checkpoint: PUTs through Ceph cost the OSD and radosgw CPU (beside a partner, 23 % short);
     # not test_radosgw_gone: it ends the module's cluster, so it must stay the file's last test, and a
     # shared test is moved ahead of the file's others (below): the checkpoint test met a dead server
-    "tests/s3/test_radosgw.py::test_every_byte": "bytes over a 200 Mbit/s tbf link; the cluster's 20 s start is a wait",
+    "tests/s3/test_radosgw.py::test_every_byte": "bytes over a 200 Mbit/s tbf link; the cluster's start is a wait",
     "tests/s3/test_radosgw.py::test_validate": "bytes and rate of GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_storage_only": "the rate of ranged GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_wrong_secret": "one line of text",
