@@ -101,11 +101,16 @@ SERIAL_FIXTURES = ("nobody_iodl",)
 FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.py", "tests/fio/test_uring_ring.py",
                "tests/fio/test_reap.py", "tests/fio/test_loops.py", "tests/fio/test_fio_mixed.py",
                "tests/fio/test_jobs_people_have.py", "tests/fio/test_fio_write.py::test_sync_counts_and_bytes_equal_fios")
-# tests/s3's files that check objects, counts and one-line errors against SeaweedFS servers of their own
-# (no link throttle, no network namespace, no time held; each xdist worker starts its session's server on
-# free ports): they share the machine; the rest of tests/s3 is serial
+# tests/s3's files and tests that check objects, counts and one-line errors against SeaweedFS servers of
+# their own (no link throttle, no network namespace, no time held, no server stopped or killed; each xdist
+# worker starts its session's server on free ports): they share the machine; the rest of tests/s3 is serial
+# (test_read's others: a stop bound, an io timeout, the order of two GETs, a fixed window's edges, MPI)
 S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py", "tests/s3/test_tls.py",
-              "tests/s3/test_checkpoint_lists.py")
+              "tests/s3/test_checkpoint_lists.py", "tests/s3/test_read.py::test_validate_reads_every_object_whole",
+              "tests/s3/test_read.py::test_storage_only_whole_and_ranged_gets",
+              "tests/s3/test_read.py::test_each_rank_lists_the_prefix_in_pages_of_1000",
+              "tests/s3/test_read.py::test_a_prefix_without_a_dataset_is_one_line",
+              "tests/s3/test_read.py::test_an_object_gone_is_one_line_with_the_servers_answer")
 # Tests of counts on a loop device of their own, serial by their root and loopdev markers otherwise: the
 # device's own counters, statvfs, strace's calls; no time or rate held, no throttle, no drop_caches, the
 # caches needed neither warm nor cold (a partner's reclaim costs a count nothing): they share the machine.
@@ -131,7 +136,7 @@ SHARES_SLEEP = {
     # not its checkpoint: PUTs through Ceph cost the OSD and radosgw CPU (beside a partner, 23 % short);
     # not test_radosgw_gone: it ends the module's cluster, so it must stay the file's last test, and a
     # shared test is moved ahead of the file's others (below): the checkpoint test met a dead server
-    "tests/s3/test_radosgw.py::test_every_byte": "bytes over a 200 Mbit/s tbf link; the cluster's 20 s start is a wait",
+    "tests/s3/test_radosgw.py::test_every_byte": "bytes over a 200 Mbit/s tbf link; the cluster's start is a wait",
     "tests/s3/test_radosgw.py::test_validate": "bytes and rate of GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_storage_only": "the rate of ranged GETs over a 200 Mbit/s tbf link",
     "tests/s3/test_radosgw.py::test_wrong_secret": "one line of text",
@@ -207,14 +212,19 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # The fast tier: unit tests, the C engines' contract on tmpfs and the in-process commands. It runs
-# first, and when any of it fails the session stops at its end: a broken build is told in about two
-# minutes, not after the whole ground-truth battery.
+# first, and when any of it fails the session stops: at the tier's end in one pytest process; under
+# xdist at its first failure, whichever worker saw it (the workers finish the tests already sent to
+# them). A broken build is told within seconds of the tier's start, not after the ground-truth battery.
 FAST_TIER = ("tests/unit/", "tests/native/", "tests/cmd/test_cli.py")
 
 
 class FastTier:
     def __init__(self):
         self.session, self.last, self.failed = None, None, 0
+        self.dsession = None   # xdist's controller, which alone sees every worker's reports
+
+    def pytest_sessionstart(self, session):
+        self.dsession = session.config.pluginmanager.getplugin("dsession")
 
     def pytest_collection_modifyitems(self, session, items):
         if not session.config.getoption("with_mpi", False):
@@ -232,6 +242,11 @@ class FastTier:
     def pytest_runtest_logreport(self, report):
         if report.failed and report.nodeid.startswith(FAST_TIER):
             self.failed += 1
+            # a worker stops at the tier's last test only when it ran that test and saw a failure;
+            # the controller stops them all, as it does for -x
+            if self.dsession is not None and not self.dsession.shouldstop:
+                self.dsession.shouldstop = (f"the fast tier failed ({report.nodeid}); "
+                                            "the slower tiers were not run")
         if report.when == "teardown" and report.nodeid == self.last and self.failed:
             self.session.shouldstop = f"the fast tier failed ({self.failed} failed); the slower tiers were not run"
 

@@ -86,25 +86,31 @@ def test_every_reported_read_reaches_the_device(tmp_path, ranks, direct):
 def test_bandwidth_is_the_throttle_within_5_percent_and_never_above(tmp_path, op, ranks):
     """A write throttle on write-only requests, 4 entries of at most 1.3 MB written at once per rank
     (an entry's bytes count when its fsync returns: what is in progress when the 12 s window ends,
-    at most 5.2 MB a rank, is not; 4 at once keep the device busy between one fsync and the next
-    entry), or a read throttle on the re-reads of a full run: 32 users a rank ask for more than the
-    throttle; the reported bandwidth is the throttle within 5 %, not above it. Reads at 2 ranks:
-    the two-core run of test_two_ranks_on_one_core_report_what_they_report_on_two, checked there."""
+    at most 5.2 MB a rank, 4.3 % of 240 MB at 2 ranks, is not; 4 at once keep the device busy between
+    one fsync and the next entry), or a read throttle on the re-reads of a full run: 32 users a rank
+    ask for more than the throttle; the reported bandwidth is the throttle within 5 %, not above it.
+    Reads at 2 ranks: the two-core run of test_two_ranks_on_one_core_report_what_they_report_on_two.
+    Reads count per block completed in the window, so their shortfall is the start alone: the users'
+    first entries written (unthrottled, each fsync'd) before there is anything to re-read. Entries of
+    4-10 tokens (0.5-1.3 MB; 32 users write ~29 MB first, not the ~84 MB of 10-30 tokens) make that
+    start 0.05 s idle and at most 0.2 s at a load average of 21 (-0.7 to -2.8 %, 8 runs at 6-12 s):
+    the 8 s window's 5 % is 0.4 s, twice that. 10-30 tokens in 12 s fell 0.27-0.29 s short (-2.3 %)."""
     bps = 20 * MB
+    window = 12 if op == "write" else 8
     with LoopMount(2 << 30, mkfs_args=MKFS) as m, BlkioGroup(f"iodl-kvcache-{op}-{ranks}") as group:
         getattr(group, f"throttle_{op}")(m.majmin, bps)
         out = tmp_path / "r.json"
         args = (["--prefill-only", "--no-multi-turn", "--max-concurrent-writes", "4", "--context", "4:10"]
-                if op == "write" else ["--context", "10:30"])
+                if op == "write" else ["--context", "4:10"])
         proc = iodl("kvcache", "--root", os.path.join(m.path, "kv"), "--model", "llama3.1-8b", "--users", "32",
-                    "--duration", "12", *args, "--out", str(out), ranks=ranks,
+                    "--duration", str(window), *args, "--out", str(out), ranks=ranks,
                     preexec_fn=group.enter, timeout=120)
         assert proc.returncode == 0, proc.stderr
     kv = load_json(out)["kvcache"]
     got = kv[f"{op}_bandwidth_MBps"] * MB
     print(f"{op} throttle {bps / MB:.0f} MB/s, {ranks} rank(s): reported {got / MB:.2f} MB/s "
           f"(write {kv['write_bandwidth_MBps']:.2f}, read {kv['read_bandwidth_MBps']:.2f}) over {kv['window_s']} s")
-    assert kv["window_s"] == 12.0
+    assert kv["window_s"] == window
     assert got <= bps * 1.005   # the throttle's own accounting slack, nothing more
     assert got == pytest.approx(bps, rel=0.05)
 

@@ -14,7 +14,11 @@ GET on a kept-alive connection ~40 ms (Nagle against delayed ACK); one OSD needs
 Interface as Seaweed's: endpoint, access_key, secret_key, start/stop/kill/remove, env(), client().
 `netns`: every daemon in that network namespace (the monitor on its loopback, radosgw on `ip`).
 `pki` (tests/s3/tls.py's): beast serves https too, beside the plain endpoint, on `ssl_port` with its
-certificate (one cluster for the plain and the https tests: a cluster's start is ~15 s).
+certificate (one cluster for the plain and the https tests).
+The monitor proposes each map change at once (`paxos propose interval` 0.05 s, Ceph's default 1 s):
+the OSD's boot and the pools radosgw and the first bucket make are a dozen map changes in a row, and
+the start to a first PUT and GET took 17.3 s with the default, 2.3 s with it. Nothing changes the
+maps once the tests run, so what the tests measure is the same cluster's.
 """
 from __future__ import annotations
 
@@ -94,6 +98,7 @@ osd pool default pg autoscale mode = off
 mon allow pool size one = true
 mon warn on pool no redundancy = false
 osd crush chooseleaf type = 0
+paxos propose interval = 0.05
 run dir = {d}/run
 log file = {d}/log/$name.log
 mon cluster log file = {d}/log/$cluster.$channel.log
