@@ -138,13 +138,14 @@ def main() -> None:
 
 NOTES = """
 How to read it: `iodl open wait s` is how long the reader was blocked on opens (docs/numbers.md);
-with 4 open threads it falls well below the 1-thread and no-thread runs, so the opens are hidden
-behind the reader's work. iodl's opens/s stays under the plain loop's because the plain loop does
-nothing but open, read and close, while iodl's reader also does per-file Python work (the sample
-stream builds each shard's read plan and sample layout, one engine call per batch, the counters)
-and shares the GIL with the open threads, which delays each open's return (a higher open p50 with
-4 threads than without). On small files that per-file work, not the opens, is what bounds iodl's
-rate on this machine.
+with 4 open threads it falls to a few ms, well below the 1-thread and no-thread runs: the opens are
+hidden behind the reader's work. The plain loop does nothing but open, read and close on its
+threads; iodl's reader also plans each batch, makes one engine call per batch and keeps its
+counters, so with 4 threads iodl's rate stays under the loop's: on small files that per-batch work,
+not the opens, bounds iodl here. With one thread iodl can pass the loop: the loop's thread waits on
+each open and each read in turn, while iodl's reader reads as its open thread opens the next files.
+The open threads are woken as the opens' time asks (native/opener.c); that pool against the one
+before it, which woke every thread for every batch: bench/results/emu-cost.md.
 """
 
 
