@@ -1,4 +1,5 @@
 """Datasets of many small files: subfolders, generation speed, metadata that does not grow per rank."""
+import gc
 import os
 
 import numpy as np
@@ -101,29 +102,47 @@ def _plain_loop(directory, files, data):
         os.close(fd)
 
 
-@pytest.mark.flaky(reruns=2)   # a shared disk on 2 noisy cores; a real gap fails every attempt
+@pytest.mark.loopdev
+@pytest.mark.flaky(reruns=2)   # 2 noisy cores; a real gap fails every attempt
 def test_small_file_generation_keeps_up_with_a_plain_loop(tmp_path):
     """20,000 files of 4 KiB: iodl generate at least 0.8 x a plain create-write-close loop on the same
-    filesystem, interleaved, best of two each (judged only when the hypervisor left us our CPU)."""
-    import time
+    filesystem, interleaved, best of two each (judged only when the hypervisor left us our CPU).
+    On an ext4 of its own: on one that has seen many files deleted (the suite's root filesystem late in
+    a run) a create scans inode bitmaps for recently deleted inodes (ext4's recently_deleted: 10-17x a
+    fresh create's CPU here, by which block groups the directory's inodes come from), so the disk's
+    history moved the ratio both ways (0.63 in one CI run, 2.0 on the same disk later; 1.4-2.0 on a
+    fresh ext4)."""
+    from iodl.groundtruth import LoopMount
 
     files, data = 20_000, os.urandom(4096)
     wl = raw(tmp_path, files)
     best = {"loop": 0.0, "iodl": 0.0}
+    # 80,000 files: 2 GiB for ext4's default of an inode per 16 KiB; the page cache takes the writes
+    with LoopMount(2 << 30, direct_io=False) as m:
+        _race(m.path, files, data, wl, best)
+        shards = open_dataset(os.path.join(m.path, "iodl0")).shards
+        assert len(shards) == files and os.path.getsize(shards[files - 1].path) == 4096
+        # its size tables are read lazily from files held open, in a cycle: the mount would stay busy
+        del shards
+        gc.collect()
+    ratio = best["iodl"] / best["loop"]
+    assert ratio >= 0.8, f"iodl {best['iodl']:.0f} files/s, plain loop {best['loop']:.0f} files/s: {ratio:.2f}x"
+
+
+def _race(root, files, data, wl, best):
+    """Each of iodl and the plain loop writes `files` files twice under `root`, interleaved; best files/s each."""
+    import time
+
     for j in range(2):
         for who in ("loop", "iodl") if j == 0 else ("iodl", "loop"):
             os.sync()
-            where = str(tmp_path / f"{who}{j}")
+            where = os.path.join(root, f"{who}{j}")
             t = time.perf_counter()
             if who == "loop":
                 _plain_loop(where, files, data)
             else:
                 generate(wl, [where], COMM)
             best[who] = max(best[who], files / (time.perf_counter() - t))
-    ratio = best["iodl"] / best["loop"]
-    assert ratio >= 0.8, f"iodl {best['iodl']:.0f} files/s, plain loop {best['loop']:.0f} files/s: {ratio:.2f}x"
-    ds = open_dataset(str(tmp_path / "iodl0"))
-    assert len(ds.shards) == files and os.path.getsize(ds.shards[files - 1].path) == 4096
 
 
 def test_small_files_are_made_exclusively_and_never_through_a_link(tmp_path):
