@@ -61,11 +61,17 @@ class Dataset:
         # (largest, total) of the sizes, given when known: a size table is then not read whole by
         # every rank for them
         self.largest, self.total_bytes = stats or (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64)))
-        self.shards = _Shards(self)
         self._form = None              # formats.Format of a generated dataset, made when first needed
 
     def __repr__(self) -> str:
         return f"Dataset({self.root!r}, {len(self.paths)} shards, {self.total_bytes} bytes, format={self.format})"
+
+    @property
+    def shards(self) -> _Shards:
+        """The shards as Shard objects, made when looked up. A view made per use: it holds the
+        dataset, never the other way round (a dataset that held its view was a cycle, and its size
+        tables' descriptors stayed open after the last reference went, until a garbage collection)."""
+        return _Shards(self)
 
     @property
     def total_samples(self) -> int:
