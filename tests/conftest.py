@@ -105,7 +105,7 @@ FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.p
 # their own (no link throttle, no network namespace, no time held, no server stopped or killed; each xdist
 # worker starts its session's server on free ports): they share the machine; the rest of tests/s3 is serial
 # (test_read's others: a stop bound, an io timeout, the order of two GETs, a fixed window's edges, MPI)
-S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_dlio_s3.py", "tests/s3/test_tls.py",
+S3_SHARING = ("tests/s3/test_generate.py", "tests/s3/test_server.py", "tests/s3/test_dlio_s3.py", "tests/s3/test_tls.py",
               "tests/s3/test_checkpoint_lists.py", "tests/s3/test_read.py::test_validate_reads_every_object_whole",
               "tests/s3/test_read.py::test_storage_only_whole_and_ranged_gets",
               "tests/s3/test_read.py::test_each_rank_lists_the_prefix_in_pages_of_1000",

@@ -33,6 +33,13 @@ START_TIMEOUT_S = 30
 DOMAIN = "s3.iodl.test"   # virtual-host names of the session's server: BUCKET.s3.iodl.test (tests/s3/test_addressing.py)
 
 
+PORT_ATTEMPTS = 3   # start() on new ports when weed found one of its ports taken
+
+
+class PortTaken(RuntimeError):
+    """weed mini exited because a port chosen for it was taken meanwhile."""
+
+
 def weed_missing() -> str | None:
     """None when weed mini can run here, else why not (the s3 capability's probe)."""
     if not os.access(WEED, os.X_OK):
@@ -80,10 +87,15 @@ class Seaweed:
             json.dump({"identities": [{"name": "iodl-test", "credentials": [
                 {"accessKey": self.access_key, "secretKey": self.secret_key}],
                 "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
+        self.proc = None
+        self._take_ports()
+
+    SCHEME = "http"   # of the S3 gateway's endpoint
+
+    def _take_ports(self) -> None:
         self.base = free_base()
         self.port = self.base + 3
-        self.endpoint = f"http://{ip}:{self.port}"
-        self.proc = None
+        self.endpoint = f"{self.SCHEME}://{self.ip}:{self.port}"
 
     def argv(self) -> list[str]:
         p, d = self.base, self.top
@@ -97,6 +109,16 @@ class Seaweed:
         return (["ip", "netns", "exec", self.netns] if self.netns else []) + cmd
 
     def start(self) -> "Seaweed":
+        # the ports were free when chosen, and another process (the other xdist worker's server) can
+        # take one before weed binds it: weed then exits at once saying so, and takes other ports
+        for _attempt in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._start()
+            except PortTaken:
+                self._take_ports()
+        return self._start()
+
+    def _start(self) -> "Seaweed":
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env["TMPDIR"] = self.top
         with open(os.path.join(self.top, "weed.log"), "wb") as log:
@@ -105,7 +127,9 @@ class Seaweed:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed mini exited {self.proc.returncode}: {self.log_tail()}")
+                tail = self.log_tail()
+                raise (PortTaken if "Port allocation failed" in tail else RuntimeError)(
+                    f"weed mini exited {self.proc.returncode}: {tail}")
             if self._answers():
                 return self
             time.sleep(0.1)

@@ -57,10 +57,11 @@ class Pki:
 class TlsSeaweed(Seaweed):
     """weed mini whose S3 gateway serves https with pki's certificate; endpoint https://IP:PORT."""
 
+    SCHEME = "https"
+
     def __init__(self, top: str, pki: Pki):
         super().__init__(top)
         self.pki = pki
-        self.endpoint = f"https://{self.ip}:{self.port}"
 
     def argv(self) -> list[str]:
         return [*super().argv(), f"-s3.cert.file={self.pki.cert}", f"-s3.key.file={self.pki.key}"]
