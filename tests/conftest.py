@@ -90,7 +90,7 @@ def pytest_configure_node(node):
 # timing claims (`flaky`), throttles and loop devices, the page cache and drop_caches (root), MPI jobs
 # that use both cores, fio's runs held against iodl's, S3 servers in network namespaces, the system and
 # MPI-size batteries, and the ordinary user's venv (built once, by whichever phase meets it first).
-# tests/run.py runs the other tests two at a time (pytest-xdist), then these on two workers that
+# tests/run.py runs the other tests three at a time (pytest-xdist), then these on two workers that
 # take tests/machine_lock.py's lock: alone, or two at a time where both are in SHARES_SLEEP.
 SERIAL_MARKERS = ("flaky", "blkio", "loopdev", "root", "mpiexec", "mpi", "slow")
 SERIAL_PATHS = ("tests/system/", "tests/s3/", "tests/test_mpi_sizes.py")
@@ -100,7 +100,9 @@ SERIAL_FIXTURES = ("nobody_iodl",)
 # (their loop-device tests stay serial by their own markers)
 FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.py", "tests/fio/test_uring_ring.py",
                "tests/fio/test_reap.py", "tests/fio/test_loops.py", "tests/fio/test_fio_mixed.py",
-               "tests/fio/test_jobs_people_have.py", "tests/fio/test_fio_write.py::test_sync_counts_and_bytes_equal_fios")
+               "tests/fio/test_jobs_people_have.py", "tests/fio/test_fio_write.py::test_sync_counts_and_bytes_equal_fios",
+               "tests/fio/test_fio_write.py::test_time_based_writes_wrap_around_the_file_as_fio",
+               "tests/fio/test_filecreate.py::test_metadata_engines_beside_fio")
 # tests/s3's files and tests that check objects, counts and one-line errors against SeaweedFS servers of
 # their own (no link throttle, no network namespace, no time held, no server stopped or killed; each xdist
 # worker starts its session's server on free ports): they share the machine; the rest of tests/s3 is serial
