@@ -56,6 +56,44 @@ def iodl(*args: str, ranks: int = 0, timeout: float = 300, preexec_fn=None, env=
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn, env=full_env)
 
 
+SHM = "/dev/shm"
+
+
+def mpich_segments() -> set[str]:
+    """The names of MPICH's shared-memory segments in /dev/shm (a job's, while it runs)."""
+    try:
+        return {n for n in os.listdir(SHM) if n.startswith("mpich_shm_")}
+    except FileNotFoundError:
+        return set()
+
+
+def _mapped_anywhere(names: set[str]) -> set[str]:
+    """Which of these /dev/shm files a live process has mapped (/proc/PID/maps)."""
+    paths, found = {os.path.join(SHM, n): n for n in names}, set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                found.update(paths[p] for p in (line.rsplit(None, 1)[-1] for line in f if SHM in line) if p in paths)
+        except OSError:
+            pass   # a process that just ended, or one we may not look at
+    return found
+
+
+def remove_orphan_segments(before: set[str]) -> list[str]:
+    """Remove the MPICH segments made since `before` that no process maps any more, and name them.
+    MPICH unlinks a job's segment when its ranks finalize; a job that ends with a rank killed (a
+    stopped rank that hydra kills when the others leave) leaves it behind, ~0.4 MB of /dev/shm each
+    run of such a test. Only those mapped by nobody: another job's live segment stays."""
+    new = mpich_segments() - before
+    gone = sorted(new - _mapped_anywhere(new))
+    for n in gone:
+        try:
+            os.unlink(os.path.join(SHM, n))
+        except FileNotFoundError:
+            pass
+    return gone
+
+
 def write_random_files(directory: str, count: int, size: int, prefix: str = "shard") -> list[str]:
     """Incompressible files written and synced, so that reads must come from the device."""
     from iodl.groundtruth import write_incompressible

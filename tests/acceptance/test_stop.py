@@ -13,7 +13,7 @@ import time
 import pytest
 
 from iodl.groundtruth import BlkioGroup, LoopMount
-from tests.helpers import iodl, load_json, mpiexec
+from tests.helpers import iodl, load_json, mpich_segments, mpiexec, remove_orphan_segments
 from tests.conftest import require_or_skip
 
 SLOW_BPS = 256 * 1000          # 256 KB/s: a 64 KiB request takes ~0.26 s, a batch many seconds
@@ -54,6 +54,16 @@ def _stop_and_time(proc, sig):
 def _no_temporaries(directory):
     return [p for p in glob.glob(os.path.join(directory, "*")) + glob.glob(os.path.join(directory, ".*"))
             if p.endswith(".tmp") or ".tmp-" in p]
+
+
+@pytest.fixture
+def mpich_leftovers():
+    """For a job that ends with a rank killed: what MPICH left in /dev/shm goes afterwards, and
+    nothing of the job stays there (a segment still mapped would be a rank still alive)."""
+    before = mpich_segments()
+    yield
+    remove_orphan_segments(before)
+    assert mpich_segments() - before == set(), "a rank of the job outlived it (its MPICH segment is mapped)"
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +338,7 @@ def _rank_pids(launcher_pid: int) -> list[int]:
 
 
 @pytest.mark.flaky(reruns=1)   # a timing claim: the grace period plus start-up slack on a busy VM
-def test_a_stopped_rank_does_not_hold_the_others_after_ctrl_c(tmp_path):
+def test_a_stopped_rank_does_not_hold_the_others_after_ctrl_c(tmp_path, mpich_leftovers):
     proc, out = _endless_train_sync(tmp_path, 3)
     deadline = time.monotonic() + 60
     while len(_rank_pids(proc.pid)) < 3:
