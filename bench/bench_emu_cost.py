@@ -154,7 +154,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 4, 8, 16])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=80)
-    ap.add_argument("--out", default="emu-cost")
+    ap.add_argument("--out", default="emu-cost", help="a name: bench/results/NAME.json and NAME.md")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="iodl-emu-cost-") as tmp:
