@@ -160,14 +160,10 @@ class Seaweed:
             self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                # a test's server holds nothing to save: past 3 s it is killed (the https server waited
-                # out the 10 s this was before, every CI run: 12.4 s of a phase-1 worker's teardown)
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        # SIGKILL at once: a test's server holds nothing to keep (remove() deletes its files next),
+        # and weed mini takes ~2.2 s to leave on SIGTERM (the https one more than 3 s): that wait was
+        # in every teardown of a server, the three https module servers of phase 1 4.6-5.3 s each
+        self.kill()
         for i in range(len(GRPC_SOCKETS)):
             path = _grpc_socket(i, self.base)
             try:
