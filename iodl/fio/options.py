@@ -122,7 +122,7 @@ PRIO = {"kb_base": 1, "unit_base": 1, "cpus_allowed_policy": 1, "lockfile": 1, "
 # is rejected by name.
 HONOURED = set("""
     name directory filename filename_format unique_filename nrfiles size filesize io_size offset number_ios
-    loops numjobs rw rw_sequencer bs bsrange bssplit ba randrepeat randseed allrandrepeat norandommap
+    loops numjobs rw rw_sequencer bs bsrange bssplit ba randrepeat randseed allrandrepeat norandommap random_generator
     file_service_type time_based runtime ramp_time startdelay ioengine iodepth iodepth_batch direct buffered invalidate
     iodepth_batch_complete_min iodepth_batch_complete_max
     rate rate_iops rate_process create_serialize create_on_open create_only allow_file_create fallocate overwrite

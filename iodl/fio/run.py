@@ -219,6 +219,8 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     plan.logs = log_spec(job)
     if align and align != min(s for s, _ in block_sizes):
         plan.randommap = False   # fio init.c: "Any use of blockalign= turns off randommap"
+    if random and _lfsr(job, plan):
+        plan.randommap = True
 
     plan.unlink_each_loop = _unlink_each_loop(job, plan)
     if plan.numjobs > MAX_CLONES:
@@ -293,6 +295,29 @@ def _rand_pct(job: Job) -> tuple:
     if not (0 <= r <= 100 and 0 <= w <= 100):
         raise _reject(job, "percentage_random", f"value 'percentage_random={job.where['percentage_random'].value}'")
     return int(r), int(w)
+
+
+def _lfsr(job: Job, plan: JobPlan) -> bool:
+    """random_generator=lfsr: whether it orders this job's random offsets. fio's shift register runs
+    once through the file's blocks (size / the smallest bs), each once, and it keeps no random map
+    beside it (filesetup.c init_random_map, io_u.c __get_next_rand_offset): with one block size and
+    blockalign at it, that is the random map's order, each block once per pass, norandommap written or
+    not. tausworthe (the default) and tausworthe64 only change which uniform draws fio makes: iodl's
+    own are as good. The distributions draw their blocks their own way: there lfsr is unused."""
+    gen = str(job.get("random_generator", "tausworthe")).strip().lower()
+    if gen in ("tausworthe", "tausworthe64"):
+        return False
+    if gen != "lfsr":
+        raise _reject(job, "random_generator", f"value 'random_generator={gen}' (fio refuses it)")
+    if plan.dist[0] != "random":
+        return False
+    sizes = {s for s, _ in plan.block_sizes + plan.write_block_sizes}
+    if len(sizes) > 1 or plan.align != min(sizes):
+        # fio then issues I/Os of other lengths, or at blockalign steps, from the register's block
+        # numbers: overlapping ones that the random map's order does not make
+        raise _reject(job, "random_generator", "value 'random_generator=lfsr' with block sizes that vary or a "
+                                               "blockalign unlike bs (iodl's order is the random map's)")
+    return True
 
 
 def _distribution(job: Job) -> tuple:

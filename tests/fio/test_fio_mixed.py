@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from iodl.fio.jobfile import parse
+from iodl.fio.jobfile import JobFileError, parse
 from iodl.fio.run import pass_plan, plan_job
 from iodl.plan import OP_READ, OP_WRITE
 from tests.fio.test_fio_write import job_file, only_iodls_files, run_compare
@@ -81,6 +81,42 @@ def test_norandommap_draws_with_replacement_as_fio(tmp_path):
     assert ours == pytest.approx(4096 * (1 - np.exp(-1)), rel=0.02)
     assert ours == pytest.approx(theirs, abs=0.02 * 4096)
 
+
+
+@pytest.mark.fio
+@pytest.mark.parametrize("extra", ["", "norandommap\n", "rw=randrw\n"])
+def test_lfsr_uses_each_block_once_as_fio(tmp_path, extra):
+    """random_generator=lfsr: fio's shift register runs once through the file's blocks and keeps no map,
+    so each block is used once per pass with norandommap written too (where tausworthe, drawing with
+    replacement, uses ~63 % of them): iodl's plan and fio's log both use all 4096 blocks of 16 MiB once."""
+    text = f"rw=randwrite\nrandom_generator=lfsr\nbs=4k\nsize=16m\n{extra}"
+    plan, rows = plan_rows(tmp_path, text)
+    fio = fio_iolog(tmp_path, text)
+    assert plan.randommap
+    for name, offsets in (("iodl", rows["offset"]), ("fio", [o for _, o, _ in fio])):
+        assert len(offsets) == 4096 and len(np.unique(offsets)) == 4096, name
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("rw=randread\nrandom_generator=lfsr\nbsrange=4k-16k\nsize=1m\n", "block sizes that vary"),
+    ("rw=randread\nrandom_generator=lfsr\nbs=8k\nba=4k\nsize=1m\n", "blockalign unlike bs"),
+    ("rw=randread\nrandom_generator=lsfr\nsize=1m\n", "random_generator=lsfr' (fio refuses it)"),
+])
+def test_lfsr_iodl_cannot_order_is_refused_naming_it(tmp_path, text, refused):
+    with pytest.raises(JobFileError, match="random_generator") as err:
+        plan_rows(tmp_path, text)
+    assert refused in str(err.value)
+
+
+@pytest.mark.parametrize("gen", ["tausworthe64", "lfsr"])
+def test_generators_iodl_takes_leave_other_plans_as_they_were(tmp_path, gen):
+    """tausworthe64 plans as the default does; lfsr in a sequential job or beside a distribution is unused
+    (fio asks the generator only for uniform random offsets)."""
+    assert plan_rows(tmp_path, f"rw=randread\nrandom_generator={gen}\nnorandommap\nsize=1m\n")[0].randommap == (gen == "lfsr")
+    for text in ("rw=read\nsize=1m\n", "rw=randread\nrandom_distribution=zipf\nsize=1m\n"):
+        want = plan_rows(tmp_path, text)[1]
+        got = plan_rows(tmp_path, f"{text}random_generator={gen}\n")[1]
+        assert (got == want).all()
 
 @pytest.mark.fio
 @pytest.mark.parametrize("dist", ["zipf:1.2", "pareto:0.9", "normal:10", "zipf", "pareto"])
