@@ -102,7 +102,8 @@ FIO_SHARING = ("tests/fio/test_fio_crosscheck.py", "tests/fio/test_fio_content.p
                "tests/fio/test_reap.py", "tests/fio/test_loops.py", "tests/fio/test_fio_mixed.py",
                "tests/fio/test_jobs_people_have.py", "tests/fio/test_fio_write.py::test_sync_counts_and_bytes_equal_fios",
                "tests/fio/test_fio_write.py::test_time_based_writes_wrap_around_the_file_as_fio",
-               "tests/fio/test_filecreate.py::test_metadata_engines_beside_fio")
+               "tests/fio/test_filecreate.py::test_metadata_engines_beside_fio",
+               "tests/fio/test_fio_write.py::test_a_write_jobs_file_starts_as_fios_lay_out_of_all_the_jobs_leaves_it")
 # tests/s3's files and tests that check objects, counts and one-line errors against SeaweedFS servers of
 # their own (no link throttle, no network namespace, no time held, no server stopped or killed; each xdist
 # worker starts its session's server on free ports): they share the machine; the rest of tests/s3 is serial

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import secrets
@@ -149,6 +150,32 @@ def _on_disk(plans: dict) -> dict:
     return {i: p for i, p in plans.items() if p.engine != "null"}   # fio's null engine touches no file
 
 
+def start_states(plans: dict) -> dict:
+    """{path: (spec, reset mode)} of every file a write job writes: the state fio's lay-out leaves it in
+    when it is missing. fio sets up every job's files before any job runs, one job after the other in
+    the file's order (backend.c run_threads, create_serialize=1 by default), and a job lays a file out
+    only when it is missing or shorter than the job needs (filesetup.c extend_file): a job that reads
+    writes it whole, a write job as its own mode says (layout.reset_for_write), fallocate=keep/none
+    leaving 0 bytes that a later job then finds short. So a write job's file that a job after it reads
+    starts written whole, as does one a job before it read; one fallocated first stays fallocated."""
+    written = {spec.path for p in plans.values() if p.write for spec in _all_files(p)}
+    states: dict = {}
+    for i in sorted(plans):
+        p = plans[i]
+        for spec in _all_files(p):
+            if spec.path not in written:
+                continue
+            was = states.get(spec.path)
+            if was is not None:
+                have, mode = was
+                if (have.needed if mode in ("fill", "native", "posix") else 0) >= spec.needed:
+                    continue   # long enough: this job lays nothing out
+                spec = max(spec, have, key=lambda f: f.needed)
+            # iodl's own marked file, made ready through the checks of a write job's file
+            states[spec.path] = (dataclasses.replace(spec, write=True), p.reset if p.write else "fill")
+    return states
+
+
 def _all_files(plan) -> list:
     """Every clone's files of a job."""
     return [f for clone in plan.files for f in clone]
@@ -185,11 +212,7 @@ class _Sides:
         self.fio_file = None
         # write jobs: their files (iodl's own, marked) are put back in the state fio's lay-out leaves
         # them in before each side runs, so both start from the same files (layout.reset_for_write)
-        self.writes: dict = {}
-        for p in (p for p in self.disk.values() if p.write):
-            for spec in _all_files(p):
-                if spec.path not in self.writes or spec.needed > self.writes[spec.path][0].needed:
-                    self.writes[spec.path] = (spec, p.reset)
+        self.writes = start_states(self.disk)
 
     def lay_out(self) -> None:
         """The files, host after host: hosts that share a directory find the files the first laid out

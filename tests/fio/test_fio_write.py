@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from iodl.cmd.fio_compare import start_states
 from iodl.fio import layout
 from iodl.fio.jobfile import parse
 from iodl.fio.run import JobPlan, _SyncState, _write_rows, plan_job
@@ -92,6 +93,50 @@ def test_write_plan_resolves_fio_options(tmp_path):
     assert plan_of(tmp_path, "[w]\nrw=write\nsize=1m\ncreate_on_open=1\n").reset == "empty"
     assert plan_of(tmp_path, "[w]\nrw=write\nsize=1m\nfallocate=none\n").reset == "none"
 
+
+
+def _file_state(path) -> tuple[int, bool, bool]:
+    """(size, every byte's block allocated, its first block holds data rather than zeros)."""
+    st = os.stat(path)
+    with open(path, "rb") as f:
+        return st.st_size, st.st_blocks * 512 >= st.st_size, any(f.read(4096))
+
+
+@pytest.mark.fio
+@pytest.mark.parametrize("jobs, mode", [
+    ("[w]\nrw=randwrite\nfallocate=none\n[r]\nstonewall\nrw=randread\n", "fill"),
+    ("[r]\nrw=randread\n[w]\nstonewall\nrw=randwrite\nfallocate=none\n", "fill"),
+    ("[r]\nrw=randread\n[w]\nstonewall\nrw=randwrite\n", "fill"),
+    ("[w]\nrw=randwrite\n[r]\nstonewall\nrw=randread\n", "native"),
+    ("[w]\nrw=randwrite\nfallocate=none\n", "none"),
+])
+def test_a_write_jobs_file_starts_as_fios_lay_out_of_all_the_jobs_leaves_it(tmp_path, jobs, mode):
+    """fio lays out every job's files before any runs, in the file's order, each only when missing or
+    short: a read job after a write job of fallocate=none (which leaves 0 bytes) writes the file whole,
+    one before any write job too; a fallocated file is long enough for the read job, which writes
+    nothing. fio's own lay-out (create_only=1) is the truth; iodl's state before each side must equal it
+    (size, blocks allocated, data or zeros). Alone, fallocate=none: fio leaves 0 bytes, iodl sets the
+    size without allocating (docs/fio-compare.md: a shorter file fio would recreate on its own)."""
+    common = "[global]\nfilename=f\nfilesize=1m\nbs=4k\nio_size=256k\n"
+    fio_dir, iodl_dir = tmp_path / "fio", tmp_path / "iodl"
+    fio_dir.mkdir()
+    iodl_dir.mkdir()
+    fio_job = job_file(tmp_path, f"{common}directory={fio_dir}\ncreate_only=1\n{jobs}", "fio.fio")
+    subprocess.run(["fio", "--output=/dev/null", str(fio_job)], check=True, capture_output=True, timeout=60)
+    taken: set = set()
+    plans = dict(enumerate(plan_job(job, taken=taken) for job in
+                           parse(str(job_file(tmp_path, f"{common}directory={iodl_dir}\n{jobs}", "iodl.fio")))))
+    for plan in plans.values():
+        layout.lay_out([f for clone in plan.files for f in clone])
+    states = start_states(plans)
+    assert [m for _spec, m in states.values()] == [mode]
+    for spec, m in states.values():
+        layout.reset_for_write(spec, m)
+    fio, iodl = _file_state(fio_dir / "f"), _file_state(iodl_dir / "f")
+    if mode == "none":
+        assert fio == (0, True, False) and iodl[1:] == (False, False) and iodl[0] == 1 << 20
+    else:
+        assert iodl == fio == (1 << 20, True, mode == "fill")
 
 @pytest.mark.parametrize("text,message", [
     ("[w]\nrw=trim\nsize=1m\n", "unsupported value 'rw=trim' (iodl runs reads, writes and their mixes: trim "
