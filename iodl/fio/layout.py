@@ -134,10 +134,13 @@ def clone_files(job: Job, jobnum: int, taken: set | None = None, null: bool = Fa
     `null`: the job's engine does no I/O (fio's diskless engines): its files are never looked at.
     """
     names = clone_names(job, jobnum, taken)
-    offset = job.get("offset", 0)
-    if isinstance(offset, Percent):
-        file, line = job.loc("offset")
-        raise JobFileError(f"unsupported value 'offset={offset.value}%' in [{job.name}]", file, line)
+    for key in ("offset", "offset_increment"):
+        if isinstance(job.get(key, 0), Percent):
+            file, line = job.loc(key)
+            raise JobFileError(f"unsupported value '{key}={job.get(key).value}%' in [{job.name}]", file, line)
+    # fio filesetup.c get_start_offset: clone n of the job starts offset_increment x n further on
+    # (disjoint, evenly spaced parts of one file or device for numjobs clones)
+    offset = job.get("offset", 0) + jobnum * job.get("offset_increment", 0)
     if not names:
         return []
     sizes = _io_sizes(job, [p for p, _ in names], offset, null)

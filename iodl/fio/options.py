@@ -121,7 +121,7 @@ PRIO = {"kb_base": 1, "unit_base": 1, "cpus_allowed_policy": 1, "lockfile": 1, "
 # What iodl reproduces (reads, and sequential writes with their syncs). Everything else fio knows
 # is rejected by name.
 HONOURED = set("""
-    name directory filename filename_format unique_filename nrfiles size filesize io_size offset number_ios
+    name directory filename filename_format unique_filename nrfiles size filesize io_size offset offset_increment number_ios
     loops numjobs rw rw_sequencer bs bsrange bssplit ba randrepeat randseed allrandrepeat norandommap random_generator
     file_service_type time_based runtime ramp_time startdelay ioengine iodepth iodepth_batch direct buffered invalidate
     iodepth_batch_complete_min iodepth_batch_complete_max

@@ -172,8 +172,8 @@ def plan_job(job: Job, overrides: dict | None = None, taken: set | None = None, 
     direct_ = bool(job.get("direct", 0))
     if write and direct_ and engine != "null":
         ALIGN = _native.ALIGN
-        off = job.get("offset", 0)
-        if any(s % ALIGN for s, _ in block_sizes + write_block_sizes) or (isinstance(off, int) and off % ALIGN) \
+        off = [job.get(k, 0) for k in ("offset", "offset_increment")]
+        if any(s % ALIGN for s, _ in block_sizes + write_block_sizes) or any(isinstance(o, int) and o % ALIGN for o in off) \
                 or (not random and seq_len % ALIGN):
             raise _reject(job, "bs", f"value: direct=1 writes need block sizes and offsets in multiples of {ALIGN} "
                                      "bytes in iodl's engine")

@@ -15,13 +15,14 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from iodl.fio import compare
 from iodl.fio import jobfile as jf
 from iodl.fio import layout
 from iodl.fio import options as opts
-from iodl.fio.run import plan_job
+from iodl.fio.run import pass_plan, plan_job
 
 from .test_fio_crosscheck import fio_outs
 
@@ -320,3 +321,43 @@ def test_a_missing_device_path_is_refused_and_nothing_appears_there(tmp_path, ta
     err = one_line(fio_compare(job, "--no-fio"))
     assert f"{target} does not exist and is under {parent}" in err
     assert not os.path.lexists(target) and listing() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# offset_increment: numjobs clones on disjoint, evenly spaced parts (vendor guides' throughput jobs)
+
+@pytest.mark.fio
+def test_offset_increment_starts_each_clone_further_on_as_fio(tmp_path):
+    """Clone n starts offset + n x offset_increment into its file (fio filesetup.c get_start_offset): the
+    files fio lays out for it (create_only=1) are the sizes iodl lays out, and clone n's pass reads
+    [offset + n x increment, + size) in order."""
+    text = "[global]\nrw=read\nbs=64k\nsize=1m\noffset=128k\noffset_increment=1m\nnumjobs=3\n"
+    fio_dir, d = tmp_path / "fio", tmp_path / "d"
+    fio_dir.mkdir()
+    d.mkdir()
+    fio_job = tmp_path / "fio.fio"
+    fio_job.write_text(f"{text}directory={fio_dir}\ncreate_only=1\n[s]\n")
+    subprocess.run(["fio", "--output=/dev/null", str(fio_job)], check=True, capture_output=True, timeout=60)
+    (job,) = jf.parse(str(tmp_path / "job.fio"), f"{text}directory={d}\n[s]\n", env={}, keywords={})
+    p = plan_job(job)
+    assert len(p.files) == 3
+    for n, clone in enumerate(p.files):
+        (spec,) = clone
+        start = (128 << 10) + n * (1 << 20)
+        assert spec.offset == start and spec.needed == start + (1 << 20) == os.path.getsize(fio_dir / f"s.{n}.0")
+        rows = pass_plan(p, clone, np.random.default_rng(0))
+        assert rows["offset"].tolist() == list(range(start, start + (1 << 20), 64 << 10))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[r]\nrw=read\nsize=1m\nnumjobs=2\noffset_increment=10%\n", "unsupported value 'offset_increment=10%'"),
+    ("[w]\nrw=write\nsize=1m\nnumjobs=2\ndirect=1\noffset_increment=1000\n",
+     "direct=1 writes need block sizes and offsets in multiples of 4096"),
+])
+def test_offset_increment_iodl_cannot_place_is_one_line(tmp_path, text, message):
+    d = tmp_path / "d"
+    d.mkdir()
+    job = tmp_path / "job.fio"
+    job.write_text(text)
+    assert message in one_line(fio_compare(job, "--no-fio", "--directory", d))
+    assert os.listdir(d) == []
