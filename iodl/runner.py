@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from . import cache, dlio_output, limits
+from . import cache, dlio_output, engines, limits
 from . import comm as comm_mod
 from .comm import NodeShared, RanksNotAnswering, SerialComm, collective, failed_alone, failures_line
-from .data.manifest import read_manifests, workload_for_roots
+from .data.manifest import check_default_fits, read_manifests, workload_for_roots
 from .data.open import open_dataset
 from .data.tables import int_rows
 from .errors import IodlError, UsageError
@@ -50,6 +50,8 @@ def _setup(comm, args, patterns: dict, run_index: int):
         manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)], style)) for r in args.root
                          if is_s3(r))
     wl = workload_for_roots(manifests, args.workload)
+    if not args.root and args.workload is not None and engines.resolve(args.engine) != "null":
+        check_default_fits(wl, args.workload)   # the default dataset is read: it must be the workload's
     spec = resolve(args, wl, patterns, run_index, manifests)
     for flag, path in (("--out", args.out), ("--csv", args.csv)):
         if path:

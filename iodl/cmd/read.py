@@ -17,7 +17,7 @@ def add_arguments(p, patterns: dict = PATTERNS) -> None:
                    help="built-in workload name, TOML file, or DLIO/MLPerf YAML file (default: the one the dataset was generated for, else tiny)")
     p.add_argument("--root", action="append", default=[], metavar="DIR",
                    help="dataset root (repeatable: ranks map to roots round-robin), or s3://BUCKET/PREFIX (docs/s3.md); "
-                        "default: the tiny dataset in the data directory")
+                        "default: the tiny dataset in the data directory (a workload of another shape needs --root)")
     add_s3_arguments(p)
     p.add_argument("--engine", default="auto", help=f"{engines.choices()} (default auto: see docs/engines.md)")
     p.add_argument("--direct", action="store_true", help="open with O_DIRECT (bypass the page cache)")

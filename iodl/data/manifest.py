@@ -69,6 +69,18 @@ def workload_for_roots(manifests: dict[str, dict | None], given: str | None):
     return wl
 
 
+
+def check_default_fits(wl, given: str) -> None:
+    """A read given no root reads the default dataset (workload tiny's): refused, as a root's dataset
+    would be (workload_for_roots), when the workload given describes another shape: its demand
+    sized against tiny's files is a wrong answer."""
+    mine, default = wl.to_dict()["dataset"], load_workload("tiny").to_dict()["dataset"]
+    if any(mine[k] != default[k] for k in _SHAPE_KEYS):
+        raise UsageError(f"--workload {given} reads a dataset of its own shape, not iodl's default one (workload "
+                         f"tiny's): give its directory with --root DIR (`iodl generate --workload {given} --root DIR` "
+                         "writes one), or --engine null to run the shape with no dataset")
+
+
 def _generated_for(found: list[tuple[str, dict]]):
     """The workload the roots' datasets were generated for (`tiny` with none)."""
     names = {m.get("workload") for _r, m in found}

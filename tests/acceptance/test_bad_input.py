@@ -112,6 +112,26 @@ READ_CASES = [
 ]
 
 
+
+@pytest.mark.parametrize("given", ["resnet50", "yaml"])
+def test_a_workload_of_another_shape_is_not_read_from_the_default_dataset(tmp_path, given):
+    """No --root reads the default dataset, of workload tiny's shape: a workload of another shape
+    (a built-in, a DLIO file of a user's model) is refused in one line naming --root, before the
+    default dataset is generated; the same workload runs with --engine null, and tiny itself reads."""
+    if given == "yaml":
+        given = str(tmp_path / "mine.yaml")
+        with open(given, "w") as f:
+            f.write("model:\n  name: mine\nworkflow:\n  train: True\ndataset:\n  format: npz\n"
+                    "  num_files_train: 64\n  num_samples_per_file: 4\n  record_length_bytes: 65536\n"
+                    "reader:\n  batch_size: 8\ntrain:\n  epochs: 1\n  computation_time: 0.01\n")
+    env = {"IODL_DATA": str(tmp_path / "data")}
+    start = time.monotonic()
+    proc = iodl("read", "--workload", given, "--steps", "2", env=env, timeout=60)
+    _assert_refused(proc, time.monotonic() - start, "--root DIR")
+    assert not os.path.exists(tmp_path / "data"), "the default dataset was generated for a refused run"
+    assert iodl("read", "--workload", given, "--engine", "null", "--steps", "2", env=env, timeout=60).returncode == 0
+    assert iodl("read", "--workload", "tiny", "--steps", "2", env=env, timeout=60).returncode == 0
+
 @pytest.mark.parametrize("args,mention", READ_CASES, ids=[" ".join(a) for a, _m in READ_CASES])
 def test_absurd_read_flags_are_refused(args, mention):
     proc, elapsed = _timed("read", "--engine", "null", *args)
