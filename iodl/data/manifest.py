@@ -69,7 +69,6 @@ def workload_for_roots(manifests: dict[str, dict | None], given: str | None):
     return wl
 
 
-
 def check_default_fits(wl, given: str) -> None:
     """A read given no root reads the default dataset (workload tiny's): refused, as a root's dataset
     would be (workload_for_roots), when the workload given describes another shape: its demand
