@@ -210,6 +210,7 @@ def _shard_open_in(pids, root) -> bool:
     return False
 
 
+@pytest.mark.flaky(reruns=1)   # the other rank's 3 s of stop grace: once missed with the machine shared (phase 1)
 def test_a_size_table_cut_mid_run_ends_every_rank_in_one_line(tmp_path):
     # a rank looks a shard's sizes up in the dataset's tables when it starts the shard (pread, not a
     # map); a table cut short while the run reads once came out as a traceback and "internal error"
