@@ -98,17 +98,19 @@ class ShardFiles:
         t1 = _native.monotonic_ns()
         return fd, t1, t1 - t0
 
-    def _submit(self, shards: list[int]) -> range:
-        """Queue the opens of shards on the open threads, in order: their tickets."""
-        sizes = np.ascontiguousarray(take_rows(self.sizes, shards), dtype=np.int64)
+    def _submit(self, shards: list[int], sizes: np.ndarray | None = None) -> range:
+        """Queue the opens of shards on the open threads, in order: their tickets. sizes: theirs
+        when known (looked up with the shard order), else looked up here."""
+        sizes = np.ascontiguousarray(take_rows(self.sizes, shards) if sizes is None else sizes, dtype=np.int64)
         # each path ends with its NUL; encoded once for the batch, as os.fsencode does
         first = self._pool.submit(joined_paths(self.paths, shards), sizes)
         return range(first, first + len(shards))
 
-    def ahead(self, shards: list[int]) -> None:
-        """Start opening these shards, the ones the stream gives next (each once, in order)."""
+    def ahead(self, shards: list[int], sizes: np.ndarray | None = None) -> None:
+        """Start opening these shards, the ones the stream gives next (each once, in order);
+        sizes: their file sizes when known."""
         if shards:
-            self._ahead.extend(zip(shards, self._submit(shards)))
+            self._ahead.extend(zip(shards, self._submit(shards, sizes)))
             for shard in shards:
                 self._waiting[shard] = self._waiting.get(shard, 0) + 1
 
@@ -127,9 +129,9 @@ class ShardFiles:
                 return ticket
             passed.append(ticket)
 
-    def open(self, shards: list[int], then: list[int] = ()) -> list[int]:
+    def open(self, shards: list[int], then: list[int] = (), then_sizes: np.ndarray | None = None) -> list[int]:
         """The fds of shards (a batch's), opened now or ahead; then: the shards that come next,
-        started after this batch's own opens (ahead)."""
+        started after this batch's own opens (ahead; then_sizes: their sizes when known)."""
         need = [s for s in dict.fromkeys(shards) if s not in self.fds]
         self.opened = None
         if self.paths is None:
@@ -147,9 +149,9 @@ class ShardFiles:
             finally:   # an open that fails ends the run: those before it still count
                 self._note(times)
         elif need:
-            self._open_pooled(need, then, whole=len(need) == len(shards))
+            self._open_pooled(need, then, then_sizes, whole=len(need) == len(shards))
         else:
-            self.ahead(then)
+            self.ahead(then, then_sizes)
         return [self.fds[s] for s in shards]
 
     def _claim_next(self, need: list[int]) -> list[int] | None:
@@ -168,7 +170,7 @@ class ShardFiles:
                 del waiting[s]
         return tickets
 
-    def _open_pooled(self, need: list[int], then: list[int], whole: bool) -> None:
+    def _open_pooled(self, need: list[int], then: list[int], then_sizes, whole: bool) -> None:
         # a batch's shards not opened ahead are opened by the threads too, together, before `then`;
         # whole: need is the batch's every shard, in its order (their fstat's facts are then `opened`)
         tickets = self._claim_next(need)
@@ -181,7 +183,7 @@ class ShardFiles:
             if missing:
                 fresh = iter(self._submit(missing))
                 tickets = [next(fresh) if t is None else t for t in tickets]
-        self.ahead(then)
+        self.ahead(then, then_sizes)
         wanted = np.array(tickets, dtype=np.int64)
         t0 = _native.monotonic_ns()
         try:

@@ -252,13 +252,42 @@ class SampleStream:
         return out, consumed
 
 
+    def _took_whole(self, shards: list[int], epochs: np.ndarray) -> None:
+        """Shards of one sample each, taken whole in this order (their epochs): counted for the
+        order's check, traced."""
+        if not shards:
+            return
+        if epochs[0] == epochs[-1] and self._epoch in (None, int(epochs[0])):
+            # one epoch, the one being read (epochs only grow along the stream): no check falls due
+            self._epoch = int(epochs[0])
+            if self._check:
+                self._taken_once(shards)
+        else:
+            for shard, epoch in zip(shards, epochs.tolist()):
+                if self._epoch is not None and epoch != self._epoch:
+                    self._check_epoch()
+                self._epoch = epoch
+                if self._check:
+                    self._taken_once([shard])
+        if self.trace is not None:
+            self.trace.append((np.array(shards, dtype=np.int64), np.zeros(len(shards), dtype=np.int64)))
+
     def take_batch(self, n: int) -> tuple[list[int], np.ndarray, list[bool], int]:
         """take(n) as one batch (as_batch). Shards of one sample each (retinanet, every JPEG
-        dataset) take no Python per sample: the batch's shards are drawn, their sample ends and
-        sizes looked up in one call each (batch_ends, the size table's take_rows) and its rows made
-        at once (plan.shard_plan); the same reads in the same order as take()'s."""
+        dataset) take no Python per sample: the batch is the next n of a ShardLookahead's arrays,
+        sizes and sample ends looked up as they were drawn (else drawn and looked up here, one
+        call each: batch_ends, the size table's take_rows), its rows made at once
+        (plan.shard_plan); the same reads in the same order as take()'s."""
         if not self._whole_files or self._shard is not None:
             return as_batch(*self.take(n))
+        peek = getattr(self._next_shard, "peek", None)   # a ShardLookahead's arrays, tables looked up
+        if peek is not None and not self._drawn:
+            shards, epochs, sizes, ends = peek(n)
+            if ends is not None and ends.shape[1] == 1:   # one sample each: the batch is these n
+                self._next_shard.skip(n)
+                listed = shards.tolist()
+                self._took_whole(listed, epochs)
+                return listed, plan.shard_plan(sizes, self._bs), [True] * n, int(ends[:, 0].sum())
         if len(self._drawn) < n:
             more = getattr(self._next_shard, "take", None)   # a ShardLookahead draws a batch's in one call
             if more:
@@ -282,20 +311,7 @@ class SampleStream:
         else:
             for _ in range(k):
                 self._drawn.popleft()
-        if k and drawn[0][1] == drawn[k - 1][1] and self._epoch in (None, drawn[0][1]):
-            # one epoch, the one being read (epochs only grow along the stream): no check falls due
-            self._epoch = drawn[0][1]
-            if self._check:
-                self._taken_once(shards)
-        else:
-            for shard, epoch in drawn[:k]:
-                if self._epoch is not None and epoch != self._epoch:
-                    self._check_epoch()
-                self._epoch = epoch
-                if self._check:
-                    self._taken_once([shard])
-        if self.trace is not None and shards:
-            self.trace.append((np.array(shards, dtype=np.int64), np.zeros(len(shards), dtype=np.int64)))
+        self._took_whole(shards, np.array([epoch for _shard, epoch in drawn[:k]], dtype=np.int64))
         rows = plan.shard_plan(take_rows(self._sizes, shards), self._bs)
         if k == n:
             return shards, rows, [True] * n, consumed
@@ -464,30 +480,94 @@ class ShardLookahead:
     """A next_shard source that can show what comes next: called, it gives (shard, epoch) in the
     source's own order (the stream's order and its once-per-epoch check are unchanged); ahead(n)
     draws the next n early and returns those of them no earlier ahead() returned, for the open
-    threads to open before the stream reaches them."""
+    threads to open before the stream reaches them.
 
-    def __init__(self, next_shard):
-        self._next, self._queue = next_shard, deque()
-        self._drawn = self._given = 0       # positions handed to the stream; given by ahead()
+    What is drawn is held as arrays, a chunk at a time (a source with draw(n), ShardShares, draws
+    it in a few array operations): a batch of one-sample shards is then a few slices (peek, skip),
+    no Python per shard. Given the dataset's tables (sizes, batch_ends), each chunk's file sizes
+    and sample ends are looked up once as it is drawn (one call each), for the batch's plan and for
+    the opens started ahead: a shard's rows are read once, not once per use."""
+
+    CHUNK = 256   # positions drawn (and looked up) at a time
+
+    def __init__(self, next_shard, sizes=None, batch_ends=None):
+        self._next = next_shard
+        self._draw_arrays = getattr(next_shard, "draw", None)
+        self._sizes, self._batch_ends = sizes, batch_ends
+        self._tables = sizes is not None and batch_ends is not None
+        none = np.empty(0, dtype=np.int64)
+        self._shards = self._epochs = none     # drawn, from position _pos on not yet handed to the stream
+        self._size = none                      # with tables: their file sizes
+        self._ends = None                      # with tables: their (n, k) sample ends, or None (they differ)
+        self._pos = 0
+        self._drawn = self._given = 0          # positions handed to the stream; given by ahead()
+
+    def _fill(self, n: int) -> None:
+        """At least n positions drawn and not yet handed on."""
+        have = len(self._shards) - self._pos
+        if have >= n:
+            return
+        want = max(n - have, self.CHUNK)
+        if self._draw_arrays is not None:
+            shards, epochs = self._draw_arrays(want)
+        else:
+            pairs = [self._next() for _ in range(want)]
+            shards = np.array([s for s, _e in pairs], dtype=np.int64)
+            epochs = np.array([e for _s, e in pairs], dtype=np.int64)
+        keep = slice(self._pos, None)
+        if self._tables:
+            size = np.asarray(take_rows(self._sizes, shards), dtype=np.int64)
+            ends = self._batch_ends(shards)
+            ends = ends if isinstance(ends, np.ndarray) else None
+            held = self._ends[keep] if self._ends is not None else None
+            self._size = np.concatenate([self._size[keep], size])
+            if self._pos == len(self._shards):   # nothing held: the new ones' alone
+                self._ends = ends
+            elif held is not None and ends is not None and held.shape[1:] == ends.shape[1:]:
+                self._ends = np.concatenate([held, ends])
+            else:
+                self._ends = None
+        self._shards = np.concatenate([self._shards[keep], shards])
+        self._epochs = np.concatenate([self._epochs[keep], epochs])
+        self._pos = 0
 
     def __call__(self) -> tuple[int, int]:
+        self._fill(1)
+        i = self._pos
+        self._pos += 1
         self._drawn += 1
-        return self._queue.popleft() if self._queue else self._next()
+        return int(self._shards[i]), int(self._epochs[i])
 
     def take(self, n: int) -> list[tuple[int, int]]:
         """The next n calls' answers at once (a batch's shards)."""
-        queue = self._queue
-        got = [queue.popleft() for _ in range(min(n, len(queue)))]
-        got += [self._next() for _ in range(n - len(got))]
+        self._fill(n)
+        i = self._pos
+        self.skip(n)
+        return list(zip(self._shards[i:i + n].tolist(), self._epochs[i:i + n].tolist()))
+
+    def peek(self, n: int):
+        """(shards, epochs, sizes, ends) of the next n positions, not handed on (skip does that);
+        sizes and ends None without tables, ends None where the shards' sample counts differ."""
+        self._fill(n)
+        at = slice(self._pos, self._pos + n)
+        return (self._shards[at], self._epochs[at], self._size[at] if self._tables else None,
+                self._ends[at] if self._tables and self._ends is not None else None)
+
+    def skip(self, n: int) -> None:
+        """Hand the next n positions on (peek's)."""
+        self._pos += n
         self._drawn += n
-        return got
 
     def ahead(self, n: int) -> list[int]:
-        while len(self._queue) < n:
-            self._queue.append(self._next())
+        return self.ahead_sized(n)[0]
+
+    def ahead_sized(self, n: int) -> tuple[list[int], np.ndarray | None]:
+        """ahead(n), and those shards' file sizes when the tables are known (else None)."""
+        self._fill(n)
         first = max(self._given, self._drawn) - self._drawn
         self._given = max(self._given, self._drawn + n)
-        return [shard for shard, _epoch in itertools.islice(self._queue, first, n)]
+        at = slice(self._pos + first, self._pos + max(n, first))
+        return self._shards[at].tolist(), self._size[at] if self._tables else None
 
 
 class RowGroupStream(SampleAccessStream):
@@ -585,23 +665,48 @@ def shard_source(cfg: RunSpec, n_shards: int, index_in_mount: int, ranks_in_moun
 
     # epoch: one shard order per epoch shared by the mount's ranks (seeded permutation when files
     # are shuffled, index order when not; shards of one sample shuffle as samples do); rank i
-    # takes every R-th shard. With more ranks than shards each rank still gets a whole shard.
+    # takes every R-th. With more ranks than shards each rank still gets a whole shard.
     shuffled = "file" in cfg.shuffle or ("sample" in cfg.shuffle and not buffer)
+    return ShardShares(n_shards, index_in_mount, ranks_in_mount, cfg.seed, shuffled)
 
-    def shares():
-        epoch = 0
-        while True:
-            # int32 below 2**31 shards: half the memory of permutation()'s int64 (1,000,000 shards:
-            # 4 MB a rank), the same order (shuffle draws the same numbers whatever the dtype)
-            perm = np.arange(n_shards, dtype=np.int32 if n_shards < 2**31 else np.int64)
-            if shuffled:
-                np.random.default_rng([cfg.seed, epoch]).shuffle(perm)
-            yield from ((int(perm[j % n_shards]), epoch)
-                        for j in range(index_in_mount, max(n_shards, ranks_in_mount), ranks_in_mount))
-            epoch += 1
 
-    it = shares()
-    return lambda: next(it)
+class ShardShares:
+    """A rank's shards epoch after epoch (shard_source's with --sampling epoch): called, the next
+    (shard, epoch); draw(n), the next n as two arrays, in a few array operations whatever n."""
+
+    def __init__(self, n_shards: int, index: int, ranks: int, seed: int, shuffled: bool):
+        self._n, self._index, self._ranks, self._seed, self._shuffled = n_shards, index, ranks, seed, shuffled
+        self._epoch, self._share, self._at = -1, np.empty(0, dtype=np.int64), 0
+
+    def _next_share(self) -> None:
+        self._epoch += 1
+        # int32 below 2**31 shards: half the memory of permutation()'s int64 (1,000,000 shards:
+        # 4 MB a rank), the same order (shuffle draws the same numbers whatever the dtype)
+        perm = np.arange(self._n, dtype=np.int32 if self._n < 2**31 else np.int64)
+        if self._shuffled:
+            np.random.default_rng([self._seed, self._epoch]).shuffle(perm)
+        positions = np.arange(self._index, max(self._n, self._ranks), self._ranks, dtype=np.int64) % self._n
+        self._share, self._at = perm[positions], 0   # the rank's share, in perm's dtype
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        shards, epochs = [], []
+        while n > 0:
+            if self._at == len(self._share):
+                self._next_share()
+            k = min(n, len(self._share) - self._at)
+            shards.append(self._share[self._at:self._at + k].astype(np.int64))
+            epochs.append(np.full(k, self._epoch, dtype=np.int64))
+            self._at += k
+            n -= k
+        if len(shards) == 1:
+            return shards[0], epochs[0]
+        return np.concatenate(shards), np.concatenate(epochs)
+
+    def __call__(self) -> tuple[int, int]:
+        if self._at == len(self._share):
+            self._next_share()
+        self._at += 1
+        return int(self._share[self._at - 1]), self._epoch
 
 
 @dataclass
@@ -648,8 +753,8 @@ class _Reader(threading.Thread):
         if self.batches:   # no file past the run's last batch (the shard being read holds some of it)
             left = (self.batches - self.fetched - 1) * self.cfg.batch_size - self.stream.left_in_shard()
             ahead = min(ahead, -(-max(left, 0) // self.samples_per_shard))
-        upcoming = self.lookahead.ahead(ahead) if self.lookahead and ahead > 0 else []
-        fds = self.files.open(shards, then=upcoming)
+        upcoming, sizes = self.lookahead.ahead_sized(ahead) if self.lookahead and ahead > 0 else ([], None)
+        fds = self.files.open(shards, then=upcoming, then_sizes=sizes)
         self.cursor.run(fds, rows, self.files.names(shards), opened=self.files.opened)
         self.files.close([shard for shard, d in zip(shards, done) if d])
         self.fetched += 1
@@ -747,7 +852,10 @@ def planned_steps(cfg: RunSpec, n_samples: int, ranks_in_mount: int) -> tuple[in
 def _shard_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_in_mount: int, ranks_in_mount: int,
                   rank: int, batch_ends=None):
     buffer = buffer_size(cfg.shuffle, cfg.shuffle_size, len(sample_ends(0)) if len(sizes) else 1)
-    next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, rank, buffer))
+    # shards read whole with their ends looked up a batch at a time: the look-ahead looks them up as drawn
+    whole = batch_ends is not None and not (buffer or cfg.reading.records or cfg.reading.npz_load)
+    next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, rank, buffer),
+                                *((sizes, batch_ends) if whole else ()))
     return SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
                         rng=np.random.default_rng([cfg.seed, rank, 1]), check=cfg.sampling == "epoch",
                         records=cfg.reading.records, npz_load=cfg.reading.npz_load, batch_ends=batch_ends), next_shard

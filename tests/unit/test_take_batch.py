@@ -17,12 +17,12 @@ SHARDS, RANKS, BATCH, BS = 50, 2, 7, 4096
 SIZES = np.random.default_rng(3).integers(100, 3 * BS, size=SHARDS)
 
 
-def _stream(shuffle: str, ends_of, rank: int, batch_ends=None, lookahead: bool = False) -> SampleStream:
+def _stream(shuffle: str, ends_of, rank: int, batch_ends=None, lookahead: bool = False, tables=()) -> SampleStream:
     cfg = RunSpec(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=BS, seed=5,
                   batch_size=BATCH, compute_time_s=0, prefetch=0, shuffle=shuffle, shuffle_size=0)
     source = shard_source(cfg, SHARDS, rank, RANKS, rank, 0)
     if lookahead:   # as run_steps gives it: a batch's shards drawn in one call, some drawn ahead before
-        source = ShardLookahead(source)
+        source = ShardLookahead(source, *tables)
         source.ahead(BATCH + 3)
     stream = SampleStream(source, ends_of, SIZES, BS, 0, rng=np.random.default_rng(1), batch_ends=batch_ends)
     stream.trace = []
@@ -33,10 +33,10 @@ def _pairs(stream: SampleStream) -> list[tuple[int, int]]:
     return [(int(x), int(y)) for sh, sm in stream.trace for x, y in zip(sh, sm)]
 
 
-def _same(ends_of, shuffle: str, batch_ends=None, lookahead: bool = False) -> int:
+def _same(ends_of, shuffle: str, batch_ends=None, lookahead: bool = False, tables=()) -> int:
     batches = 0
     for rank in range(RANKS):
-        fast, slow = _stream(shuffle, ends_of, rank, batch_ends, lookahead), _stream(shuffle, ends_of, rank)
+        fast, slow = _stream(shuffle, ends_of, rank, batch_ends, lookahead, tables), _stream(shuffle, ends_of, rank)
         for _ in range(3 * SHARDS // RANKS // BATCH + 2):   # three epochs and more
             a, b = fast.take_batch(BATCH), as_batch(*slow.take(BATCH))
             assert a[0] == b[0] and a[2] == b[2] and a[3] == b[3]
@@ -70,3 +70,41 @@ def test_one_sample_shards_looked_up_as_a_batch(shuffle):
 def test_one_sample_shards_drawn_through_the_lookahead(shuffle):
     # the shard order through a ShardLookahead (its take(n): a batch's draws at once, after opens ahead)
     assert _same(lambda i: np.array([SIZES[i]]), shuffle, lambda shards: SIZES[shards].reshape(-1, 1), True) > 0
+
+
+@pytest.mark.parametrize("shuffle", ["none", "file"])
+def test_one_sample_shards_looked_up_as_they_are_drawn(shuffle):
+    # run_steps's look-ahead given the tables: each chunk of the order looked up once as drawn, a batch
+    # of one-sample shards then made of its slices (ShardLookahead.peek), the same batches
+    batch_ends = lambda shards: SIZES[shards].reshape(-1, 1)   # noqa: E731
+    assert _same(lambda i: np.array([SIZES[i]]), shuffle, batch_ends, True, (SIZES, batch_ends)) > 0
+
+
+def test_mixed_shards_with_tables_fall_back_where_a_shard_holds_more():
+    def ends_of(i):
+        return np.array([SIZES[i] * 2 // 5, SIZES[i]]) if i % 5 == 0 else np.array([SIZES[i]])
+    batch_ends = lambda shards: [ends_of(int(s)) for s in shards]   # noqa: E731  (counts differ: a list)
+    assert _same(ends_of, "file", batch_ends, True, (SIZES, batch_ends)) > 0
+
+
+def test_the_shares_drawn_as_arrays_are_the_shares_drawn_one_by_one():
+    cfg = RunSpec(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=BS, seed=5,
+                  batch_size=BATCH, compute_time_s=0, prefetch=0, shuffle="file", shuffle_size=0)
+    for shards, ranks in ((SHARDS, RANKS), (3, 5)):   # more ranks than shards: each still gets one a epoch
+        for rank in range(ranks):
+            one, many = shard_source(cfg, shards, rank, ranks, rank), shard_source(cfg, shards, rank, ranks, rank)
+            singles = [one() for _ in range(4 * max(shards // ranks, 1) + 3)]
+            got, epochs = [], []
+            for n in (1, 5, 2, 9, 100):
+                s, e = many.draw(n)
+                got += s.tolist()
+                epochs += e.tolist()
+            assert list(zip(got, epochs))[:len(singles)] == singles
+            # each epoch's share: every R-th place of the epoch's order, from the rank's index
+            share = max(shards // ranks, 1) if shards % ranks == 0 or shards < ranks else None
+            if share:
+                for ep in range(3):
+                    order = np.arange(shards)
+                    np.random.default_rng([5, ep]).shuffle(order)
+                    want = order[np.arange(rank, max(shards, ranks), ranks) % shards].tolist()
+                    assert [s for s, e in zip(got, epochs) if e == ep] == want
