@@ -30,6 +30,7 @@ import time
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TICK = os.sysconf("SC_CLK_TCK")
+BATCH, COMPUTE_S = 24, 0.04755   # retinanet_b200's batch and compute time (iodl/workloads/retinanet_b200.toml)
 
 
 def rank_pids(launcher: int) -> list[int]:
@@ -128,23 +129,29 @@ def bare(ranks: int, steps: int) -> dict:
     engine, no bookkeeping: tests/system/bare_steps.py). Its loss is the machine's wake-up skew."""
     load = os.getloadavg()[0]
     exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, BARE, str(steps), "0.04755"], capture_output=True,
+    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, BARE, str(steps), str(COMPUTE_S)], capture_output=True,
                           text=True, check=True)
     return {"ranks": ranks, "case": "bare barrier+sleep", "load_1min": round(load, 2),
             "au": round(json.loads(proc.stdout.strip().splitlines()[-1])["au"], 4)}
 
 
-def plain_loop(root: str, limit: int = 2000) -> dict:
+def plain_loop(root: str, limit: int = 2000, paced: bool = False) -> dict:
     """The physical reference: a plain single-threaded Python loop, open - read whole - close, over
-    the same files (in the page cache): files per CPU second of its own (one core)."""
+    the same files (in the page cache): files per CPU second of its own (one core). paced: the
+    same loop at the workload's pace, BATCH files then a sleep of COMPUTE_S, as a rank reads
+    them: the CPU idles between batches and each batch's copies begin with cold caches, which
+    costs the kernel's copy more per file than the loop running flat out."""
     paths = sorted(os.path.join(d, f) for d, _s, fs in os.walk(root) for f in fs if not f.startswith("iodl-"))[:limit]
     warm(root)
     cpu0 = time.process_time()
-    for path in paths:
+    for i, path in enumerate(paths):
         with open(path, "rb", buffering=0) as f:
             f.read()
+        if paced and i % BATCH == BATCH - 1:
+            time.sleep(COMPUTE_S)
     cpu = time.process_time() - cpu0
-    return {"ranks": 1, "case": "plain open-read-close loop", "load_1min": round(os.getloadavg()[0], 2),
+    return {"ranks": 1, "case": "plain loop, paced" if paced else "plain open-read-close loop",
+            "load_1min": round(os.getloadavg()[0], 2),
             "files_per_cpu_s": round(len(paths) / cpu, 1), "cpu_us_per_sample": round(cpu / len(paths) * 1e6, 1)}
 
 
@@ -159,8 +166,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="iodl-emu-cost-") as tmp:
         for _ in range(a.rounds):
-            rows.append(plain_loop(a.root))
-            print(json.dumps(rows[-1]), flush=True)
+            for paced in (False, True):
+                rows.append(plain_loop(a.root, paced=paced))
+                print(json.dumps(rows[-1]), flush=True)
             for ranks in a.ranks:
                 for row in (bare(ranks, a.steps), one(ranks, None, a.steps, tmp), one(ranks, a.root, a.steps, tmp)):
                     rows.append(row)

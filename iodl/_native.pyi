@@ -115,7 +115,9 @@ class Engine:
             clat_hist: np.ndarray | None = None, slat_hist: np.ndarray | None = None,
             fsync_hist: np.ndarray | None = None, write_hist: np.ndarray | None = None,
             write_clat_hist: np.ndarray | None = None, write_slat_hist: np.ndarray | None = None,
-            records: np.ndarray | None = None, opened: np.ndarray | None = None) -> RunStats: ...
+            records: np.ndarray | None = None, opened: np.ndarray | None = None, opener: "Opener | None" = None,
+            tickets: np.ndarray | None = None, open_hist: np.ndarray | None = None,
+            close_hist: np.ndarray | None = None) -> RunStats: ...
         # GIL released while running; deadline_ns: CLOCK_MONOTONIC, stop submitting then, drain, return
         # a signal whose handler raises stops the run within 100 ms; the exception carries .stats
         # window: only completions in [window_start_ns, window_end_ns) are counted (0 = unbounded) and
@@ -136,6 +138,15 @@ class Engine:
         # opened: None, or a C-contiguous int64 array of len(fds) x 2: what each fd's open found through it just before
         #   (Opener.take's size and dev): (st_size, st_dev) of a regular file, st_size -1 where not known. Such a file
         #   is not fstat'ed again at its first row (its EOF and its filesystem's read accounting come from these)
+        # opener, tickets, open_hist, close_hist (together; fds and opened then None): the files are the tickets'
+        #   opens (Opener.take, waited for with the GIL released), file i of the plan the i-th ticket's, each run with
+        #   its open's `opened` facts; after the run (a stop, a cancel and an engine error too) every fd is closed
+        #   (each timed, as Opener.close_fds) and the opens and closes are counted into open_hist and close_hist as
+        #   _native.account counts them (in [window_start_ns, window_end_ns) when window_end_ns, else all). The stats
+        #   add opens, open_max_ns, closes, close_max_ns (those counted) and open_wait_ns (the take's wait),
+        #   open_waited_at_ns (when it returned). An open that failed or was refused runs nothing: the stats are then
+        #   only {"taken": Opener.take's bytes, open_wait_ns, open_waited_at_ns}, the fds in it the caller's.
+        #   A signal while waiting for the opens raises with no .stats: the tickets stay waiting (drop them).
         # write_hist, write_clat_hist, write_slat_hist: None, or int64 arrays of HIST_BUCKETS: the writes' samples of
         #   that kind go there instead of into hist/clat_hist/slat_hist (fio reports reads and writes apart); each
         #   None leaves the writes' samples of its kind with the reads'

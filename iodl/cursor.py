@@ -34,7 +34,8 @@ class Counters(Protocol):
 class Cursor:
     def __init__(self, engine, counters: Counters, t0_ns: int):
         self.engine, self.counters, self.t0 = engine, counters, t0_ns
-        self._c_engine = isinstance(engine, _native.Engine)   # takes `opened` (the Python engines fstat nothing)
+        # the C engine takes `opened` and an opener's tickets (the Python engines fstat and open nothing)
+        self._c_engine = isinstance(engine, _native.Engine)
 
     def run(self, fds: list[int], rows: np.ndarray, names: list[str], deadline_ns: int = 0,
             opened: np.ndarray | None = None) -> dict:
@@ -55,6 +56,41 @@ class Cursor:
             raise Cancelled()
         raise_for_errors(stats, rows, names)
         return stats
+
+
+    @property
+    def takes_files(self) -> bool:
+        """run_taking works with this engine: the C engine's (the Python engines open nothing)."""
+        return self._c_engine
+
+    def run_taking(self, files: "ShardFiles", tickets: np.ndarray, shards: list[int], rows: np.ndarray) -> bool:
+        """Cursor.run of a batch of whole files that the engine takes from the open threads
+        (files.claim_batch's tickets), reads and closes in one call, counting their opens and
+        closes as ShardFiles would: no Python between. False when an open failed: nothing was
+        read, files hold the batch's fds as open() leaves them (or it raised the open's error),
+        and the caller runs the batch as usual."""
+        c = self.counters
+        try:
+            stats = self.engine.run(None, rows, c.hist, opener=files.pool, tickets=tickets, open_hist=c.open_hist,
+                                    close_hist=c.close_hist, **c.engine_args(self.t0))
+        except KeyboardInterrupt as exc:
+            stats = getattr(exc, "stats", None)
+            if stats:   # read and closed: what the interrupted run had counted
+                self.counters.add(stats, self.t0)
+                c.add_files(stats)
+            else:       # interrupted while waiting for the opens: nobody takes them now
+                files.drop(tickets)
+            raise
+        if "taken" in stats:
+            c.note_open_wait(stats["open_waited_at_ns"], stats["open_wait_ns"])
+            files.took(shards, stats["taken"])
+            return False
+        c.add(stats, self.t0)
+        c.add_files(stats)
+        if stats.get("interrupted"):
+            raise Cancelled()
+        raise_for_errors(stats, rows, files.names(shards))
+        return True
 
 
 class ShardFiles:
@@ -171,8 +207,21 @@ class ShardFiles:
         return tickets
 
     def _open_pooled(self, need: list[int], then: list[int], then_sizes, whole: bool) -> None:
-        # a batch's shards not opened ahead are opened by the threads too, together, before `then`;
-        # whole: need is the batch's every shard, in its order (their fstat's facts are then `opened`)
+        wanted = self._tickets(need, then, then_sizes)
+        t0 = _native.monotonic_ns()
+        try:
+            got = self._pool.take(wanted)
+        except BaseException:
+            self._pool.drop(wanted)   # interrupted while waiting: nobody takes them now
+            raise
+        finally:
+            t1 = _native.monotonic_ns()
+            self._note_wait(t1, t1 - t0)
+        self.took(need, got, whole)
+
+    def _tickets(self, need: list[int], then: list[int], then_sizes) -> np.ndarray:
+        """The tickets of need's opens, those not started ahead started now, together, before
+        `then`'s (then_sizes: their sizes when known)."""
         tickets = self._claim_next(need)
         if tickets is None:
             passed: list[int] = []
@@ -184,16 +233,19 @@ class ShardFiles:
                 fresh = iter(self._submit(missing))
                 tickets = [next(fresh) if t is None else t for t in tickets]
         self.ahead(then, then_sizes)
-        wanted = np.array(tickets, dtype=np.int64)
-        t0 = _native.monotonic_ns()
-        try:
-            got = self._pool.take(wanted)
-        except BaseException:
-            self._pool.drop(wanted)   # interrupted while waiting: nobody takes them now
-            raise
-        finally:
-            t1 = _native.monotonic_ns()
-            self._note_wait(t1, t1 - t0)
+        return np.array(tickets, dtype=np.int64)
+
+    def claim_batch(self, shards: list[int], then: list[int] = (), then_sizes=None) -> np.ndarray | None:
+        """open()'s first half for an engine that takes the files itself (Cursor.run_taking): the
+        tickets of a batch's opens, `then` started after them; None where that cannot be (no
+        open threads, a shard twice in the batch or open already: open() does those)."""
+        if self._pool is None or len(set(shards)) != len(shards) or (self.fds and any(s in self.fds for s in shards)):
+            return None
+        return self._tickets(shards, then, then_sizes)
+
+    def took(self, need: list[int], got: bytes, whole: bool = True) -> None:
+        """The results of need's opens (Opener.take's bytes) into fds, counted; whole: need is the
+        batch's every shard, in its order (their fstat's facts are then `opened`)."""
         got = np.frombuffer(got, dtype=np.int64).reshape(-1, len(self.TAKEN))   # a row per shard
         ok = got[:, 1] == 0
         if ok.all():
@@ -210,6 +262,15 @@ class ShardFiles:
             fd, t, took = self._open_timed(shard)
             self.fds[shard] = fd
             self._note([(t, took)])
+
+    @property
+    def pool(self):
+        """The open threads (_native.Opener), or None."""
+        return self._pool
+
+    def drop(self, tickets: np.ndarray) -> None:
+        """Opens that will not be taken (claim_batch's, the take interrupted): closed by the pool."""
+        self._pool.drop(tickets)
 
     def _note(self, times) -> None:
         """Opens that returned at times[i][0] after times[i][1], counted at once."""

@@ -149,6 +149,16 @@ class RankResult:
         self.closes += n
         self.close_max_ns = max(self.close_max_ns, slowest)
 
+    def add_files(self, stats: dict) -> None:
+        """A batch's opens and closes as Engine.run counted them into open_hist and close_hist
+        (given the open threads' tickets: note_open's and note_close's counting, in C), and the
+        wait for the opens (note_open_wait)."""
+        self.opens += stats["opens"]
+        self.open_max_ns = max(self.open_max_ns, stats["open_max_ns"])
+        self.closes += stats["closes"]
+        self.close_max_ns = max(self.close_max_ns, stats["close_max_ns"])
+        self.note_open_wait(stats["open_waited_at_ns"], stats["open_wait_ns"])
+
     def note_open_wait(self, t_ns: int, waited_ns: int) -> None:
         """The reader waited waited_ns for files to be open, until t_ns (as note_open)."""
         if self._in_window(t_ns):

@@ -743,6 +743,8 @@ class _Reader(threading.Thread):
         # whose epochs have an end does): reading ahead past the last step is I/O no step uses
         self.batches = batches
         self.out: queue.Queue = queue.Queue(maxsize=max(cfg.prefetch, 1))
+        # the engine takes a batch's files from the open threads itself (Cursor.run_taking)
+        self.taking = files.pool is not None and cursor.takes_files
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
@@ -754,9 +756,18 @@ class _Reader(threading.Thread):
             left = (self.batches - self.fetched - 1) * self.cfg.batch_size - self.stream.left_in_shard()
             ahead = min(ahead, -(-max(left, 0) // self.samples_per_shard))
         upcoming, sizes = self.lookahead.ahead_sized(ahead) if self.lookahead and ahead > 0 else ([], None)
-        fds = self.files.open(shards, then=upcoming, then_sizes=sizes)
-        self.cursor.run(fds, rows, self.files.names(shards), opened=self.files.opened)
-        self.files.close([shard for shard, d in zip(shards, done) if d])
+        files = self.files
+        # a batch of whole files with open threads: taken, read, closed and counted in one C call
+        tickets = files.claim_batch(shards, upcoming, sizes) if self.taking and all(done) else None
+        if tickets is None:
+            fds = files.open(shards, then=upcoming, then_sizes=sizes)
+        elif self.cursor.run_taking(files, tickets, shards, rows):
+            fds = None
+        else:   # an open failed: the others' fds are files' now, the batch goes the usual way
+            fds = files.open(shards)
+        if fds is not None:
+            self.cursor.run(fds, rows, files.names(shards), opened=files.opened)
+            files.close([shard for shard, d in zip(shards, done) if d])
         self.fetched += 1
         if self.cut_epochs and self.fetched % self.cut_epochs == 0:
             self.files.close(self.stream.end_epoch())

@@ -31,6 +31,8 @@ PyObject *iodl_oserror_file(int err, const char *what, const char *filename);
 int iodl_get_shared(PyObject *obj, Py_buffer *view, Py_ssize_t len, const char *what);
 /* int64 as numpy spells it in the buffer protocol: "l" or "q", native byte order */
 int iodl_is_int64(const Py_buffer *view);
+/* A writable C-contiguous int64 histogram of IODL_HIST_BUCKETS (ValueError naming `what` if not) */
+int iodl_get_hist(PyObject *obj, Py_buffer *view, const char *what);
 /* A buffer format without native little-endian markers ('@', '=', '<'): "L", "T{L:file:...}" */
 void iodl_format_bare(const char *fmt, char *out, size_t n);
 
@@ -56,6 +58,12 @@ int *iodl_get_fds(PyObject *obj, size_t *n, int fake);
 /* 0, or -1 with ValueError naming the first row this engine must not run */
 int iodl_check_plan(const struct iodl_plan_row *plan, size_t nrows, size_t nfds, Py_ssize_t block_size,
 		    int direct);
+
+/* bind_opener.c: the tickets' opens from an Opener (iodl_opener_take), waiting with the GIL
+ * released, a signal looked for every slice: 0, or -1 with a Python error (not an Opener, a ticket
+ * not waiting, a signal's exception: the tickets then stay waiting, the caller drops them) */
+struct iodl_open_result;
+int iodl_py_opener_take(PyObject *opener, const int64_t *tickets, size_t n, struct iodl_open_result *out);
 
 /* bind_engine.c */
 extern PyTypeObject iodl_engine_type;

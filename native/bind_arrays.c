@@ -35,7 +35,7 @@ void iodl_format_bare(const char *fmt, char *out, size_t n)
 	out[k] = 0;
 }
 
-static int get_hist(PyObject *obj, Py_buffer *view, const char *what)
+int iodl_get_hist(PyObject *obj, Py_buffer *view, const char *what)
 {
 	if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
 		return -1;
@@ -81,7 +81,7 @@ static int get_hist_or_none(PyObject *obj, Py_buffer *view, int64_t **out, const
 	*out = NULL;
 	if (obj == Py_None)
 		return 0;
-	if (get_hist(obj, view, what) < 0)
+	if (iodl_get_hist(obj, view, what) < 0)
 		return -1;
 	*out = view->buf;
 	return 0;
@@ -91,7 +91,7 @@ int iodl_outputs_get(struct iodl_outputs *o, PyObject *hist, PyObject *clat, PyO
 		     PyObject *series, PyObject *live, struct iodl_run_args *a, long long series_origin_ns,
 		     long long series_bucket_ns)
 {
-	if (get_hist(hist, &o->hist, "hist") < 0 ||
+	if (iodl_get_hist(hist, &o->hist, "hist") < 0 ||
 	    get_hist_or_none(fsync, &o->fsync, &a->fsync_hist, "fsync_hist") < 0 ||
 	    get_hist_or_none(clat, &o->clat, &a->clat_hist, "clat_hist") < 0 ||
 	    get_hist_or_none(slat, &o->slat, &a->slat_hist, "slat_hist") < 0)

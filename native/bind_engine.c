@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "opener.h"
 #include "sys.h"
 
 #define MAX_DEPTH 65536
@@ -183,17 +184,91 @@ static PyObject *stats_dict(const struct iodl_stats *st)
 			     "abandoned", st->abandoned);
 }
 
+/*
+ * Files opened or closed, (when each returned, how long it took) at base[i * stride] and
+ * base[i * stride + 1]: counted into hist as _native.account counts them (iodl_account, the
+ * window without the cancel), so that a batch's opens and closes cost no call of their own.
+ */
+static void count_files(int64_t *hist, uint64_t window_start_ns, uint64_t window_end_ns, const int64_t *base,
+			size_t stride, size_t n, unsigned long long *count, unsigned long long *slowest)
+{
+	struct iodl_run_args a = { .hist = hist, .window_start_ns = window_end_ns ? window_start_ns : 0,
+				   .window_end_ns = window_end_ns };
+	struct iodl_stats st = { 0 };
+
+	for (size_t i = 0; i < n; i++) {
+		struct iodl_done d = { .t_ns = (uint64_t)base[i * stride], .lat_ns = (uint64_t)base[i * stride + 1] };
+
+		d.clat_ns = d.lat_ns;
+		iodl_account(&a, &st, &d);
+	}
+	*count = st.ios;
+	*slowest = st.max_ns;
+}
+
+/* What a run given an opener did with its files, put in its stats (or in a stop's stats) */
+struct taken_files {
+	struct iodl_open_result *res;	/* the take's results, one per ticket */
+	size_t n;
+	int closed;			/* their fds closed (and counted) */
+	uint64_t took_at_ns, wait_ns;	/* when the take returned, how long the caller waited for it */
+	unsigned long long opens, open_max_ns, closes, close_max_ns;
+};
+
+/* close every fd of the batch, each timed, and count the opens and the closes */
+static void close_taken(struct taken_files *tf, int64_t *open_hist, int64_t *close_hist, uint64_t ws, uint64_t we)
+{
+	int64_t (*times)[2];
+	int64_t *fds;
+
+	if (tf->closed || !tf->res)
+		return;
+	tf->closed = 1;
+	count_files(open_hist, ws, we, &tf->res[0].done_ns, sizeof(tf->res[0]) / sizeof(int64_t), tf->n, &tf->opens,
+		    &tf->open_max_ns);
+	times = PyMem_Calloc(tf->n ? tf->n : 1, sizeof(*times));
+	fds = PyMem_Calloc(tf->n ? tf->n : 1, sizeof(*fds));
+	if (!times || !fds) {	/* closed all the same, uncounted */
+		for (size_t i = 0; i < tf->n; i++)
+			close((int)tf->res[i].fd);
+	} else {
+		for (size_t i = 0; i < tf->n; i++)
+			fds[i] = tf->res[i].fd;
+		Py_BEGIN_ALLOW_THREADS
+		iodl_close_fds(fds, tf->n, times);
+		Py_END_ALLOW_THREADS
+		count_files(close_hist, ws, we, &times[0][0], 2, tf->n, &tf->closes, &tf->close_max_ns);
+	}
+	PyMem_Free(times);
+	PyMem_Free(fds);
+}
+
+static int put_taken(PyObject *stats, const struct taken_files *tf)
+{
+	PyObject *v = Py_BuildValue("{sKsKsKsKsKsK}", "opens", tf->opens, "open_max_ns", tf->open_max_ns,
+				    "closes", tf->closes, "close_max_ns", tf->close_max_ns,
+				    "open_wait_ns", (unsigned long long)tf->wait_ns,
+				    "open_waited_at_ns", (unsigned long long)tf->took_at_ns);
+	int rc = v ? PyDict_Update(stats, v) : -1;
+
+	Py_XDECREF(v);
+	return rc;
+}
+
 static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "fds", "plan", "hist", "deadline_ns", "window_start_ns", "window_end_ns",
 				  "series", "series_origin_ns", "series_bucket_ns", "live", "clat_hist", "slat_hist",
 				  "fsync_hist", "write_hist", "write_clat_hist", "write_slat_hist", "records", "opened",
-				  NULL };
+				  "opener", "tickets", "open_hist", "close_hist", NULL };
 	PyObject *fds_obj, *plan_obj, *hist_obj, *series_obj = Py_None, *live_obj = Py_None, *result = NULL;
 	PyObject *clat_obj = Py_None, *slat_obj = Py_None, *fsync_obj = Py_None;
 	PyObject *whist_obj = Py_None, *wclat_obj = Py_None, *wslat_obj = Py_None, *rec_obj = Py_None;
-	PyObject *opened_obj = Py_None;
-	Py_buffer rec_view = { 0 }, opened_view = { 0 };
+	PyObject *opened_obj = Py_None, *opener_obj = Py_None, *tickets_obj = Py_None;
+	PyObject *ohist_obj = Py_None, *chist_obj = Py_None;
+	Py_buffer rec_view = { 0 }, opened_view = { 0 }, tickets_view = { 0 }, ohist_view = { 0 }, chist_view = { 0 };
+	struct taken_files tf = { 0 };
+	int64_t (*taken_opened)[2] = NULL;
 	struct iodl_records records = { 0 };
 	long long deadline_ns = 0, window_start_ns = 0, window_end_ns = 0;
 	long long series_origin_ns = 0, series_bucket_ns = 1000000000;
@@ -205,10 +280,11 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	int *fds = NULL, rc;
 	size_t nfds = 0, nrows = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOOOOOOO:run", kwlist, &fds_obj, &plan_obj,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$LLLOLLOOOOOOOOOOOOO:run", kwlist, &fds_obj, &plan_obj,
 					 &hist_obj, &deadline_ns, &window_start_ns, &window_end_ns, &series_obj,
 					 &series_origin_ns, &series_bucket_ns, &live_obj, &clat_obj, &slat_obj, &fsync_obj,
-					 &whist_obj, &wclat_obj, &wslat_obj, &rec_obj, &opened_obj))
+					 &whist_obj, &wclat_obj, &wslat_obj, &rec_obj, &opened_obj, &opener_obj, &tickets_obj,
+					 &ohist_obj, &chist_obj))
 		return NULL;
 	if (check_open(self) < 0)
 		return NULL;
@@ -216,9 +292,61 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		return PyErr_Format(PyExc_ValueError, "deadline_ns and the window must be >= 0");
 	if (series_origin_ns < 0 || series_bucket_ns <= 0)
 		return PyErr_Format(PyExc_ValueError, "series_origin_ns must be >= 0 and series_bucket_ns > 0");
-	fds = iodl_get_fds(fds_obj, &nfds, !!(self->ops->flags & IODL_ENG_FAKE));
-	if (!fds)
-		return NULL;
+	if (opener_obj != Py_None) {
+		/*
+		 * The batch's files from the open-ahead pool: taken, read, closed and counted in this
+		 * one call (no Python between). A failed or refused open runs nothing: the take's
+		 * results come back ("taken") for the caller to word the error and go on its own way.
+		 */
+		if (fds_obj != Py_None || opened_obj != Py_None || tickets_obj == Py_None || ohist_obj == Py_None ||
+		    chist_obj == Py_None)
+			return PyErr_Format(PyExc_ValueError, "run: an opener takes tickets, open_hist and close_hist, "
+					    "and no fds or opened");
+		if (PyObject_GetBuffer(tickets_obj, &tickets_view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+			goto out;
+		if (tickets_view.ndim > 1 || !iodl_is_int64(&tickets_view)) {
+			PyErr_SetString(PyExc_TypeError, "tickets must be a contiguous 1-d int64 array");
+			goto out;
+		}
+		if (iodl_get_hist(ohist_obj, &ohist_view, "open_hist") < 0 ||
+		    iodl_get_hist(chist_obj, &chist_view, "close_hist") < 0)
+			goto out;
+		tf.n = (size_t)(tickets_view.len / 8);
+		tf.res = PyMem_Calloc(tf.n ? tf.n : 1, sizeof(*tf.res));
+		fds = PyMem_Calloc(tf.n ? tf.n : 1, sizeof(*fds));
+		taken_opened = PyMem_Calloc(tf.n ? tf.n : 1, sizeof(*taken_opened));
+		if (!tf.res || !fds || !taken_opened) {
+			PyErr_NoMemory();
+			goto out;
+		}
+		tf.took_at_ns = iodl_now_ns();
+		if (iodl_py_opener_take(opener_obj, tickets_view.buf, tf.n, tf.res) < 0) {
+			PyMem_Free(tf.res);	/* nothing taken: the tickets stay waiting */
+			tf.res = NULL;
+			goto out;
+		}
+		tf.wait_ns = iodl_now_ns() - tf.took_at_ns;
+		tf.took_at_ns += tf.wait_ns;
+		for (size_t i = 0; i < tf.n; i++) {
+			if (tf.res[i].err) {
+				result = Py_BuildValue("{sy#sKsK}", "taken", (const char *)tf.res,
+						       (Py_ssize_t)(tf.n * sizeof(*tf.res)), "open_wait_ns",
+						       (unsigned long long)tf.wait_ns, "open_waited_at_ns",
+						       (unsigned long long)tf.took_at_ns);
+				tf.closed = result != NULL;	/* the fds are the caller's through "taken" */
+				goto out;
+			}
+			fds[i] = (int)tf.res[i].fd;
+			taken_opened[i][0] = tf.res[i].size;
+			taken_opened[i][1] = tf.res[i].dev;
+		}
+		nfds = tf.n;
+		a.opened = (const int64_t (*)[2])taken_opened;
+	} else {
+		fds = iodl_get_fds(fds_obj, &nfds, !!(self->ops->flags & IODL_ENG_FAKE));
+		if (!fds)
+			return NULL;
+	}
 	plan = iodl_get_plan(plan_obj, &nrows);
 	if (!plan)
 		goto out;
@@ -273,6 +401,11 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		st.t_start_ns = st.t_end_ns = iodl_now_ns();
 		st.interrupted = 1;
 		result = stats_dict(&st);
+		if (tf.res) {
+			close_taken(&tf, ohist_view.buf, chist_view.buf, a.window_start_ns, a.window_end_ns);
+			if (result && put_taken(result, &tf) < 0)
+				Py_CLEAR(result);
+		}
 		goto out;
 	}
 	self->busy = 1;
@@ -282,6 +415,8 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	self->busy = 0;
 	if (self->ctx->abandoned)	/* its requests may still complete: never start another run */
 		__atomic_store_n(&self->cancelled, 1, __ATOMIC_RELEASE);
+	if (tf.res)
+		close_taken(&tf, ohist_view.buf, chist_view.buf, a.window_start_ns, a.window_end_ns);
 
 	if (rc < 0) {
 		const char *syscall = self->ctx->failed_syscall;
@@ -296,6 +431,8 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		PyObject *stats = stats_dict(&st);
 
 		PyErr_NormalizeException(&intr.type, &intr.value, &intr.tb);
+		if (stats && tf.res && put_taken(stats, &tf) < 0)
+			PyErr_Clear();
 		if (stats && intr.value && PyObject_SetAttrString(intr.value, "stats", stats) < 0)
 			PyErr_Clear();
 		Py_XDECREF(stats);
@@ -303,6 +440,8 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		goto out;
 	}
 	result = stats_dict(&st);
+	if (result && tf.res && put_taken(result, &tf) < 0)
+		Py_CLEAR(result);
 	if (result && a.records) {
 		PyObject *n = PyLong_FromSize_t(records.n), *lost = PyLong_FromSize_t(records.lost);
 
@@ -313,6 +452,18 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 		Py_XDECREF(lost);
 	}
 out:
+	if (tf.res && !tf.closed)	/* taken, never run (a bad plan, no memory): closed, uncounted */
+		for (size_t i = 0; i < tf.n; i++)
+			if (tf.res[i].fd >= 0)
+				close((int)tf.res[i].fd);
+	PyMem_Free(tf.res);
+	PyMem_Free(taken_opened);
+	if (tickets_view.obj)
+		PyBuffer_Release(&tickets_view);
+	if (ohist_view.obj)
+		PyBuffer_Release(&ohist_view);
+	if (chist_view.obj)
+		PyBuffer_Release(&chist_view);
 	if (rec_view.obj)
 		PyBuffer_Release(&rec_view);
 	if (opened_view.obj)

@@ -65,29 +65,44 @@ static PyObject *Opener_submit(OpenerObject *self, PyObject *args)
 	return PyLong_FromLongLong(first);
 }
 
+static PyTypeObject opener_type;
+
+int iodl_py_opener_take(PyObject *opener, const int64_t *tickets, size_t n, struct iodl_open_result *out)
+{
+	OpenerObject *self = (OpenerObject *)opener;
+	int done = 0;
+
+	if (Py_TYPE(opener) != &opener_type) {
+		PyErr_SetString(PyExc_TypeError, "opener must be an Opener (_native.opener)");
+		return -1;
+	}
+	if (!open_pool(self))
+		return -1;
+	while (!done) {
+		Py_BEGIN_ALLOW_THREADS
+		done = iodl_opener_take(self->op, tickets, n, out, TAKE_SLICE_NS);
+		Py_END_ALLOW_THREADS
+		if (done < 0) {
+			PyErr_SetString(PyExc_ValueError, "take: a ticket that is not waiting (taken, dropped or never given)");
+			return -1;
+		}
+		if (!done && PyErr_CheckSignals() < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static PyObject *Opener_take(OpenerObject *self, PyObject *arg)
 {
 	Py_buffer t;
 	PyObject *out;
-	size_t n;
-	int done = 0;
 
 	if (!open_pool(self) || get_int64(arg, &t, "tickets") < 0)
 		return NULL;
-	n = (size_t)(t.len / 8);
-	out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(struct iodl_open_result)));
-	while (out && !done) {
-		Py_BEGIN_ALLOW_THREADS
-		done = iodl_opener_take(self->op, t.buf, n, (struct iodl_open_result *)PyBytes_AS_STRING(out),
-					TAKE_SLICE_NS);
-		Py_END_ALLOW_THREADS
-		if (done < 0) {
-			Py_CLEAR(out);
-			PyErr_SetString(PyExc_ValueError, "take: a ticket that is not waiting (taken, dropped or never given)");
-		} else if (!done && PyErr_CheckSignals() < 0) {
-			Py_CLEAR(out);	/* the tickets stay waiting: the caller drops them or closes the pool */
-		}
-	}
+	out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((size_t)(t.len / 8) * sizeof(struct iodl_open_result)));
+	if (out && iodl_py_opener_take((PyObject *)self, t.buf, (size_t)(t.len / 8),
+				       (struct iodl_open_result *)PyBytes_AS_STRING(out)) < 0)
+		Py_CLEAR(out);
 	PyBuffer_Release(&t);
 	return out;
 }

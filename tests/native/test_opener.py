@@ -3,7 +3,10 @@
 On real files in a temporary directory: opens come back in submission order, each fd the file
 asked for, timed on the engine's clock; every refusal of open_for_read holds (missing, short, a
 FIFO without blocking, a link out of the dataset root) and names its file; no descriptor and no
-open thread outlives the pool, also when it is closed with opens queued and in flight.
+open thread outlives the pool, also when it is closed with opens queued and in flight. A batch
+the engine takes from the pool, reads and closes in one call (Cursor.run_taking) reads and counts
+what the same batch opened, run and closed from Python does, inside the window only, and a
+refused open in it reads nothing and is worded as open() words it.
 """
 import errno
 import fcntl
@@ -266,3 +269,102 @@ def test_fast_opens_wake_one_thread_a_batch_not_all(files):
     pool.close()
     print(f"{woken:.1f} woken a batch")
     assert woken <= 4, f"{woken:.1f} open threads woken a batch of {batch} cached opens"
+
+
+def _result():
+    from iodl.metrics import RankResult
+
+    return RankResult(rank=0, host="h", mount=0)
+
+
+def _batch(files, result, shards, *, taking: bool):
+    """One batch of whole files read through a Cursor: the engine taking them from the open
+    threads (run_taking) or the reader opening, running and closing them (open, run, close)."""
+    from iodl.cursor import Cursor
+
+    paths, sizes = files
+    files_ = ShardFiles(paths, sizes, False, result, threads=2)
+    rows = plan.shard_plan(sizes[shards], 64)
+    with _native.Engine("psync", block_size=64, cache_check=True) as eng:
+        cursor = Cursor(eng, result, 0)
+        if taking:
+            tickets = files_.claim_batch(shards)
+            assert tickets is not None and cursor.run_taking(files_, tickets, shards, rows)
+            assert not files_.fds                     # nothing left to close: closed in the call
+        else:
+            fds = files_.open(shards)
+            cursor.run(fds, rows, files_.names(shards), opened=files_.opened)
+            files_.close(shards)
+    files_.close_all()
+
+
+def test_a_batch_taken_read_and_closed_in_one_call_counts_as_open_run_close(files):
+    """Engine.run given the open threads' tickets (Cursor.run_taking) reads the same bytes and
+    counts the same opens, closes and waits as the batch opened, run and closed from Python."""
+    paths, sizes = files
+    shards = [7, 3, 30, 12, 0, 25]
+    before = fds_open()
+    got = {}
+    for taking in (False, True):
+        result = got[taking] = _result()
+        _batch(files, result, shards, taking=taking)
+        assert _settled(before)                       # every fd closed, by the engine's call too
+    old, new = got[False], got[True]
+    assert new.bytes == old.bytes == int(sizes[shards].sum())
+    assert new.ios == old.ios and new.hist.sum() == old.hist.sum() == new.ios
+    assert new.cached_bytes == old.cached_bytes       # the opens' fstat facts reached the engine
+    assert (new.opens, new.closes) == (old.opens, old.closes) == (len(shards), len(shards))
+    assert new.open_hist.sum() == new.close_hist.sum() == len(shards)
+    assert 0 < new.open_max_ns and 0 < new.close_max_ns
+    assert new.open_wait_s > 0
+
+
+def test_a_batch_taken_outside_the_window_is_read_and_closed_but_not_counted(files):
+    result = _result()
+    result.window_ns = (1, 2)                         # a window that ended long ago
+    before = fds_open()
+    _batch(files, result, [1, 2, 3], taking=True)
+    assert _settled(before)
+    assert (result.bytes, result.opens, result.closes, result.open_wait_s) == (0, 0, 0, 0.0)
+    assert result.open_hist.sum() == result.close_hist.sum() == 0
+
+
+def test_a_batch_with_a_refused_open_reads_nothing_and_names_the_file(files, tmp_path):
+    """An open the threads refused (a FIFO in a shard's place): the call reads nothing and hands
+    the take back; the batch then says the file and why in one line, and no fd stays open."""
+    from iodl.cursor import Cursor
+
+    paths, sizes = files
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    mixed = Paths([paths[0], str(fifo), paths[2]], paths.inside)
+    result = _result()
+    before = fds_open()
+    files_ = ShardFiles(mixed, np.array([sizes[0], 1, sizes[2]]), False, result, threads=2)
+    with _native.Engine("psync", block_size=64) as eng:
+        tickets = files_.claim_batch([0, 1, 2])
+        with pytest.raises(IodlError, match=f"{fifo}: not a regular file"):
+            Cursor(eng, result, 0).run_taking(files_, tickets, [0, 1, 2], plan.shard_plan(sizes[[0, 1, 2]], 64))
+    assert result.bytes == 0 and result.opens == 2    # the two good opens counted, as open() counts them
+    files_.close_all()
+    assert _settled(before)
+
+
+def test_run_with_an_opener_takes_tickets_instead_of_fds(files):
+    paths, sizes = files
+    pool = _native.opener(1, False, paths.inside)
+    hist = np.zeros(_native.HIST_BUCKETS, dtype=np.int64)
+    rows = plan.shard_plan(sizes[:1], 64)
+    try:
+        with _native.Engine("psync", block_size=64) as eng:
+            with pytest.raises(ValueError, match="no fds"):
+                eng.run([3], rows, hist, opener=pool, tickets=np.array([0]), open_hist=hist.copy(),
+                        close_hist=hist.copy())
+            with pytest.raises(TypeError, match="Opener"):
+                eng.run(None, rows, hist, opener=object(), tickets=np.array([0]), open_hist=hist.copy(),
+                        close_hist=hist.copy())
+            with pytest.raises(ValueError, match="not waiting"):
+                eng.run(None, rows, hist, opener=pool, tickets=np.array([5]), open_hist=hist.copy(),
+                        close_hist=hist.copy())
+    finally:
+        pool.close()
