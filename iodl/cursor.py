@@ -119,7 +119,6 @@ class ShardFiles:
         self._inside = getattr(paths, "inside", None)
         self._pool = None
         self._ahead: deque[tuple[int, int]] = deque()   # (shard, its open's ticket), stream order
-        self._waiting: dict[int, int] = {}              # shard -> how many of _ahead are it
         if threads > 0 and paths is not None and not getattr(paths, "objects", False):
             self._pool = _native.opener(threads, direct, self._inside)
         self.ahead_cap = threads * self.AHEAD_PER_THREAD if self._pool else 0
@@ -147,20 +146,15 @@ class ShardFiles:
         sizes: their file sizes when known."""
         if shards:
             self._ahead.extend(zip(shards, self._submit(shards, sizes)))
-            for shard in shards:
-                self._waiting[shard] = self._waiting.get(shard, 0) + 1
 
     def _claim(self, shard: int, passed: list[int]) -> int | None:
         """The ticket of the first open started ahead for shard. Those started before it are for
         positions the stream has passed without opening them (the shard was open already, or held
         no sample): their tickets go to passed, to be dropped (closed, uncounted)."""
-        if not self._waiting.get(shard):
+        if all(s != shard for s, _ticket in self._ahead):   # a scan: this path is the rare one
             return None
         while True:
             s, ticket = self._ahead.popleft()
-            self._waiting[s] -= 1
-            if not self._waiting[s]:
-                del self._waiting[s]
             if s == shard:
                 return ticket
             passed.append(ticket)
@@ -196,15 +190,7 @@ class ShardFiles:
         ahead, k = self._ahead, len(need)
         if len(ahead) < k or [s for s, _t in itertools.islice(ahead, k)] != need:
             return None
-        tickets = [ahead.popleft()[1] for _ in range(k)]
-        waiting = self._waiting
-        for s in need:
-            left = waiting[s] - 1
-            if left:
-                waiting[s] = left
-            else:
-                del waiting[s]
-        return tickets
+        return [ahead.popleft()[1] for _ in range(k)]
 
     def _open_pooled(self, need: list[int], then: list[int], then_sizes, whole: bool) -> None:
         wanted = self._tickets(need, then, then_sizes)
@@ -310,7 +296,6 @@ class ShardFiles:
         if self._pool is not None:
             self._pool.close()
         self._ahead.clear()
-        self._waiting.clear()
 
 
 def joined_paths(paths, shards: list[int]) -> bytes:
