@@ -9,7 +9,10 @@ each rank's CPU by thread (/proc/PID/task/TID/stat utime+stime, in ticks, over t
 process's life: the step loop is the main thread, the others are the reader, the open threads and
 MPI's; a run of few steps puts start-up in that half, and these columns are then rough). Rank counts
 and the two cases are interleaved and repeated, as the machine is shared; the load average at each
-run is kept beside it.
+run is kept beside it. The physical references: one plain open-read-close loop flat out (one
+process, the round's first row), and at each rank count as many such loops at once, each at the
+workload's pace (BATCH files, then COMPUTE_S of sleep): the same reads with the wake-ups and the
+caches cooled by the sleeps that a rank's reads have too, and nothing of iodl's.
 
     python bench/bench_emu_cost.py --root DIR [--ranks 1 4 8 16] [--rounds 2] [--steps 80] [--out NAME]
 
@@ -135,24 +138,42 @@ def bare(ranks: int, steps: int) -> dict:
             "au": round(json.loads(proc.stdout.strip().splitlines()[-1])["au"], 4)}
 
 
-def plain_loop(root: str, limit: int = 2000, paced: bool = False) -> dict:
+def _loop_cpu(paths: list[str], paced: bool, passes: int, out) -> None:
+    """One loop process: open - read whole - close over paths, `passes` times; its CPU per file to out."""
+    cpu0 = time.process_time()
+    for _ in range(passes):
+        for i, path in enumerate(paths):
+            with open(path, "rb", buffering=0) as f:
+                f.read()
+            if paced and i % BATCH == BATCH - 1:
+                time.sleep(COMPUTE_S)
+    out.put((time.process_time() - cpu0) / (passes * len(paths)))
+
+
+def plain_loop(root: str, limit: int = 2000, ranks: int = 1, paced: bool = False) -> dict:
     """The physical reference: a plain single-threaded Python loop, open - read whole - close, over
-    the same files (in the page cache): files per CPU second of its own (one core). paced: the
-    same loop at the workload's pace, BATCH files then a sleep of COMPUTE_S, as a rank reads
-    them: the CPU idles between batches and each batch's copies begin with cold caches, which
-    costs the kernel's copy more per file than the loop running flat out."""
+    the same files (in the page cache): files per CPU second of its own (one core). ranks > 1: that
+    many such loops at once, each over its share (three passes), the mean of their CPU per file.
+    paced: each loop at the workload's pace, BATCH files then a sleep of COMPUTE_S, as a rank reads
+    them (its wake-ups and its caches cooled by the sleeps are then in the figure too, as they are
+    in a rank's)."""
+    import multiprocessing
+
     paths = sorted(os.path.join(d, f) for d, _s, fs in os.walk(root) for f in fs if not f.startswith("iodl-"))[:limit]
     warm(root)
-    cpu0 = time.process_time()
-    for i, path in enumerate(paths):
-        with open(path, "rb", buffering=0) as f:
-            f.read()
-        if paced and i % BATCH == BATCH - 1:
-            time.sleep(COMPUTE_S)
-    cpu = time.process_time() - cpu0
-    return {"ranks": 1, "case": "plain loop, paced" if paced else "plain open-read-close loop",
-            "load_1min": round(os.getloadavg()[0], 2),
-            "files_per_cpu_s": round(len(paths) / cpu, 1), "cpu_us_per_sample": round(cpu / len(paths) * 1e6, 1)}
+    load = os.getloadavg()[0]
+    out = multiprocessing.get_context("fork").Queue()
+    procs = [multiprocessing.get_context("fork").Process(target=_loop_cpu, args=(paths[k::ranks], paced,
+                                                                                1 if ranks == 1 else 3, out))
+             for k in range(ranks)]
+    for p in procs:
+        p.start()
+    per_file = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    cpu = statistics.mean(per_file)
+    return {"ranks": ranks, "case": "plain loop, paced" if paced else "plain open-read-close loop",
+            "load_1min": round(load, 2), "files_per_cpu_s": round(1 / cpu, 1), "cpu_us_per_sample": round(cpu * 1e6, 1)}
 
 
 def main() -> None:
@@ -166,11 +187,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="iodl-emu-cost-") as tmp:
         for _ in range(a.rounds):
-            for paced in (False, True):
-                rows.append(plain_loop(a.root, paced=paced))
-                print(json.dumps(rows[-1]), flush=True)
+            rows.append(plain_loop(a.root))
+            print(json.dumps(rows[-1]), flush=True)
             for ranks in a.ranks:
-                for row in (bare(ranks, a.steps), one(ranks, None, a.steps, tmp), one(ranks, a.root, a.steps, tmp)):
+                for row in (bare(ranks, a.steps), one(ranks, None, a.steps, tmp), one(ranks, a.root, a.steps, tmp),
+                            plain_loop(a.root, ranks=ranks, paced=True)):
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     write_results(a.out, rows, a.steps, a.rounds)

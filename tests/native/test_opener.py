@@ -245,10 +245,12 @@ def _open_threads_waits() -> int:
 
 
 def test_fast_opens_wake_one_thread_a_batch_not_all(files):
-    """Opens the caches answer (tens of us) are done by one thread: waking all eight for each batch
-    cost more CPU than the opens (native/opener.c SHARE_NS). Each woken thread sleeps again when
-    the queue is empty, so the threads' sleeps count the wake-ups: 8 a batch when every batch woke
-    them all (the pool before), about 1 now. The first batch, before any open was timed, wakes all."""
+    """Opens the caches answer (5-20 us) wake no thread: waking all eight for each batch cost more
+    CPU than the opens, and even one thread's wake-up costs more than such an open (native/opener.c
+    SHARE_NS, FAST_NS): the taker runs them. Each woken thread sleeps again when the queue is
+    empty, so the threads' sleeps count the wake-ups: 8 a batch when every batch woke them all (the
+    pool at first), about 1 with one thread per share of work, 0 now (an open slowed by a busy
+    machine can wake one for a while). The first batch, before any open was timed, wakes all."""
     paths, sizes = files
     pool = _native.opener(8, False, paths.inside)
     batch, batches = 24, 30
