@@ -63,9 +63,10 @@ def exit_status(codes: list[int]) -> int:
 
 
 def remove_later(scratch: str) -> None:
-    """Remove the run's scratch directory in a process of its own, not waited for: a phase's data (GBs of
-    datasets, 10^5 small files) took ~20 s to delete, and pytest's own clean-up of its numbered directories
-    charged that to whichever later session found it the fourth newest (phase 1 ran 192 s against 172-177).
+    """Remove the run's scratch directory in a process of its own, not waited for. pytest's own clean-up
+    of its numbered directories deletes whatever an earlier session left once it is the fourth newest, and
+    charged that to the session that found it: py-spy caught a phase-1 session ~20 s in that rmtree after
+    its last test (phase 1 then ran 192 s against 172-177); whose data took the 20 s was not measured.
     --one-file-system: never into a mount a failed test left behind."""
     subprocess.Popen(["rm", "-rf", "--one-file-system", scratch], start_new_session=True,
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
