@@ -57,7 +57,6 @@ class Cursor:
         raise_for_errors(stats, rows, names)
         return stats
 
-
     @property
     def takes_files(self) -> bool:
         """run_taking works with this engine: the C engine's (the Python engines open nothing)."""
@@ -76,7 +75,7 @@ class Cursor:
         except KeyboardInterrupt as exc:
             stats = getattr(exc, "stats", None)
             if stats:   # read and closed: what the interrupted run had counted
-                self.counters.add(stats, self.t0)
+                c.add(stats, self.t0)
                 c.add_files(stats)
             else:       # interrupted while waiting for the opens: nobody takes them now
                 files.drop(tickets)
@@ -102,9 +101,10 @@ class ShardFiles:
 
     threads > 0: that many open threads (a data loader's worker threads, the workload's
     read_threads) open shards before the reader needs them: ahead() hands them the shards that
-    come next, open() takes their fds in the reader. The threads are C's (native/opener.c, with
-    open_for_read's checks): a batch is one submit and one take, the reader waits with the GIL
-    released, and no Python runs per open but the counting. What the reader was blocked on opens
+    come next, open() takes their fds in the reader (or the engine takes a batch's itself:
+    claim_batch, Cursor.run_taking). The threads are C's (native/opener.c, with open_for_read's
+    checks): a batch is one submit and one take, the reader waits with the GIL released, and no
+    Python runs per open but the counting. What the reader was blocked on opens
     goes to the counters too (note_open_wait): with open threads the wait for an fd not yet open,
     without them every open's whole time.
     """

@@ -251,7 +251,6 @@ class SampleStream:
             n -= k
         return out, consumed
 
-
     def _took_whole(self, shards: list[int], epochs: np.ndarray) -> None:
         """Shards of one sample each, taken whole in this order (their epochs): counted for the
         order's check, traced."""
