@@ -29,7 +29,9 @@ def one(tree: str, ranks: int, args, out: str) -> dict:
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "iodl", "read", "--workload", args.workload, "--root",
            args.root, "--engine", args.engine, "--steps", str(args.steps), "--progress", "off", "--out", out]
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # run from the tree: `python -m` puts the working directory first on sys.path, before PYTHONPATH
+    subprocess.run(cmd, env=env, cwd=os.path.abspath(tree), check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     with open(out) as f:
         train = json.load(f)["train"]
     emu = train["emulator"]
@@ -49,6 +51,7 @@ def main() -> None:
     ap.add_argument("--out", default="ab")
     a = ap.parse_args()
     trees = [t.split("=", 1) for t in a.tree]
+    a.root = os.path.abspath(a.root)
     rows = []
     with tempfile.TemporaryDirectory(prefix="iodl-ab-") as tmp:
         for r in range(a.rounds):
