@@ -62,8 +62,17 @@ def mpich_leftovers():
     nothing of the job stays there (a segment still mapped would be a rank still alive)."""
     before = mpich_segments()
     yield
-    remove_orphan_segments(before)
-    assert mpich_segments() - before == set(), "a rank of the job outlived it (its MPICH segment is mapped)"
+    # the job's last process may still be on its way out as the test returns (a stopped rank that
+    # hydra kills as the others leave, continued in the test's finally): seen mapped for a moment
+    # in 3 of 6 runs before this wait, gone within it. A rank that lives on stays mapped past it.
+    deadline = time.monotonic() + 5
+    while True:
+        remove_orphan_segments(before)
+        left = mpich_segments() - before
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert left == set(), "a rank of the job outlived it (its MPICH segment is mapped)"
 
 
 @pytest.fixture(scope="module")
