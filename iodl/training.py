@@ -702,10 +702,8 @@ class ShardShares:
         return np.concatenate(shards), np.concatenate(epochs)
 
     def __call__(self) -> tuple[int, int]:
-        if self._at == len(self._share):
-            self._next_share()
-        self._at += 1
-        return int(self._share[self._at - 1]), self._epoch
+        shard, epoch = self.draw(1)
+        return int(shard[0]), int(epoch[0])
 
 
 @dataclass
