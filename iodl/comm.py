@@ -57,7 +57,8 @@ class SerialComm:
     def node_group(self, color: int) -> "SerialComm":
         return self
 
-    def step_sync(self, flag: int = 0) -> int:
+    def step_sync(self, flag: int = 0, until_ns: int = 0) -> int:
+        sleep_until(until_ns)
         return flag
 
     def step_resumed(self) -> None:
@@ -229,15 +230,17 @@ class MpiComm:
         node.Free()
         return MpiComm(group)
 
-    def step_sync(self, flag: int = 0) -> int:
-        """A barrier that also ORs a small flag over all ranks, once per training step.
+    def step_sync(self, flag: int = 0, until_ns: int = 0) -> int:
+        """A barrier that also ORs a small flag over all ranks, once per training step; it returns
+        once every rank arrived and the latest of their until_ns (the compute's end,
+        _native.monotonic_ns' clock; 0: none) passed.
 
         Ranks of a node wait in the kernel on a shared page (see NodeBarrier); only one leader per
         node takes part in the MPI collective, sleep-polled.
         """
         if self._node_barrier is None:
             self._node_barrier = NodeBarrier(self)
-        return self._node_barrier.sync(flag)
+        return self._node_barrier.sync(flag, until_ns)
 
     def step_resumed(self) -> None:
         """This rank's step loop is back at work after step_sync (its compute began): once a step."""
@@ -401,7 +404,7 @@ class NodeBarrier:
     Where no shared page can be made, every rank sleep-polls an MPI Iallreduce instead."""
 
     PAGE = 4096
-    GLOBAL = 24  # byte offset of the word the leader writes the all-nodes flag to (after barrier.c's struct)
+    GLOBAL = 32  # byte offset of the word the leader writes the all-nodes flag to (after barrier.c's struct)
 
     def __init__(self, comm: "MpiComm"):
         self._comm = comm
@@ -413,11 +416,13 @@ class NodeBarrier:
         self._leaders = MpiComm(leaders) if self._leader else None
         self._nodes = comm.allreduce(1 if self._leader else 0, "sum")
 
-    def sync(self, flag: int) -> int:
+    def sync(self, flag: int, until_ns: int = 0) -> int:
         if self._mm is None:
+            sleep_until(until_ns)
             return int(self._comm.allreduce(int(flag), "bor"))
 
-        local = _native.node_barrier(self._mm, self._node_size, int(flag))
+        # the node's last rank to arrive sleeps to the latest compute end; the others sleep once, to the release
+        local = _native.node_barrier(self._mm, self._node_size, int(flag), until_ns)
         if self._nodes == 1:
             return local
         if self._leader:
@@ -432,6 +437,13 @@ class NodeBarrier:
 
     def quiet(self, timeout_s: float) -> bool | None:
         return None if self._mm is None else _native.node_quiet(self._mm, int(timeout_s * 1e9))
+
+
+def sleep_until(until_ns: int) -> None:
+    """Sleep to until_ns (_native.monotonic_ns' clock; 0 or past: not at all)."""
+    left = until_ns - _native.monotonic_ns() if until_ns else 0
+    if left > 0:
+        time.sleep(left / 1e9)
 
 
 def node_host_name(comm, leader: int, node_size: int) -> str:

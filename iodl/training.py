@@ -925,6 +925,7 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     # clocks of this process and of this (the step loop's) thread, exact to the ns, two syscalls a step
     cpu_at, loop_at = time.process_time_ns(), time.thread_time_ns()
     clock = lambda: (_native.monotonic_ns() - t0) / 1e9  # noqa: E731
+    compute_ns = int(cfg.compute_time_s * 1e9)
     run_until = cfg.duration_s + (cfg.ramp_s if cfg.fixed_window else 0.0)
     if cfg.fixed_window:
         # reads count by their completion time inside the window, as storage-only's do
@@ -948,17 +949,23 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
                     nbytes = reader.get(stop_flag)
                 else:
                     nbytes = reader.fetch()
-                fetched = clock()
+                fetched_ns = _native.monotonic_ns()
+                fetched = (fetched_ns - t0) / 1e9
                 if sync:
                     comm.step_resumed()
-                time.sleep(cfg.compute_time_s)
-                computed = clock()
+                    # the compute is its end, handed to the barrier: the step loop sleeps once, to the
+                    # barrier's release after the latest compute end (step_sync), not twice
+                    until_ns = fetched_ns + compute_ns
+                    computed = (until_ns - t0) / 1e9
+                else:
+                    time.sleep(cfg.compute_time_s)
+                    computed = clock()
                 step += 1
                 want_stop = (steps and step >= steps) or (run_until and computed >= run_until)
                 interrupted = stop_flag()
                 if sync:
                     # the barrier stands in for the gradient all-reduce; it also agrees on stopping
-                    flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0))
+                    flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0), until_ns)
                     want_stop, interrupted = bool(flags & 1), bool(flags & 2)
                 stalled = after_step(step, steps_per_epoch) if after_step and not interrupted else 0.0
             except (KeyboardInterrupt, Cancelled):

@@ -4,6 +4,11 @@
  * core and ~100 ms a step; blocked in FUTEX_WAIT they cost nothing and wake together.
  * Each round also ORs a small flag word over the ranks (train-sync agrees on stopping).
  *
+ * A rank may arrive with the end of its compute (until_ns): the round is released once every rank
+ * arrived and the latest end passed, the last to arrive sleeping for it. A step loop then sleeps
+ * once a step (to the release), where a compute sleep followed by the barrier woke it twice; each
+ * wake-up costs tens of microseconds of CPU when tens of ranks share two cores.
+ *
  * A release wakes every rank of the node at once, and on a node with fewer cores than ranks the
  * last one back at work is late by all the CPU the others use meanwhile. `waking` counts the
  * ranks not yet back at work (each says so, iodl_barrier_resumed); work that can wait (a reader
@@ -23,20 +28,58 @@ static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *t
 	return syscall(SYS_futex, word, op, val, ts, NULL, 0);
 }
 
-int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t flag, uint32_t *gen)
+static uint64_t now_ns(void)
 {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t flag, uint64_t until_ns,
+			uint32_t *gen, uint64_t *latest_ns)
+{
+	uint64_t seen = __atomic_load_n(&b->until_ns, __ATOMIC_ACQUIRE);
+
 	/* The generation cannot move before we arrive: the round needs us to complete. */
 	*gen = __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE);
 	__atomic_fetch_or(&b->flags, flag, __ATOMIC_ACQ_REL);
+	while (until_ns > seen && !__atomic_compare_exchange_n(&b->until_ns, &seen, until_ns, 0, __ATOMIC_ACQ_REL,
+							      __ATOMIC_ACQUIRE))
+		;
 	if (__atomic_add_fetch(&b->arrived, 1, __ATOMIC_ACQ_REL) < nranks)
 		return 0;
-	/* last to arrive: publish, reset for the next round, then release (in that order) */
+	/* last to arrive: every compute end is in; the round is released once the latest has passed */
+	*latest_ns = __atomic_exchange_n(&b->until_ns, 0, __ATOMIC_ACQ_REL);
+	return 1;
+}
+
+void iodl_barrier_release(struct iodl_node_barrier *b, uint32_t nranks)
+{
+	/* publish, reset for the next round, then release (in that order) */
 	__atomic_store_n(&b->result, __atomic_exchange_n(&b->flags, 0, __ATOMIC_ACQ_REL), __ATOMIC_RELEASE);
 	__atomic_store_n(&b->arrived, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&b->waking, nranks, __ATOMIC_RELEASE);	/* before anyone can leave */
 	__atomic_add_fetch(&b->generation, 1, __ATOMIC_RELEASE);
 	futex(&b->generation, FUTEX_WAKE, INT_MAX, NULL);	/* shared, not _PRIVATE: other processes */
-	return 1;
+}
+
+int iodl_barrier_sleep(uint64_t until_ns, uint64_t timeout_ns)
+{
+	uint64_t now = now_ns(), to = until_ns;
+	struct timespec ts;
+	int rc;
+
+	if (now >= until_ns)
+		return 1;
+	if (until_ns - now > timeout_ns)
+		to = now + timeout_ns;
+	ts.tv_sec = (time_t)(to / 1000000000u);
+	ts.tv_nsec = (long)(to % 1000000000u);
+	rc = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	if (rc == EINTR)
+		return -EINTR;
+	return to == until_ns;
 }
 
 int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeout_ns)
@@ -67,14 +110,6 @@ void iodl_barrier_resumed(struct iodl_node_barrier *b)
 		;
 	if (left == 1)
 		futex(&b->waking, FUTEX_WAKE, INT_MAX, NULL);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* FUTEX_WAIT on word while it holds val, until deadline: 0 woken or changed, -ETIMEDOUT, -EINTR */

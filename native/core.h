@@ -192,10 +192,19 @@ struct iodl_node_barrier {
 	uint32_t result;	/* OR of the last completed round's flags */
 	uint32_t waking;	/* futex word: the node's ranks not yet back at work since the last release */
 	uint32_t pad;
+	uint64_t until_ns;	/* the latest compute end (CLOCK_MONOTONIC) of this round's arrivals so far */
 };
 
-/* 1: we were last and released the round; 0: wait for *gen to change */
-int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t flag, uint32_t *gen);
+/*
+ * Arrive with this rank's compute end (CLOCK_MONOTONIC ns, 0: none). 0: wait for *gen to change;
+ * 1: we were last: sleep to *until_ns (the round's latest compute end), then iodl_barrier_release.
+ */
+int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t flag, uint64_t until_ns,
+			uint32_t *gen, uint64_t *latest_ns);
+/* The last arriver releases the round: publishes the flags, resets, wakes every waiter */
+void iodl_barrier_release(struct iodl_node_barrier *b, uint32_t nranks);
+/* The last arriver's sleep to the round's compute end: 1 reached, 0 timeout_ns passed first, -EINTR */
+int iodl_barrier_sleep(uint64_t until_ns, uint64_t timeout_ns);
 /* 1: released; 0: timeout_ns passed first; -EINTR */
 int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeout_ns);
 /* This rank is back at work after the last release (once a round); the last one wakes the quiet-waiters */

@@ -31,7 +31,8 @@ static PyMethodDef module_methods[] = {
 	  "bytes the calling thread's reads made the storage deliver so far (task I/O accounting)" },
 	/* bind_barrier.c */
 	{ "node_barrier", iodl_py_node_barrier, METH_VARARGS,
-	  "node_barrier(shared_buffer, nranks, flag) -> OR of the round's flags; waits in the kernel" },
+	  "node_barrier(shared_buffer, nranks, flag, until_ns=0) -> OR of the round's flags, once every rank arrived "
+	  "and the latest until_ns (CLOCK_MONOTONIC) passed; waits in the kernel" },
 	{ "node_resumed", iodl_py_node_resumed, METH_O,
 	  "node_resumed(shared_buffer): this rank is back at work since the barrier's last release" },
 	{ "node_quiet", iodl_py_node_quiet, METH_VARARGS,

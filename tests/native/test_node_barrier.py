@@ -2,6 +2,7 @@
 import mmap
 import os
 import resource
+import signal
 import struct
 import time
 
@@ -124,3 +125,66 @@ def test_quiet_gives_up_after_its_timeout_when_no_round_comes():
     assert 0.15 <= time.monotonic() - start < 0.5
     _native.node_resumed(page)                      # no round under way: waking stays 0
     assert struct.unpack_from("I", page, 16)[0] == 0
+
+
+def test_a_round_is_released_once_the_latest_compute_end_passed_and_the_others_sleep_once():
+    """Each rank arrives with its compute's end (until_ns): nobody leaves before the latest of them,
+    the round leaves within a few ms of it, and a rank that is not last is woken once a round (the
+    release), not at its own end and again at the release."""
+    def body(rank, page, log):
+        for r in range(ROUNDS // 4):
+            time.sleep(0.001 * ((rank + r) % 3))
+            arrive = time.monotonic_ns()
+            # the rank that arrives first may have the latest end: it is not the one that sleeps for it
+            until = arrive + (30_000_000 if rank == r % N else 10_000_000)
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+            _native.node_barrier(page, N, 0, until)
+            leave = time.monotonic_ns()
+            woken = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
+            struct.pack_into("QQQ", log, (rank * ROUNDS + r) * 24, until, leave, woken)
+
+    page = mmap.mmap(-1, 4096)
+    log = mmap.mmap(-1, N * ROUNDS * 24)
+    pids = []
+    for rank in range(N):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                body(rank, page, log)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    assert [os.waitpid(p, 0)[1] for p in pids] == [0] * N
+    late, sleeps = [], []
+    for r in range(ROUNDS // 4):
+        rows = [struct.unpack_from("QQQ", log, (k * ROUNDS + r) * 24) for k in range(N)]
+        latest = max(until for until, _, _ in rows)
+        assert min(leave for _, leave, _ in rows) >= latest, r
+        late.append(max(leave for _, leave, _ in rows) - latest)
+        sleeps += [woken for _, _, woken in rows]
+    assert sorted(late)[len(late) // 2] < 5_000_000          # the median round: out within 5 ms of the end
+    assert sorted(sleeps)[len(sleeps) // 2] <= 1              # one sleep a rank a round (the last: its own)
+    assert struct.unpack_from("Q", page, 24)[0] == 0          # every round put the latest end back to 0
+
+
+def test_a_signal_ends_the_last_ranks_sleep_to_the_compute_end():
+    """One rank, last at once, sleeps 5 s to its compute end: SIGINT raises within ~0.1 s."""
+    page = mmap.mmap(-1, 4096)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_interrupted(page))
+    time.sleep(0.3)
+    start = time.monotonic()
+    os.kill(pid, signal.SIGINT)
+    assert os.waitpid(pid, 0)[1] >> 8 == 7
+    assert time.monotonic() - start < 0.5
+
+
+def _interrupted(page) -> int:
+    try:
+        _native.node_barrier(page, 1, 0, time.monotonic_ns() + 5_000_000_000)
+    except KeyboardInterrupt:
+        return 7
+    return 1
