@@ -1,7 +1,7 @@
 """Accelerators per client: the emulator's own cost and AU of retinanet_b200-shaped train-sync at
 several rank counts, with --engine null (no I/O at all) and reading a page-cache-resident dataset.
 
-Beside each, the floor at the same rank count: processes that only sleep the compute time and
+Beside each, the floor at the same rank count: processes that only compute (a sleep) and
 meet at iodl's barrier (tests/system/bare_steps.py). Per run: AU, samples/s, data and barrier wait
 per step, the result's emulator figures
 (train.emulator: process CPU per step and per sample, its loader part) and, measured from outside,
