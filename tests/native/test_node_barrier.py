@@ -13,10 +13,10 @@ from iodl import _native
 N, ROUNDS = 5, 40
 
 
-def _children(body):
+def _children(body, record: int = 16):
     """Fork N processes sharing one anonymous page; each runs body(rank, page, log)."""
     page = mmap.mmap(-1, 4096)                      # MAP_SHARED|MAP_ANONYMOUS: shared across fork
-    log = mmap.mmap(-1, N * ROUNDS * 16)            # per rank and round: (arrive_ns, leave_ns)
+    log = mmap.mmap(-1, N * ROUNDS * record)        # per rank and round: e.g. (arrive_ns, leave_ns)
     pids = []
     for rank in range(N):
         pid = os.fork()
@@ -143,20 +143,7 @@ def test_a_round_is_released_once_the_latest_compute_end_passed_and_the_others_s
             woken = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
             struct.pack_into("QQQ", log, (rank * ROUNDS + r) * 24, until, leave, woken)
 
-    page = mmap.mmap(-1, 4096)
-    log = mmap.mmap(-1, N * ROUNDS * 24)
-    pids = []
-    for rank in range(N):
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                body(rank, page, log)
-            except BaseException:
-                code = 1
-            os._exit(code)
-        pids.append(pid)
-    assert [os.waitpid(p, 0)[1] for p in pids] == [0] * N
+    page, log = _children(body, record=24)
     late, sleeps = [], []
     for r in range(ROUNDS // 4):
         rows = [struct.unpack_from("QQQ", log, (k * ROUNDS + r) * 24) for k in range(N)]
