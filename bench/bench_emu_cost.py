@@ -1,5 +1,7 @@
-"""Accelerators per client: the emulator's own cost and AU of retinanet_b200-shaped train-sync at
-several rank counts, with --engine null (no I/O at all) and reading a page-cache-resident dataset.
+"""Accelerators per client: the emulator's own cost and AU of a workload's train-sync (retinanet_b200,
+resnet50, ...) at several rank counts, with --engine null (no I/O at all) and reading a
+page-cache-resident dataset, and the answer: the largest rank count whose AU holds the workload's
+threshold, in each case.
 
 Beside each, the floor at the same rank count: processes that only compute (a sleep) and
 meet at iodl's barrier (tests/system/bare_steps.py). Per run: AU, samples/s, data and barrier wait
@@ -11,17 +13,22 @@ MPI's; a run of few steps puts start-up in that half, and these columns are then
 and the two cases are interleaved and repeated, as the machine is shared; the load average at each
 run is kept beside it. The physical references: one plain open-read-close loop flat out (one
 process, the round's first row), and at each rank count as many such loops at once, each at the
-workload's pace (BATCH files, then COMPUTE_S of sleep): the same reads with the wake-ups and the
-caches cooled by the sleeps that a rank's reads have too, and nothing of iodl's.
+workload's pace (a batch, then the compute time of sleep; for files of one sample each): the same
+reads with the wake-ups and the caches cooled by the sleeps that a rank's reads have too, and
+nothing of iodl's. A loop reads a one-sample file whole in one call, a file of many samples in
+block-size reads into one buffer (as iodl does); its CPU a sample is its CPU a file over the
+file's samples.
 
-    python bench/bench_emu_cost.py --root DIR [--ranks 1 4 8 16] [--rounds 2] [--steps 80] [--out NAME]
+    python bench/bench_emu_cost.py --root DIR [--workload retinanet_b200] [--ranks 1 4 8 16] [--rounds 2]
+                                   [--steps 80] [--out NAME]
 
-DIR: a retinanet_b200 dataset (iodl generate --workload retinanet_b200 --files 4000 --root DIR),
-read once before so that it is in the page cache.
+DIR: a dataset of the workload (iodl generate --workload retinanet_b200 --files 4000 --root DIR;
+resnet50: --files 8), read once before so that it is in the page cache.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -33,7 +40,26 @@ import time
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TICK = os.sysconf("SC_CLK_TCK")
-BATCH, COMPUTE_S = 24, 0.04755   # retinanet_b200's batch and compute time (iodl/workloads/retinanet_b200.toml)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What the bench takes from the workload: its batch, compute time, samples a file, block size,
+    AU threshold."""
+    name: str
+    batch: int
+    compute_s: float
+    samples_per_file: int
+    block_size: int
+    au_threshold: float
+
+    @classmethod
+    def of(cls, name: str) -> "Shape":
+        from iodl.workload import load_workload
+
+        wl = load_workload(name)
+        return cls(name, wl.train.batch_size, wl.train.compute_time_s, wl.dataset.samples_per_file,
+                   wl.read.block_size, wl.metric.au_threshold)
 
 
 def rank_pids(launcher: int) -> list[int]:
@@ -76,9 +102,9 @@ def warm(root: str) -> None:
                     pass
 
 
-def one(ranks: int, root: str | None, steps: int, tmp: str) -> dict:
+def one(shape: Shape, ranks: int, root: str | None, steps: int, tmp: str) -> dict:
     out = os.path.join(tmp, f"r{ranks}-{'null' if root is None else 'cache'}.json")
-    args = ["--workload", "retinanet_b200", "--steps", str(steps), "--progress", "off", "--out", out]
+    args = ["--workload", shape.name, "--steps", str(steps), "--progress", "off", "--out", out]
     args += ["--engine", "null"] if root is None else ["--root", root, "--engine", "psync"]
     if root is not None:
         warm(root)   # others on the machine may have dropped the page cache since the last run
@@ -127,34 +153,39 @@ def one(ranks: int, root: str | None, steps: int, tmp: str) -> dict:
 BARE = os.path.join(os.path.dirname(RESULTS), "..", "tests", "system", "bare_steps.py")
 
 
-def bare(ranks: int, steps: int) -> dict:
+def bare(shape: Shape, ranks: int, steps: int) -> dict:
     """The floor: ranks that only sleep the compute time and meet at iodl's barrier (no reader, no
     engine, no bookkeeping: tests/system/bare_steps.py). Its loss is the machine's wake-up skew."""
     load = os.getloadavg()[0]
     exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, BARE, str(steps), str(COMPUTE_S)], capture_output=True,
+    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, BARE, str(steps), str(shape.compute_s)], capture_output=True,
                           text=True, check=True)
     return {"ranks": ranks, "case": "bare barrier+sleep", "load_1min": round(load, 2),
             "au": round(json.loads(proc.stdout.strip().splitlines()[-1])["au"], 4)}
 
 
-def _loop_cpu(paths: list[str], paced: bool, passes: int, out) -> None:
+def _loop_cpu(shape: Shape, paths: list[str], paced: bool, passes: int, out) -> None:
     """One loop process: open - read whole - close over paths, `passes` times; its CPU per file to out."""
+    buf = bytearray(shape.block_size)
     cpu0 = time.process_time()
     for _ in range(passes):
         for i, path in enumerate(paths):
             with open(path, "rb", buffering=0) as f:
-                f.read()
-            if paced and i % BATCH == BATCH - 1:
-                time.sleep(COMPUTE_S)
+                if shape.samples_per_file == 1:   # a sample's file, in one read (no fstat: the loop's calls are the figure)
+                    f.read()
+                else:
+                    while f.readinto(buf):
+                        pass
+            if paced and i % shape.batch == shape.batch - 1:
+                time.sleep(shape.compute_s)
     out.put((time.process_time() - cpu0) / (passes * len(paths)))
 
 
-def plain_loop(root: str, limit: int = 2000, ranks: int = 1, paced: bool = False) -> dict:
+def plain_loop(shape: Shape, root: str, limit: int = 2000, ranks: int = 1, paced: bool = False) -> dict:
     """The physical reference: a plain single-threaded Python loop, open - read whole - close, over
     the same files (in the page cache): files per CPU second of its own (one core). ranks > 1: that
     many such loops at once, each over its share (three passes), the mean of their CPU per file.
-    paced: each loop at the workload's pace, BATCH files then a sleep of COMPUTE_S, as a rank reads
+    paced: each loop at the workload's pace, a batch of files then a sleep of the compute time, as a rank reads
     them (its wake-ups and its caches cooled by the sleeps are then in the figure too, as they are
     in a rank's)."""
     import multiprocessing
@@ -163,7 +194,7 @@ def plain_loop(root: str, limit: int = 2000, ranks: int = 1, paced: bool = False
     warm(root)
     load = os.getloadavg()[0]
     out = multiprocessing.get_context("fork").Queue()
-    procs = [multiprocessing.get_context("fork").Process(target=_loop_cpu, args=(paths[k::ranks], paced,
+    procs = [multiprocessing.get_context("fork").Process(target=_loop_cpu, args=(shape, paths[k::ranks], paced,
                                                                                 1 if ranks == 1 else 3, out))
              for k in range(ranks)]
     for p in procs:
@@ -173,46 +204,68 @@ def plain_loop(root: str, limit: int = 2000, ranks: int = 1, paced: bool = False
         p.join()
     cpu = statistics.mean(per_file)
     return {"ranks": ranks, "case": "plain loop, paced" if paced else "plain open-read-close loop",
-            "load_1min": round(load, 2), "files_per_cpu_s": round(1 / cpu, 1), "cpu_us_per_sample": round(cpu * 1e6, 1)}
+            "load_1min": round(load, 2), "files_per_cpu_s": round(1 / cpu, 1),
+            "cpu_us_per_sample": round(cpu / shape.samples_per_file * 1e6, 2)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", required=True)
+    ap.add_argument("--workload", default="retinanet_b200", help="a built-in workload (its dataset is --root)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 4, 8, 16])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--out", default="emu-cost", help="a name: bench/results/NAME.json and NAME.md")
     a = ap.parse_args()
+    shape = Shape.of(a.workload)
     rows = []
     with tempfile.TemporaryDirectory(prefix="iodl-emu-cost-") as tmp:
         for _ in range(a.rounds):
-            rows.append(plain_loop(a.root))
+            rows.append(plain_loop(shape, a.root))
             print(json.dumps(rows[-1]), flush=True)
             for ranks in a.ranks:
-                for row in (bare(ranks, a.steps), one(ranks, None, a.steps, tmp), one(ranks, a.root, a.steps, tmp),
-                            plain_loop(a.root, ranks=ranks, paced=True)):
+                runs = [bare(shape, ranks, a.steps), one(shape, ranks, None, a.steps, tmp),
+                        one(shape, ranks, a.root, a.steps, tmp)]
+                if shape.samples_per_file == 1:   # the pace is a batch of files
+                    runs.append(plain_loop(shape, a.root, ranks=ranks, paced=True))
+                for row in runs:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    write_results(a.out, rows, a.steps, a.rounds)
+    write_results(a.out, rows, a.steps, a.rounds, shape)
 
 
-def write_results(name: str, rows: list[dict], steps: int, rounds: int) -> None:
-    """bench/results/NAME.json (every run) and NAME.md (per case and rank count, the median of the rounds)."""
+def supported(rows: list[dict], case: str, threshold: float) -> str:
+    """The largest rank count whose AU (the median of its rounds) holds threshold, counting up from the
+    smallest tested: "N" when the next tested count fell below it, ">= N" when none tested did."""
+    counts = sorted({r["ranks"] for r in rows if r["case"] == case})
+    held = 0
+    for n in counts:
+        if statistics.median(r["au"] for r in rows if r["case"] == case and r["ranks"] == n) < threshold:
+            return str(held) if held else f"< {n}"
+        held = n
+    return f">= {held}" if held else "none tested"
+
+
+def write_results(name: str, rows: list[dict], steps: int, rounds: int, shape: Shape) -> None:
+    """bench/results/NAME.json (every run) and NAME.md (per case and rank count, the median of the
+    rounds; the accelerators per client of each case)."""
     cols = list(rows[2]) + ["files_per_cpu_s"]
     groups = {}
     for r in rows:
         groups.setdefault((r["case"], r["ranks"]), []).append(r)
     with open(os.path.join(RESULTS, name + ".json"), "w") as f:
-        json.dump({"nproc": os.cpu_count(), "rows": rows}, f, indent=1)
+        json.dump({"nproc": os.cpu_count(), "workload": dataclasses.asdict(shape), "rows": rows}, f, indent=1)
 
     def median(vals):
         # a count that every round shares stays a count (the median of two ints is a float)
         return vals[0] if all(v == vals[0] for v in vals) else statistics.median(vals)
 
     with open(os.path.join(RESULTS, name + ".md"), "w") as f:
-        f.write(f"# {name}: retinanet_b200 train-sync, {steps} steps, {os.cpu_count()} cores "
+        f.write(f"# {name}: {shape.name} train-sync, {steps} steps, {os.cpu_count()} cores "
                 f"(bench/bench_emu_cost.py; median of {rounds} interleaved rounds)\n\n")
+        f.write(f"Accelerators per client (the largest rank count tested whose AU >= {shape.au_threshold}): "
+                + ", ".join(f"{case} {supported(rows, case, shape.au_threshold)}"
+                            for case in ("bare barrier+sleep", "null", "page cache")) + "\n\n")
         f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
         for (case, ranks), rs in sorted(groups.items()):
             med = {c: (median([r[c] for r in rs]) if isinstance(rs[0].get(c, ""), (int, float))
