@@ -308,3 +308,9 @@ def shard_plan(sizes: np.ndarray, block_size: int) -> bytearray: ...
     # plan.shard_plan's rows as PLAN_DTYPE bytes (numpy.frombuffer: writable): shard i (a contiguous int64 array of
     # sizes, none negative) read whole from offset 0 in block_size requests, the last one short, file column i,
     # op 0 (read); a shard of 0 bytes has no row. ValueError for a negative size or block_size < 1
+
+def generated_paths(prefixes: bytes, folders: int, files: int, width: int, tail: bytes, shards: np.ndarray) -> bytes: ...
+    # the paths of an iodl dataset's shards (a contiguous int64 array), each ending with its NUL (Opener.submit's
+    # paths): shard s is copy c, file f = divmod(s, files), named prefixes[c * folders + f % folders] + "train-" + f
+    # zero-padded to width + tail; prefixes NUL-terminated, copy by copy. IndexError for a shard outside the
+    # copies' files; ValueError for a malformed prefix list

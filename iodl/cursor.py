@@ -8,9 +8,7 @@ a cancelled engine ends the caller's loop (Cancelled), a failed or short row nam
 """
 from __future__ import annotations
 
-import itertools
 import os
-from collections import deque
 from typing import Protocol
 
 import numpy as np
@@ -118,7 +116,11 @@ class ShardFiles:
         self.fds: dict[int, int] = {}
         self._inside = getattr(paths, "inside", None)
         self._pool = None
-        self._ahead: deque[tuple[int, int]] = deque()   # (shard, its open's ticket), stream order
+        # the opens started ahead, in stream order, from _at on not yet claimed: shard i's open has
+        # ticket _ahead_tickets[i] (two lists sliced a batch at a time, no Python per shard)
+        self._ahead_shards: list[int] = []
+        self._ahead_tickets: list[int] = []
+        self._at = 0
         if threads > 0 and paths is not None and not getattr(paths, "objects", False):
             self._pool = _native.opener(threads, direct, self._inside)
         self.ahead_cap = threads * self.AHEAD_PER_THREAD if self._pool else 0
@@ -145,19 +147,23 @@ class ShardFiles:
         """Start opening these shards, the ones the stream gives next (each once, in order);
         sizes: their file sizes when known."""
         if shards:
-            self._ahead.extend(zip(shards, self._submit(shards, sizes)))
+            if self._at > 1024:   # drop what was claimed, now and then
+                del self._ahead_shards[:self._at], self._ahead_tickets[:self._at]
+                self._at = 0
+            self._ahead_tickets += self._submit(shards, sizes)
+            self._ahead_shards += shards
 
     def _claim(self, shard: int, passed: list[int]) -> int | None:
         """The ticket of the first open started ahead for shard. Those started before it are for
         positions the stream has passed without opening them (the shard was open already, or held
         no sample): their tickets go to passed, to be dropped (closed, uncounted)."""
-        if all(s != shard for s, _ticket in self._ahead):   # a scan: this path is the rare one
+        try:
+            i = self._ahead_shards.index(shard, self._at)   # a scan: this path is the rare one
+        except ValueError:
             return None
-        while True:
-            s, ticket = self._ahead.popleft()
-            if s == shard:
-                return ticket
-            passed.append(ticket)
+        passed += self._ahead_tickets[self._at:i]
+        self._at = i + 1
+        return self._ahead_tickets[i]
 
     def open(self, shards: list[int], then: list[int] = (), then_sizes: np.ndarray | None = None) -> list[int]:
         """The fds of shards (a batch's), opened now or ahead; then: the shards that come next,
@@ -187,10 +193,11 @@ class ShardFiles:
     def _claim_next(self, need: list[int]) -> list[int] | None:
         """The tickets of need when they are the next shards opened ahead, in order (the usual
         case: the stream reads the shards it gave the threads): taken in one pass; else None."""
-        ahead, k = self._ahead, len(need)
-        if len(ahead) < k or [s for s, _t in itertools.islice(ahead, k)] != need:
+        at, k = self._at, len(need)
+        if self._ahead_shards[at:at + k] != need:
             return None
-        return [ahead.popleft()[1] for _ in range(k)]
+        self._at = at + k
+        return self._ahead_tickets[at:at + k]
 
     def _open_pooled(self, need: list[int], then: list[int], then_sizes, whole: bool) -> None:
         wanted = self._tickets(need, then, then_sizes)
@@ -295,15 +302,17 @@ class ShardFiles:
         self.close(list(self.fds))
         if self._pool is not None:
             self._pool.close()
-        self._ahead.clear()
+        self._ahead_shards, self._ahead_tickets, self._at = [], [], 0
 
 
 def joined_paths(paths, shards: list[int]) -> bytes:
     """The shards' paths for Opener.submit: each ends with its NUL, encoded once for the batch (as
-    os.fsencode does); a sequence of paths that can make a batch's at once (GeneratedPaths.batch)
-    makes them so."""
-    batch = getattr(paths, "batch", None)
-    names = batch(shards) if batch else [paths[s] for s in shards]
+    os.fsencode does); a sequence of paths that can make a batch's at once makes them so (GeneratedPaths.joined,
+    in C)."""
+    joined = getattr(paths, "joined", None)
+    if joined is not None:
+        return joined(shards)
+    names = [paths[s] for s in shards]
     return os.fsencode("\0".join(names) + "\0") if names else b""
 
 

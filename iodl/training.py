@@ -84,6 +84,7 @@ class SampleStream:
         # shards read whole, one block_size request after the other, and no buffer: a shard of one
         # sample is then a whole step's worth of work in a few array operations (take_batch)
         self._whole_files = not (buffer or records or npz_load)
+        self._lookahead_peek = getattr(next_shard, "peek", None)   # a ShardLookahead's (take_batch)
 
     def _peek(self) -> tuple[int, int]:
         """The next (shard, epoch), drawn but not begun (a next epoch's first shard waits there)."""
@@ -251,18 +252,19 @@ class SampleStream:
             n -= k
         return out, consumed
 
-    def _took_whole(self, shards: list[int], epochs: np.ndarray) -> None:
+    def _took_whole(self, shards: list[int], epochs: list[int]) -> None:
         """Shards of one sample each, taken whole in this order (their epochs): counted for the
-        order's check, traced."""
+        order's check, traced. Lists, not arrays: this runs every step, and a numpy scalar's
+        comparison costs several times a Python int's, more so with the caches cold."""
         if not shards:
             return
-        if epochs[0] == epochs[-1] and self._epoch in (None, int(epochs[0])):
+        if epochs[0] == epochs[-1] and self._epoch in (None, epochs[0]):
             # one epoch, the one being read (epochs only grow along the stream): no check falls due
-            self._epoch = int(epochs[0])
+            self._epoch = epochs[0]
             if self._check:
                 self._taken_once(shards)
         else:
-            for shard, epoch in zip(shards, epochs.tolist()):
+            for shard, epoch in zip(shards, epochs):
                 if self._epoch is not None and epoch != self._epoch:
                     self._check_epoch()
                 self._epoch = epoch
@@ -279,14 +281,14 @@ class SampleStream:
         (plan.shard_plan); the same reads in the same order as take()'s."""
         if not self._whole_files or self._shard is not None:
             return as_batch(*self.take(n))
-        peek = getattr(self._next_shard, "peek", None)   # a ShardLookahead's arrays, tables looked up
+        peek = self._lookahead_peek   # a ShardLookahead's arrays, tables looked up
         if peek is not None and not self._drawn:
             shards, epochs, sizes, ends = peek(n)
             if ends is not None and ends.shape[1] == 1:   # one sample each: the batch is these n
                 self._next_shard.skip(n)
                 listed = shards.tolist()
-                self._took_whole(listed, epochs)
-                return listed, plan.shard_plan(sizes, self._bs), [True] * n, int(ends[:, 0].sum())
+                self._took_whole(listed, epochs.tolist())
+                return listed, plan.shard_plan(sizes, self._bs), [True] * n, sum(ends[:, 0].tolist())
         if len(self._drawn) < n:
             more = getattr(self._next_shard, "take", None)   # a ShardLookahead draws a batch's in one call
             if more:
@@ -310,7 +312,7 @@ class SampleStream:
         else:
             for _ in range(k):
                 self._drawn.popleft()
-        self._took_whole(shards, np.array([epoch for _shard, epoch in drawn[:k]], dtype=np.int64))
+        self._took_whole(shards, [epoch for _shard, epoch in drawn[:k]])
         rows = plan.shard_plan(take_rows(self._sizes, shards), self._bs)
         if k == n:
             return shards, rows, [True] * n, consumed
@@ -711,8 +713,10 @@ class StepRecords:
     """A rank's steps, a row of STEP_FIELDS each."""
     rows: list = field(default_factory=list)
 
-    def add(self, **kw) -> None:
-        self.rows.append(tuple(kw[f] for f in STEP_FIELDS))
+    def add(self, *row: float) -> None:
+        """A step's row: its STEP_FIELDS in their order (positional: a dict of keywords a step was
+        most of this call's cost; array() refuses a row of another length)."""
+        self.rows.append(row)
 
     def array(self) -> np.ndarray:
         return np.array(self.rows, dtype=float).reshape(-1, len(STEP_FIELDS))
@@ -797,11 +801,9 @@ class _Reader(threading.Thread):
         every CPU second spent meanwhile. So a reader ahead (its queue full) is not woken by the
         take: it waits until all the node's step loops are computing (quiet), then reads on, its
         batch needed a step later at the soonest."""
-        try:
+        if self.out.qsize() < self.out.maxsize:   # room (only this thread puts: it stays room)
             self.out.put_nowait(item)
             return True
-        except queue.Full:
-            pass
         if self.quiet is None or self.quiet(WAIT_SLICE_S) is None:   # no barrier to wait for (yet)
             try:
                 self.out.put(item, timeout=WAIT_SLICE_S)
@@ -975,10 +977,10 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
                 break
             end = clock()
             cpu_was, loop_was, cpu_at, loop_at = cpu_at, loop_at, time.process_time_ns(), time.thread_time_ns()
-            records.add(t_start=start, t_end=end, data_wait=fetched - start, compute=computed - fetched,
-                        barrier=end - computed - stalled, bytes=nbytes, samples=cfg.batch_size,
-                        epoch=(step - 1) // steps_per_epoch, checkpoint=stalled, cpu=(cpu_at - cpu_was) / 1e9,
-                        loop_cpu=(loop_at - loop_was) / 1e9)
+            # t_start, t_end, data_wait, compute, barrier, bytes, samples, epoch, checkpoint, cpu, loop_cpu
+            records.add(start, end, fetched - start, computed - fetched, end - computed - stalled, nbytes,
+                        cfg.batch_size, (step - 1) // steps_per_epoch, stalled, (cpu_at - cpu_was) / 1e9,
+                        (loop_at - loop_was) / 1e9)
             if result.live is not None:
                 result.live[LIVE_STEPS] = step
             if interrupted:

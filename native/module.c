@@ -46,6 +46,9 @@ static PyMethodDef module_methods[] = {
 	{ "shard_plan", iodl_py_shard_plan, METH_VARARGS,
 	  "shard_plan(sizes, block_size) -> bytearray of PLAN_DTYPE rows: each shard (int64 sizes) read whole, "
 	  "in order, in block_size requests" },
+	{ "generated_paths", iodl_py_generated_paths, METH_VARARGS,
+	  "generated_paths(prefixes, folders, files, width, tail, shards) -> bytes: an iodl dataset's paths of the "
+	  "shards (int64), each ending with its NUL (NUL-terminated prefixes, copy by copy, folders of each)" },
 	/* bind_rows.c */
 	{ "pread_rows", iodl_py_pread_rows, METH_VARARGS,
 	  "pread_rows(fd, base, row_bytes, rows, seen, stored) -> bytes: the rows (int64 indices of a table "

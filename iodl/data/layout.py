@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _native
 from ..formats import FORMATS
 
 SCHEMA = "iodl.dataset/2"      # a JSON header; file sizes in FILE_SIZES_FILE; names derived from indices
@@ -131,9 +132,12 @@ class GeneratedPaths(_Paths):
     def __init__(self, folder_dirs: list[list[str]], fmt: str, files: int, real_root: str):
         self._dirs, self._fmt, self._files = folder_dirs, fmt, files
         self._folders = len(folder_dirs[0])
-        # shard_name's parts, made once: a batch's names are then one format each
+        # shard_name's parts, made once: a name is then one format
         self._prefixes = [[os.path.join(d, "") for d in row] for row in folder_dirs]
         self._width, self._tail = name_parts(fmt, files)
+        # the same, encoded once (as os.fsencode does), for joined()
+        self._joined_prefixes = b"".join(os.fsencode(p) + b"\0" for row in self._prefixes for p in row)
+        self._tail_bytes = os.fsencode(self._tail)
         self._n = len(folder_dirs) * files
         self.inside = real_root   # a shard that is a link is opened only if it resolves inside (open_for_read)
 
@@ -141,13 +145,10 @@ class GeneratedPaths(_Paths):
         c, f = divmod(i, self._files)
         return f"{self._prefixes[c][f % self._folders]}train-{f:0{self._width}d}{self._tail}"
 
-    def batch(self, shards: list[int]) -> list[str]:
-        """[self[s] for s in shards] of a batch's shards (in range: the dataset's own order), made
-        in one comprehension: the open threads' paths, a batch a step."""
-        if shards and not (0 <= min(shards) and max(shards) < self._n):
-            raise IndexError(f"a shard of {shards} outside 0..{self._n - 1}")
-        prefixes, files, folders, width, tail = self._prefixes, self._files, self._folders, self._width, self._tail
-        return [f"{prefixes[i // files][i % files % folders]}train-{i % files:0{width}d}{tail}" for i in shards]
+    def joined(self, shards: list[int]) -> bytes:
+        """The shards' paths as the open threads take them (cursor.joined_paths), made in one C call."""
+        return _native.generated_paths(self._joined_prefixes, self._folders, self._files, self._width,
+                                       self._tail_bytes, np.asarray(shards, dtype=np.int64))
 
 
 class ListedPaths(_Paths):

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 
@@ -114,3 +116,21 @@ def test_shard_plan_in_c_matches_numpy_arithmetic():
 def test_shard_plan_refuses_a_negative_size():
     with pytest.raises(ValueError, match="negative"):
         plan.shard_plan([4, -1], 4096)
+
+
+@pytest.mark.parametrize("fmt,files,dirs", [("jpeg", 1000, [["/d/a", "/d/b"], ["/c1/a", "/c1/b"]]),
+                                            ("npz", 7, [["/r"]]), ("tfrecord", 123_456, [["/é/ü", "/q"]])])
+def test_generated_paths_joined_in_c_are_the_names_one_by_one(fmt, files, dirs):
+    """GeneratedPaths.joined (C, the open threads' paths) against the names Python makes one by one,
+    copies, folders, zero-padding and a non-ASCII directory included; a shard outside is refused."""
+    from iodl.cursor import joined_paths
+    from iodl.data.layout import GeneratedPaths
+
+    g = GeneratedPaths(dirs, fmt, files, "/")
+    n = len(dirs) * files
+    shards = [0, n - 1, *np.random.default_rng(1).integers(0, n, 60).tolist()]
+    assert joined_paths(g, shards) == b"".join(os.fsencode(g[s]) + b"\0" for s in shards)
+    assert joined_paths(g, []) == b""
+    for bad in (n, -1):
+        with pytest.raises(IndexError):
+            g.joined([3, bad])
