@@ -14,7 +14,6 @@ import queue
 import threading
 from collections import deque
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -708,18 +707,37 @@ class ShardShares:
         return int(shard[0]), int(epoch[0])
 
 
-@dataclass
 class StepRecords:
-    """A rank's steps, a row of STEP_FIELDS each."""
-    rows: list = field(default_factory=list)
+    """A rank's steps as the step loop saw them, raw (add), made a row of STEP_FIELDS each at the end
+    (array): the arithmetic of the rows is one array operation a column, not a dozen float
+    operations a step in the loop (each run with the caches cold, after the barrier's sleep)."""
 
-    def add(self, *row: float) -> None:
-        """A step's row: its STEP_FIELDS in their order (positional: a dict of keywords a step was
-        most of this call's cost; array() refuses a row of another length)."""
-        self.rows.append(row)
+    def __init__(self, t0_ns: int, samples: int, steps_per_epoch: int):
+        self.t0_ns, self.samples, self.steps_per_epoch = t0_ns, samples, steps_per_epoch
+        self.raw: list[tuple] = []
+
+    def add(self, start_ns: int, fetched_ns: int, computed_ns: int, end_ns: int, stalled_s: float, nbytes: int,
+            cpu_ns: int, loop_cpu_ns: int) -> None:
+        """A step: when it began, had its batch, finished computing and ended (the engine's clock),
+        the seconds of it a checkpoint took, its batch's bytes, the process's and the step loop's CPU."""
+        self.raw.append((start_ns, fetched_ns, computed_ns, end_ns, stalled_s, nbytes, cpu_ns, loop_cpu_ns))
 
     def array(self) -> np.ndarray:
-        return np.array(self.rows, dtype=float).reshape(-1, len(STEP_FIELDS))
+        out = np.zeros((len(self.raw), len(STEP_FIELDS)))
+        if not self.raw:
+            return out
+        cols = list(zip(*self.raw))
+        start, fetched, computed, end = (np.array(c, dtype=np.int64) - self.t0_ns for c in cols[:4])
+        stalled, nbytes, cpu, loop_cpu = (np.array(c, dtype=float) for c in cols[4:])
+        col = {name: out[:, i] for i, name in enumerate(STEP_FIELDS)}
+        col["t_start"][:], col["t_end"][:] = start / 1e9, end / 1e9
+        col["data_wait"][:] = (fetched - start) / 1e9
+        col["compute"][:] = (computed - fetched) / 1e9
+        col["barrier"][:] = (end - computed) / 1e9 - stalled
+        col["bytes"][:], col["samples"][:], col["checkpoint"][:] = nbytes, self.samples, stalled
+        col["epoch"][:] = np.arange(len(self.raw)) // self.steps_per_epoch
+        col["cpu"][:], col["loop_cpu"][:] = cpu / 1e9, loop_cpu / 1e9
+        return out
 
 
 class _Reader(threading.Thread):
@@ -743,7 +761,14 @@ class _Reader(threading.Thread):
         # a run of a known number of steps reads that many batches and no more (as a data loader
         # whose epochs have an end does): reading ahead past the last step is I/O no step uses
         self.batches = batches
-        self.out: queue.Queue = queue.Queue(maxsize=max(cfg.prefetch, 1))
+        # batches read, and a token for each batch there is room for: the reader takes a token
+        # before it puts a batch, the step loop gives one back as it takes one (a bounded queue of
+        # two C queues: queue.Queue's put and get are each a few dozen lines of Python, run once a
+        # step each with the caches cold)
+        self.out: queue.SimpleQueue = queue.SimpleQueue()
+        self.room: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(max(cfg.prefetch, 1)):
+            self.room.put(None)
         # the engine takes a batch's files from the open threads itself (Cursor.run_taking)
         self.taking = files.pool is not None and cursor.takes_files
         self.stop = threading.Event()
@@ -801,15 +826,17 @@ class _Reader(threading.Thread):
         every CPU second spent meanwhile. So a reader ahead (its queue full) is not woken by the
         take: it waits until all the node's step loops are computing (quiet), then reads on, its
         batch needed a step later at the soonest."""
-        if self.out.qsize() < self.out.maxsize:   # room (only this thread puts: it stays room)
-            self.out.put_nowait(item)
+        if self.room.qsize():   # room (only this thread takes tokens: it stays room)
+            self.room.get_nowait()
+            self.out.put(item)
             return True
         if self.quiet is None or self.quiet(WAIT_SLICE_S) is None:   # no barrier to wait for (yet)
             try:
-                self.out.put(item, timeout=WAIT_SLICE_S)
-                return True
-            except queue.Full:
+                self.room.get(timeout=WAIT_SLICE_S)
+            except queue.Empty:
                 return False
+            self.out.put(item)
+            return True
         return False
 
     def get(self, stop_flag):
@@ -817,7 +844,9 @@ class _Reader(threading.Thread):
         at once (a batch on slow storage can take many seconds)."""
         while True:
             try:
-                return self.out.get(timeout=WAIT_SLICE_S)
+                item = self.out.get(timeout=WAIT_SLICE_S)
+                self.room.put(None)
+                return item
             except queue.Empty:
                 pass
             if self.error is not None:
@@ -916,7 +945,6 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     whole = planned_steps(dataclasses.replace(cfg, total_steps=0), total_samples, ranks_in_mount)[1]
     cut_epochs = steps_per_epoch if steps_per_epoch < whole and cfg.sampling == "epoch" else 0
 
-    records = StepRecords()
     engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
                          delay_ns=cfg.delay_ns, cache_check=not cfg.direct and paths is not None, **cfg.engine_extra)
     sync = cfg.pattern == "train-sync"
@@ -926,7 +954,8 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     # the emulator's own cost, per step (docs/numbers.md "The emulator's own cost"): the kernel's CPU
     # clocks of this process and of this (the step loop's) thread, exact to the ns, two syscalls a step
     cpu_at, loop_at = time.process_time_ns(), time.thread_time_ns()
-    clock = lambda: (_native.monotonic_ns() - t0) / 1e9  # noqa: E731
+    records = StepRecords(t0, cfg.batch_size, steps_per_epoch)
+    now_ns = _native.monotonic_ns
     compute_ns = int(cfg.compute_time_s * 1e9)
     run_until = cfg.duration_s + (cfg.ramp_s if cfg.fixed_window else 0.0)
     if cfg.fixed_window:
@@ -943,7 +972,7 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     try:
         step = 0
         while True:
-            start = clock()
+            start_ns = now_ns()
             try:
                 if stop_flag():
                     raise KeyboardInterrupt   # a stop seen before this step began (e.g. during set-up)
@@ -951,23 +980,21 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
                     nbytes = reader.get(stop_flag)
                 else:
                     nbytes = reader.fetch()
-                fetched_ns = _native.monotonic_ns()
-                fetched = (fetched_ns - t0) / 1e9
+                fetched_ns = now_ns()
                 if sync:
                     comm.step_resumed()
                     # the compute is its end, handed to the barrier: the step loop sleeps once, to the
                     # barrier's release after the latest compute end (step_sync), not twice
-                    until_ns = fetched_ns + compute_ns
-                    computed = (until_ns - t0) / 1e9
+                    computed_ns = fetched_ns + compute_ns
                 else:
                     time.sleep(cfg.compute_time_s)
-                    computed = clock()
+                    computed_ns = now_ns()
                 step += 1
-                want_stop = (steps and step >= steps) or (run_until and computed >= run_until)
+                want_stop = (steps and step >= steps) or (run_until and (computed_ns - t0) / 1e9 >= run_until)
                 interrupted = stop_flag()
                 if sync:
                     # the barrier stands in for the gradient all-reduce; it also agrees on stopping
-                    flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0), until_ns)
+                    flags = comm.step_sync(int(bool(want_stop)) | (2 if interrupted else 0), computed_ns)
                     want_stop, interrupted = bool(flags & 1), bool(flags & 2)
                 stalled = after_step(step, steps_per_epoch) if after_step and not interrupted else 0.0
             except (KeyboardInterrupt, Cancelled):
@@ -975,12 +1002,9 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
                 # rank got the signal too, so none waits for this one; the unfinished step is dropped
                 partial = True
                 break
-            end = clock()
+            end_ns = now_ns()
             cpu_was, loop_was, cpu_at, loop_at = cpu_at, loop_at, time.process_time_ns(), time.thread_time_ns()
-            # t_start, t_end, data_wait, compute, barrier, bytes, samples, epoch, checkpoint, cpu, loop_cpu
-            records.add(start, end, fetched - start, computed - fetched, end - computed - stalled, nbytes,
-                        cfg.batch_size, (step - 1) // steps_per_epoch, stalled, (cpu_at - cpu_was) / 1e9,
-                        (loop_at - loop_was) / 1e9)
+            records.add(start_ns, fetched_ns, computed_ns, end_ns, stalled, nbytes, cpu_at - cpu_was, loop_at - loop_was)
             if result.live is not None:
                 result.live[LIVE_STEPS] = step
             if interrupted:
