@@ -505,13 +505,25 @@ class _Image(Format):
     when smaller): a small image encoded by Pillow plus format-legal filler segments whose
     payload is the shard's random content. The extent is the whole file."""
     _bases: dict = {}
+    # a sample at least this large is its file's size without a look at the image: minimum() encodes
+    # one with Pillow, ~15 ms of every rank's start-up with the import (72 ranks on 2 cores: 0.5 s),
+    # for samples that are never near it (base() refuses an image that would make this untrue)
+    LARGE = 1 << 16
 
     def minimum(self) -> int:
         raise NotImplementedError
 
     def file_size(self, size: int) -> int:
         """The file a sample of this planned size becomes."""
-        return max(int(size), self.minimum())
+        size = int(size)
+        return size if size >= self.LARGE else max(size, self.minimum())
+
+    @classmethod
+    def _keep_base(cls, name: str, image: bytes) -> bytes:
+        if len(image) + 4096 > cls.LARGE:   # the framing and first payload are far below 4 KiB
+            raise ValueError(f"Pillow encoded a {len(image):,}-byte {name} base image: file_size needs it small")
+        cls._bases[name] = image
+        return image
 
     def size_of(self, sizes):
         if len(sizes) != 1:
@@ -572,7 +584,7 @@ class Jpeg(_Image):
     def base(self) -> bytes:
         if "jpeg" not in self._bases:
             noise = np.random.default_rng(0x10D1).integers(0, 256, (8, 8), dtype=np.uint8)
-            self._bases["jpeg"] = _encode(noise, "JPEG", quality=75)
+            self._keep_base("jpeg", _encode(noise, "JPEG", quality=75))
         return self._bases["jpeg"]
 
     def minimum(self):
@@ -604,7 +616,7 @@ class Png(_Image):
             image = _encode(noise, "PNG", compress_level=0)
             if not image.endswith(b"\x00\x00\x00\x00IEND\xaeB`\x82"):
                 raise ValueError("Pillow wrote a PNG that does not end in IEND")
-            self._bases["png"] = image
+            self._keep_base("png", image)
         return self._bases["png"]
 
     def minimum(self):

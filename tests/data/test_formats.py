@@ -94,6 +94,21 @@ def test_images_open_in_pillow_with_the_planned_size(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["jpeg", "png"])
+def test_a_large_image_sample_is_sized_without_pillow(fmt):
+    """file_size of a sample of LARGE bytes or more answers without encoding the base image (a
+    rank's start-up imports no Pillow: a fresh interpreter is asked), and the base image's minimum
+    is far below LARGE, so the answer is the one minimum() would give."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; from iodl import formats as F; f = F.FORMATS[{fmt!r}]; "
+            "print(f.size_of([322_957]), f.file_size(f.LARGE), 'PIL' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["322957", str(F.FORMATS[fmt].LARGE), "False"]
+    assert F.FORMATS[fmt].minimum() + 4096 <= F.FORMATS[fmt].LARGE
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png"])
 def test_image_dataset_sizes_across_the_stdev_and_content(tmp_path, fmt):
     # a mean close to the minimum and a wide stdev: tiny sizes (raised) and larger ones
     wl = small(tmp_path, fmt, files=40, size="600B", stdev="2000B")
