@@ -77,6 +77,9 @@ class SampleStream:
         self._epoch = None                                # epoch being loaded
         self._drawn: deque[tuple[int, int]] = deque()     # (shard, epoch) drawn from next_shard, not begun
         self._taken: dict[int, np.ndarray] = {}           # this epoch's shards: times each sample was taken
+        # take_batch's one-sample shards of this epoch, a list a batch, not yet in _taken: folded in
+        # at once when _taken is looked at (_fold_once), one append a step until then
+        self._once: list[list[int]] = []
         self.epochs_checked = 0                           # shares finished with every sample taken once
         self.epochs_wrong = 0                             # shares finished otherwise (a defect if ever > 0)
         self.trace: list | None = None                    # a list: take() appends (shards, samples) taken
@@ -122,6 +125,7 @@ class SampleStream:
         self._shard = shard
         self._ends, self._rows, self._row_ends = self._layout(shard)
         self._sample = self._row = 0
+        self._fold_once()
         if self._check and shard not in self._taken:
             self._taken[shard] = np.zeros(len(self._ends), dtype=np.int32)
         return True
@@ -137,6 +141,7 @@ class SampleStream:
             self._check_epoch()
 
     def _check_epoch(self) -> None:
+        self._fold_once()
         if self._taken:
             # _ONCE: a one-sample shard taken once (take_batch's), no array to look at
             ok = all(t is _ONCE or bool((t == 1).all()) for t in self._taken.values())
@@ -179,17 +184,24 @@ class SampleStream:
         if self._epoch is not None:
             while self._peek()[1] == self._epoch:   # the share's other shards are passed over
                 self._drawn.popleft()
-        self._taken = {}
+        self._taken, self._once = {}, []
         return left
 
     def _taken_now(self, shard: int, samples: np.ndarray) -> None:
         """Count these samples of shard as taken (the order's own check), and trace them."""
         if self._check:
+            self._fold_once()
             if self._taken[shard] is _ONCE:    # shared by take_batch's shards: counted on a copy
                 self._taken[shard] = _ONCE.copy()
             np.add.at(self._taken[shard], samples, 1)
         if self.trace is not None:
             self.trace.append((np.full(len(samples), shard, dtype=np.int64), samples))
+
+    def _fold_once(self) -> None:
+        """take_batch's shards since the last look into _taken, all at once."""
+        if self._once:
+            pending, self._once = self._once, []
+            self._taken_once([shard for shards in pending for shard in shards])
 
     def _taken_once(self, shards: list[int]) -> None:
         """Count one-sample shards as taken (take_batch's): each new one marked _ONCE, shared."""
@@ -261,8 +273,9 @@ class SampleStream:
             # one epoch, the one being read (epochs only grow along the stream): no check falls due
             self._epoch = epochs[0]
             if self._check:
-                self._taken_once(shards)
+                self._once.append(shards)
         else:
+            self._fold_once()
             for shard, epoch in zip(shards, epochs):
                 if self._epoch is not None and epoch != self._epoch:
                     self._check_epoch()

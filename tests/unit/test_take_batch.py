@@ -108,3 +108,31 @@ def test_the_shares_drawn_as_arrays_are_the_shares_drawn_one_by_one():
                     np.random.default_rng([5, ep]).shuffle(order)
                     want = order[np.arange(rank, max(shards, ranks), ranks) % shards].tolist()
                     assert [s for s, e in zip(got, epochs) if e == ep] == want
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_the_order_check_of_batches_made_at_once_fails_a_wrong_order(wrong):
+    """take_batch's one-sample batches are counted for the order's check a batch at a time and
+    checked as the epoch ends: an order that gives a shard twice in an epoch (and another not at
+    all) is found wrong, the right one is not."""
+    class Source:   # epochs of 0..27; with `wrong`, epoch 0 gives shard 5 twice and no 6
+        def __init__(self):
+            self.out = []
+
+        def draw(self, n):
+            while len(self.out) < n:
+                epoch = len(self.out) // 28
+                order = list(range(28))
+                if wrong and epoch == 0:
+                    order[6] = 5
+                self.out += [(s, epoch) for s in order]
+            got, self.out = self.out[:n], self.out[n:]
+            return np.array([s for s, _ in got], dtype=np.int64), np.array([e for _, e in got], dtype=np.int64)
+
+    batch_ends = lambda shards: SIZES[shards].reshape(-1, 1)   # noqa: E731
+    stream = SampleStream(ShardLookahead(Source(), SIZES, batch_ends), lambda i: np.array([SIZES[i]]), SIZES, BS,
+                          batch_ends=batch_ends)
+    for _ in range(3 * 28 // BATCH):   # three epochs, batches that end where epochs do
+        stream.take_batch(BATCH)
+    stream.finish()
+    assert (stream.epochs_checked, stream.epochs_wrong) == ((2, 1) if wrong else (3, 0))
