@@ -61,6 +61,27 @@ def test_train_sync_steps_are_barrier_aligned_across_ranks():
         assert (ends.max(axis=0) - ends.min(axis=0)).max() < 0.02
 
 
+def test_train_sync_without_a_shared_page_meets_by_mpi_after_the_latest_compute_end(monkeypatch):
+    """Where the node's page cannot be made (a full /dev/shm: _shared_file refuses), every rank sleeps
+    to its own compute end and then meets the others in an MPI allreduce: the same steps, aligned,
+    each released after the latest compute end, the data hidden by prefetch as before."""
+    import errno
+    from iodl import comm as comm_module
+
+    def refused(size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(comm_module, "_shared_file", refused)
+    comm, mine, records, gathered = _run("train-sync", C, D_REQUEST, prefetch=2, steps=6)
+    assert comm._node_barrier is not None and comm._node_barrier._mm is None   # the fallback ran
+    assert (records[:, 1] - records[:, 0] >= C - 0.002).all()   # each step slept its compute out
+    if comm.rank == 0:
+        ends = np.array([g[:, 1] for g in gathered])
+        assert (ends.max(axis=0) - ends.min(axis=0)).max() < 0.05   # released together
+        train = summarize_steps(gathered, "train-sync", 0.9, steps_window(gathered))
+        assert train["steps"] == 6 and 0.95 <= train["au"] <= 1.0, train
+
+
 def test_infer_async_reports_per_rank_spread_and_common_window():
     # a fixed window [0.2 s, 1.2 s] that every rank reads and computes through
     comm, mine, records, gathered = _run("infer-async", 0.020 * (1 + MpiComm().rank), 0, prefetch=1,
