@@ -9,7 +9,7 @@ is reported as `busy`, and should stay far below 2 cores / ranks.
 
 Adds its rows (each with its date, the checkout's commit, the load average before it and --label)
 to bench/results/scale.json, whose earlier rows stay, and writes bench/results/scale.md from all
-of them. Issue 26's figure is `first_step_s_median`: the median rank's `started_s`, from its process
+of them. The start-up goal's figure is `first_step_s_median`: the median rank's `started_s`, from its process
 start to its first step (the start barrier passed); `startup_s_median` its `startup_s`, to ready.
 
     python bench/bench_scale.py --files 10000,200000 [--ranks 4] [--data /var/tmp/iodl-scale]
@@ -71,7 +71,7 @@ def run(ranks: int, extra: list[str]) -> dict:
         "load": round(load, 1),
         "startup_s_max": round(max(p["startup_s"] for p in per), 3),
         "startup_s_median": round(statistics.median(p["startup_s"] for p in per), 3),
-        # issue 26's figure: to the first step (a result from before started_s has none)
+        # the start-up goal's figure: to the first step (a result from before started_s has none)
         **({"first_step_s_median": round(statistics.median(p["started_s"] for p in per), 3),
             "first_step_s_max": round(max(p["started_s"] for p in per), 3)} if "started_s" in per[0] else {}),
         "rss_mb_max": round(max(p["max_rss_mb"] for p in per), 1),
@@ -301,7 +301,7 @@ def write_scale_md(rows: list[dict]) -> None:
             "au", "barrier_wait_s_per_step"]
     with open(os.path.join(HERE, "results", "scale.md"), "w") as f:
         f.write(f"# Scale on {os.cpu_count()} cores (`python bench/bench_scale.py`)\n\n")
-        f.write("Goals: start-up <= 1.5 s at 2 ranks and <= 8 s at 72 (issue 26: the median rank, to its first\n"
+        f.write("Goals: start-up <= 1.5 s at 2 ranks and <= 8 s at 72 (the median rank, to its first\n"
                 "step); <= 60 MB RSS per rank. `busy` = CPU seconds per rank per wall second (a rank that waits\n"
                 "without spinning stays near 0). RSS counts pages shared by the ranks (MPI's shared memory,\n"
                 "libraries) in full in each; PSS splits them among their users. Rank 0 gathers every rank's\n"
@@ -322,7 +322,7 @@ def write_scale_md(rows: list[dict]) -> None:
                 f.write("\n" + notes.read())
 
 
-STARTUP_NOTE = """`first_step_s_median` / `first_step_s_max` (issue 26's figure): the median and the slowest rank's
+STARTUP_NOTE = """`first_step_s_median` / `first_step_s_max` (the start-up goal's figure): the median and the slowest rank's
 `started_s` from the result (docs/numbers.md): from the rank's process start (hydra starts 72
 processes within ~0.15 s of the launch) to its first step, which begins when the rank leaves the
 start barrier with every other rank (so the ranks' figures differ by when their processes began).

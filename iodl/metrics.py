@@ -173,7 +173,7 @@ class RankResult:
 
     def note_start(self) -> None:
         """The run's start barrier is behind this rank (its time 0): how long after its process began.
-        What issue 26 counts (72 ranks on 2 cores: <= 8 s): startup_s, then the pattern's engine
+        What the start-up goal counts (72 ranks on 2 cores: <= 8 s): startup_s, then the pattern's engine
         opened and every rank met."""
         self.started_s = process_age_s()
 

@@ -1,4 +1,4 @@
-"""What each rank of a real `iodl read` under mpiexec has imported by its end (issue 26's start-up:
+"""What each rank of a real `iodl read` under mpiexec has imported by its end (the start-up goal:
 at 72 ranks on 2 cores every module a rank imports costs ~36x its import time before the first
 step). Rank 1 holds none of rank 0's printing side and no checkpoint pattern; rank 0 holds its
 printing side, which shows that the check sees what a rank imported."""

@@ -1,4 +1,4 @@
-"""per_rank.started_s (issue 26's "first step") against a start barrier whose wait is known: rank 1
+"""per_rank.started_s (the start-up goal's "first step") against a start barrier whose wait is known: rank 1
 sleeps DELAY_S between being ready and opening its engine, so rank 0 waits that long at the start
 barrier; both leave it together."""
 import json

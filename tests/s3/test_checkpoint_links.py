@@ -1,4 +1,4 @@
-"""`iodl checkpoint` to two endpoints against the truth of their links (issue 27's done-when).
+"""`iodl checkpoint` to two endpoints against the truth of their links.
 
 Two servers, each in its own network namespace behind a veth shaped with tbf at its own rate (400
 and 200 Mbit/s, tests/s3/link.py; the servers keep their volumes in memory, so the link and not the
