@@ -22,18 +22,11 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "sys.h"
 
 static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *ts)
 {
 	return syscall(SYS_futex, word, op, val, ts, NULL, 0);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int iodl_barrier_arrive(struct iodl_node_barrier *b, uint32_t nranks, uint32_t flag, uint64_t until_ns,
@@ -66,7 +59,7 @@ void iodl_barrier_release(struct iodl_node_barrier *b, uint32_t nranks)
 
 int iodl_barrier_sleep(uint64_t until_ns, uint64_t timeout_ns)
 {
-	uint64_t now = now_ns(), to = until_ns;
+	uint64_t now = iodl_now_ns(), to = until_ns;
 	struct timespec ts;
 	int rc;
 
@@ -115,7 +108,7 @@ void iodl_barrier_resumed(struct iodl_node_barrier *b)
 /* FUTEX_WAIT on word while it holds val, until deadline: 0 woken or changed, -ETIMEDOUT, -EINTR */
 static int wait_until(uint32_t *word, uint32_t val, uint64_t deadline)
 {
-	uint64_t now = now_ns();
+	uint64_t now = iodl_now_ns();
 	struct timespec ts;
 
 	if (now >= deadline)
@@ -129,7 +122,7 @@ static int wait_until(uint32_t *word, uint32_t val, uint64_t deadline)
 
 int iodl_barrier_quiet_wait(struct iodl_node_barrier *b, uint64_t timeout_ns)
 {
-	uint64_t deadline = now_ns() + timeout_ns;
+	uint64_t deadline = iodl_now_ns() + timeout_ns;
 	/* the generation first: a release between the two loads shows as waking raised */
 	uint32_t gen = __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE), left;
 	/* everyone at work now: what we wait for begins with the next release */
