@@ -348,7 +348,10 @@ class _Job:
             elif not dropped:
                 self.done.append((now, got, 0, now - t0, 0))
                 if first:
-                    self.ttfb.append((first, first - t0))
+                    # filed by the GET's completion, as its latency is: the window counts the same
+                    # GETs in both (by its first byte, one that ended past the window's end counted
+                    # its time to first byte and not its whole time)
+                    self.ttfb.append((now, first - t0))
                 if self.live is not None:
                     self.live[0] += got
                     self.live[1] += 1
