@@ -270,9 +270,10 @@ def file_ops(op: int, paths: bytes, hist: np.ndarray) -> tuple[int, int, int]: .
     # engine's clock; OSError naming the file on the first failure. The GIL is released.
 
 class Opener:   # an open-ahead pool (native/opener.c); made by opener()
-    def submit(self, paths: bytes, sizes: np.ndarray) -> int: ...
+    def submit(self, paths: bytes, sizes: np.ndarray, out: np.ndarray | None = None) -> int: ...
         # queue the opens of the NUL-terminated paths (each ends with its NUL), paths[i] to be a regular file of at
-        # least sizes[i] bytes (int64 array, one per path); returns the first one's ticket, the next ones follow it.
+        # least sizes[i] bytes (int64 array, one per path); returns the first one's ticket, the next ones follow it
+        # (out: a writable int64 array of one per path, each one's ticket written there).
         # The threads start them in ticket order. ValueError when the counts differ or the pool is closed
     def take(self, tickets: np.ndarray) -> bytes: ...
         # waits (GIL released, a signal seen within 100 ms: KeyboardInterrupt, the tickets stay waiting) until each

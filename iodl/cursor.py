@@ -34,6 +34,7 @@ class Cursor:
         self.engine, self.counters, self.t0 = engine, counters, t0_ns
         # the C engine takes `opened` and an opener's tickets (the Python engines fstat and open nothing)
         self._c_engine = isinstance(engine, _native.Engine)
+        self._taking_args = None   # run_taking's keywords, and the window they count in
 
     def run(self, fds: list[int], rows: np.ndarray, names: list[str], deadline_ns: int = 0,
             opened: np.ndarray | None = None) -> dict:
@@ -67,9 +68,12 @@ class Cursor:
         read, files hold the batch's fds as open() leaves them (or it raised the open's error),
         and the caller runs the batch as usual."""
         c = self.counters
+        args = self._taking_args
+        if args is None or args[0] is not c.window_ns:   # made once a window (a dict a step, else)
+            args = self._taking_args = (c.window_ns, dict(c.engine_args(self.t0), opener=files.pool,
+                                                          open_hist=c.open_hist, close_hist=c.close_hist))
         try:
-            stats = self.engine.run(None, rows, c.hist, opener=files.pool, tickets=tickets, open_hist=c.open_hist,
-                                    close_hist=c.close_hist, **c.engine_args(self.t0))
+            stats = self.engine.run(None, rows, c.hist, tickets=tickets, **args[1])
         except KeyboardInterrupt as exc:
             stats = getattr(exc, "stats", None)
             if stats:   # read and closed: what the interrupted run had counted
@@ -84,9 +88,10 @@ class Cursor:
             return False
         c.add(stats, self.t0)
         c.add_files(stats)
-        if stats.get("interrupted"):
+        if stats["interrupted"]:
             raise Cancelled()
-        raise_for_errors(stats, rows, files.names(shards))
+        if stats["errors"] or stats["short_rows"]:
+            raise_for_errors(stats, rows, files.names(shards))
         return True
 
 
@@ -152,6 +157,18 @@ class ShardFiles:
                 self._at = 0
             self._ahead_tickets += self._submit(shards, sizes)
             self._ahead_shards += shards
+
+    def drop_ahead(self, tickets: np.ndarray) -> None:
+        """Opens a taker that kept their tickets itself (ShardLookahead.whole_batch) will not take
+        (negative tickets: none); closed by the pool."""
+        if len(tickets):
+            self._pool.drop(tickets)
+
+    def adopt(self, shards: list[int], tickets: list[int]) -> None:
+        """Opens of these shards started for a taker that kept their tickets itself, in stream order,
+        not yet taken: claimed from here on as ahead()'s are (their taker went another way)."""
+        self._ahead_shards += shards
+        self._ahead_tickets += tickets
 
     def _claim(self, shard: int, passed: list[int]) -> int | None:
         """The ticket of the first open started ahead for shard. Those started before it are for

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _native, limits, plan, reduce
-from .cursor import Cancelled, Cursor, ShardFiles
+from .cursor import Cancelled, Cursor, ShardFiles, joined_paths
 from .data.tables import int_rows, take_rows
 from .engines import open_engine
 from .metrics import LIVE_STEPS
@@ -181,9 +181,12 @@ class SampleStream:
         left = [self._shard] if self._shard is not None else []
         self._shard = None
         self._buf_shard = self._buf_sample = self._buf_bytes = np.empty(0, dtype=np.int64)
-        if self._epoch is not None:
-            while self._peek()[1] == self._epoch:   # the share's other shards are passed over
-                self._drawn.popleft()
+        if self._epoch is not None:   # the share's other shards are passed over
+            if not self._drawn and hasattr(self._next_shard, "pass_epoch"):
+                self._next_shard.pass_epoch(self._epoch)
+            else:
+                while self._peek()[1] == self._epoch:
+                    self._drawn.popleft()
         self._taken, self._once = {}, []
         return left
 
@@ -263,20 +266,24 @@ class SampleStream:
             n -= k
         return out, consumed
 
-    def _took_whole(self, shards: list[int], epochs: list[int]) -> None:
-        """Shards of one sample each, taken whole in this order (their epochs): counted for the
-        order's check, traced. Lists, not arrays: this runs every step, and a numpy scalar's
-        comparison costs several times a Python int's, more so with the caches cold."""
-        if not shards:
-            return
-        if epochs[0] == epochs[-1] and self._epoch in (None, epochs[0]):
+    def _took_whole(self, shards: list[int], epochs) -> None:
+        """Shards of one sample each, taken whole in this order (their epochs: a list, or an array
+        looked at only when the batch crosses into another epoch): counted for the order's check,
+        traced. Lists, not arrays: this runs every step, and a numpy scalar's comparison costs
+        several times a Python int's, more so with the caches cold."""
+        if shards:
+            self._took_whole_ends(shards, epochs[0], epochs[-1], epochs)
+
+    def _took_whole_ends(self, shards: list[int], first: int, last: int, epochs) -> None:
+        """_took_whole of shards whose first and last epochs are these (ints)."""
+        if first == last and self._epoch in (None, first):
             # one epoch, the one being read (epochs only grow along the stream): no check falls due
-            self._epoch = epochs[0]
+            self._epoch = first
             if self._check:
                 self._once.append(shards)
         else:
             self._fold_once()
-            for shard, epoch in zip(shards, epochs):
+            for shard, epoch in zip(shards, np.asarray(epochs).tolist()):
                 if self._epoch is not None and epoch != self._epoch:
                     self._check_epoch()
                 self._epoch = epoch
@@ -284,6 +291,23 @@ class SampleStream:
                     self._taken_once([shard])
         if self.trace is not None:
             self.trace.append((np.array(shards, dtype=np.int64), np.zeros(len(shards), dtype=np.int64)))
+
+    def take_whole(self, n: int, ahead: int, files) -> tuple | None:
+        """take_batch(n) of shards of one sample each, their opens started on files' open threads
+        with the `ahead` shards after them (ShardLookahead.whole_batch): (shards, rows, bytes, open
+        tickets), or None where the batch is not such (take_batch and ShardFiles then do it)."""
+        if self._shard is not None or self._drawn or self._lookahead_peek is None:
+            return None
+        got = self._next_shard.whole_batch(n, ahead, files)
+        if got is None:
+            return None
+        shards, epochs, ends, sizes, consumed, tickets = got
+        first = ends[0]
+        if first == ends[-1] and self._epoch == first and self._check and self.trace is None:
+            self._once.append(shards)   # _took_whole's usual case, in place: this runs every step
+        else:
+            self._took_whole_ends(shards, first, ends[-1], epochs)
+        return shards, np.frombuffer(_native.shard_plan(sizes, self._bs), dtype=plan.PLAN_DTYPE), consumed, tickets
 
     def take_batch(self, n: int) -> tuple[list[int], np.ndarray, list[bool], int]:
         """take(n) as one batch (as_batch). Shards of one sample each (retinanet, every JPEG
@@ -514,6 +538,11 @@ class ShardLookahead:
         self._ends = None                      # with tables: their (n, k) sample ends, or None (they differ)
         self._pos = 0
         self._drawn = self._given = 0          # positions handed to the stream; given by ahead()
+        # whole_batch's: the open threads' ticket of each position it gave them (-1: none), what it
+        # made of the drawn positions once (_chunk), and the ShardFiles whose threads open them
+        # (None until the first whole_batch)
+        self._ticket = self._chunk = None
+        self.opens = None
 
     def _fill(self, n: int) -> None:
         """At least n positions drawn and not yet handed on."""
@@ -540,19 +569,23 @@ class ShardLookahead:
                 self._ends = np.concatenate([held, ends])
             else:
                 self._ends = None
+        if self._ticket is not None:
+            self._ticket = np.concatenate([self._ticket[keep], np.full(len(shards), -1, dtype=np.int64)])
         self._shards = np.concatenate([self._shards[keep], shards])
         self._epochs = np.concatenate([self._epochs[keep], epochs])
         self._pos = 0
+        self._chunk = None
 
     def __call__(self) -> tuple[int, int]:
+        self._hand_over()
         self._fill(1)
         i = self._pos
-        self._pos += 1
-        self._drawn += 1
+        self.skip(1)
         return int(self._shards[i]), int(self._epochs[i])
 
     def take(self, n: int) -> list[tuple[int, int]]:
         """The next n calls' answers at once (a batch's shards)."""
+        self._hand_over()
         self._fill(n)
         i = self._pos
         self.skip(n)
@@ -561,21 +594,86 @@ class ShardLookahead:
     def peek(self, n: int):
         """(shards, epochs, sizes, ends) of the next n positions, not handed on (skip does that);
         sizes and ends None without tables, ends None where the shards' sample counts differ."""
+        self._hand_over()
         self._fill(n)
         at = slice(self._pos, self._pos + n)
         return (self._shards[at], self._epochs[at], self._size[at] if self._tables else None,
                 self._ends[at] if self._tables and self._ends is not None else None)
 
     def skip(self, n: int) -> None:
-        """Hand the next n positions on (peek's)."""
+        """Hand the next n positions on (peek's) to the stream, which takes them other than by
+        whole_batch: the opens whole_batch gave the threads for them are dropped (an epoch's rest
+        passed over, pass_epoch), as no one will take them."""
+        if self._ticket is not None:
+            self.opens.drop_ahead(self._ticket[self._pos:self._pos + n])
         self._pos += n
         self._drawn += n
+
+    def pass_epoch(self, epoch: int) -> None:
+        """Hand on the rest of this epoch's positions, drawn or not (SampleStream.end_epoch): the
+        next position is the next epoch's first."""
+        while True:
+            self._fill(1)
+            rest = self._epochs[self._pos:]
+            k = int(np.argmin(rest == epoch)) if rest[-1] != epoch else len(rest)
+            self.skip(k)
+            if k < len(rest):
+                return
+
+    def whole_batch(self, n: int, ahead: int, files) -> tuple | None:
+        """The next n positions as a batch of one-sample shards read whole, their opens started:
+        (shards, epochs, [first, last epoch], sizes, sample bytes, open tickets), handed on; and the `ahead`
+        positions after them given to the open threads of files (ShardFiles) too, after the batch's
+        own, in one submit. None where the tables say otherwise (no tables, shards of several samples)
+        or ahead() gave positions other than through here (their opens are files' to claim).
+
+        A batch is a few slices of the drawn arrays and one submit, whatever n: no Python per shard
+        (the opens started ahead have consecutive positions, so what a batch submits is one range)."""
+        if not self._tables or (self._given > self._drawn and self._ticket is None):
+            return None
+        self._fill(n + ahead)
+        if self._ends is None or self._ends.shape[1] != 1:
+            return None
+        if self._ticket is None:
+            self._ticket = np.full(len(self._shards), -1, dtype=np.int64)
+            self.opens = files
+        if self._chunk is None:
+            # the drawn positions' sample bytes summed from the first, and their paths as the open
+            # threads take them, made once for all of them: a batch's are then a few look-ups
+            paths = joined_paths(files.paths, self._shards)
+            ends = np.flatnonzero(np.frombuffer(paths, dtype=np.uint8) == 0) + 1
+            self._chunk = ([0] + np.cumsum(self._ends[:, 0], dtype=np.int64).tolist(), memoryview(paths),
+                           [0] + ends.tolist())
+        cum, paths, at = self._chunk
+        i = self._pos
+        j = i + n
+        g = i + self._given - self._drawn   # the first position not given to the threads
+        lo, hi = max(i, g), max(g, j + ahead)
+        if hi > lo:
+            files.pool.submit(paths[at[lo]:at[hi]], self._size[lo:hi], self._ticket[lo:hi])
+            self._given = self._drawn + hi - i
+        self._pos = j
+        self._drawn += n
+        epochs = self._epochs[i:j]
+        return (self._shards[i:j].tolist(), epochs, epochs[::max(n - 1, 1)].tolist(), self._size[i:j],
+                cum[j] - cum[i], self._ticket[i:j])
+
+    def _hand_over(self) -> None:
+        """Leave whole_batch's way: the opens it started for positions not yet handed on become
+        files' to claim (ShardFiles.adopt), as ahead()'s are, for the stream's other ways."""
+        if self._ticket is None:
+            return
+        i, g = self._pos, self._pos + self._given - self._drawn
+        if g > i:
+            self.opens.adopt(self._shards[i:g].tolist(), self._ticket[i:g].tolist())
+        self._ticket = None
 
     def ahead(self, n: int) -> list[int]:
         return self.ahead_sized(n)[0]
 
     def ahead_sized(self, n: int) -> tuple[list[int], np.ndarray | None]:
         """ahead(n), and those shards' file sizes when the tables are known (else None)."""
+        self._hand_over()
         self._fill(n)
         first = max(self._given, self._drawn) - self._drawn
         self._given = max(self._given, self._drawn + n)
@@ -784,18 +882,35 @@ class _Reader(threading.Thread):
             self.room.put(None)
         # the engine takes a batch's files from the open threads itself (Cursor.run_taking)
         self.taking = files.pool is not None and cursor.takes_files
+        # ... and a batch of one-sample shards is drawn with its opens (SampleStream.take_whole)
+        self.whole = self.taking and hasattr(stream, "take_whole") and lookahead is not None
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
-    def fetch(self) -> int:
-        """Read what the next batch needs; returns the batch's bytes (its samples' sizes)."""
-        shards, rows, done, consumed = self.stream.take_batch(self.cfg.batch_size)
+    def _ahead(self) -> int:
+        """Shards to start opening after this batch's: the open threads' share, none past the run's
+        last batch (the shard being read holds some of it)."""
         ahead = self.files.ahead_cap
-        if self.batches:   # no file past the run's last batch (the shard being read holds some of it)
+        if self.batches:
             left = (self.batches - self.fetched - 1) * self.cfg.batch_size - self.stream.left_in_shard()
             ahead = min(ahead, -(-max(left, 0) // self.samples_per_shard))
-        upcoming, sizes = self.lookahead.ahead_sized(ahead) if self.lookahead and ahead > 0 else ([], None)
+        return ahead
+
+    def fetch(self) -> int:
+        """Read what the next batch needs; returns the batch's bytes (its samples' sizes)."""
         files = self.files
+        if self.whole:   # shards of one sample each: the batch and its opens in a few calls (take_whole)
+            got = self.stream.take_whole(self.cfg.batch_size, self._ahead(), files)
+            if got is not None:
+                shards, rows, consumed, tickets = got
+                if not self.cursor.run_taking(files, tickets, shards, rows):
+                    # an open failed: the others' fds are files' now, the batch goes the usual way
+                    self.cursor.run(files.open(shards), rows, files.names(shards), opened=files.opened)
+                    files.close(shards)
+                return self._fetched(consumed)
+        shards, rows, done, consumed = self.stream.take_batch(self.cfg.batch_size)
+        ahead = self._ahead()
+        upcoming, sizes = self.lookahead.ahead_sized(ahead) if self.lookahead and ahead > 0 else ([], None)
         # a batch of whole files with open threads: taken, read, closed and counted in one C call
         tickets = files.claim_batch(shards, upcoming, sizes) if self.taking and all(done) else None
         if tickets is None:
@@ -807,6 +922,10 @@ class _Reader(threading.Thread):
         if fds is not None:
             self.cursor.run(fds, rows, files.names(shards), opened=files.opened)
             files.close([shard for shard, d in zip(shards, done) if d])
+        return self._fetched(consumed)
+
+    def _fetched(self, consumed: int) -> int:
+        """A batch read: counted, and its epoch ended when the epoch stops there (cut_epochs)."""
         self.fetched += 1
         if self.cut_epochs and self.fetched % self.cut_epochs == 0:
             self.files.close(self.stream.end_epoch())
@@ -839,18 +958,20 @@ class _Reader(threading.Thread):
         every CPU second spent meanwhile. So a reader ahead (its queue full) is not woken by the
         take: it waits until all the node's step loops are computing (quiet), then reads on, its
         batch needed a step later at the soonest."""
-        if self.room.qsize():   # room (only this thread takes tokens: it stays room)
-            self.room.get_nowait()
-            self.out.put(item)
-            return True
-        if self.quiet is None or self.quiet(WAIT_SLICE_S) is None:   # no barrier to wait for (yet)
-            try:
-                self.room.get(timeout=WAIT_SLICE_S)
-            except queue.Empty:
+        room = self.room
+        if not room.qsize():
+            if self.quiet is None or self.quiet(WAIT_SLICE_S) is None:   # no barrier to wait for (yet)
+                try:
+                    room.get(timeout=WAIT_SLICE_S)
+                except queue.Empty:
+                    return False
+                self.out.put(item)
+                return True
+            if not room.qsize():   # quiet, and still no room: the step loop is behind, look again
                 return False
-            self.out.put(item)
-            return True
-        return False
+        room.get_nowait()   # room (only this thread takes tokens: it stays room)
+        self.out.put(item)
+        return True
 
     def get(self, stop_flag):
         """The next batch; waits in short slices so that a stop request or a dead reader is seen

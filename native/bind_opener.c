@@ -39,30 +39,54 @@ static struct iodl_opener *open_pool(OpenerObject *self)
 
 static PyObject *Opener_submit(OpenerObject *self, PyObject *args)
 {
-	const char *paths;
-	Py_ssize_t len, nul = 0;
-	Py_buffer sizes;
+	Py_buffer paths, sizes, out = { 0 };
+	Py_ssize_t nul = 0;
+	PyObject *out_obj = Py_None, *ret = NULL;
 	int64_t first;
 
-	if (!open_pool(self) || !PyArg_ParseTuple(args, "y#O:submit", &paths, &len, &sizes.obj))
+	/* paths: any bytes-like object (a memoryview slice of a chunk's paths made once, too) */
+	if (!open_pool(self) || !PyArg_ParseTuple(args, "y*O|O:submit", &paths, &sizes.obj, &out_obj))
 		return NULL;
-	if (get_int64(sizes.obj, &sizes, "sizes") < 0)
+	if (get_int64(sizes.obj, &sizes, "sizes") < 0) {
+		PyBuffer_Release(&paths);
 		return NULL;
-	for (Py_ssize_t i = 0; i < len; i++)
-		nul += !paths[i];
-	if (nul != sizes.len / 8 || (len && paths[len - 1])) {
-		PyBuffer_Release(&sizes);
-		return PyErr_Format(PyExc_ValueError, "submit: %zd NUL-terminated paths for %zd sizes", nul, sizes.len / 8);
+	}
+	const char *p = paths.buf;
+
+	for (Py_ssize_t i = 0; i < paths.len; i++)
+		nul += !p[i];
+	if (nul != sizes.len / 8 || (paths.len && p[paths.len - 1])) {
+		PyErr_Format(PyExc_ValueError, "submit: %zd NUL-terminated paths for %zd sizes", nul, sizes.len / 8);
+		goto out;
+	}
+	if (out_obj != Py_None) {
+		/* the tickets written there, one per path: a caller that keeps them in an array makes
+		 * none of its own (a numpy arange a batch, with the caches cold) */
+		if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+			goto out;
+		if (out.ndim > 1 || !iodl_is_int64(&out) || out.len != sizes.len) {
+			PyErr_SetString(PyExc_ValueError, "submit: out must be a writable int64 array of one ticket a path");
+			goto out;
+		}
 	}
 	/* the GIL released even for this: the pool's lock may be held by a thread the scheduler
 	 * preempted, and the step loop must not wait behind it */
 	Py_BEGIN_ALLOW_THREADS
-	first = iodl_opener_submit(self->op, paths, sizes.buf, (size_t)(sizes.len / 8));
+	first = iodl_opener_submit(self->op, p, sizes.buf, (size_t)(sizes.len / 8));
 	Py_END_ALLOW_THREADS
+	if (first < 0) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; out.obj && i < out.len / 8; i++)
+		((int64_t *)out.buf)[i] = first + i;
+	ret = PyLong_FromLongLong(first);
+out:
+	PyBuffer_Release(&paths);
 	PyBuffer_Release(&sizes);
-	if (first < 0)
-		return PyErr_NoMemory();
-	return PyLong_FromLongLong(first);
+	if (out.obj)
+		PyBuffer_Release(&out);
+	return ret;
 }
 
 static PyTypeObject opener_type;
@@ -154,7 +178,8 @@ static void Opener_dealloc(OpenerObject *self)
 
 static PyMethodDef opener_methods[] = {
 	{ "submit", (PyCFunction)Opener_submit, METH_VARARGS,
-	  "submit(paths, sizes) -> the first one's ticket: queue opens, in order" },
+	  "submit(paths, sizes, out=None) -> the first one's ticket: queue opens, in order; out: each one's ticket "
+	  "written there" },
 	{ "take", (PyCFunction)Opener_take, METH_O,
 	  "take(tickets) -> bytes of (fd, err, done_ns, took_ns) int64 per ticket, once all are done" },
 	{ "drop", (PyCFunction)Opener_drop, METH_O, "drop(tickets): they will not be taken; their fds are closed" },

@@ -41,13 +41,17 @@ def files(tmp_path):
     return paths
 
 
-def _run(paths, threads: int, epochs: int = 1, stop_flag=None, prefetch: int = 2, sizes=None):
+def _run(paths, threads: int, epochs: int = 1, stop_flag=None, prefetch: int = 2, sizes=None, whole=False,
+         total_steps: int = 0):
+    """whole: a batch's sample ends looked up at once, as a dataset's are (the reader then takes a
+    batch of these one-sample files with its opens in a few calls: SampleStream.take_whole)."""
     sizes = np.full(len(paths), SIZE, dtype=np.int64) if sizes is None else sizes
     cfg = RunSpec(pattern="train-sync", engine="psync", direct=False, iodepth=1, block_size=SIZE, seed=3,
                   batch_size=BATCH, compute_time_s=0.0, prefetch=prefetch, shuffle="file", epochs=epochs,
-                  read_threads=threads)
+                  read_threads=threads, total_steps=total_steps)
+    batch_ends = (lambda shards: np.full((len(shards), 1), SIZE, dtype=np.int64)) if whole else None
     run = Run(comm=SerialComm(), spec=cfg, paths=paths, sizes=sizes, sample_ends=lambda i: [SIZE], host="host",
-              stop=stop_flag or (lambda: False))
+              stop=stop_flag or (lambda: False), batch_ends=batch_ends)
     records, partial = run_steps(run)
     result = run.result
     return result, records, partial
@@ -74,9 +78,10 @@ def test_lookahead_keeps_the_sources_order_and_gives_each_position_once():
 
 @pytest.mark.parametrize("threads", [0, 1, 4])
 @pytest.mark.parametrize("prefetch", [0, 2])
-def test_every_used_open_is_counted_every_file_closed(files, threads, prefetch):
+@pytest.mark.parametrize("whole", [False, True])
+def test_every_used_open_is_counted_every_file_closed(files, threads, prefetch, whole):
     before = fds_open()
-    result, records, partial = _run(files, threads, epochs=2, prefetch=prefetch)
+    result, records, partial = _run(files, threads, epochs=2, prefetch=prefetch, whole=whole)
     assert not partial and len(records) == 2 * FILES // BATCH
     assert result.opens == result.closes == 2 * FILES    # one open and one close per file per epoch
     assert (result.epochs_checked, result.epochs_wrong) == (2, 0)   # the order's own check
@@ -94,7 +99,23 @@ def test_every_used_open_is_counted_every_file_closed(files, threads, prefetch):
         assert waited == pytest.approx(opened, rel=0.01)
 
 
-def test_a_stop_closes_what_was_opened_ahead_and_ends_the_open_threads(files):
+@pytest.mark.parametrize("whole", [False, True])
+def test_epochs_cut_short_count_what_they_read_and_close_what_they_passed(files, whole):
+    """total_steps below an epoch's steps: each epoch's rest is passed over (the opens started for
+    it dropped, uncounted); the opens counted are the batches' files, every one closed."""
+    before = fds_open()
+    steps = FILES // BATCH // 3
+    result, records, partial = _run(files, 4, epochs=3, whole=whole, total_steps=steps)
+    assert not partial and len(records) == 3 * steps
+    assert result.opens == result.closes == 3 * steps * BATCH
+    assert result.bytes == 3 * steps * BATCH * SIZE
+    assert result.epochs_wrong == 0
+    assert _open_threads_gone()
+    assert fds_open() == before, "a descriptor opened ahead was left open"
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_stop_closes_what_was_opened_ahead_and_ends_the_open_threads(files, whole):
     before = fds_open()
     calls = {"n": 0, "threads": 0}
 
@@ -104,7 +125,7 @@ def test_a_stop_closes_what_was_opened_ahead_and_ends_the_open_threads(files):
         return calls["n"] > 5
 
     t0 = time.monotonic()
-    result, records, partial = _run(files, 4, epochs=50, stop_flag=stop)
+    result, records, partial = _run(files, 4, epochs=50, stop_flag=stop, whole=whole)
     assert partial and 0 < len(records) < 50 * FILES // BATCH
     assert time.monotonic() - t0 < 5
     assert calls["threads"] == 4, "the run's 4 open threads, seen while it ran"
@@ -113,13 +134,14 @@ def test_a_stop_closes_what_was_opened_ahead_and_ends_the_open_threads(files):
     assert result.closes <= result.opens
 
 
-def test_an_open_threads_error_is_the_readers_one_line_error(files):
+@pytest.mark.parametrize("whole", [False, True])
+def test_an_open_threads_error_is_the_readers_one_line_error(files, whole):
     bad = files[FILES // 2]
     sizes = np.full(FILES, SIZE, dtype=np.int64)
     sizes[FILES // 2] = 2 * SIZE                         # the manifest promises more than the file holds
     before = fds_open()
     with pytest.raises(IodlError, match=f"{bad}: shorter than the dataset manifest says"):
-        _run(files, 4, sizes=sizes)
+        _run(files, 4, sizes=sizes, whole=whole)
     assert _open_threads_gone()
     assert fds_open() == before
 

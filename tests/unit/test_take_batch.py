@@ -4,14 +4,18 @@ Two streams of the same seed, one taking batches the vectorised way, the other t
 and as_batch: the same shards, rows (offsets, lengths, file column), bytes, trace and order
 checks, over several epochs, for each shuffle; and with shards of one and of two samples mixed
 (the batch goes on through take() where a shard of more samples begins); and with the batch's
-sample ends looked up at once.
+sample ends looked up at once. take_whole, the same batches with their opens started on real
+files, on its own and handing over to the general way.
 """
+import os
+
 import numpy as np
 import pytest
 
 from iodl import plan
 from iodl.runspec import RunSpec
 from iodl.training import SampleStream, ShardLookahead, as_batch, shard_source
+from tests.helpers import fds_open
 
 SHARDS, RANKS, BATCH, BS = 50, 2, 7, 4096
 SIZES = np.random.default_rng(3).integers(100, 3 * BS, size=SHARDS)
@@ -136,3 +140,98 @@ def test_the_order_check_of_batches_made_at_once_fails_a_wrong_order(wrong):
         stream.take_batch(BATCH)
     stream.finish()
     assert (stream.epochs_checked, stream.epochs_wrong) == ((2, 1) if wrong else (3, 0))
+
+
+def _files(tmp_path) -> list[str]:
+    paths = []
+    for i, size in enumerate(SIZES.tolist()):
+        paths.append(str(tmp_path / f"s{i:03d}"))
+        with open(paths[-1], "wb") as f:
+            f.write(b"\1" * size)
+    return paths
+
+
+def _whole_stream(shuffle: str, rank: int) -> tuple[SampleStream, ShardLookahead]:
+    cfg = RunSpec(pattern="train-sync", engine="null", direct=False, iodepth=1, block_size=BS, seed=5,
+                  batch_size=BATCH, compute_time_s=0, prefetch=0, shuffle=shuffle, shuffle_size=0)
+    sizes = SIZES.astype(np.int64)
+
+    def batch_ends(shards):
+        return sizes[np.asarray(shards)].reshape(-1, 1)
+    la = ShardLookahead(shard_source(cfg, SHARDS, rank, RANKS, rank, 0), sizes, batch_ends)
+    stream = SampleStream(la, lambda i: np.array([SIZES[i]]), SIZES, BS, 0, rng=np.random.default_rng(1),
+                          batch_ends=batch_ends)
+    stream.trace = []
+    return stream, la
+
+
+def _took(files, tickets, shards, paths) -> None:
+    """The batch's opens, taken: each fd is its shard's file; closed."""
+    got = np.frombuffer(files.pool.take(tickets), dtype=np.int64).reshape(-1, 6)
+    assert (got[:, 1] == 0).all()
+    assert [os.readlink(f"/proc/self/fd/{fd}") for fd in got[:, 0].tolist()] == [paths[s] for s in shards]
+    for fd in got[:, 0].tolist():
+        os.close(fd)
+
+
+@pytest.mark.parametrize("shuffle", ["none", "file"])
+def test_take_whole_is_take_batch_with_the_batchs_opens_started(tmp_path, shuffle):
+    """take_whole (one-sample shards, the open threads' tickets kept by position) against take():
+    the same shards, rows, bytes, trace and order checks, epochs cut short now and then (the rest of
+    a share passed over, its opens dropped); each ticket opens its shard's file; nothing left open."""
+    from iodl.cursor import ShardFiles
+
+    paths = _files(tmp_path)
+    before = fds_open()
+    for rank in range(RANKS):
+        files = ShardFiles(paths, SIZES, False, None, threads=2)
+        fast, la = _whole_stream(shuffle, rank)
+        slow = _stream(shuffle, lambda i: np.array([SIZES[i]]), rank)
+        for k in range(5 * SHARDS // RANKS // BATCH):
+            got = fast.take_whole(BATCH, 5, files)
+            assert got is not None
+            shards, rows, consumed, tickets = got
+            want = as_batch(*slow.take(BATCH))
+            assert shards == want[0] and consumed == want[3] and np.array_equal(rows, want[1])
+            _took(files, tickets, shards, paths)
+            if k % 7 == 6:   # an epoch cut short (total_steps): both pass over the rest of the share
+                assert fast.end_epoch() == slow.end_epoch() == []
+        assert _pairs(fast) == _pairs(slow)
+        assert (fast.epochs_checked, fast.epochs_wrong) == (slow.epochs_checked, slow.epochs_wrong)
+        assert fast.epochs_checked >= 1 and fast.epochs_wrong == 0
+        files.close_all()
+    assert fds_open() == before
+
+
+def test_take_whole_hands_its_opens_to_the_files_when_the_stream_goes_another_way(tmp_path):
+    """After whole batches, a batch taken the general way (take_batch, ShardFiles.open) claims the
+    opens take_whole started for it (adopted: not opened twice); take_whole is refused while such
+    opens are outstanding, and takes up again once the stream is past them."""
+    from iodl.cursor import ShardFiles
+
+    paths = _files(tmp_path)
+    before = fds_open()
+    files = ShardFiles(paths, SIZES, False, None, threads=2)
+    fast, la = _whole_stream("file", 0)
+    slow = _stream("file", lambda i: np.array([SIZES[i]]), 0)
+    for _ in range(3):
+        shards, _rows, _consumed, tickets = fast.take_whole(BATCH, 2 * BATCH, files)
+        assert shards == as_batch(*slow.take(BATCH))[0]
+        _took(files, tickets, shards, paths)
+    shards = fast.take_batch(BATCH)[0]   # the general way: what take_whole started is the files' now
+    assert shards == as_batch(*slow.take(BATCH))[0]
+    assert files._ahead_shards[files._at:files._at + BATCH] == shards
+    fds = files.open(shards)
+    assert [os.readlink(f"/proc/self/fd/{fd}") for fd in fds] == [paths[s] for s in shards]
+    files.close(shards)
+    assert fast.take_whole(BATCH, 0, files) is None   # the files' opens of the next batch are outstanding
+    while la._given > la._drawn:
+        shards = fast.take_batch(BATCH)[0]
+        assert shards == as_batch(*slow.take(BATCH))[0]
+        files.open(shards)
+        files.close(shards)
+    shards, _rows, _consumed, tickets = fast.take_whole(BATCH, BATCH, files)
+    assert shards == as_batch(*slow.take(BATCH))[0]
+    _took(files, tickets, shards, paths)
+    files.close_all()
+    assert fds_open() == before
