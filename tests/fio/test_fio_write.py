@@ -331,9 +331,14 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
         # buffered pages written back by the flusher (another process's sync(), say) pass the cgroup v1
         # throttle by: then the throttle does not say what either side should measure
         raise NotJudged(f"{unthrottled / 1e6:.0f} MB reached the device outside the throttled group")
-    assert f["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05), e["rounds"]
-    assert i["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05), e["rounds"]
     assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05), e["rounds"]
+    if f["bandwidth_MBps"] != pytest.approx(LIMIT / 1e6, rel=0.05):
+        # fio, the reference, did not measure the limit either: the throttle let less through than its
+        # limit this time (seen: both sides at 74-76 MB/s on 80 for the direct and fsync-on-close jobs
+        # on a busy host, whose disk wrote 456 MB/s direct unthrottled), so the limit does not say what
+        # iodl should measure; the agreement with fio, above, still holds
+        raise NotJudged(f"fio itself wrote {f['bandwidth_MBps']:.1f} MB/s under the {LIMIT / 1e6:.0f} MB/s throttle")
+    assert i["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05), e["rounds"]
 
 
 @pytest.mark.fio
