@@ -331,6 +331,11 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
         # buffered pages written back by the flusher (another process's sync(), say) pass the cgroup v1
         # throttle by: then the throttle does not say what either side should measure
         raise NotJudged(f"{unthrottled / 1e6:.0f} MB reached the device outside the throttled group")
+    own = [rd["fio"]["bandwidth_MBps"] for rd in e["rounds"]]
+    if not ok and max(own) - min(own) > 0.05 * f["bandwidth_MBps"]:
+        # fio's own rounds on the same throttle differ by more than the tolerance (seen: 72.4-81.7 MB/s
+        # on a busy host): medians of three such rounds cannot be held to 5 % of each other
+        raise NotJudged(f"the throttle not steady: fio's own rounds wrote {min(own):.1f}-{max(own):.1f} MB/s")
     assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05), e["rounds"]
     if f["bandwidth_MBps"] != pytest.approx(LIMIT / 1e6, rel=0.05):
         # fio, the reference, did not measure the limit either: the throttle let less through than its
