@@ -17,7 +17,8 @@ workload's pace (a batch, then the compute time of sleep; for files of one sampl
 reads with the wake-ups and the caches cooled by the sleeps that a rank's reads have too, and
 nothing of iodl's. A loop reads a one-sample file whole in one call, a file of many samples in
 block-size reads into one buffer (as iodl does); its CPU a sample is its CPU a file over the
-file's samples.
+file's samples. Each loop is run twice: in Python, and in C (bench/c_loop.c, built here with cc):
+what the C loop costs, flat or paced, is the kernel's part, which no emulator can go below here.
 
     python bench/bench_emu_cost.py --root DIR [--workload retinanet_b200] [--ranks 1 4 8 16] [--rounds 2]
                                    [--steps 80] [--out NAME]
@@ -38,7 +39,8 @@ import sys
 import tempfile
 import time
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -213,6 +215,33 @@ def plain_loop(shape: Shape, root: str, limit: int = 2000, ranks: int = 1, paced
             "cpu_us_per_sample": round(cpu / shape.samples_per_file * 1e6, 2)}
 
 
+def c_loop(shape: Shape, root: str, exe: str, limit: int = 2000, ranks: int = 1, paced: bool = False) -> dict:
+    """plain_loop's loops in C (bench/c_loop.c, built as exe): the same files, passes and pace, no Python."""
+    paths = sorted(os.path.join(d, f) for d, _s, fs in os.walk(root) for f in fs if not f.startswith("iodl-"))[:limit]
+    warm(root)
+    load = os.getloadavg()[0]
+    with tempfile.NamedTemporaryFile("w", suffix=".list") as listing:
+        listing.write("\n".join(paths) + "\n")
+        listing.flush()
+        block = 0 if shape.samples_per_file == 1 else shape.block_size
+        procs = [subprocess.Popen([exe, listing.name, str(k), str(ranks), str(int(paced)), str(shape.batch),
+                                   str(shape.compute_s), str(5 if ranks == 1 else 3), str(block)],
+                                  stdout=subprocess.PIPE, text=True) for k in range(ranks)]
+        per_file = [float(p.communicate()[0]) / 1e6 for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError("c_loop failed")
+    cpu = statistics.mean(per_file)
+    return {"ranks": ranks, "case": "C loop, paced" if paced else "C open-read-close loop",
+            "load_1min": round(load, 2), "files_per_cpu_s": round(1 / cpu, 1),
+            "cpu_us_per_sample": round(cpu / shape.samples_per_file * 1e6, 2)}
+
+
+def build_c_loop(tmp: str) -> str:
+    exe = os.path.join(tmp, "c_loop")
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-o", exe, os.path.join(HERE, "c_loop.c")], check=True)
+    return exe
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", required=True)
@@ -225,14 +254,17 @@ def main() -> None:
     shape = Shape.of(a.workload)
     rows = []
     with tempfile.TemporaryDirectory(prefix="iodl-emu-cost-") as tmp:
+        exe = build_c_loop(tmp)
         for _ in range(a.rounds):
-            rows.append(plain_loop(shape, a.root))
-            print(json.dumps(rows[-1]), flush=True)
+            for row in (plain_loop(shape, a.root), c_loop(shape, a.root, exe)):
+                rows.append(row)
+                print(json.dumps(row), flush=True)
             for ranks in a.ranks:
                 runs = [bare(shape, ranks, a.steps), one(shape, ranks, None, a.steps, tmp),
                         one(shape, ranks, a.root, a.steps, tmp)]
                 if shape.samples_per_file == 1:   # the pace is a batch of files
-                    runs.append(plain_loop(shape, a.root, ranks=ranks, paced=True))
+                    runs += [plain_loop(shape, a.root, ranks=ranks, paced=True),
+                             c_loop(shape, a.root, exe, ranks=ranks, paced=True)]
                 for row in runs:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
@@ -254,7 +286,7 @@ def supported(rows: list[dict], case: str, threshold: float) -> str:
 def write_results(name: str, rows: list[dict], steps: int, rounds: int, shape: Shape) -> None:
     """bench/results/NAME.json (every run) and NAME.md (per case and rank count, the median of the
     rounds; the accelerators per client of each case)."""
-    cols = list(rows[2]) + ["files_per_cpu_s"]
+    cols = list(next(r for r in rows if r["case"] == "null")) + ["files_per_cpu_s"]   # an iodl run's columns
     groups = {}
     for r in rows:
         groups.setdefault((r["case"], r["ranks"]), []).append(r)
