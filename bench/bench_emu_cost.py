@@ -227,9 +227,10 @@ def c_loop(shape: Shape, root: str, exe: str, limit: int = 2000, ranks: int = 1,
         procs = [subprocess.Popen([exe, listing.name, str(k), str(ranks), str(int(paced)), str(shape.batch),
                                    str(shape.compute_s), str(5 if ranks == 1 else 3), str(block)],
                                   stdout=subprocess.PIPE, text=True) for k in range(ranks)]
-        per_file = [float(p.communicate()[0]) / 1e6 for p in procs]
-    if any(p.returncode for p in procs):
-        raise RuntimeError("c_loop failed")
+        outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):   # its own error is on stderr; nothing to parse then
+        raise RuntimeError(f"c_loop failed (exit {max(p.returncode for p in procs)})")
+    per_file = [float(out) / 1e6 for out in outs]
     cpu = statistics.mean(per_file)
     return {"ranks": ranks, "case": "C loop, paced" if paced else "C open-read-close loop",
             "load_1min": round(load, 2), "files_per_cpu_s": round(1 / cpu, 1),
