@@ -12,7 +12,9 @@ Arguments go to both pytest runs (`-x`, `-k NAME`, `--durations=20`).
 The exit status is pytest's: 0 when both phases pass, 1 when a test failed in either, 2 when stopped.
 Both phases' closing lines are printed again at the end, and their sum as the last line.
 The tests' directories (tmp_path) of a run are under one directory of its own, /tmp/iodl-suite-*: removed
-after a run that passed (in the background), kept and named after one that did not.
+after a run that passed (in the background), kept and named after one that did not. Within it, a test's
+own tmp_path is kept only when the test failed (pyproject.toml: tmp_path_retention_policy), so what a
+failed run leaves is its failures' files and the module fixtures' directories, not every test's.
 """
 import os
 import re

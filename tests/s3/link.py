@@ -106,8 +106,9 @@ def linked_servers(name: str, rates_mbit, net: int, bucket: str, top: str | None
             link.close()
 
 
-def crt_client(server, inflight: int):
-    """A bare awscrt S3Client to server with its keys (no iodl code): the tests' plain loops."""
+def crt_client(server, inflight: int, part_size: int | None = None):
+    """A bare awscrt S3Client to server with its keys (no iodl code): the tests' plain loops. With
+    part_size, a PUT_OBJECT request larger than it is the client's own multipart upload of such parts."""
     from awscrt import auth, io, s3
 
     elg = io.EventLoopGroup(2)
@@ -115,7 +116,8 @@ def crt_client(server, inflight: int):
     creds = auth.AwsCredentialsProvider.new_static(server.access_key, server.secret_key)
     return s3.S3Client(bootstrap=boot, region="us-east-1", tls_mode=s3.S3RequestTlsMode.DISABLED,
                        signing_config=s3.create_default_s3_signing_config(region="us-east-1", credential_provider=creds),
-                       max_active_connections_override=inflight)
+                       max_active_connections_override=inflight, part_size=part_size,
+                       multipart_upload_threshold=part_size)
 
 
 def payload_rate(server, bucket: str, key: str, size: int, *, part: int = 1 << 20, inflight: int = 8,

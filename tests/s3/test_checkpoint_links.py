@@ -10,9 +10,13 @@ Ground truth:
 - the veth's own counters: every byte iodl reports written or read crossed its endpoint's link
   (within 2% plus the requests' headers);
 - each link's payload rate, as test_endpoints.py measures it: a bare awscrt loop (no iodl code) makes
-  the same requests on both links at once — the same PUT sizes with as many in flight as iodl's
+  the same requests on both links at once — the same objects, the larger a multipart upload of
+  8 MiB parts (its create and complete requests included: a round of iodl's has them too; on a
+  slow day they were 12% of the round on the faster link) with as many parts in flight as iodl's
   ranks had, then the same 1 MiB ranged GETs, 8 in flight per rank — timed from its first request
-  to its last answer. Each endpoint's write and read bandwidth is within 5% of it. (On this shared
+  to its last answer; the writes just before iodl's run and just after it, the reads twice after it.
+  Each endpoint's write and read bandwidth is within 5% of the mean of the two looks; when the two
+  looks at a link differ by more than 5%, its rate moved under the test and nothing is judged. (On this shared
   2-core host a link's payload rate is what the server and client get through it at the moment:
   PUTs reach ~95% of 1448/1514 of the tbf rate when the host is idle, less when it is busy.)"""
 import io
@@ -24,7 +28,7 @@ import time
 import pytest
 
 from tests.conftest import require_or_skip
-from tests.helpers import iodl, mpiexec, transformer_toml
+from tests.helpers import NotJudged, iodl, mpiexec, transformer_toml
 from tests.s3.link import crt_client, linked_servers, require
 
 RATES_MBIT = (400, 200)
@@ -43,16 +47,21 @@ def two_links():
     require_or_skip("mpiexec", bool(mpiexec()), "no mpiexec next to the test interpreter")
     # the servers' volumes in memory: the truth is the link's, not the host disk's (which other work shares)
     with linked_servers("i27-ck", RATES_MBIT, 84, "ck-bkt", top="/dev/shm") as up:
+        # a bucket's first writes make the server grow its volumes: seen as iodl's first checkpoint at
+        # 38.8 MB/s on the link the bare loop, run after it, measured at 43.6 (warm: 44-45.5 both)
+        for _link, server in up:
+            plain_loop(server, [("PUT", "warm/multipart", 2 * PART + 1), ("PUT", "warm/single", PART // 2)], 4)
         yield up
 
 
 def plain_loop(server, requests: list[tuple], inflight: int) -> float:
-    """MB/s of a bare awscrt S3Client loop making `requests` — ("PUT", key, size) or ("GET", key,
-    offset, length) in bucket ck-bkt — `inflight` at a time, from the first handed over to the last
+    """MB/s of a bare awscrt S3Client loop making `requests` — ("PUT", key, size): an object, a
+    multipart upload of PART-sized parts when larger, or ("GET", key, offset, length) in bucket
+    ck-bkt — `inflight` requests (or parts) at a time, from the first handed over to the last
     answered (bytes of PUT bodies or GET bodies)."""
     from awscrt import http, s3
 
-    client = crt_client(server, inflight)
+    client = crt_client(server, inflight, part_size=PART)
     host = server.endpoint.split("//", 1)[1]
     body = os.urandom(max((r[2] for r in requests if r[0] == "PUT"), default=0))
     lock, state, errors = threading.Condition(), {"next": 0, "open": 0, "bytes": 0}, []
@@ -86,8 +95,11 @@ def plain_loop(server, requests: list[tuple], inflight: int) -> float:
                 send(nxt)
 
         req = http.HttpRequest(method, f"/ck-bkt/{key}", http.HttpHeaders(headers), stream)
-        client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name=method, on_body=on_body,
-                            on_done=on_done)
+        if method == "PUT":   # the client's own upload: one PUT, or create, parts and complete
+            client.make_request(type=s3.S3RequestType.PUT_OBJECT, request=req, on_done=on_done)
+        else:
+            client.make_request(type=s3.S3RequestType.DEFAULT, request=req, operation_name=method, on_body=on_body,
+                                on_done=on_done)
 
     t0 = time.monotonic()
     with lock:
@@ -114,8 +126,8 @@ def link_rates(two_links, op: str, ranks_of: list[list[int]]) -> list[float]:
         _link, server = two_links[e]
         ranks = ranks_of[e]
         if op == "write":
-            reqs = [("PUT", f"plain/{r}/{name}-{i}", size) for r in ranks for name, full in FILES
-                    for i, size in enumerate(_parts(full))]
+            # every object of the link's ranks at once, parts in flight as iodl's (8 a rank at most)
+            reqs = [("PUT", f"plain/{r}/{name}", full) for r in ranks for name, full in FILES]
             inflight = len(ranks) * min(8, sum(len(_parts(b)) for _n, b in FILES))
         else:
             reqs = [("GET", f"links/ckpt-000001/zero_pp_rank_{r}_mp_rank_0_{name}.pt", off, min(1 << 20, full - off))
@@ -137,6 +149,8 @@ def test_each_endpoints_checkpoint_write_and_read_are_its_links(two_links, tmp_p
     (_, a), (_, b) = two_links
     model = tmp_path / "model.toml"
     model.write_text(MODEL)
+    ranks_of = [[0, 2], [1]]                     # round-robin over the two endpoints (asserted below)
+    refs = {"write": [link_rates(two_links, "write", ranks_of)], "read": []}   # the links just before iodl
     before = [link.counters() for link, _s in two_links]
     proc = iodl("checkpoint", "--workload", str(model), "--root", "s3://ck-bkt/links", "--endpoint", a.endpoint,
                 "--endpoint", b.endpoint, "--out", str(tmp_path / "r.json"), ranks=RANKS, env=a.env())
@@ -162,11 +176,25 @@ def test_each_endpoints_checkpoint_write_and_read_are_its_links(two_links, tmp_p
     assert [o["Key"].rsplit("/", 1)[1] for o in mine] == [f"zero_pp_rank_0_mp_rank_0_{n}.pt" for n, _b in FILES]
     assert len(listed) == 4 and mine[1]["ETag"].strip('"').endswith("-4")     # a multipart upload of 4 parts
 
+    refs["write"].append(link_rates(two_links, "write", ranks_of))       # and just after it
+    refs["read"] += [link_rates(two_links, "read", ranks_of) for _ in range(2)]
+    # the reference made the same uploads: the larger object in 4 parts
+    plain = a.client().list_objects_v2(Bucket="ck-bkt", Prefix="plain/0/")["Contents"]
+    assert [o["ETag"].strip('"').rsplit("-", 1)[-1] for o in plain if "optim" in o["Key"]] == ["4"], plain
+    unsteady = []
     for op in ("write", "read"):
         eps = result["checkpoint"][op]["endpoints"]
-        links = link_rates(two_links, op, [e["ranks"] for e in eps])
-        print(op, "iodl (MB/s):", [round(e["bandwidth_MBps"], 2) for e in eps], "links:", [round(x, 2) for x in links],
+        print(op, "iodl (MB/s):", [round(e["bandwidth_MBps"], 2) for e in eps],
+              "links:", [[round(x, 2) for x in r] for r in refs[op]],
               "tbf payload:", [round(m / 8 * 1448 / 1514, 2) for m in RATES_MBIT])    # with -s
-        assert links[0] > 1.6 * links[1], links          # the two links do differ as set
-        for e, link in zip(eps, links):
-            assert abs(e["bandwidth_MBps"] - link) <= TOLERANCE * link, (op, e["url"], e["bandwidth_MBps"], link)
+        for e, rates in zip(eps, zip(*refs[op])):
+            lo, hi = min(rates), max(rates)
+            if hi > (1 + TOLERANCE) * lo:   # the link's own rate moved more than the tolerance between two looks
+                unsteady.append(f"{op} {e['url']}: the bare loop's {lo:.1f}-{hi:.1f} MB/s")
+                continue
+            link = (lo + hi) / 2
+            assert abs(e["bandwidth_MBps"] - link) <= TOLERANCE * link, (op, e["url"], e["bandwidth_MBps"], rates)
+        for rates in refs[op]:
+            assert rates[0] > 1.6 * rates[1], rates          # the two links do differ as set
+    if unsteady:
+        raise NotJudged("links not steady: " + "; ".join(unsteady))

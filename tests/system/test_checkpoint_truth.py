@@ -100,6 +100,11 @@ def test_a_checkpoint_that_does_not_fit_is_refused_before_writing_with_both_numb
         line = [ln for ln in proc.stderr.splitlines() if ln.startswith("iodl: error")][0]
         assert f"{total:,} bytes" in line and "free" in line, line
         assert sorted(os.listdir(root)) == ["iodl-checkpoints.json"]   # nothing written
+        # the null engine writes nothing: the same checkpoint runs on the same 64 MiB and leaves no file
+        proc = iodl("checkpoint", "--workload", path, "--root", root, "--engine", "null", ranks=4, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        written = [os.path.join(d, n) for d, _s, names in os.walk(root) for n in names if n != "iodl-checkpoints.json"]
+        assert written == [] and os.statvfs(root).f_bavail * os.statvfs(root).f_frsize < total
 
 
 @pytest.mark.root
