@@ -11,8 +11,8 @@ Ground truth:
   (within 2% plus the requests' headers);
 - each link's payload rate, as test_endpoints.py measures it: a bare awscrt loop (no iodl code) makes
   the same requests on both links at once — the same objects, the larger a multipart upload of
-  8 MiB parts (its create and complete requests included: a round of iodl's has them too; on a
-  slow day they were 12% of the round on the faster link) with as many parts in flight as iodl's
+  8 MiB parts (its create and complete requests included, as a round of iodl's has them; measured
+  the same as bare parts on an idle day, 45 MB/s on the faster link) with as many parts in flight as iodl's
   ranks had, then the same 1 MiB ranged GETs, 8 in flight per rank — timed from its first request
   to its last answer; the writes just before iodl's run and just after it, the reads twice after it.
   Each endpoint's write and read bandwidth is within 5% of the mean of the two looks; when the two
@@ -47,8 +47,8 @@ def two_links():
     require_or_skip("mpiexec", bool(mpiexec()), "no mpiexec next to the test interpreter")
     # the servers' volumes in memory: the truth is the link's, not the host disk's (which other work shares)
     with linked_servers("i27-ck", RATES_MBIT, 84, "ck-bkt", top="/dev/shm") as up:
-        # a bucket's first writes make the server grow its volumes: seen as iodl's first checkpoint at
-        # 38.8 MB/s on the link the bare loop, run after it, measured at 43.6 (warm: 44-45.5 both)
+        # the bucket written once before the first look at a link: neither the look nor iodl's run is a
+        # fresh server's first write (whose set-up the other would not pay)
         for _link, server in up:
             plain_loop(server, [("PUT", "warm/multipart", 2 * PART + 1), ("PUT", "warm/single", PART // 2)], 4)
         yield up

@@ -1,5 +1,10 @@
-"""tests/run.py: the two phases' closing lines summed and their exit statuses combined."""
-from tests.run import counts, exit_status
+"""tests/run.py: the two phases' closing lines summed and their exit statuses combined; what a failed
+run kept removed when the next starts."""
+import os
+import tempfile
+import time
+
+from tests.run import KEPT, counts, exit_status, remove_kept
 
 
 def test_closing_lines_are_read_and_deselected_is_left_out():
@@ -20,3 +25,20 @@ def test_the_worst_status_of_the_two_phases_wins():
 def test_a_quiet_runs_closing_line_is_read_too():
     assert counts("2 passed, 3 deselected in 10.52s") == {"passed": 2}
     assert counts("tests/x.py::test_y took 2 passes in 3.1s of setup") == {}
+
+
+def test_a_failed_runs_directory_goes_when_the_next_run_starts_and_a_live_one_stays(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    kept, live, other = tmp_path / "iodl-suite-kept", tmp_path / "iodl-suite-live", tmp_path / "someone-else"
+    for d in (kept / "phase1" / "popen-gw0", live / "phase1", other):
+        d.mkdir(parents=True)
+        (d / "data").write_bytes(b"x" * 4096)
+    (kept / KEPT).touch()
+    (other / KEPT).touch()          # not a suite's directory: never touched
+    remove_kept()                   # in the background, as the run does
+    deadline = time.monotonic() + 10
+    while kept.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not kept.exists()
+    assert sorted(os.listdir(tmp_path)) == ["iodl-suite-live", "someone-else"]
+    assert (live / "phase1" / "data").exists() and (other / "data").exists()
