@@ -22,6 +22,7 @@ the tests (20,000 small files take 4 s to remove here): phase 1 took 353 s in th
 import glob
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -80,9 +81,12 @@ def remove_later(scratch: str) -> None:
 
 
 def remove_kept() -> None:
-    """Remove what earlier failed runs kept (their directories carry KEPT; a run still going has none)."""
+    """Remove what earlier failed runs of this user kept (their directories carry KEPT; a run still
+    going has none). /tmp is shared: another user's directory, or a link, is never removed."""
     for kept in glob.glob(os.path.join(tempfile.gettempdir(), "iodl-suite-*", KEPT)):
-        remove_later(os.path.dirname(kept))
+        st = os.lstat(os.path.dirname(kept))
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            remove_later(os.path.dirname(kept))
 
 
 def main(argv: list[str]) -> int:

@@ -35,10 +35,22 @@ def test_a_failed_runs_directory_goes_when_the_next_run_starts_and_a_live_one_st
         (d / "data").write_bytes(b"x" * 4096)
     (kept / KEPT).touch()
     (other / KEPT).touch()          # not a suite's directory: never touched
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / KEPT).touch()
+    (tmp_path / "iodl-suite-link").symlink_to(elsewhere)   # a link: neither it nor where it points is removed
+    if os.getuid() == 0:            # another user's failed run: theirs to remove
+        theirs = tmp_path / "iodl-suite-theirs"
+        theirs.mkdir()
+        (theirs / KEPT).touch()
+        os.chown(theirs, 65534, 65534)
     remove_kept()                   # in the background, as the run does
     deadline = time.monotonic() + 10
     while kept.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+    time.sleep(0.5)                 # what else was wrongly started would be done by now
     assert not kept.exists()
-    assert sorted(os.listdir(tmp_path)) == ["iodl-suite-live", "someone-else"]
+    left = {"elsewhere", "iodl-suite-link", "iodl-suite-live", "someone-else"} | ({"iodl-suite-theirs"} if os.getuid() == 0 else set())
+    assert set(os.listdir(tmp_path)) == left
+    assert (elsewhere / KEPT).exists()
     assert (live / "phase1" / "data").exists() and (other / "data").exists()
