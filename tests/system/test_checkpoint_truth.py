@@ -9,7 +9,7 @@ import pytest
 
 from iodl.cache import drop_caches
 from iodl.groundtruth import BlkioGroup, LoopMount
-from tests.helpers import iodl, load_json, transformer_toml
+from tests.helpers import NotJudged, fio_write_rate, iodl, load_json, transformer_toml
 
 MB = 1_000_000
 
@@ -176,15 +176,28 @@ every_steps = 4
 @pytest.mark.root
 @pytest.mark.loopdev
 @pytest.mark.blkio
+@pytest.mark.fio
 @pytest.mark.flaky(reruns=1)   # 2 ranks on 2 cores: the step times are the claim
 def test_in_training_checkpoints_stall_the_steps_and_au_shows_it(tmp_path):
     """train-sync (null reads, 0.1 s compute, 12 steps) checkpoints 64 MB after every 4th step
     into a loop mount throttled at 32 MB/s for writes: each checkpoint takes ~2 s, the steps wait
     for it, so iodl's AU is (8 x 1 + 3 x 0.1 / 2.1) / 11 measured steps = 0.740; MLPerf's view
-    leaves checkpoints out (as DLIO does) and stays near 1."""
-    wl = tmp_path / "train.toml"
+    leaves checkpoints out (as DLIO does) and stays near 1.
+
+    The 8 ordinary steps count at the AU the same run without checkpoints reaches right before and
+    after (one CI run's noisy VM took 4.5 % from them); not judged when that is under 0.95."""
+    wl, plain = tmp_path / "train.toml", tmp_path / "plain.toml"
     wl.write_text(TRAIN)
+    plain.write_text(TRAIN[:TRAIN.index("[checkpoint]")])
     bps, size, compute = 32 * MB, 64 * MB, 0.1
+
+    def plain_au():
+        proc = iodl("read", "--workload", str(plain), "--engine", "null", "--steps", "12",
+                    "--out", str(tmp_path / "plain.json"), ranks=2, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return load_json(tmp_path / "plain.json")["train"]["au"]
+
+    bare = [plain_au()]
     with LoopMount(1 << 30) as m, BlkioGroup("iodl-ckpt-train") as group:
         group.throttle_write(m.majmin, bps)
         out = tmp_path / "r.json"
@@ -194,17 +207,25 @@ def test_in_training_checkpoints_stall_the_steps_and_au_shows_it(tmp_path):
                     preexec_fn=group.enter, timeout=120)
         reached = m.bytes_written() - before
         assert proc.returncode == 0, proc.stderr
-    result = load_json(out)
-    write, train = result["checkpoint"]["write"], result["train"]
+        result = load_json(out)
+        write, train = result["checkpoint"]["write"], result["train"]
+        # the truth: fio writing a checkpoint file's shape (64 MB, 1 MiB requests, buffered, fsync'd) under the throttle
+        fio = fio_write_rate(os.path.join(m.path, "fio-probe"), size, group)
+    bare.append(plain_au())
     stall = size / bps
-    expected_au = (8 * 1.0 + 3 * compute / (compute + stall)) / 11
+    expected_au = (8 * sum(bare) / 2 + 3 * compute / (compute + stall)) / 11
     print(f"checkpoints {write['rounds']} x {size / MB:.0f} MB at {write['bandwidth_MBps']:.2f} MB/s; "
-          f"AU {train['au']:.3f} (expected {expected_au:.3f}), MLPerf AU {train['mlperf']['au']:.3f}; "
-          f"stalled {train['checkpoint_s_per_step'] * 11:.2f} s")
+          f"AU {train['au']:.3f} (expected {expected_au:.3f}; without checkpoints {bare}), "
+          f"MLPerf AU {train['mlperf']['au']:.3f}; fio {fio / MB:.2f} MB/s; stalled {train['checkpoint_s_per_step'] * 11:.2f} s")
     assert write["rounds"] == 3 and write["bytes"] == 3 * size and result["checkpoint"]["fsync"] is True
     assert reached >= 3 * size
-    assert write["bandwidth_MBps"] * MB == pytest.approx(bps, rel=0.05)
+    assert write["bandwidth_MBps"] * MB == pytest.approx(fio, rel=0.05)
+    assert write["bandwidth_MBps"] * MB <= bps * 1.02
     # the steps waited for every checkpoint: 11 measured steps hold all three
     assert train["checkpoint_s_per_step"] * 11 == pytest.approx(write["duration_s"], rel=0.05)
-    assert train["au"] == pytest.approx(expected_au, abs=0.03)
-    assert train["mlperf"]["au"] > 0.95
+    if min(bare) < 0.95:
+        raise NotJudged(f"the same steps without checkpoints reach AU {min(bare):.3f} (< 0.95): the machine is busy")
+    # 0.015: the last step of each checkpoint closed at the step barrier (patterns/checkpoint.py); closed
+    # at comm.barrier's sleep-poll, the writer lost up to 5 % of the checkpoint in the next step (0.02 AU)
+    assert train["au"] == pytest.approx(expected_au, abs=0.015)
+    assert train["mlperf"]["au"] >= min(bare) - 0.015
