@@ -119,16 +119,15 @@ def device_bytes_of_direct_read(mount, workload: str, root: str, engine: str, ou
     return mount.device_stat()[2] * 512 - before
 
 
-def unless_throttle_short(figure: float, rate: float, rel: float, root: str, group, *, bs: int = 128 << 10,
-                          engine: str = "libaio", iodepth: int = 8, seconds: int = 4) -> None:
-    """Judge a read rate (bytes/s) held to a read throttle's set rate against what the throttle delivers.
-    When figure misses rate by more than rel, fio reads root's files (those of at least bs bytes)
-    O_DIRECT in the same blkio group, in the run's shape, for `seconds`: if fio itself gets less than
-    (1 - rel) x rate, the throttle is not delivering its rate today and the claim is not judged
-    (seen: 34.8 MB/s under a 40 MB/s read throttle on a day fio wrote 72-75 under an 80 MB/s write
-    throttle). Otherwise this returns and the test's own assertion judges the figure."""
+def throttle_delivers(figure: float, rate: float, rel: float, root: str, group, *, bs: int = 128 << 10,
+                      engine: str = "libaio", iodepth: int = 8, seconds: int = 4) -> float:
+    """The read rate (bytes/s) to hold a figure to under a read throttle set at `rate`: the set rate while
+    the figure is within rel of it; otherwise what fio reads of root's files (those of at least bs bytes)
+    O_DIRECT in the same blkio group, in the run's shape, for `seconds`, right after the run. The VM's
+    throttles deliver less than set on some days (seen: 34.8 MB/s under 40, fio 116 under 120 while iodl
+    got 115.7): the claim is that iodl reads what the throttle delivers, and fio is the measure of that."""
     if figure == pytest.approx(rate, rel=rel) or not shutil.which("fio"):
-        return
+        return rate
     files = sorted(os.path.join(d, n) for d, _s, names in os.walk(root) for n in names
                    if os.path.getsize(os.path.join(d, n)) >= bs)
     proc = subprocess.run(["fio", "--name=throttle", "--rw=read", f"--bs={bs}", "--direct=1", f"--ioengine={engine}",
@@ -137,9 +136,8 @@ def unless_throttle_short(figure: float, rate: float, rel: float, root: str, gro
                           capture_output=True, text=True, timeout=60 + seconds, preexec_fn=group.enter)
     assert proc.returncode == 0, proc.stderr
     fio = json.loads(proc.stdout)["jobs"][0]["read"]["bw_bytes"]
-    if fio < (1 - rel) * rate:
-        raise NotJudged(f"fio itself read {fio / 1e6:.1f} MB/s under the {rate / 1e6:.1f} MB/s read throttle "
-                        f"(the figure: {figure / 1e6:.1f})")
+    print(f"the {rate / 1e6:.1f} MB/s read throttle delivers {fio / 1e6:.1f} MB/s to fio (the figure: {figure / 1e6:.1f})")
+    return fio
 
 
 def fio_write_rate(path: str, size: int, group, *, bs: int = 1 << 20, direct: bool = False, fsync: bool = True) -> float:
