@@ -12,6 +12,16 @@ to bench/results/scale.json, whose earlier rows stay, and writes bench/results/s
 of them. The start-up goal's figure is `first_step_s_median`: the median rank's `started_s`, from its process
 start to its first step (the start barrier passed); `startup_s_median` its `startup_s`, to ready.
 
+    python bench/bench_scale.py --floor [--ranks 72] [--runs 3]
+
+The start-up's floor beside iodl's own, interleaved: at each rank count, the median rank's age at
+the point where each of these has its ranks together: a bare interpreter (`pass`, then a
+sleep-polled barrier over a file count), the same importing numpy, the same initialising MPI
+(mpi4py, iodl's MPI settings, a sleep-polled Ibarrier), numpy and MPI both (what every iodl rank
+needs before anything of its own), and iodl (`first_step_s_median`, null engine). iodl's own
+start-up is the last minus the one before it; the goal's 8 s holds only where the floor allows it.
+Writes bench/results/startup-floor.{json,md} (rows added, earlier ones kept).
+
     python bench/bench_scale.py --files 10000,200000 [--ranks 4] [--data /var/tmp/iodl-scale]
 
 Dataset size instead: the `raw` workload, 1 sample of 4 KiB per file, generated once per file
@@ -257,6 +267,88 @@ def by_listing(args) -> None:
         f.write("\n")
 
 
+# Each rank's age (from its process start, as iodl's started_s) once every rank is here, printed by
+# each rank; what is imported before is the case's. MPI's barrier is sleep-polled as iodl's is.
+FLOOR_CODE = """
+import os, sys, time
+{imports}
+def age():
+    with open("/proc/self/stat") as f:
+        start = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0]) - start / os.sysconf("SC_CLK_TCK")
+{together}
+print("age", age(), flush=True)
+"""
+# no MPI: every rank adds a byte to a file and sleeps until it holds one per rank
+FILE_TOGETHER = """
+path = os.environ["FLOOR_FILE"]
+with open(path, "ab") as f:
+    f.write(b"x")
+while os.path.getsize(path) < int(os.environ["PMI_SIZE"]):
+    time.sleep(0.005)
+"""
+MPI_TOGETHER = """
+from mpi4py import MPI
+r = MPI.COMM_WORLD.Ibarrier()
+while not r.Test():
+    time.sleep(0.001)
+"""
+FLOOR_CASES = {"python": ("", FILE_TOGETHER), "numpy": ("import numpy", FILE_TOGETHER),
+               "mpi": ("", MPI_TOGETHER), "numpy+mpi": ("import numpy", MPI_TOGETHER)}
+
+
+def floor_case(ranks: int, case: str) -> dict:
+    """The median and slowest rank's age when the ranks of one FLOOR_CASES case are together."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    from iodl.cli import BLAS_THREADS
+    from iodl.launcher import mpi_env_defaults
+    imports, together = FLOOR_CASES[case]
+    env = {**os.environ, **BLAS_THREADS, **mpi_env_defaults({**os.environ, "MPI_LOCALNRANKS": str(ranks), "PMI_SIZE": str(ranks)})}
+    with tempfile.TemporaryDirectory() as tmp:
+        env["FLOOR_FILE"] = os.path.join(tmp, "here")
+        open(env["FLOOR_FILE"], "wb").close()
+        load = os.getloadavg()[0]
+        proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-c",
+                               FLOOR_CODE.format(imports=imports, together=together)],
+                              capture_output=True, text=True, timeout=600, env=env)
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-2000:])
+    ages = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("age ")]
+    assert len(ages) == ranks, proc.stdout
+    return {"case": case, "ranks": ranks, "load": round(load, 1), "age_s_median": round(statistics.median(ages), 3),
+            "age_s_max": round(max(ages), 3)}
+
+
+def by_floor(args) -> None:
+    path = os.path.join(HERE, "results", "startup-floor.json")
+    rows = json.load(open(path))["rows"] if os.path.exists(path) else []
+    date, commit = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), _commit()
+    for round_ in range(args.runs):
+        for n in [int(x) for x in args.ranks.split(",")]:
+            got = [floor_case(n, case) for case in FLOOR_CASES]
+            r = run(n, ["--engine", "null", "--steps", "5", "--compute-time", "0.1"])
+            got.append({"case": "iodl", "ranks": n, "load": r["load"], "age_s_median": r["first_step_s_median"],
+                        "age_s_max": r["first_step_s_max"]})
+            for row in got:
+                row.update(date=date, commit=commit, round=round_, label=args.label)
+                print(json.dumps(row), flush=True)
+            rows += got
+    with open(path, "w") as f:
+        json.dump({"nproc": os.cpu_count(), "rows": rows}, f, indent=2)
+    cols = ["date", "commit", "label", "round", "ranks", "case", "load", "age_s_median", "age_s_max"]
+    with open(os.path.join(HERE, "results", "startup-floor.md"), "w") as f:
+        f.write(f"# Start-up floor on {os.cpu_count()} cores (`python bench/bench_scale.py --floor`)\n\n"
+                "The median (and slowest) rank's age, from its process start, once every rank of the case is\n"
+                "together: `python` an interpreter alone, `numpy` importing numpy, `mpi` MPI initialised (iodl's\n"
+                "MPI settings, a sleep-polled barrier), `numpy+mpi` both, `iodl` a null-engine run's first step\n"
+                "(`first_step_s`). The cases of one round run back to back; `load` is the 1-minute load average\n"
+                "before each. iodl's own part of its start-up is `iodl` minus `numpy+mpi` of the same round.\n\n")
+        f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+        for r in rows:
+            f.write("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="2,72")
@@ -272,7 +364,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1, help="runs of each row (start-up and scale: one row each)")
     ap.add_argument("--label", default="", help="what ran, for the table, when not this checkout's code (e.g. the "
                     "commit of a tree run from as the working directory)")
+    ap.add_argument("--floor", action="store_true", help="the start-up's floor beside iodl's (see above)")
     args = ap.parse_args()
+    if args.floor:
+        return by_floor(args)
     if args.listing:
         return by_listing(args)
     if args.files:

@@ -187,11 +187,13 @@ def _peak_rss_bytes(*args: str) -> int:
     import subprocess
     import sys
 
-    code = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "iodl", *args],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
-    return int(out) * 1024
+    # the run's own error line reaches the wrapper's stderr (a failed run says why)
+    code = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "iodl", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (args, proc.returncode, proc.stderr[-2000:])
+    return int(proc.stdout) * 1024
 
 
 @pytest.mark.parametrize("pattern,args", [
