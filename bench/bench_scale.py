@@ -278,7 +278,7 @@ def age():
     with open("/proc/uptime") as f:
         return float(f.read().split()[0]) - start / os.sysconf("SC_CLK_TCK")
 {together}
-print("age", age(), flush=True)
+os.write(1, f"age {age()}\\n".encode())   # one write: the ranks share one pipe
 """
 # no MPI: every rank adds a byte to a file and sleeps until it holds one per rank
 FILE_TOGETHER = """
@@ -310,7 +310,7 @@ def floor_case(ranks: int, case: str) -> dict:
         open(env["FLOOR_FILE"], "wb").close()
         load = os.getloadavg()[0]
         proc = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-c",
-                               FLOOR_CODE.format(imports=imports, together=together)],
+                               FLOOR_CODE.replace("{imports}", imports).replace("{together}", together)],
                               capture_output=True, text=True, timeout=600, env=env)
     if proc.returncode:
         raise SystemExit(proc.stderr[-2000:])
