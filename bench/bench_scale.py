@@ -97,6 +97,13 @@ def run(ranks: int, extra: list[str]) -> dict:
     }
 
 
+def write_table(f, cols: list[str], rows: list[dict]) -> None:
+    """rows as a Markdown table of cols (a row without a column shows it empty)."""
+    f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+    for r in rows:
+        f.write("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |\n")
+
+
 RAW4K = """[workload]
 name = "raw4k"
 [dataset]
@@ -162,9 +169,7 @@ def by_files(args) -> None:
                 "shared listing, split among them).\n"
                 "Start-up: the slowest rank's, from process start to its first I/O. `plain`: the same files read\n"
                 "as a plain directory (the copy directory, no manifest): listed by one rank per node, shared.\n\n")
-        f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-        for r in rows:
-            f.write("| " + " | ".join(str(r[c]) for c in cols) + " |\n")
+        write_table(f, cols, rows)
         f.write("\n| layout | ranks | files | RSS added (MB) | PSS added (MB) | start-up added (s) |\n"
                 "|---|---|---|---|---|---|\n")
         for g in growth:
@@ -344,9 +349,7 @@ def by_floor(args) -> None:
                 "MPI settings, a sleep-polled barrier), `numpy+mpi` both, `iodl` a null-engine run's first step\n"
                 "(`first_step_s`). The cases of one round run back to back; `load` is the 1-minute load average\n"
                 "before each. iodl's own part of its start-up is `iodl` minus `numpy+mpi` of the same round.\n\n")
-        f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-        for r in rows:
-            f.write("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |\n")
+        write_table(f, cols, rows)
 
 
 def main() -> None:
