@@ -983,11 +983,16 @@ class _Reader(threading.Thread):
                 return item
             except queue.Empty:
                 pass
+            # seen ended, the reader may have put its last batch (or its error) after the wait above
+            # timed out: look once more before saying it left nothing (a CI run at its last step did)
+            ended = not self.is_alive()
+            if ended and self.out.qsize():
+                continue
             if self.error is not None:
                 raise self.error
             if stop_flag():
                 raise KeyboardInterrupt
-            if not self.is_alive():
+            if ended:
                 raise RuntimeError("the reader thread ended without a batch or an error")
 
     def close(self) -> None:
