@@ -305,7 +305,8 @@ FLOOR_CASES = {"python": ("", FILE_TOGETHER), "numpy": ("import numpy", FILE_TOG
 
 def floor_case(ranks: int, case: str) -> dict:
     """The median and slowest rank's age when the ranks of one FLOOR_CASES case are together."""
-    sys.path.insert(0, os.path.dirname(HERE))
+    if os.path.dirname(HERE) not in sys.path:   # this checkout's iodl, for its settings
+        sys.path.insert(0, os.path.dirname(HERE))
     from iodl.cli import BLAS_THREADS
     from iodl.launcher import mpi_env_defaults
     imports, together = FLOOR_CASES[case]
@@ -327,7 +328,10 @@ def floor_case(ranks: int, case: str) -> dict:
 
 def by_floor(args) -> None:
     path = os.path.join(HERE, "results", "startup-floor.json")
-    rows = json.load(open(path))["rows"] if os.path.exists(path) else []
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = json.load(f)["rows"]
     date, commit = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), _commit()
     for round_ in range(args.runs):
         for n in [int(x) for x in args.ranks.split(",")]:

@@ -85,8 +85,8 @@ def test_quiet_returns_once_every_rank_is_back_at_work_after_each_release():
     ready = mmap.mmap(-1, 8)
 
     def rank(k):
-        # Round 0 waits for the reader: forked last, it could start after round 0's last resume (two CI
-        # runs saw it wait for round 1 instead, on a busy machine). 20 ms after its word, it is in the wait.
+        # Round 0 waits for the reader: forked last, it could start after round 0's last resume (a CI
+        # run saw it wait for round 1 instead, both attempts, on a busy machine). 20 ms after its word, it is in the wait.
         while not struct.unpack_from("Q", ready)[0]:
             time.sleep(0.001)
         time.sleep(0.02)
