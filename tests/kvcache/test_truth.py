@@ -241,7 +241,8 @@ def test_writes_are_capped_reads_are_not_and_one_entry_is_read_by_one_reader_at_
     print(f"{samples} samples with entries open: at most {writers} open for writing (cap {cap}), {readers} for "
           f"reading, {same_entry} reader(s) of one entry; {kv['entries_written']} entries written, "
           f"{kv['entry_reads']} read")
-    assert samples > 100 and kv["entry_reads"] > kv["entries_written"] > cap
+    # both kinds went past the cap; which is larger is the users' timing (here 35-36 written, 36 read; CI once 36 and 36)
+    assert samples > 100 and kv["entries_written"] > cap and kv["entry_reads"] > cap
     assert writers == cap
     assert readers > cap
     assert same_entry == 1
