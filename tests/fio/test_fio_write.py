@@ -324,26 +324,26 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
     print(f"{name} on {LIMIT / 1e6:.0f} MB/s: fio {f['bandwidth_MBps']:.2f}, iodl {i['bandwidth_MBps']:.2f} MB/s "
           f"(ratio {e['ratio']['bandwidth']:.3f}); rounds fio/iodl "
           + ", ".join(f"{r['fio']['bandwidth_MBps']:.2f}/{r['iodl']['bandwidth_MBps']:.2f}" for r in e["rounds"]))
-    ok = (f["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05) and
-          i["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05) and
-          e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05))
-    if not ok and unthrottled > 0.05 * 6 * (64 << 20):
+    agree = e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05)
+    if not agree and unthrottled > 0.05 * 6 * (64 << 20):
         # buffered pages written back by the flusher (another process's sync(), say) pass the cgroup v1
         # throttle by: then the throttle does not say what either side should measure
         raise NotJudged(f"{unthrottled / 1e6:.0f} MB reached the device outside the throttled group")
     own = [rd["fio"]["bandwidth_MBps"] for rd in e["rounds"]]
-    if not ok and max(own) - min(own) > 0.05 * f["bandwidth_MBps"]:
+    if not agree and max(own) - min(own) > 0.05 * f["bandwidth_MBps"]:
         # fio's own rounds on the same throttle differ by more than the tolerance (seen: 72.4-81.7 MB/s
         # on a busy host): medians of three such rounds cannot be held to 5 % of each other
         raise NotJudged(f"the throttle not steady: fio's own rounds wrote {min(own):.1f}-{max(own):.1f} MB/s")
-    assert e["ratio"]["bandwidth"] == pytest.approx(1, abs=0.05), e["rounds"]
-    if f["bandwidth_MBps"] != pytest.approx(LIMIT / 1e6, rel=0.05):
-        # fio, the reference, did not measure the limit either: the throttle let less through than its
-        # limit this time (seen: both sides at 74-76 MB/s on 80 for the direct and fsync-on-close jobs
-        # on a busy host, whose disk wrote 456 MB/s direct unthrottled), so the limit does not say what
-        # iodl should measure; the agreement with fio, above, still holds
-        raise NotJudged(f"fio itself wrote {f['bandwidth_MBps']:.1f} MB/s under the {LIMIT / 1e6:.0f} MB/s throttle")
-    assert i["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05), e["rounds"]
+    assert agree, e["rounds"]
+    # never above what the throttle lets through (a write counted before it reached the device would be)
+    assert i["bandwidth_MBps"] <= 1.02 * LIMIT / 1e6, e["rounds"]
+    if f["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05):
+        assert i["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05), e["rounds"]
+    else:
+        # the throttle let less through than its limit (fio, the reference, 71-78 MB/s on 80 in every CI
+        # run of this VM; a disk that writes ~450 MB/s direct unthrottled): what the device took is fio's
+        # figure, which iodl is held to above, in the same rounds
+        print(f"the throttle delivered {f['bandwidth_MBps']:.1f} MB/s (fio) of its {LIMIT / 1e6:.0f}: iodl held to fio's")
 
 
 @pytest.mark.fio
