@@ -140,6 +140,7 @@ int iodl_ctx_open(struct iodl_ctx **out, const struct iodl_engine_ops *ops, unsi
 	c->register_bufs = register_bufs;
 	c->delay_ns = delay_ns;
 	c->device = device;
+	c->accounted = -1;
 	c->reqs = calloc(depth, sizeof(*c->reqs));
 	rc = posix_memalign((void **)&c->pool, IODL_ALIGN, (size_t)depth * c->slot_size);
 	if (rc || !c->reqs) {
@@ -219,10 +220,6 @@ struct loop {
 	int cache_check;		/* buffered reads whose cache hits are counted */
 	uint64_t storage_seen;		/* this thread's read-bytes counter when last looked at */
 	uint64_t storage_seen_ns;	/* and when */
-	/* iodl_reads_accounted of the last regular file's filesystem (st_dev): its answer is the
-	 * filesystem's, so a batch of files on one mount asks once (an access and an fstatfs), not per file */
-	dev_t accounted_dev;
-	int accounted;			/* -1: not asked yet */
 };
 
 static void first_use(struct loop *L, uint32_t file)
@@ -245,11 +242,13 @@ static void first_use(struct loop *L, uint32_t file)
 		return;		/* a bad fd is reported by the read itself */
 	}
 	if (L->cache_check && S_ISREG(sb.st_mode)) {
-		if (L->accounted < 0 || L->accounted_dev != sb.st_dev) {
-			L->accounted_dev = sb.st_dev;
-			L->accounted = iodl_task_io_accounting() && iodl_reads_accounted(fd, &sb);
+		struct iodl_ctx *c = L->c;
+
+		if (c->accounted < 0 || c->accounted_dev != sb.st_dev) {
+			c->accounted_dev = sb.st_dev;
+			c->accounted = iodl_task_io_accounting() && iodl_reads_accounted(fd, &sb);
 		}
-		f->measured = L->accounted;
+		f->measured = c->accounted;
 	} else if (L->cache_check) {
 		f->measured = iodl_task_io_accounting() && iodl_reads_accounted(fd, &sb);
 	}
@@ -534,7 +533,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 {
 	const struct iodl_engine_ops *ops = c->ops;
 	const int sync = ops->flags & IODL_ENG_SYNC;
-	struct loop L = { .c = c, .a = a, .st = st, .accounted = -1 };
+	struct loop L = { .c = c, .a = a, .st = st };
 	int ret = 0, slack = -1;
 	uint64_t now, drain_until = 0;
 
