@@ -7,7 +7,7 @@ import os
 import pytest
 
 from iodl.groundtruth import BlkioGroup, LoopMount
-from tests.helpers import iodl, load_json, throttle_delivers
+from tests.helpers import fio_read_rate, iodl, load_json, throttle_delivers
 
 pytestmark = [pytest.mark.root, pytest.mark.loopdev, pytest.mark.blkio, pytest.mark.odirect]
 
@@ -51,16 +51,20 @@ def test_dlio_io_mb_per_second_is_the_throttled_rate_in_mib(tmp_path):
         gen = iodl("generate", "--workload", str(spec), "--root", m.path, "--quiet")
         assert gen.returncode == 0, gen.stderr
         group.throttle_read(m.majmin, rate)
+        # the run's shape: one 256 KiB read at a time; looked at before the run and (when the figure is not
+        # the set rate) after it, so that a throttle that moved during the run is seen (throttle_delivers)
+        shape = dict(bs=RECORD, engine="psync", iodepth=1, seconds=2)
+        before = fio_read_rate(m.path, group, **shape)
         res = tmp_path / "results"
+        device = group.read_bytes(m.majmin)
         proc = iodl("read", "--workload", str(spec), "--root", m.path, "--direct", "--engine", "psync",
                     "--dlio-dir", str(res), "--progress", "off", preexec_fn=group.enter, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        device = group.read_bytes(m.majmin)
+        device = group.read_bytes(m.majmin) - device
         (run,) = glob.glob(str(res / "training" / "unet3d" / "run" / "*"))
         s = load_json(os.path.join(run, "summary.json"))
-        # the run's shape: one 256 KiB read at a time
         delivered = throttle_delivers(s["metric"]["train_io_mean_MB_per_second"] * MiB, rate, 0.08, m.path, group,
-                                      bs=RECORD, engine="psync", iodepth=1)
+                                      before=before, **shape)
     m = s["metric"]
     print("DLIO figures:", {k: m[k] for k in ("train_au_percentage", "train_throughput_samples_per_second",
                                              "train_io_mean_MB_per_second")}, "device bytes", device)
