@@ -64,7 +64,9 @@ def test_a_run_writes_the_documented_result_whose_figures_follow_their_definitio
     assert 0 < m["aggregated_device_write_p95_ms"] <= max(t["fsync_latency_us"]["max"] for t in per_trial) / 1e3
     for key in ("tokens", "requests", "written_bytes", "read_bytes", "entries_written", "entry_reads"):
         assert kv[key] == sum(p[key] for p in kv["per_rank"]) == kv["mounts"][0][key]
-        assert all(p[key] > 0 for p in kv["per_rank"]), key
+        assert kv[key] > 0, key
+    # each rank worked (a rank may finish no request in a window on a loaded machine, but it began some)
+    assert all(p["written_bytes"] > 0 for p in kv["per_rank"])
     assert kv["device_read_fraction"] > 0.99   # each file's pages are dropped before it is read
     assert kv["fsyncs"] >= kv["entries_written"] > 0
 
@@ -182,5 +184,9 @@ def test_mlperf_files_are_in_mlpstorages_layout_and_aggregate_by_its_rule(tmp_pa
         for rank, s in enumerate(trial):
             end_s = r["trials"][t]["kvcache"]["per_rank"][rank]["end_s"]
             assert s["avg_throughput_tokens_per_sec"] == pytest.approx(s["total_tokens"] / end_s, rel=1e-12)
-            assert 0 < s["total_tokens"] < r["trials"][t]["kvcache"]["per_rank"][rank]["tokens"]
+            # fewer than iodl's tokens (context + generated); a rank may finish no request in a 2 s trial
+            # on a loaded machine (a CI run: one did, its fsyncs behind other tests' writeback): 0 and 0
+            tokens = r["trials"][t]["kvcache"]["per_rank"][rank]["tokens"]
+            assert 0 < s["total_tokens"] < tokens or s["total_tokens"] == tokens == 0
+    assert sum(s["total_tokens"] for trial in files for s in trial) > 0
     assert sum(s["cache_stats"]["storage_entries"] for trial in files for s in trial) == r["kvcache"]["entries_written"]
