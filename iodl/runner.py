@@ -211,9 +211,12 @@ def _open_mount(comm, spec, accelerators: bool) -> Mount:
     if spec.engine == "null" and not roots and accelerators:
         ds = wl.dataset   # the null engine needs no dataset: shard and sample sizes come from the workload
         ends = np.cumsum(np.full(ds.samples_per_file, ds.sample_size, dtype=np.int64))
-        sizes = [int(ends[-1])] * (ds.files * ds.copies)
-        return Mount(["(null: no dataset)"], 0, None, sizes, lambda i: ends, len(sizes) * ds.samples_per_file,
-                     (int(np.max(sizes, initial=0)), int(np.sum(sizes, dtype=np.int64))), synthetic=True,
+        # one shard size for all (read-only, no memory a shard: retinanet's 1.17 M as a list cost each
+        # rank ~0.15 s of CPU at start to build and reduce, seconds at 72 ranks on 2 cores)
+        n = ds.files * ds.copies
+        sizes = np.broadcast_to(ends[-1], (n,))
+        return Mount(["(null: no dataset)"], 0, None, sizes, lambda i: ends, n * ds.samples_per_file,
+                     (int(ends[-1]) if n else 0, int(ends[-1]) * n), synthetic=True,
                      batch_ends=lambda shards: np.broadcast_to(ends, (len(shards), len(ends))))
     if not roots:
         # no --root: the default dataset, generated on first use; a run given its roots never
