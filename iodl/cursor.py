@@ -185,11 +185,11 @@ class ShardFiles:
     def open(self, shards: list[int], then: list[int] = (), then_sizes: np.ndarray | None = None) -> list[int]:
         """The fds of shards (a batch's), opened now or ahead; then: the shards that come next,
         started after this batch's own opens (ahead; then_sizes: their sizes when known)."""
-        need = [s for s in dict.fromkeys(shards) if s not in self.fds]
         self.opened = None
-        if self.paths is None:
-            self.fds.update((s, -1) for s in need)
-        elif getattr(self.paths, "objects", False):
+        if self.paths is None:   # the null engine: no files, so nothing to open, hold or close
+            return [-1] * len(shards)
+        need = [s for s in dict.fromkeys(shards) if s not in self.fds]
+        if getattr(self.paths, "objects", False):
             return [self.paths[s] for s in shards]   # objects (iodl.s3dataset): the handle is the "fd", nothing to open
         elif self._pool is None:
             times = []
@@ -297,6 +297,8 @@ class ShardFiles:
 
     def close(self, shards: list[int]) -> None:
         """Close these shards' files (those open), each close timed; with open threads in one C call."""
+        if self.paths is None:
+            return
         fds = [fd for fd in (self.fds.pop(s, -1) for s in shards) if fd >= 0]
         if not fds:
             return
