@@ -310,6 +310,11 @@ def shard_plan(sizes: np.ndarray, block_size: int) -> bytearray: ...
     # sizes, none negative) read whole from offset 0 in block_size requests, the last one short, file column i,
     # op 0 (read); a shard of 0 bytes has no row. ValueError for a negative size or block_size < 1
 
+def shuffled_range(out: np.ndarray, seed: int, epoch: int) -> None: ...
+    # out (a writable contiguous int32 or int64 array of n items) filled with 0..n-1 in a Fisher-Yates order drawn
+    # from (seed, epoch) (splitmix64, Lemire's bounded draws): the same order wherever it is asked, in C (numpy's
+    # shuffle of 1.17 M took 0.18 s of CPU). Seeds are taken modulo 2**64. ValueError for another dtype
+
 def generated_paths(prefixes: bytes, folders: int, files: int, width: int, tail: bytes, shards: np.ndarray) -> bytes: ...
     # the paths of an iodl dataset's shards (a contiguous int64 array), each ending with its NUL (Opener.submit's
     # paths): shard s is copy c, file f = divmod(s, files), named prefixes[c * folders + f % folders] + "train-" + f

@@ -60,7 +60,7 @@ class SampleStream:
     CACHED_SHARDS = limits.CACHED_SHARDS
 
     def __init__(self, next_shard, sample_ends, sizes: np.ndarray, block_size: int, buffer: int = 0,
-                 rng: np.random.Generator | None = None, check: bool = True, records: bool = False,
+                 rng: np.random.Generator | list[int] | None = None, check: bool = True, records: bool = False,
                  npz_load: bool = False, batch_ends=None):
         self._next_shard, self._sample_ends, self._sizes, self._bs = next_shard, sample_ends, sizes, block_size
         # batch_ends(shards) -> (n, k) sample ends of a batch's shards in one look-up (a dataset's
@@ -70,7 +70,9 @@ class SampleStream:
         self._npz_load = npz_load                         # np.load's reads (plan.npz_load_plan)
         self._shard, self._ends, self._rows, self._sample, self._row = None, None, None, 0, 0
         self._layouts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._buffer_cap, self._rng, self._check = buffer, rng or np.random.default_rng(0), check
+        # rng: the buffer's draws' Generator, or its seed (a list), the Generator then made at the
+        # first draw: numpy.random's import is ~20 ms of a rank's CPU, and most runs never draw
+        self._buffer_cap, self._rng, self._check = buffer, [0] if rng is None else rng, check
         self._buf_shard = np.empty(0, dtype=np.int64)     # loaded, not yet taken (shard, sample)
         self._buf_sample = np.empty(0, dtype=np.int64)
         self._buf_bytes = np.empty(0, dtype=np.int64)     # their sizes
@@ -254,6 +256,8 @@ class SampleStream:
                     raise RuntimeError("sample stream: an empty buffer could not start the next epoch")
                 continue
             k = min(n, have)
+            if isinstance(self._rng, list):
+                self._rng = np.random.default_rng(self._rng)
             pick = np.sort(self._rng.choice(have, size=k, replace=False))
             shards, samples = self._buf_shard[pick], self._buf_sample[pick]
             for shard in np.unique(shards).tolist():
@@ -791,11 +795,14 @@ class ShardShares:
 
     def _next_share(self) -> None:
         self._epoch += 1
-        # int32 below 2**31 shards: half the memory of permutation()'s int64 (1,000,000 shards:
-        # 4 MB a rank), the same order (shuffle draws the same numbers whatever the dtype)
-        perm = np.arange(self._n, dtype=np.int32 if self._n < 2**31 else np.int64)
+        # int32 below 2**31 shards: half the memory of int64 (1,000,000 shards: 4 MB a rank), the
+        # same order. Shuffled in C: every rank deals from the whole permutation, and numpy's
+        # shuffle of 1.17 M shards cost each rank 0.18 s of CPU at start (seconds at 72 ranks)
         if self._shuffled:
-            np.random.default_rng([self._seed, self._epoch]).shuffle(perm)
+            perm = np.empty(self._n, dtype=np.int32 if self._n <= 2**31 else np.int64)
+            _native.shuffled_range(perm, self._seed, self._epoch)
+        else:
+            perm = np.arange(self._n, dtype=np.int32 if self._n <= 2**31 else np.int64)
         positions = np.arange(self._index, max(self._n, self._ranks), self._ranks, dtype=np.int64) % self._n
         self._share, self._at = perm[positions], 0   # the rank's share, in perm's dtype
 
@@ -1035,7 +1042,7 @@ def _shard_stream(cfg: RunSpec, sample_ends, sizes, total_samples: int, index_in
     next_shard = ShardLookahead(shard_source(cfg, len(sizes), index_in_mount, ranks_in_mount, rank, buffer),
                                 *((sizes, batch_ends) if whole else ()))
     return SampleStream(next_shard, sample_ends, sizes, cfg.block_size, buffer,
-                        rng=np.random.default_rng([cfg.seed, rank, 1]), check=cfg.sampling == "epoch",
+                        rng=[cfg.seed, rank, 1], check=cfg.sampling == "epoch",
                         records=cfg.reading.records, npz_load=cfg.reading.npz_load, batch_ends=batch_ends), next_shard
 
 

@@ -98,6 +98,7 @@ PyObject *iodl_py_pread_rows(PyObject *m, PyObject *args);
 /* bind_plan.c: a batch of whole shards' plan (iodl/plan.py shard_plan) */
 PyObject *iodl_py_shard_plan(PyObject *m, PyObject *args);
 PyObject *iodl_py_generated_paths(PyObject *m, PyObject *args);
+PyObject *iodl_py_shuffled_range(PyObject *m, PyObject *args);
 
 /* beside their code */
 PyObject *iodl_py_write_files(PyObject *m, PyObject *args);	/* smallfiles.c */

@@ -288,3 +288,90 @@ out:
 	PyBuffer_Release(&shards);
 	return out;
 }
+
+/* splitmix64 (Steele, Lea, Flood 2014): one 64-bit state, a few operations a number; plenty for
+ * dealing shards, which needs spread, not cryptography */
+static uint64_t splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* uniform in [0, range), range >= 1: Lemire's multiply-shift, the few biased draws rejected */
+static uint64_t below(uint64_t *state, uint64_t range)
+{
+	unsigned __int128 m = (unsigned __int128)splitmix64(state) * range;
+	uint64_t low = (uint64_t)m;
+
+	if (low < range) {
+		uint64_t floor = -range % range;
+		while (low < floor) {
+			m = (unsigned __int128)splitmix64(state) * range;
+			low = (uint64_t)m;
+		}
+	}
+	return (uint64_t)(m >> 64);
+}
+
+/*
+ * shuffled_range(out, seed, epoch): out (a writable contiguous int32 or int64 buffer of n items)
+ * filled with 0..n-1 in a Fisher-Yates order drawn from (seed, epoch): the same order on every
+ * rank that asks. numpy's Generator.shuffle took 0.18 s of CPU for 1.17 M shards (retinanet's),
+ * each rank at start and at every epoch: at 72 ranks on 2 cores, ~6 s of the start-up.
+ */
+PyObject *iodl_py_shuffled_range(PyObject *Py_UNUSED(m), PyObject *args)
+{
+	PyObject *obj;
+	Py_buffer out;
+	unsigned long long seed, epoch;
+	char fmt[64];
+
+	if (!PyArg_ParseTuple(args, "OKK:shuffled_range", &obj, &seed, &epoch))
+		return NULL;
+	if (PyObject_GetBuffer(obj, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_ValueError, "shuffled_range: out must be a writable contiguous int32 or int64 array");
+		return NULL;
+	}
+	iodl_format_bare(out.format ? out.format : "B", fmt, sizeof(fmt));
+	if (!fmt[0] || fmt[1] || !strchr("ilq", fmt[0]) || (out.itemsize != 4 && out.itemsize != 8)) {
+		PyBuffer_Release(&out);
+		PyErr_SetString(PyExc_ValueError, "shuffled_range: out must be a writable contiguous int32 or int64 array");
+		return NULL;
+	}
+	size_t n = (size_t)(out.len / out.itemsize);
+	if (out.itemsize == 4 && n > (size_t)INT32_MAX + 1) {
+		PyBuffer_Release(&out);
+		PyErr_SetString(PyExc_ValueError, "shuffled_range: more items than int32 holds");
+		return NULL;
+	}
+	/* the state from both numbers, each mixed in: (s, e) and (e, s) give different orders */
+	uint64_t state = seed;
+	state = splitmix64(&state) ^ epoch;
+	(void)splitmix64(&state);
+
+/* 0..n-1, then Fisher-Yates from the end: one body for both widths */
+#define SHUFFLE_RANGE(type)                                               \
+	do {                                                              \
+		type *a = out.buf;                                        \
+		for (size_t i = 0; i < n; i++)                            \
+			a[i] = (type)i;                                   \
+		for (size_t i = n; i > 1; i--) {                          \
+			size_t j = (size_t)below(&state, i);              \
+			type t = a[i - 1];                                \
+			a[i - 1] = a[j];                                  \
+			a[j] = t;                                         \
+		}                                                         \
+	} while (0)
+	Py_BEGIN_ALLOW_THREADS
+	if (out.itemsize == 4)
+		SHUFFLE_RANGE(int32_t);
+	else
+		SHUFFLE_RANGE(int64_t);
+#undef SHUFFLE_RANGE
+	Py_END_ALLOW_THREADS
+	PyBuffer_Release(&out);
+	Py_RETURN_NONE;
+}

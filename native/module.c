@@ -49,6 +49,9 @@ static PyMethodDef module_methods[] = {
 	{ "generated_paths", iodl_py_generated_paths, METH_VARARGS,
 	  "generated_paths(prefixes, folders, files, width, tail, shards) -> bytes: an iodl dataset's paths of the "
 	  "shards (int64), each ending with its NUL (NUL-terminated prefixes, copy by copy, folders of each)" },
+	{ "shuffled_range", iodl_py_shuffled_range, METH_VARARGS,
+	  "shuffled_range(out, seed, epoch): out (contiguous int32 or int64, n items) filled with 0..n-1 in the "
+	  "Fisher-Yates order drawn from (seed, epoch)" },
 	/* bind_rows.c */
 	{ "pread_rows", iodl_py_pread_rows, METH_VARARGS,
 	  "pread_rows(fd, base, row_bytes, rows, seen, stored) -> bytes: the rows (int64 indices of a table "
