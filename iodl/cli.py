@@ -109,11 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM ends a command as Ctrl-C does (one line, its own clean-up), from the very start;
     # a command that can do better (read: a partial result) installs its own handlers
     in_main = threading.current_thread() is threading.main_thread()
-    old_term = signal.signal(signal.SIGTERM, _on_term) if in_main else None
+    old_term = None
     try:
-        return _main(argv, starting)
-    finally:
         if in_main:
+            old_term = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, _on_term)
+        return _main(argv, starting)
+    except KeyboardInterrupt:
+        # a stop in the instant before _main's own handling: signal.signal has installed the
+        # handler in C and is still in Python (a CI run's SIGINT, sent once SIGTERM was caught,
+        # landed in its enum conversion and printed a traceback)
+        return _fail("interrupted", 130)
+    finally:
+        if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
 
 
