@@ -213,7 +213,8 @@ def test_a_workload_that_does_not_describe_the_dataset_is_refused(tmp_path, othe
 def test_a_run_of_n_steps_reads_n_batches_not_the_prefetch_past_them(tmp_path):
     """The reader stops at the run's last batch, as a data loader whose epoch ends does: 5 steps
     of ~2 MB with 2 batches of prefetch read what the steps consume and less than a batch more (the
-    1 MiB blocks at the shards' and batches' edges: 4-9 % more, by the order), not 2-3 batches more."""
+    1 MiB blocks at the shards' and batches' edges: 0.9 % more with one seeded order, 8.7 % with another),
+    not 2-3 batches more (+40-60 %)."""
     out = tmp_path / "r.json"
     proc = iodl("read", "--steps", "5", "--prefetch", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
