@@ -329,20 +329,24 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
         # buffered pages written back by the flusher (another process's sync(), say) pass the cgroup v1
         # throttle by: then the throttle does not say what either side should measure
         raise NotJudged(f"{unthrottled / 1e6:.0f} MB reached the device outside the throttled group")
+    # Why rounds differ (measured by hand, /sys/block/loopN/stat read every 2 ms): the cgroup v1 throttle
+    # of this (rotational) loop device lets writes through in bursts, a 100 ms slice's budget at a time.
+    # At 80 MB/s a slice holds 7.6 of the direct jobs' 1 MiB writes: a run whose slices pass 7 writes each gets
+    # 73.4 MB/s, one that carries the fraction over ~81, and a 64 MiB run (0.82-0.93 s) lands in either
+    # mode, for both tools alike (numjobs2, 41 rounds: fio 22 times in the lower mode, iodl 30; eight longer
+    # rounds, 2 x 128 MiB: fio 72.6-79.4, iodl 74.2-80.3 MB/s). Medians of three such rounds that mix modes
+    # cannot be held to 5 % of each other: not judged, and counted.
     own = [rd["fio"]["bandwidth_MBps"] for rd in e["rounds"]]
     if not agree and max(own) - min(own) > 0.05 * f["bandwidth_MBps"]:
-        # fio's own rounds on the same throttle differ by more than the tolerance (seen: 72.4-81.7 MB/s
-        # on a busy host): medians of three such rounds cannot be held to 5 % of each other
         raise NotJudged(f"the throttle not steady: fio's own rounds wrote {min(own):.1f}-{max(own):.1f} MB/s")
     ours = [rd["iodl"]["bandwidth_MBps"] for rd in e["rounds"]]
     if not agree and max(ours) - min(ours) > 0.05 * i["bandwidth_MBps"]:
-        # the same of iodl's rounds (a CI run, numjobs2: iodl 77.9, 73.7, 74.0 against fio 78.0, 81.4, 81.2,
-        # interleaved). Counted as not judged, not passed: that iodl fell behind after the first round in
-        # both attempts of that run is a lead to follow, not yet explained
         raise NotJudged(f"iodl's own rounds wrote {min(ours):.1f}-{max(ours):.1f} MB/s, fio's {min(own):.1f}-{max(own):.1f}")
     assert agree, e["rounds"]
-    # never above what the throttle lets through (a write counted before it reached the device would be)
-    assert i["bandwidth_MBps"] <= 1.02 * LIMIT / 1e6, e["rounds"]
+    # never above what the throttle lets through (a write counted before it reached the device would be):
+    # the rate, after a first slice's budget (100 ms of it) that an idle throttle passes at once
+    nbytes = 64 << 20
+    assert i["bandwidth_MBps"] <= 1.02 * nbytes / ((nbytes - 0.1 * LIMIT) / LIMIT) / 1e6, e["rounds"]
     if f["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05):
         if max(ours) - min(ours) > 0.05 * i["bandwidth_MBps"] or max(own) - min(own) > 0.05 * f["bandwidth_MBps"]:
             # rounds that far apart cannot hold a median to 5 % of the set rate either (a CI run: iodl
