@@ -268,8 +268,6 @@ def file_ops(op: int, paths: bytes, hist: np.ndarray) -> tuple[int, int, int]: .
     # then iodl's lay-out mark, close), 1/2/3 filestat (stat, lstat, statx), 4 filedelete (unlink, marked files
     # only). Each timed call's latency goes into `hist` (int64); -> (files done, t_start_ns, t_end_ns) on the
     # engine's clock; OSError naming the file on the first failure. The GIL is released.
-def syncfs(fd: int) -> None: ...
-    # syncfs(2) on the filesystem holding fd (a directory's, say), the GIL released; OSError naming syncfs.
 
 class Opener:   # an open-ahead pool (native/opener.c); made by opener()
     def submit(self, paths: bytes, sizes: np.ndarray, out: np.ndarray | None = None) -> int: ...

@@ -104,6 +104,5 @@ PyObject *iodl_py_shuffled_range(PyObject *m, PyObject *args);
 PyObject *iodl_py_write_files(PyObject *m, PyObject *args);	/* smallfiles.c */
 PyObject *iodl_py_list_dir(PyObject *m, PyObject *args);	/* listing.c */
 PyObject *iodl_py_file_ops(PyObject *m, PyObject *args);	/* fileops.c */
-PyObject *iodl_py_syncfs(PyObject *m, PyObject *arg);	/* fileops.c */
 
 #endif

@@ -132,18 +132,3 @@ out:
 		return NULL;
 	return Py_BuildValue("LKK", done, (unsigned long long)t0, (unsigned long long)t1);
 }
-
-/* syncfs(fd): the filesystem holding fd written back, the GIL released (Python has no os.syncfs) */
-PyObject *iodl_py_syncfs(PyObject *Py_UNUSED(m), PyObject *arg)
-{
-	int fd, rc;
-
-	if (!PyArg_Parse(arg, "i:syncfs", &fd))
-		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = syncfs(fd);
-	Py_END_ALLOW_THREADS
-	if (rc < 0)
-		return iodl_oserror_wsyscall(errno, "syncfs");
-	Py_RETURN_NONE;
-}

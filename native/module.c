@@ -70,7 +70,6 @@ static PyMethodDef module_methods[] = {
 	  "file_ops(op, paths, hist) -> (files done, t_start_ns, t_end_ns): fio's filecreate (op 0, exclusive, "
 	  "marked), filestat (1 stat, 2 lstat, 3 statx) or filedelete (4, marked files only) on each NUL-terminated "
 	  "path; each call's latency into the int64 histogram" },
-	{ "syncfs", iodl_py_syncfs, METH_O, "syncfs(fd): write back the dirty data of the filesystem holding fd" },
 	{ NULL }
 };
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import __version__, _native, limits
+from .. import __version__, limits
 from ..comm import collective
 from ..errors import IodlError, UsageError
 from ..formats import BLOCK, Format, Stream, content_buffer, format_for
@@ -271,17 +272,24 @@ def _oserror_to_iodl(fn):
 # ---------------------------------------------------------------- a rank's share of the shards ---
 
 def _write_back(roots: list[str]) -> None:
-    """syncfs on each filesystem the roots are on, once each."""
-    seen = set()
+    """Each filesystem the roots are on written back (syncfs), once each, by a `sync -f` child: its
+    wait for the device cannot be interrupted, and in this process it would hold a Ctrl-C until the
+    last dirty byte reached slow storage. Interrupted, this process ends at once and the child
+    finishes the write-back on its own."""
+    seen, one_each = set(), []
     for root in roots:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            dev = os.fstat(fd).st_dev
-            if dev not in seen:
-                seen.add(dev)
-                _native.syncfs(fd)
-        finally:
-            os.close(fd)
+        dev = os.stat(root).st_dev
+        if dev not in seen:
+            seen.add(dev)
+            one_each.append(root)
+    try:
+        done = subprocess.run(["sync", "-f", "--", *one_each], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError:   # no coreutils sync on PATH: the whole system's, here
+        os.sync()
+        return
+    if done.returncode:
+        raise IodlError(f"writing the dataset back to storage failed: {done.stderr.strip() or done.returncode}")
 
 
 def _write_share(job: _Job, comm, progress) -> tuple[int, int, int, dict, dict]:
