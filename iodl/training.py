@@ -438,8 +438,7 @@ class SampleAccessStream:
             pos = np.arange(self._i * total // self._r, (self._i + 1) * total // self._r, dtype=np.int64)
         if "sample" in cfg.shuffle:
             pos = np.random.default_rng([cfg.seed, epoch, self._i, 2]).permutation(pos)
-        order = (np.random.default_rng([cfg.seed, epoch]).permutation(self._n) if "file" in cfg.shuffle
-                 else np.arange(self._n))
+        order = epoch_order(self._n, cfg.seed, epoch) if "file" in cfg.shuffle else np.arange(self._n)
         return order[pos // self._spf].astype(np.int64), pos % self._spf
 
     def _next_epoch(self) -> None:
@@ -712,8 +711,7 @@ class RowGroupStream(SampleAccessStream):
         cfg, total = self._cfg, self._n * self._spf
         self._lo, self._hi = ((self._i % total, self._i % total + 1) if total < self._r
                               else (self._i * total // self._r, (self._i + 1) * total // self._r))
-        self._order = (np.random.default_rng([cfg.seed, self._epoch]).permutation(self._n) if "file" in cfg.shuffle
-                       else np.arange(self._n))
+        self._order = epoch_order(self._n, cfg.seed, self._epoch) if "file" in cfg.shuffle else np.arange(self._n)
         self._pos, self._unchecked = 0, True
 
     def finish(self) -> None:
@@ -785,6 +783,17 @@ def shard_source(cfg: RunSpec, n_shards: int, index_in_mount: int, ranks_in_moun
     return ShardShares(n_shards, index_in_mount, ranks_in_mount, cfg.seed, shuffled)
 
 
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The mount's file order of an epoch when files are shuffled: a permutation of 0..n-1 drawn from
+    (seed, epoch), the same on every rank, which each deals its share from (every stream's, so one
+    seed gives one order whatever the format). Shuffled in C (_native.shuffled_range): numpy's
+    shuffle of 1.17 M shards cost each rank ~0.08 s of CPU at start, this ~0.02. int32 below 2**31
+    files: half the memory of int64 (1,000,000 shards: 4 MB a rank), the same order."""
+    perm = np.empty(n, dtype=np.int32 if n <= 2**31 else np.int64)
+    _native.shuffled_range(perm, seed, epoch)
+    return perm
+
+
 class ShardShares:
     """A rank's shards epoch after epoch (shard_source's with --sampling epoch): called, the next
     (shard, epoch); draw(n), the next n as two arrays, in a few array operations whatever n."""
@@ -795,14 +804,8 @@ class ShardShares:
 
     def _next_share(self) -> None:
         self._epoch += 1
-        # int32 below 2**31 shards: half the memory of int64 (1,000,000 shards: 4 MB a rank), the
-        # same order. Shuffled in C: every rank deals from the whole permutation, and numpy's
-        # shuffle of 1.17 M shards cost each rank ~0.08 s of CPU at start (0.02 in C)
-        if self._shuffled:
-            perm = np.empty(self._n, dtype=np.int32 if self._n <= 2**31 else np.int64)
-            _native.shuffled_range(perm, self._seed, self._epoch)
-        else:
-            perm = np.arange(self._n, dtype=np.int32 if self._n <= 2**31 else np.int64)
+        perm = (epoch_order(self._n, self._seed, self._epoch) if self._shuffled
+                else np.arange(self._n, dtype=np.int32 if self._n <= 2**31 else np.int64))
         positions = np.arange(self._index, max(self._n, self._ranks), self._ranks, dtype=np.int64) % self._n
         self._share, self._at = perm[positions], 0   # the rank's share, in perm's dtype
 
