@@ -4,8 +4,7 @@
 
 What is compared (goal: iodl's bandwidth >= 0.8 x dd's):
 - dd:   dd if=/dev/zero of=FILE bs=1M count=N conv=fdatasync   (buffered writes, one fdatasync at the end)
-- iodl: iodl generate --workload resnet50 --files K --root DIR (which ends with a syncfs of its own), then
-  syncfs on the filesystem (`sync -f`)
+- iodl: iodl generate --workload resnet50 --files K --root DIR, then syncfs on the filesystem (`sync -f`)
   (buffered writes of incompressible, CRC-framed TFRecords, flushed once at the end), timed from the
   command's start, interpreter start-up included.
 Both write the same number of bytes (dd's count is rounded to the dataset's size in MiB). After
@@ -21,8 +20,7 @@ Small files (goal: iodl's files/s >= 1.0 x a plain loop's): the `raw` workload, 
 per file, against a plain Python loop on the same filesystem in the same run, each into a fresh
 directory (os.open O_CREAT|O_EXCL, os.write 4 KiB, os.close; no content generation, no names to
 derive, no subfolders). Both are timed in this process from the call to its return (`write`) and
-to the end of a syncfs after it (`synced`; iodl generate writes its data back before it returns, so
-from then on its two are one, and its `write` is no longer the page cache's); iodl with --ranks > 1 runs under mpiexec and is timed
+to the end of a syncfs after it (`synced`); iodl with --ranks > 1 runs under mpiexec and is timed
 as a command, interpreter start-up included. Interleaved, on a fresh loop-mounted ext4 when root.
 After each iodl run the bench asserts that no folder it generated holds more than 10,000 entries.
 Results: bench/results/generate-small-files.{json,md} (--name to write others, e.g. at 1,000,000 files).
@@ -193,7 +191,7 @@ def small_files(args) -> int:
         f"iodl ranks {args.ranks}.",
         "The plain loop: `os.open(O_CREAT|O_EXCL)`, `os.write` 4 KiB, `os.close` per file into one directory (no content",
         "to make, no names to derive). iodl: `data.generate` (its content, subfolders of at most 10,000 files, its",
-        "manifest). `write`: from the call to its return (iodl's ends with its own syncfs); `synced`: to the end of a syncfs after it.", "",
+        "manifest). `write`: from the call to its return; `synced`: to the end of a syncfs after it.", "",
         "| run | loop files/s | iodl files/s | ratio (write) | ratio (synced) |", "|---|---|---|---|---|",
         *[f"| {j} | {r['loop_write_files_s']:.0f} | {r['iodl_write_files_s']:.0f} | {r['ratio_write']:.2f} | "
           f"{r['ratio_synced']:.2f} |" for j, r in enumerate(runs)],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -66,9 +65,6 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     collective(comm, lambda: _oserror_to_iodl(lambda: _start_roots(job, manifest) if comm.rank == 0 else None))
     t0 = time.perf_counter()
     share = collective(comm, lambda: _oserror_to_iodl(lambda: _write_share(job, comm, progress)))
-    # the data written back before the clock stops: the rate is the storage's, and a read run right
-    # after (O_DIRECT above all, which writes a file's dirty pages back first) does not pay for it
-    collective(comm, lambda: _oserror_to_iodl(lambda: _write_back(job.roots) if share[0] else None))
     gathered = comm.gather((*share, time.perf_counter() - t0), root=0)
     result = collective(comm, lambda: _oserror_to_iodl(
         lambda: _finish_roots(job, manifest, gathered) if comm.rank == 0 else None))
@@ -270,27 +266,6 @@ def _oserror_to_iodl(fn):
 
 
 # ---------------------------------------------------------------- a rank's share of the shards ---
-
-def _write_back(roots: list[str]) -> None:
-    """Each filesystem the roots are on written back (syncfs), once each, by a `sync -f` child: its
-    wait for the device cannot be interrupted, and in this process it would hold a Ctrl-C until the
-    last dirty byte reached slow storage. Interrupted, this process ends at once and the child
-    finishes the write-back on its own."""
-    seen, one_each = set(), []
-    for root in roots:
-        dev = os.stat(root).st_dev
-        if dev not in seen:
-            seen.add(dev)
-            one_each.append(root)
-    try:
-        done = subprocess.run(["sync", "-f", "--", *one_each], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
-    except FileNotFoundError:   # no coreutils sync on PATH: the whole system's, here
-        os.sync()
-        return
-    if done.returncode:
-        raise IodlError(f"writing the dataset back to storage failed: {done.stderr.strip() or done.returncode}")
-
 
 def _write_share(job: _Job, comm, progress) -> tuple[int, int, int, dict, dict]:
     """This rank's shards under every root: work item k (over roots, copies, files) is rank k %

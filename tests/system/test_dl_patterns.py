@@ -69,9 +69,9 @@ def test_infer_async_at_its_own_batch_and_compute_time_matches_two_throttles(tmp
         gen = iodl("generate", "--workload", "resnet50-infer", "--files", "5", "--root", a.path, "--root", b.path,
                    "--quiet", timeout=300)
         assert gen.returncode == 0, gen.stderr
-        # generate returns with its 1.4 GB written back (left dirty, the run's first O_DIRECT read of each
-        # file wrote it back in the window: a CI run had both mounts 4-9 % under their throttles):
-        # tests/system/test_generate_writeback.py
+        # the generated 1.4 GB is dirty in the page cache: written back now, not by the run's first
+        # O_DIRECT reads of each file (a CI run: both mounts 4-9 % under their throttles, both attempts)
+        os.sync()
         for m, bps in zip((a, b), throttles):
             group.throttle_read(m.majmin, bps)
         out = tmp_path / "r.json"
