@@ -329,13 +329,13 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
         # buffered pages written back by the flusher (another process's sync(), say) pass the cgroup v1
         # throttle by: then the throttle does not say what either side should measure
         raise NotJudged(f"{unthrottled / 1e6:.0f} MB reached the device outside the throttled group")
-    # Why rounds differ (measured by hand, /sys/block/loopN/stat read every 2 ms): the cgroup v1 throttle
-    # of this (rotational) loop device lets writes through in bursts, a 100 ms slice's budget at a time.
-    # At 80 MB/s a slice holds 7.6 of the direct jobs' 1 MiB writes: a run whose slices pass 7 writes each gets
-    # 73.4 MB/s, one that carries the fraction over ~81, and a 64 MiB run (0.82-0.93 s) lands in either
-    # mode, for both tools alike (numjobs2, 41 rounds: fio 22 times in the lower mode, iodl 30; eight longer
-    # rounds, 2 x 128 MiB: fio 72.6-79.4, iodl 74.2-80.3 MB/s). Medians of three such rounds that mix modes
-    # cannot be held to 5 % of each other: not judged, and counted.
+    # Why rounds differ (measured by hand, /sys/block/loopN/stat read every 2 ms): the cgroup v1
+    # throttle of this (rotational) loop device lets writes through in bursts, a 100 ms slice's
+    # budget at a time. At 80 MB/s a slice holds 7.6 of the direct jobs' 1 MiB writes: a run whose
+    # slices pass 7 each gets 73.4 MB/s, one that carries the fraction over ~81, and a 64 MiB run
+    # (0.82-0.93 s) lands in either mode, for both tools alike (numjobs2, 41 rounds: fio 22 times in
+    # the lower mode, iodl 30; eight longer rounds, 2 x 128 MiB: fio 72.6-79.4, iodl 74.2-80.3 MB/s).
+    # Medians of three such rounds that mix modes cannot be held to 5 % of each other: not judged.
     own = [rd["fio"]["bandwidth_MBps"] for rd in e["rounds"]]
     if not agree and max(own) - min(own) > 0.05 * f["bandwidth_MBps"]:
         raise NotJudged(f"the throttle not steady: fio's own rounds wrote {min(own):.1f}-{max(own):.1f} MB/s")
