@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.helpers import iodl, load_json, mpiexec
+from tests.helpers import NotJudged, iodl, load_json, mpiexec
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "numbers.md")
 SMALL = ["--model", "tiny-1b", "--users", "6", "--context", "200:2000"]
@@ -188,5 +188,8 @@ def test_mlperf_files_are_in_mlpstorages_layout_and_aggregate_by_its_rule(tmp_pa
             # on a loaded machine (a CI run's phase 1: one did, why not measured): 0 and 0
             tokens = r["trials"][t]["kvcache"]["per_rank"][rank]["tokens"]
             assert 0 < s["total_tokens"] < tokens or s["total_tokens"] == tokens == 0
-    assert sum(s["total_tokens"] for trial in files for s in trial) > 0
+    if not sum(s["total_tokens"] for trial in files for s in trial):
+        # no rank finished a request in either 2 s trial (every request fsyncs its entry; seen once
+        # beside two other kvcache tests, three at a time): the rule held over zeros only
+        raise NotJudged("no request finished in 2 x 2 trials of 2 s: the aggregation saw only zeros")
     assert sum(s["cache_stats"]["storage_entries"] for trial in files for s in trial) == r["kvcache"]["entries_written"]
