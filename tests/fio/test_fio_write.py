@@ -337,10 +337,12 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
     # the lower mode, iodl 30; eight longer rounds, 2 x 128 MiB: fio 72.6-79.4, iodl 74.2-80.3 MB/s).
     # Medians of three such rounds that mix modes cannot be held to 5 % of each other: not judged.
     own = [rd["fio"]["bandwidth_MBps"] for rd in e["rounds"]]
-    if not agree and max(own) - min(own) > 0.05 * f["bandwidth_MBps"]:
-        raise NotJudged(f"the throttle not steady: fio's own rounds wrote {min(own):.1f}-{max(own):.1f} MB/s")
     ours = [rd["iodl"]["bandwidth_MBps"] for rd in e["rounds"]]
-    if not agree and max(ours) - min(ours) > 0.05 * i["bandwidth_MBps"]:
+    fio_steady = max(own) - min(own) <= 0.05 * f["bandwidth_MBps"]
+    iodl_steady = max(ours) - min(ours) <= 0.05 * i["bandwidth_MBps"]
+    if not agree and not fio_steady:
+        raise NotJudged(f"the throttle not steady: fio's own rounds wrote {min(own):.1f}-{max(own):.1f} MB/s")
+    if not agree and not iodl_steady:
         raise NotJudged(f"iodl's own rounds wrote {min(ours):.1f}-{max(ours):.1f} MB/s, fio's {min(own):.1f}-{max(own):.1f}")
     assert agree, e["rounds"]
     # never above what the throttle lets through (a write counted before it reached the device would be):
@@ -348,7 +350,7 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
     nbytes = 64 << 20
     assert i["bandwidth_MBps"] <= 1.02 * nbytes / ((nbytes - 0.1 * LIMIT) / LIMIT) / 1e6, e["rounds"]
     if f["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05):
-        if max(ours) - min(ours) > 0.05 * i["bandwidth_MBps"] or max(own) - min(own) > 0.05 * f["bandwidth_MBps"]:
+        if not (iodl_steady and fio_steady):
             # rounds that far apart cannot hold a median to 5 % of the set rate either (a CI run: iodl
             # 71.6/78.1/73.0, fio 70.9/81.6/81.2)
             raise NotJudged(f"rounds not steady: iodl {min(ours):.1f}-{max(ours):.1f}, fio {min(own):.1f}-{max(own):.1f} MB/s")

@@ -191,5 +191,5 @@ def test_mlperf_files_are_in_mlpstorages_layout_and_aggregate_by_its_rule(tmp_pa
     if not sum(s["total_tokens"] for trial in files for s in trial):
         # no rank finished a request in either 2 s trial (every request fsyncs its entry; seen once
         # beside two other kvcache tests, three at a time): the rule held over zeros only
-        raise NotJudged("no request finished in 2 x 2 trials of 2 s: the aggregation saw only zeros")
+        raise NotJudged("no request finished on 2 ranks x 2 trials of 2 s: the aggregation saw only zeros")
     assert sum(s["cache_stats"]["storage_entries"] for trial in files for s in trial) == r["kvcache"]["entries_written"]
