@@ -4,6 +4,7 @@ the write and read speeds, and the loop device's own counters say what reached i
 The model is a small transformer written by 4 ranks (ZeRO 3 over 4 data-parallel ranks, ~350 MB),
 defined here in TOML with DLIO's keys."""
 import os
+import shutil
 
 import pytest
 
@@ -37,8 +38,9 @@ def model(tmp_path):
 def test_write_and_read_back_match_the_throttles_and_every_byte_reaches_the_device(tmp_path, model, direct):
     """Writes at a 60 MB/s write throttle (buffered: the fsync's writeback runs in the writer's
     context and is throttled there) and reads back after dropping caches at a 100 MB/s read
-    throttle: each within 5 % of its throttle; the device has been asked to write at least every
-    checkpoint byte when the command returns; every byte written is read back."""
+    throttle: each within 5 % of its throttle (the write, when it is not, within 5 % of fio's in the same
+    shape: the backing disk was short); the device has been asked to write at least every checkpoint byte
+    when the command returns; every byte written is read back."""
     path, total = model
     write_bps, read_bps = 60 * MB, 100 * MB
     with LoopMount(1 << 30) as m, BlkioGroup("iodl-ckpt") as group:
@@ -53,15 +55,34 @@ def test_write_and_read_back_match_the_throttles_and_every_byte_reaches_the_devi
         proc = iodl(*args, ranks=4, preexec_fn=group.enter, timeout=120)
         reached = m.bytes_written() - before
         assert proc.returncode == 0, proc.stderr
-    result = load_json(out)
-    write, read = result["checkpoint"]["write"], result["checkpoint"]["read"]
-    print(f"checkpoint {total / MB:.1f} MB: write {write['bandwidth_MBps']:.2f} MB/s (slowest rank "
-          f"{write['min_rank_bandwidth_MBps']:.2f}), read {read['bandwidth_MBps']:.2f} MB/s; device wrote "
-          f"{reached / MB:.1f} MB")
+        result = load_json(out)
+        write, read = result["checkpoint"]["write"], result["checkpoint"]["read"]
+        print(f"checkpoint {total / MB:.1f} MB: write {write['bandwidth_MBps']:.2f} MB/s (slowest rank "
+              f"{write['min_rank_bandwidth_MBps']:.2f}), read {read['bandwidth_MBps']:.2f} MB/s; device wrote "
+              f"{reached / MB:.1f} MB")
+        written = write["bandwidth_MBps"] * MB
+        fio = []
+        if written != pytest.approx(write_bps, rel=0.05):
+            # The set rate is the truth only while the loop device's backing disk carries it: a CI run wrote
+            # 56.9 MB/s here, and with another writer on that disk both tools in this shape got 37-56 MB/s,
+            # either ahead, round by round. Then the truth is fio writing the same shape (4 jobs x 2 files,
+            # the same engine and requests in flight) through the same throttle, right before and right
+            # after the write is run again (without the read back).
+            shutil.rmtree(root)
+            fio.append(fio_write_rate(os.path.join(m.path, "fio-probe"), total, group, direct=direct, jobs=4,
+                                      files=2, engine="libaio" if direct else "psync", iodepth=8 if direct else 1))
+            again = iodl(*args, "--reads", "0", "--out", str(tmp_path / "again.json"), ranks=4,
+                         preexec_fn=group.enter, timeout=120)
+            assert again.returncode == 0, again.stderr
+            written = load_json(tmp_path / "again.json")["checkpoint"]["write"]["bandwidth_MBps"] * MB
+            shutil.rmtree(root)
+            fio.append(fio_write_rate(os.path.join(m.path, "fio-probe"), total, group, direct=direct, jobs=4,
+                                      files=2, engine="libaio" if direct else "psync", iodepth=8 if direct else 1))
+            print(f"not at the set rate: written again at {written / MB:.2f} MB/s between fio's "
+                  f"{fio[0] / MB:.2f} and {fio[1] / MB:.2f} MB/s in the same shape")
     assert result["fsync"] is True and write["fsync"] is True and write["fsyncs"] == 8
     assert write["bytes"] >= total and write["bytes"] - total < 8 * 4096   # direct: whole 4 KiB blocks
     assert reached >= write["bytes"], (reached, write["bytes"])
-    assert write["bandwidth_MBps"] * MB == pytest.approx(write_bps, rel=0.05)
     assert read["bytes"] == write["bytes"]
     assert read["bandwidth_MBps"] * MB == pytest.approx(read_bps, rel=0.05)
     if not direct:
@@ -71,6 +92,10 @@ def test_write_and_read_back_match_the_throttles_and_every_byte_reaches_the_devi
     assert write["duration_s"] == pytest.approx(max(r["duration_s"] for r in write["per_rank"]), rel=1e-9)
     assert write["min_rank_bandwidth_MBps"] == pytest.approx(min(r["bandwidth_MBps"] for r in write["per_rank"]),
                                                              rel=1e-9)
+    if fio and max(fio) > 1.05 * min(fio):
+        raise NotJudged(f"the device's rate moved between fio's two looks ({fio[0] / MB:.2f}, "
+                        f"{fio[1] / MB:.2f} MB/s): its backing disk is shared")
+    assert written == pytest.approx(sum(fio) / 2 if fio else write_bps, rel=0.05)
 
 
 @pytest.mark.root
