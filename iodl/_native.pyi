@@ -76,7 +76,11 @@ class Engine:
     def __init__(self, name: str, *, depth: int = 1, block_size: int = 1 << 20, direct: bool = False,
                  delay_ns: int = 0, rate_bps: int = 0, cache_check: bool = False, device: object = None,
                  submit_batch: int = 1, reap_batch: int = 0, fresh_buffers: bool = False,
-                 userspace_reap: bool = True, fio_ring: bool = False, fixed_buffers: bool = True) -> None: ...
+                 userspace_reap: bool = True, fio_ring: bool = False, fixed_buffers: bool = True,
+                 reap_ready: bool = False) -> None: ...
+        # reap_ready: after each submit, the completions already there (no syscall: the uring CQ, the aio
+        #   ring unless every reap is a syscall) are taken before the next row, so a read finished inside
+        #   its submit (a cache hit) gives its slot to the next; False: fio's way, reaped when slots run out
         # block_size: largest request length a plan may hold (buffers: depth x block_size, ALIGN-aligned)
         # fresh_buffers: each read gets a block of its own, malloc'd (length rounded up to ALIGN, + ALIGN - 1)
         #   and zeroed when its row is taken, freed when the row is done; it reads into the block's first

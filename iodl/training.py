@@ -21,7 +21,7 @@ import numpy as np
 from . import _native, limits, plan, reduce
 from .cursor import Cancelled, Cursor, ShardFiles, joined_paths
 from .data.tables import int_rows, take_rows
-from .engines import open_engine
+from .engines import open_reader
 from .metrics import LIVE_STEPS
 from .result import STEP_FIELDS
 
@@ -1094,8 +1094,7 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     whole = planned_steps(dataclasses.replace(cfg, total_steps=0), total_samples, ranks_in_mount)[1]
     cut_epochs = steps_per_epoch if steps_per_epoch < whole and cfg.sampling == "epoch" else 0
 
-    engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
-                         delay_ns=cfg.delay_ns, cache_check=not cfg.direct and paths is not None, **cfg.engine_extra)
+    engine = open_reader(cfg, cache_check=not cfg.direct and paths is not None)
     sync = cfg.pattern == "train-sync"
     comm.barrier()
     t0 = _native.monotonic_ns()

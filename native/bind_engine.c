@@ -29,6 +29,7 @@ typedef struct {
 	long long rate_bps;
 	unsigned submit_batch;		/* requests per submit call; 0: all that have a slot */
 	unsigned reap_batch;		/* completions per reap at most; 0: all that are ready */
+	int reap_ready;			/* core.h: iodl_run_args.reap_ready */
 	int direct, cache_check, busy;
 	int cancelled;			/* set by cancel() from any thread, read without the GIL */
 	uint64_t cancel_ns;		/* when cancel() was called (core.h: iodl_run_args.cancel_ns) */
@@ -48,20 +49,21 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "depth", "block_size", "direct", "delay_ns", "rate_bps",
 				  "cache_check", "device", "submit_batch", "reap_batch", "fresh_buffers", "userspace_reap", "fio_ring",
-				  "fixed_buffers", NULL };
+				  "fixed_buffers", "reap_ready", NULL };
 	const char *name;
 	Py_ssize_t depth = 1, block_size = 1 << 20, submit_batch = 1, reap_batch = 0;
-	int direct = 0, cache_check = 0, fresh_buffers = 0, userspace_reap = 1, fio_ring = 0, fixed_buffers = 1, rc;
+	int direct = 0, cache_check = 0, fresh_buffers = 0, userspace_reap = 1, fio_ring = 0, fixed_buffers = 1;
+	int reap_ready = 0, rc;
 	long long delay_ns = 0, rate_bps = 0;
 	PyObject *device = Py_None;
 	const struct iodl_engine_ops *ops;
 	const char *failed = NULL;
 	EngineObject *self;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnnpppp:Engine", kwlist, &name, &depth,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$nnpLLpOnnppppp:Engine", kwlist, &name, &depth,
 					 &block_size, &direct, &delay_ns, &rate_bps, &cache_check, &device,
 					 &submit_batch, &reap_batch, &fresh_buffers, &userspace_reap, &fio_ring,
-					 &fixed_buffers))
+					 &fixed_buffers, &reap_ready))
 		return NULL;
 	ops = iodl_engine_find(name);
 	if (!ops)
@@ -108,6 +110,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	/* a batch as deep as the queue is the same as "all that have a slot" */
 	self->submit_batch = submit_batch >= depth ? 0 : (unsigned)submit_batch;
 	self->reap_batch = reap_batch >= depth ? 0 : (unsigned)reap_batch;
+	self->reap_ready = reap_ready;
 	self->direct = direct;
 	self->cache_check = cache_check;
 	Py_BEGIN_ALLOW_THREADS
@@ -387,6 +390,7 @@ static PyObject *Engine_run(EngineObject *self, PyObject *args, PyObject *kw)
 	a.rate_bps = (uint64_t)self->rate_bps;
 	a.submit_batch = self->submit_batch;
 	a.reap_batch = self->reap_batch;
+	a.reap_ready = self->reap_ready;
 	a.cache_check = self->cache_check;
 	a.storage_pending = &self->storage_pending;
 	a.interrupted = interrupted;
@@ -604,10 +608,11 @@ PyTypeObject iodl_engine_type = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "iodl._native.Engine",
 	.tp_doc = "Engine(name, *, depth=1, block_size=1<<20, direct=False, delay_ns=0, rate_bps=0, "
-		  "cache_check=False, device=None, submit_batch=1, reap_batch=0, fresh_buffers=False): keeps `depth` "
+		  "cache_check=False, device=None, submit_batch=1, reap_batch=0, fresh_buffers=False, reap_ready=False): keeps `depth` "
 		  "requests of a plan in flight, handing them to the kernel `submit_batch` at a time (0: all that have "
 		  "a slot) and taking at most `reap_batch` completions per reap (0: all that are ready); fresh_buffers: "
-		  "each read into a block malloc'd and zeroed for it",
+		  "each read into a block malloc'd and zeroed for it; reap_ready: after each submit, the completions "
+		  "already there (no syscall) are taken first, so a cache hit's slot goes to the next request",
 	.tp_basicsize = sizeof(EngineObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_new = Engine_new,

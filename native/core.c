@@ -294,6 +294,20 @@ static void release(struct loop *L, struct iodl_req *r)
 	L->free_slots[L->nfree++] = r->slot;
 }
 
+static void complete(struct loop *L, struct iodl_req *r, uint64_t now);
+
+/* The n completions the engine's last getevents returned. */
+static void take_events(struct loop *L, unsigned n)
+{
+	uint64_t now = iodl_now_ns();
+
+	L->st->t_end_ns = now;
+	for (unsigned i = 0; i < n; i++) {
+		L->inflight--;
+		complete(L, L->c->ops->event(L->c, i), now);
+	}
+}
+
 static struct iodl_req *take_row(struct loop *L)
 {
 	const struct iodl_plan_row *row = &L->a->plan[L->next_row];
@@ -666,6 +680,13 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 					L.stop = 1;
 					ret = 0;
 				}
+				/* done inside the submit (a cache hit): its slot goes to the next row (reap_ready) */
+				if (a->reap_ready && ops->ready && ops->ready(c)) {
+					int n = ops->getevents(c, 1, c->depth);
+
+					if (n > 0)
+						take_events(&L, (unsigned)n);
+				}
 			}
 			/* a sync engine never waits below: go back to the top for its signal check */
 			if (batched != a->submit_batch || pace_until || L.stop || syncing ||
@@ -711,14 +732,7 @@ int iodl_run(struct iodl_ctx *c, const struct iodl_run_args *a, struct iodl_stat
 		}
 		if (n == 0)
 			continue;
-		now = iodl_now_ns();
-		st->t_end_ns = now;
-		for (int i = 0; i < n; i++) {
-			struct iodl_req *r = ops->event(c, (unsigned)i);
-
-			L.inflight--;
-			complete(&L, r, now);
-		}
+		take_events(&L, (unsigned)n);
 	}
 
 	if (L.cache_check)

@@ -11,13 +11,14 @@
 #include <stdint.h>
 #include <sys/types.h>	/* dev_t */
 
-#define IODL_OPS_VERSION 7	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
+#define IODL_OPS_VERSION 8	/* 2: iodl_req.t_due_ns, iodl_ctx.device; 3: bounded getevents, EAGAIN kept;
 				   4: async engines stamp t_issued_ns when asked (iodl_ctx.stamp_issued);
 				   5: iodl_req.op: a request is a read or a write (an engine that
 				      ignored it would read where the plan writes);
 				   6: iodl_ctx.fresh_bufs: a read's buf may lie outside the pool (an
 				      engine that registered the pool must not read into it then);
-				   7: iodl_ctx.fio_ring, register_bufs (uring: fio's ring, its fixedbufs) */
+				   7: iodl_ctx.fio_ring, register_bufs (uring: fio's ring, its fixedbufs);
+				   8: ready (optional) */
 #define IODL_ALIGN 4096		/* O_DIRECT buffer/offset/length alignment */
 
 enum iodl_q_status {
@@ -154,6 +155,9 @@ struct iodl_engine_ops {
 	 * is bounded (IODL_WAIT_SLICE_NS, sys.h) so that the core can look for a stop request:
 	 * fewer than min, 0 included, is a normal return */
 	int (*getevents)(struct iodl_ctx *, unsigned min, unsigned max);
+	/* optional: how many completions getevents would return now without a syscall (0 when it
+	 * cannot tell without one): the core's early reap (iodl_run_args.reap_ready) */
+	unsigned (*ready)(struct iodl_ctx *);
 	struct iodl_req *(*event)(struct iodl_ctx *, unsigned i);
 	void (*cleanup)(struct iodl_ctx *);
 };

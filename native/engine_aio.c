@@ -204,6 +204,18 @@ static int aio_getevents(struct iodl_ctx *c, unsigned min, unsigned max)
 	return (int)n;
 }
 
+static unsigned aio_ready(struct iodl_ctx *c)
+{
+	struct aio_data *d = c->eng;
+	struct aio_ring *ring = (struct aio_ring *)(uintptr_t)d->ctx;
+
+	if (c->syscall_reap || ring->magic != AIO_RING_MAGIC || ring->incompat_features)
+		return d->nfailed;	/* only io_getevents would tell */
+	unsigned head = ring->head, tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+
+	return d->nfailed + (tail >= head ? tail - head : ring->nr - head + tail);
+}
+
 static struct iodl_req *aio_event(struct iodl_ctx *c, unsigned i)
 {
 	return ((struct aio_data *)c->eng)->done[i];
@@ -218,6 +230,7 @@ const struct iodl_engine_ops iodl_engine_aio = {
 	.queue = aio_queue,
 	.commit = aio_commit,
 	.getevents = aio_getevents,
+	.ready = aio_ready,
 	.event = aio_event,
 	.cleanup = aio_cleanup,
 };

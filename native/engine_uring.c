@@ -364,6 +364,13 @@ static int uring_getevents(struct iodl_ctx *c, unsigned min, unsigned max)
 	return (int)n;
 }
 
+static unsigned uring_ready(struct iodl_ctx *c)
+{
+	struct uring_data *d = c->eng;
+
+	return d->nfailed + (__atomic_load_n(d->cq_tail, __ATOMIC_ACQUIRE) - *d->cq_head);
+}
+
 static struct iodl_req *uring_event(struct iodl_ctx *c, unsigned i)
 {
 	return ((struct uring_data *)c->eng)->done[i];
@@ -378,6 +385,7 @@ const struct iodl_engine_ops iodl_engine_uring = {
 	.queue = uring_queue,
 	.commit = uring_commit,
 	.getevents = uring_getevents,
+	.ready = uring_ready,
 	.event = uring_event,
 	.cleanup = uring_cleanup,
 };

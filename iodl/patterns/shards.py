@@ -12,7 +12,7 @@ import numpy as np
 from .. import _native, plan
 from ..cursor import Cancelled, Cursor, ShardFiles
 from ..data.tables import int_rows
-from ..engines import open_engine
+from ..engines import open_reader
 from .base import Run
 
 if TYPE_CHECKING:
@@ -85,8 +85,7 @@ def read_shards(run: Run, order: Callable[[int], np.ndarray | None], window_s: t
     Returns False: the caller marks a stopped run partial by its stop flag."""
     comm, cfg, result = run.comm, run.spec, run.result
     sizes = int_rows(run.sizes)
-    engine = open_engine(cfg.engine, depth=cfg.iodepth, block_size=cfg.block_size, direct=cfg.direct,
-                         delay_ns=cfg.delay_ns, cache_check=not cfg.direct, **cfg.engine_extra)
+    engine = open_reader(cfg, cache_check=not cfg.direct)
     walk = _GroupWalk(plan.ShardStream(order, sizes), ShardFiles(run.paths, sizes, cfg.direct, result), sizes, cfg)
     try:
         try:

@@ -107,6 +107,34 @@ def test_reads_every_byte_exactly(tmp_path, name, direct):
         assert st["depth"][0] == st["ios"]
 
 
+WARM = [p for p in ENGINES if p.values[0] in ("uring", "aio")]
+
+
+@pytest.mark.parametrize("name,direct", WARM)
+def test_reap_ready_gives_a_cache_hits_slot_to_the_next_read(tmp_path, name, direct):
+    """reap_ready (the DL patterns' way): a read the kernel finished inside its submit is reaped before
+    the next row is taken, so the next read reuses its slot (the free slots are a stack) instead of
+    each of the `depth` slots in turn. Cached files read whole at depth 8: with it every read is
+    submitted with nothing else in flight (fio's depth bin "1" only: one slot in use); without it
+    (fio's way) the reads pile up to 8 before one is reaped. Either way every byte is read. Direct
+    reads are not finished inside the submit: their bytes are all read, whatever the depth."""
+    sizes = [300_000 + 4096 * i for i in range(24)]
+    paths = make_files(tmp_path, sizes)
+    plan = whole_file_plan(sizes, bs=1 << 20)
+    for path in paths:   # in the page cache (make_files wrote them; read once to be sure)
+        with open(path, "rb") as f:
+            f.read()
+    stats = {}
+    for ready in (True, False):
+        with Opened(paths, direct) as fds, engine(name, direct, block_size=1 << 20, reap_ready=ready) as eng:
+            stats[ready] = st = eng.run(fds, plan, histogram.empty())
+        assert st["errors"] == 0 and st["done"] == st["ios"] == len(plan)
+        assert st["bytes"] == sum(sizes) and sum(st["depth"]) == st["ios"]
+    if not direct:
+        assert list(stats[True]["depth"]) == [len(plan)] + [0] * (histogram.DEPTH_BUCKETS - 1), stats[True]["depth"]
+        assert stats[False]["depth"][3] > 0, stats[False]["depth"]   # fio bin "8"
+
+
 @pytest.mark.parametrize("name,direct", ENGINES)
 def test_random_rows_and_rerun(tmp_path, name, direct):
     """Random aligned 4 KiB..BS reads over two files, then the same engine again: counters per run."""
