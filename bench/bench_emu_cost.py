@@ -21,7 +21,7 @@ file's samples. Each loop is run twice: in Python, and in C (bench/c_loop.c, bui
 what the C loop costs, flat or paced, is the kernel's part, which no emulator can go below here.
 
     python bench/bench_emu_cost.py --root DIR [--workload retinanet_b200] [--ranks 1 4 8 16] [--rounds 2]
-                                   [--steps 80] [--out NAME]
+                                   [--steps 80] [--engine auto] [--out NAME]
 
 DIR: a dataset of the workload (iodl generate --workload retinanet_b200 --files 4000 --root DIR;
 resnet50: --files 8), read once before so that it is in the page cache.
@@ -104,10 +104,10 @@ def warm(root: str) -> None:
                     pass
 
 
-def one(shape: Shape, ranks: int, root: str | None, steps: int, tmp: str) -> dict:
+def one(shape: Shape, ranks: int, root: str | None, steps: int, tmp: str, engine: str = "auto") -> dict:
     out = os.path.join(tmp, f"r{ranks}-{'null' if root is None else 'cache'}.json")
     args = ["--workload", shape.name, "--steps", str(steps), "--progress", "off", "--out", out]
-    args += ["--engine", "null"] if root is None else ["--root", root, "--engine", "psync"]
+    args += ["--engine", "null"] if root is None else ["--root", root, "--engine", engine]
     if root is not None:
         warm(root)   # others on the machine may have dropped the page cache since the last run
     cmd = [sys.executable, "-m", "iodl", "read", *args]
@@ -251,6 +251,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--out", default="emu-cost", help="a name: bench/results/NAME.json and NAME.md")
+    # auto (io_uring here) is what a user runs; results before 2026-11-29 (emu-cost-1129f) read with psync
+    ap.add_argument("--engine", default="auto", help="the engine of the page-cache case (default: auto)")
     a = ap.parse_args()
     shape = Shape.of(a.workload)
     rows = []
@@ -262,14 +264,14 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
             for ranks in a.ranks:
                 runs = [bare(shape, ranks, a.steps), one(shape, ranks, None, a.steps, tmp),
-                        one(shape, ranks, a.root, a.steps, tmp)]
+                        one(shape, ranks, a.root, a.steps, tmp, a.engine)]
                 if shape.samples_per_file == 1:   # the pace is a batch of files
                     runs += [plain_loop(shape, a.root, ranks=ranks, paced=True),
                              c_loop(shape, a.root, exe, ranks=ranks, paced=True)]
                 for row in runs:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    write_results(a.out, rows, a.steps, a.rounds, shape)
+    write_results(a.out, rows, a.steps, a.rounds, shape, a.engine)
 
 
 def supported(rows: list[dict], case: str, threshold: float) -> str:
@@ -284,7 +286,7 @@ def supported(rows: list[dict], case: str, threshold: float) -> str:
     return f">= {held}" if held else "none tested"
 
 
-def write_results(name: str, rows: list[dict], steps: int, rounds: int, shape: Shape) -> None:
+def write_results(name: str, rows: list[dict], steps: int, rounds: int, shape: Shape, engine: str) -> None:
     """bench/results/NAME.json (every run) and NAME.md (per case and rank count, the median of the
     rounds; the accelerators per client of each case)."""
     cols = list(next(r for r in rows if r["case"] == "null")) + ["files_per_cpu_s"]   # an iodl run's columns
@@ -292,15 +294,16 @@ def write_results(name: str, rows: list[dict], steps: int, rounds: int, shape: S
     for r in rows:
         groups.setdefault((r["case"], r["ranks"]), []).append(r)
     with open(os.path.join(RESULTS, name + ".json"), "w") as f:
-        json.dump({"nproc": os.cpu_count(), "workload": dataclasses.asdict(shape), "rows": rows}, f, indent=1)
+        json.dump({"nproc": os.cpu_count(), "workload": dataclasses.asdict(shape), "engine": engine, "rows": rows}, f,
+                  indent=1)
 
     def median(vals):
         # a count that every round shares stays a count (the median of two ints is a float)
         return vals[0] if all(v == vals[0] for v in vals) else statistics.median(vals)
 
     with open(os.path.join(RESULTS, name + ".md"), "w") as f:
-        f.write(f"# {name}: {shape.name} train-sync, {steps} steps, {os.cpu_count()} cores "
-                f"(bench/bench_emu_cost.py; median of {rounds} interleaved rounds)\n\n")
+        f.write(f"# {name}: {shape.name} train-sync, {steps} steps, {os.cpu_count()} cores, page cache read with "
+                f"--engine {engine} (bench/bench_emu_cost.py; median of {rounds} interleaved rounds)\n\n")
         f.write(f"Accelerators per client (the largest rank count tested whose AU >= {shape.au_threshold}): "
                 + ", ".join(f"{case} {supported(rows, case, shape.au_threshold)}"
                             for case in ("bare barrier+sleep", "null", "page cache")) + "\n\n")
