@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
+import threading
 
 from .errors import UsageError
 
@@ -77,10 +79,18 @@ def start_mpi():
     imports, which the ranks finish seconds apart on an oversubscribed node.
     """
     os.environ.update(mpi_env_defaults(os.environ))
+    # MPI_Init waits in C, and for a rank that died before reaching it (a host without iodl, say)
+    # it waits forever: a Python handler would never run there, so Ctrl-C and SIGTERM would be
+    # held for good (seen: a job spinning on, SIGINT ignored). While it waits they end the process.
+    main = threading.current_thread() is threading.main_thread()
+    held = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         # importing mpi4py.MPI runs MPI_Init: here, not at the top, so that no process that
         # mpirun did not launch (`iodl --help`, probe, the tests) ever starts MPI
         from mpi4py import MPI
     except ImportError:
         raise UsageError("launched by mpirun but mpi4py is not installed (pip install 'iodl[mpi]')") from None
+    finally:
+        for s, handler in held.items():
+            signal.signal(s, handler)
     return MPI

@@ -402,3 +402,37 @@ def test_a_stopped_rank_does_not_hold_the_others_after_ctrl_c(tmp_path, mpich_le
     assert any("did not answer" in line for line in err.splitlines())
     from iodl.stop import STOP_GRACE_S
     assert elapsed < STOP_GRACE_S + STOP_BOUND_S, elapsed
+
+
+@pytest.mark.mpiexec
+def test_ctrl_c_ends_a_job_whose_other_rank_died_before_mpi_started(tmp_path):
+    """Rank 1 exits before it starts MPI (as on a host where iodl is not installed); rank 0 waits for it
+    in MPI_Init, which MPICH never ends. Ctrl-C (SIGINT to mpiexec, which passes it on) ends the job at
+    once: while MPI_Init waits, a Python handler could never run, so there the signal ends the process."""
+    code = ("import os, sys\n"
+            "if os.environ['PMI_RANK'] == '1':\n"
+            "    sys.exit(1)\n"
+            "from iodl.cli import main\n"
+            "sys.exit(main(['read', '--engine', 'null', '--steps', '3', '--out', sys.argv[1]]))\n")
+    proc = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, "-c", code, str(tmp_path / "r.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(_rank_pids(proc.pid)) != 1:   # rank 1 gone, rank 0 on its way into MPI_Init
+            assert time.monotonic() < deadline and proc.poll() is None, "the job did not get to rank 0 waiting"
+            time.sleep(0.01)
+        time.sleep(2)   # rank 0 is in MPI_Init by now (its start-up takes ~0.3 s alone)
+        assert proc.poll() is None   # MPICH waits on: the job needs the stop
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the job was still running 10 s after SIGINT") from None
+        assert time.monotonic() - sent < 2 and proc.returncode != 0
+        assert _rank_pids(proc.pid) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert not (tmp_path / "r.json").exists()

@@ -20,11 +20,11 @@ import os, sys, time
 import iodl.training
 from iodl.cli import main
 if os.environ["PMI_RANK"] == "1":
-    opened = iodl.training.open_engine
+    opened = iodl.training.open_reader
     def late(*a, **k):
         time.sleep({DELAY_S})
         return opened(*a, **k)
-    iodl.training.open_engine = late
+    iodl.training.open_reader = late
 sys.exit(main(sys.argv[1:]))
 """
 
