@@ -42,6 +42,17 @@ def open_threads() -> int:
     return n
 
 
+def fds_settled(fds: int, within_s: float = 2.0) -> bool:
+    """No open thread left and this process's descriptors back to fds, within within_s: a stopped
+    pool's thread finishes the open it began and closes that fd itself, a moment later."""
+    end = time.monotonic() + within_s
+    while open_threads() or fds_open() != fds:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def mpiexec() -> str | None:
     return shutil.which("mpiexec", path=BIN + os.pathsep + os.environ.get("PATH", ""))
 

@@ -20,20 +20,10 @@ import pytest
 from iodl import _native, plan
 from iodl.cursor import ShardFiles
 from iodl.errors import IodlError
-from tests.helpers import Strace, fds_open, open_threads
+from tests.helpers import Strace, fds_open, fds_settled
 
 
 COLS = len(ShardFiles.TAKEN)   # Opener.take's int64 per file
-
-
-def _settled(fds: int, within_s: float = 2.0) -> bool:
-    """No open thread left and the descriptors back to fds (threads finish what they began)."""
-    end = time.monotonic() + within_s
-    while open_threads() or fds_open() != fds:
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 class Paths(list):
@@ -101,7 +91,7 @@ def test_opens_in_order_each_its_file_timed(files):
     with pytest.raises(ValueError, match="not waiting"):   # a ticket is taken once
         pool.take(np.array([first], dtype=np.int64))
     pool.close()
-    assert _settled(before)
+    assert fds_settled(before)
 
 
 def test_refusals_recorded_without_blocking(files, tmp_path):
@@ -125,7 +115,7 @@ def test_refusals_recorded_without_blocking(files, tmp_path):
     assert os.pread(int(got[4, 0]), 8, 0) == (5).to_bytes(8, "little")   # a link inside the root is followed
     os.close(int(got[4, 0]))
     pool.close()
-    assert _settled(before)
+    assert fds_settled(before)
 
 
 def test_shard_files_name_each_refusal(files, tmp_path):
@@ -144,7 +134,7 @@ def test_shard_files_name_each_refusal(files, tmp_path):
             files_.open([0, 1])
         assert path in str(exc.value)
         files_.close_all()
-    assert _settled(before)
+    assert fds_settled(before)
 
 
 def test_close_with_opens_queued_and_in_flight_leaks_nothing(files):
@@ -157,7 +147,7 @@ def test_close_with_opens_queued_and_in_flight_leaks_nothing(files):
     pool.close()                                       # the rest queued or in flight: closed by the pool
     for fd in got[:, 0].tolist():                      # taken fds are the caller's
         os.close(fd)
-    assert _settled(before)
+    assert fds_settled(before)
     with pytest.raises(ValueError, match="closed"):
         pool.submit(b"x\0", np.array([1], dtype=np.int64))
 
@@ -198,7 +188,7 @@ def test_shard_files_ahead_then_passed_over(files):
     assert counts.waited > 0
     files_.close_all()
     assert counts.closes == 5
-    assert _settled(before)
+    assert fds_settled(before)
 
 
 @pytest.mark.strace
@@ -310,7 +300,7 @@ def test_a_batch_taken_read_and_closed_in_one_call_counts_as_open_run_close(file
     for taking in (False, True):
         result = got[taking] = _result()
         _batch(files, result, shards, taking=taking)
-        assert _settled(before)                       # every fd closed, by the engine's call too
+        assert fds_settled(before)                       # every fd closed, by the engine's call too
     old, new = got[False], got[True]
     assert new.bytes == old.bytes == int(sizes[shards].sum())
     assert new.ios == old.ios and new.hist.sum() == old.hist.sum() == new.ios
@@ -326,7 +316,7 @@ def test_a_batch_taken_outside_the_window_is_read_and_closed_but_not_counted(fil
     result.window_ns = (1, 2)                         # a window that ended long ago
     before = fds_open()
     _batch(files, result, [1, 2, 3], taking=True)
-    assert _settled(before)
+    assert fds_settled(before)
     assert (result.bytes, result.opens, result.closes, result.open_wait_s) == (0, 0, 0, 0.0)
     assert result.open_hist.sum() == result.close_hist.sum() == 0
 
@@ -349,7 +339,7 @@ def test_a_batch_with_a_refused_open_reads_nothing_and_names_the_file(files, tmp
             Cursor(eng, result, 0).run_taking(files_, tickets, [0, 1, 2], plan.shard_plan(sizes[[0, 1, 2]], 64))
     assert result.bytes == 0 and result.opens == 2    # the two good opens counted, as open() counts them
     files_.close_all()
-    assert _settled(before)
+    assert fds_settled(before)
 
 
 def test_run_with_an_opener_takes_tickets_instead_of_fds(files):

@@ -18,18 +18,9 @@ from iodl.errors import IodlError
 from iodl.patterns import Run
 from iodl.training import ShardLookahead, run_steps
 from tests.conftest import require_or_skip
-from tests.helpers import fds_open, iodl, load_json, open_threads
+from tests.helpers import fds_open, fds_settled, iodl, load_json, open_threads
 
 FILES, SIZE, BATCH = 240, 4096, 8
-
-
-def _open_threads_gone(within_s: float = 1.0) -> bool:
-    end = time.monotonic() + within_s
-    while open_threads():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.fixture
@@ -86,9 +77,8 @@ def test_every_used_open_is_counted_every_file_closed(files, threads, prefetch, 
     assert result.opens == result.closes == 2 * FILES    # one open and one close per file per epoch
     assert (result.epochs_checked, result.epochs_wrong) == (2, 0)   # the order's own check
     assert result.bytes == 2 * FILES * SIZE
-    # an open in flight when the run ends is closed by its thread as it returns: threads first
-    assert _open_threads_gone()
-    assert fds_open() == before, "a descriptor was left open"
+    # an open in flight when the run ends is closed by its thread as it returns
+    assert fds_settled(before), "a descriptor was left open"
     waited = result.open_wait_s
     assert waited > 0
     if threads == 0:
@@ -110,8 +100,7 @@ def test_epochs_cut_short_count_what_they_read_and_close_what_they_passed(files,
     assert result.opens == result.closes == 3 * steps * BATCH
     assert result.bytes == 3 * steps * BATCH * SIZE
     assert result.epochs_wrong == 0
-    assert _open_threads_gone()
-    assert fds_open() == before, "a descriptor opened ahead was left open"
+    assert fds_settled(before), "a descriptor opened ahead was left open"
 
 
 @pytest.mark.parametrize("whole", [False, True])
@@ -129,8 +118,7 @@ def test_a_stop_closes_what_was_opened_ahead_and_ends_the_open_threads(files, wh
     assert partial and 0 < len(records) < 50 * FILES // BATCH
     assert time.monotonic() - t0 < 5
     assert calls["threads"] == 4, "the run's 4 open threads, seen while it ran"
-    assert _open_threads_gone(1.0)
-    assert fds_open() == before, "a descriptor opened ahead was left open"
+    assert fds_settled(before), "a descriptor opened ahead was left open"
     assert result.closes <= result.opens
 
 
@@ -142,8 +130,7 @@ def test_an_open_threads_error_is_the_readers_one_line_error(files, whole):
     before = fds_open()
     with pytest.raises(IodlError, match=f"{bad}: shorter than the dataset manifest says"):
         _run(files, 4, sizes=sizes, whole=whole)
-    assert _open_threads_gone()
-    assert fds_open() == before
+    assert fds_settled(before)
 
 
 SMALL = """\
