@@ -61,7 +61,7 @@ class SerialComm:
         sleep_until(until_ns)
         return flag
 
-    def step_resumed(self) -> None:
+    def step_resumed(self, wait_ns: int = 0) -> None:
         pass
 
     def step_quiet(self, timeout_s: float) -> bool | None:
@@ -242,10 +242,13 @@ class MpiComm:
             self._node_barrier = NodeBarrier(self)
         return self._node_barrier.sync(flag, until_ns)
 
-    def step_resumed(self) -> None:
-        """This rank's step loop is back at work after step_sync (its compute began): once a step."""
+    def step_resumed(self, wait_ns: int = 0) -> None:
+        """This rank's step loop is back at work after step_sync (its compute began): once a step.
+        wait_ns: then wait, at most that long (no signal is looked for: keep it short), until the
+        node's other step loops are back at work too, for work of the step loop's own that can wait:
+        done while they wake, it would delay the last of them (see step_quiet)."""
         if self._node_barrier is not None:
-            self._node_barrier.resumed()
+            self._node_barrier.resumed(wait_ns)
 
     def step_quiet(self, timeout_s: float) -> bool | None:
         """Wait (at most timeout_s, the GIL released) until every rank of this node is back at work
@@ -433,9 +436,9 @@ class NodeBarrier:
         _native.node_barrier(self._mm, self._node_size, 0)  # released once the leader wrote it
         return int.from_bytes(self._mm[self.GLOBAL:self.GLOBAL + 4], "little")
 
-    def resumed(self) -> None:
+    def resumed(self, wait_ns: int = 0) -> None:
         if self._mm is not None:
-            _native.node_resumed(self._mm)
+            _native.node_resumed(self._mm, wait_ns)
 
     def quiet(self, timeout_s: float) -> bool | None:
         return None if self._mm is None else _native.node_quiet(self._mm, int(timeout_s * 1e9))

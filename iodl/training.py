@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _native, limits, plan, reduce
+from .comm import sleep_until
 from .cursor import Cancelled, Cursor, ShardFiles, joined_paths
 from .data.tables import int_rows, take_rows
 from .engines import open_reader
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from .result import Train
 
 WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
+# the step loop's wait for the node's others to be back at work before it adds the step before's
+# record (run_steps): a wait in C that looks for no signal, so short, and never past the compute
+RECORD_WAIT_NS = int(WAIT_SLICE_S * 1e9)
 
 
 
@@ -836,12 +840,23 @@ class StepRecords:
     def __init__(self, t0_ns: int, samples: int, steps_per_epoch: int):
         self.t0_ns, self.samples, self.steps_per_epoch = t0_ns, samples, steps_per_epoch
         self.raw: list[tuple] = []
+        # the emulator's own cost, per step (docs/numbers.md "The emulator's own cost"): the kernel's
+        # CPU clocks of this process and of the step loop's thread (add's caller), exact to the ns,
+        # two syscalls a step
+        self._clocks = (time.process_time_ns(), time.thread_time_ns())
 
     def add(self, start_ns: int, fetched_ns: int, computed_ns: int, end_ns: int, stalled_s: float, nbytes: int,
             cpu_ns: int, loop_cpu_ns: int) -> None:
         """A step: when it began, had its batch, finished computing and ended (the engine's clock),
         the seconds of it a checkpoint took, its batch's bytes, the process's and the step loop's CPU."""
         self.raw.append((start_ns, fetched_ns, computed_ns, end_ns, stalled_s, nbytes, cpu_ns, loop_cpu_ns))
+
+    def add_timed(self, *step) -> None:
+        """add() a step with the process's and this thread's CPU since the last add_timed (or since
+        these records were made); run_steps adds a step in the next one's compute."""
+        was = self._clocks
+        self._clocks = now = (time.process_time_ns(), time.thread_time_ns())
+        self.add(*step, now[0] - was[0], now[1] - was[1])
 
     def array(self) -> np.ndarray:
         out = np.zeros((len(self.raw), len(STEP_FIELDS)))
@@ -1099,9 +1114,6 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     comm.barrier()
     t0 = _native.monotonic_ns()
     result.note_start()
-    # the emulator's own cost, per step (docs/numbers.md "The emulator's own cost"): the kernel's CPU
-    # clocks of this process and of this (the step loop's) thread, exact to the ns, two syscalls a step
-    cpu_at, loop_at = time.process_time_ns(), time.thread_time_ns()
     records = StepRecords(t0, cfg.batch_size, steps_per_epoch)
     now_ns = _native.monotonic_ns
     compute_ns = int(cfg.compute_time_s * 1e9)
@@ -1117,6 +1129,11 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     if prefetching:
         reader.start()
     partial = False
+    # A step's record is added in the next step's compute, once the node's step loops are all back
+    # at work: a release wakes them at once, and on fewer cores than ranks the last one back, whose
+    # compute end the next barrier waits for, is late by every CPU second the others spend before
+    # their compute (32 ranks on 2 cores: 60 us of it a rank cost 2 points of AU)
+    done = None
     try:
         step = 0
         while True:
@@ -1130,12 +1147,15 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
                     nbytes = reader.fetch()
                 fetched_ns = now_ns()
                 if sync:
-                    comm.step_resumed()
                     # the compute is its end, handed to the barrier: the step loop sleeps once, to the
                     # barrier's release after the latest compute end (step_sync), not twice
                     computed_ns = fetched_ns + compute_ns
-                else:
-                    time.sleep(cfg.compute_time_s)
+                    comm.step_resumed(min(compute_ns, RECORD_WAIT_NS) if done else 0)
+                if done:
+                    records.add_timed(*done)
+                    done = None
+                if not sync:
+                    sleep_until(fetched_ns + compute_ns)
                     computed_ns = now_ns()
                 step += 1
                 want_stop = (steps and step >= steps) or (run_until and (computed_ns - t0) / 1e9 >= run_until)
@@ -1150,9 +1170,7 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
                 # rank got the signal too, so none waits for this one; the unfinished step is dropped
                 partial = True
                 break
-            end_ns = now_ns()
-            cpu_was, loop_was, cpu_at, loop_at = cpu_at, loop_at, time.process_time_ns(), time.thread_time_ns()
-            records.add(start_ns, fetched_ns, computed_ns, end_ns, stalled, nbytes, cpu_at - cpu_was, loop_at - loop_was)
+            done = (start_ns, fetched_ns, computed_ns, now_ns(), stalled, nbytes)
             if result.live is not None:
                 result.live[LIVE_STEPS] = step
             if interrupted:
@@ -1165,6 +1183,8 @@ def run_steps(run: "Run") -> tuple[np.ndarray, bool]:
     except (KeyboardInterrupt, Cancelled):
         partial = True   # the signal landed between two steps' waits
     finally:
+        if done:
+            records.add_timed(*done)
         if prefetching:
             reader.close()
         if not reader.is_alive():

@@ -92,19 +92,6 @@ int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeou
 	return 1;
 }
 
-void iodl_barrier_resumed(struct iodl_node_barrier *b)
-{
-	uint32_t left = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE);
-
-	/* never below 0: said before the first release, or after the round's count reached 0, it changes nothing
-	 * (each rank says it once a step: twice in a round would count a rank still waking as back) */
-	while (left && !__atomic_compare_exchange_n(&b->waking, &left, left - 1, 0, __ATOMIC_ACQ_REL,
-						    __ATOMIC_ACQUIRE))
-		;
-	if (left == 1)
-		futex(&b->waking, FUTEX_WAKE, INT_MAX, NULL);
-}
-
 /* FUTEX_WAIT on word while it holds val, until deadline: 0 woken or changed, -ETIMEDOUT, -EINTR */
 static int wait_until(uint32_t *word, uint32_t val, uint64_t deadline)
 {
@@ -118,6 +105,31 @@ static int wait_until(uint32_t *word, uint32_t val, uint64_t deadline)
 	if (futex(word, FUTEX_WAIT, val, &ts) < 0 && errno != EAGAIN)
 		return -errno;
 	return 0;
+}
+
+int iodl_barrier_resumed(struct iodl_node_barrier *b, uint64_t wait_ns)
+{
+	uint32_t left = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE);
+
+	/* never below 0: said before the first release, or after the round's count reached 0, it changes nothing
+	 * (each rank says it once a step: twice in a round would count a rank still waking as back) */
+	while (left && !__atomic_compare_exchange_n(&b->waking, &left, left - 1, 0, __ATOMIC_ACQ_REL,
+						    __ATOMIC_ACQUIRE))
+		;
+	if (left <= 1) {
+		if (left == 1)
+			futex(&b->waking, FUTEX_WAKE, INT_MAX, NULL);
+		return 1;
+	}
+	if (!wait_ns)
+		return 0;
+	/* this round's others only: the next round cannot begin before this rank arrives */
+	uint64_t deadline = iodl_now_ns() + wait_ns;
+
+	while ((left = __atomic_load_n(&b->waking, __ATOMIC_ACQUIRE)) != 0)
+		if (wait_until(&b->waking, left, deadline) < 0)
+			return 0;
+	return 1;
 }
 
 int iodl_barrier_quiet_wait(struct iodl_node_barrier *b, uint64_t timeout_ns)

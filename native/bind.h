@@ -87,7 +87,7 @@ PyObject *iodl_py_thread_read_bytes(PyObject *m, PyObject *unused);
 
 /* bind_barrier.c */
 PyObject *iodl_py_node_barrier(PyObject *m, PyObject *args);
-PyObject *iodl_py_node_resumed(PyObject *m, PyObject *arg);
+PyObject *iodl_py_node_resumed(PyObject *m, PyObject *args);
 PyObject *iodl_py_node_quiet(PyObject *m, PyObject *args);
 
 /* bind_opener.c: opener.c's open-ahead pool */

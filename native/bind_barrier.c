@@ -76,19 +76,29 @@ PyObject *iodl_py_node_barrier(PyObject *Py_UNUSED(m), PyObject *args)
 	return rc < 0 ? NULL : PyLong_FromUnsignedLong(result);
 }
 
-/* node_resumed(shared_buffer): this rank is back at work since the last release */
-PyObject *iodl_py_node_resumed(PyObject *Py_UNUSED(m), PyObject *arg)
+/* node_resumed(shared_buffer, wait_ns=0) -> bool: this rank is back at work since the last release;
+ * wait_ns: then wait (the GIL released, at most that long: no signal is looked for) until the
+ * round's others are too. True: they are. */
+PyObject *iodl_py_node_resumed(PyObject *Py_UNUSED(m), PyObject *args)
 {
 	Py_buffer buf;
+	unsigned long long wait_ns = 0;
 	struct iodl_node_barrier *b;
+	int rc;
 
-	if (PyObject_GetBuffer(arg, &buf, PyBUF_WRITABLE) < 0)
+	if (!PyArg_ParseTuple(args, "w*|K:node_resumed", &buf, &wait_ns))
 		return NULL;
 	if (!(b = barrier_of(&buf)))
 		return NULL;
-	iodl_barrier_resumed(b);
+	if (wait_ns) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = iodl_barrier_resumed(b, wait_ns);
+		Py_END_ALLOW_THREADS
+	} else {
+		rc = iodl_barrier_resumed(b, 0);
+	}
 	PyBuffer_Release(&buf);
-	Py_RETURN_NONE;
+	return PyBool_FromLong(rc);
 }
 
 /* node_quiet(shared_buffer, timeout_ns) -> True once every rank is back at work after a release

@@ -218,8 +218,13 @@ void iodl_barrier_release(struct iodl_node_barrier *b, uint32_t nranks);
 int iodl_barrier_sleep(uint64_t until_ns, uint64_t timeout_ns);
 /* 1: released; 0: timeout_ns passed first; -EINTR */
 int iodl_barrier_wait(struct iodl_node_barrier *b, uint32_t gen, uint64_t timeout_ns);
-/* This rank is back at work after the last release (once a round); the last one wakes the quiet-waiters */
-void iodl_barrier_resumed(struct iodl_node_barrier *b);
+/*
+ * This rank is back at work after the last release (once a round); the last one wakes the
+ * quiet-waiters. wait_ns > 0: then wait, at most that long, for this round's others to be back too
+ * (a step loop's own work that can wait: done then, it delays none of them). 1: all are back (or no
+ * round is under way); 0: not yet (no wait asked, or wait_ns passed first).
+ */
+int iodl_barrier_resumed(struct iodl_node_barrier *b, uint64_t wait_ns);
 /*
  * Wait for the node's ranks to be back at work after a release: the one under way, or the next
  * when none is (every rank at work now). 1: they are; 0: timeout_ns passed first; -EINTR.

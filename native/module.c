@@ -33,8 +33,9 @@ static PyMethodDef module_methods[] = {
 	{ "node_barrier", iodl_py_node_barrier, METH_VARARGS,
 	  "node_barrier(shared_buffer, nranks, flag, until_ns=0) -> OR of the round's flags, once every rank arrived "
 	  "and the latest until_ns (CLOCK_MONOTONIC) passed; waits in the kernel" },
-	{ "node_resumed", iodl_py_node_resumed, METH_O,
-	  "node_resumed(shared_buffer): this rank is back at work since the barrier's last release" },
+	{ "node_resumed", iodl_py_node_resumed, METH_VARARGS,
+	  "node_resumed(shared_buffer, wait_ns=0) -> bool: this rank is back at work since the barrier's last "
+	  "release; wait_ns: then wait at most that long until the round's others are too (True: they are)" },
 	{ "node_quiet", iodl_py_node_quiet, METH_VARARGS,
 	  "node_quiet(shared_buffer, timeout_ns) -> True once every rank is back at work after a release "
 	  "(the one under way, else the next), False on the timeout" },

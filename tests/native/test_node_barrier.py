@@ -125,6 +125,37 @@ def test_quiet_returns_once_every_rank_is_back_at_work_after_each_release():
             assert returned <= min(at(k, r + 1)[0] for k in range(N)), r
 
 
+def test_a_rank_resumed_with_a_wait_returns_once_the_rounds_others_are_back():
+    """Five ranks meet, then resume 0-8 ms apart, each asking to wait for the others (a step loop's
+    own record, kept out of the release's wake-up): every rank returns True after the round's last
+    resume, and the last of them (nothing to wait for) at once; no rank is held into the next round."""
+    def body(rank, page, log):
+        for r in range(ROUNDS // 4):
+            _native.node_barrier(page, N, 0)
+            time.sleep(0.002 * ((rank + r) % N))            # back at work one after the other
+            resumed = time.monotonic_ns()
+            ok = _native.node_resumed(page, 2_000_000_000)
+            struct.pack_into("QQ", log, (rank * ROUNDS + r) * 16, resumed, time.monotonic_ns() if ok else 0)
+
+    _page, log = _children(body)
+    for r in range(ROUNDS // 4):
+        times = [struct.unpack_from("QQ", log, (k * ROUNDS + r) * 16) for k in range(N)]
+        last_resume = max(t[0] for t in times)
+        assert all(t[1] >= last_resume for t in times), r   # 0 (False) fails too
+
+
+def test_a_resumed_wait_gives_up_after_its_time_and_a_round_without_it_never_waits():
+    page = mmap.mmap(-1, 4096)
+    struct.pack_into("I", page, 16, 3)              # a release under way: 3 ranks still waking
+    start = time.monotonic()
+    assert _native.node_resumed(page, 0) is False   # 2 left, no wait asked: back at once
+    assert time.monotonic() - start < 0.05
+    assert _native.node_resumed(page, 150_000_000) is False   # 1 left (never comes): 150 ms, then on
+    assert 0.15 <= time.monotonic() - start < 0.5
+    assert _native.node_resumed(page, 150_000_000) is True    # the last: nothing to wait for
+    assert struct.unpack_from("I", page, 16)[0] == 0
+
+
 def test_quiet_gives_up_after_its_timeout_when_no_round_comes():
     page = mmap.mmap(-1, 4096)
     start = time.monotonic()
