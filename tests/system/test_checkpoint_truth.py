@@ -68,16 +68,17 @@ def test_write_and_read_back_match_the_throttles_and_every_byte_reaches_the_devi
             # either ahead, round by round. Then the truth is fio writing the same shape (4 jobs x 2 files,
             # the same engine and requests in flight) through the same throttle, right before and right
             # after the write is run again (without the read back).
-            shutil.rmtree(root)
-            fio.append(fio_write_rate(os.path.join(m.path, "fio-probe"), total, group, direct=direct, jobs=4,
-                                      files=2, engine="libaio" if direct else "psync", iodepth=8 if direct else 1))
+            def fio_look() -> None:
+                shutil.rmtree(root)
+                fio.append(fio_write_rate(os.path.join(m.path, "fio-probe"), total, group, direct=direct, jobs=4,
+                                          files=2, engine="libaio" if direct else "psync", iodepth=8 if direct else 1))
+
+            fio_look()
             again = iodl(*args, "--reads", "0", "--out", str(tmp_path / "again.json"), ranks=4,
                          preexec_fn=group.enter, timeout=120)
             assert again.returncode == 0, again.stderr
             written = load_json(tmp_path / "again.json")["checkpoint"]["write"]["bandwidth_MBps"] * MB
-            shutil.rmtree(root)
-            fio.append(fio_write_rate(os.path.join(m.path, "fio-probe"), total, group, direct=direct, jobs=4,
-                                      files=2, engine="libaio" if direct else "psync", iodepth=8 if direct else 1))
+            fio_look()
             print(f"not at the set rate: written again at {written / MB:.2f} MB/s between fio's "
                   f"{fio[0] / MB:.2f} and {fio[1] / MB:.2f} MB/s in the same shape")
     assert result["fsync"] is True and write["fsync"] is True and write["fsyncs"] == 8
