@@ -2,7 +2,7 @@
 
 - fsync=N / fdatasync=N syncs are placed where fio issues them (io_u.c get_rw_ddir, should_fsync),
   so both sides count the same syncs; end_fsync / fsync_on_close are timed into the run as in fio.
-- On a loop-mounted ext4 with an 80 MB/s blkio write throttle both sides' write bandwidth is the
+- On a loop-mounted ext4 with an 80 MiB/s blkio write throttle both sides' write bandwidth is the
   throttle's and each other's (5%), with equal bytes and sync counts.
 - Write jobs touch only files iodl lays out and marks in the job's directory: devices, users' files,
   symlinks and trims are refused in one line, before anything is written.
@@ -23,11 +23,15 @@ from tests.fio.test_safety import _loop_device, digest, fio_compare, one_line_er
 from tests.helpers import NotJudged
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The write throttle, bytes/s. What moves the bandwidth off it is bytes, not seconds: the direct jobs'
-# first slice lets ~1.8 MB through at once (+2.6-3.1 %, at 40 MB/s as at 80), the buffered jobs' last
-# fsync 10-20 ms (-0.2 to -1.7 %); 80 MB/s halves the 64 MB rounds (1.6 -> 0.8 s a side) and keeps
-# both inside the 5 % (test_throttled_write_jobs_agree_with_fio: 14.5 -> 9.5 s a job)
-LIMIT = 80 * 10**6
+# The write throttle, bytes/s: 80 MiB/s, not 80 MB/s. The throttle passes a 100 ms slice's budget at
+# a time (Linux 6.18: HZ/10 for every device), and a slice that starts afresh (its group idle when the
+# last one ran out) lets through only the writes that fit whole: at 80 MB/s, 7 of 1 MiB of the 7.63 MiB
+# it gives, and the 1 MiB jobs' runs fell in two modes, ~73 and ~81 MB/s, by chance, for fio and iodl
+# alike. A budget of exactly 8 MiB a slice loses nothing either way: by hand, 9 rounds of each job (3
+# of them with another fio writing and reading the disk under the loop image), both tools: the direct
+# jobs 91.1-93.5 MB/s (the idle throttle's first slice, 8 MiB at once, is 12 % of a 64 MiB run),
+# fsync_on_close 80.4-82.2, fsync=4 86.0-89.0.
+LIMIT = 80 << 20
 
 
 def job_file(tmp_path, text, name="w.fio"):
@@ -329,13 +333,12 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
         # buffered pages written back by the flusher (another process's sync(), say) pass the cgroup v1
         # throttle by: then the throttle does not say what either side should measure
         raise NotJudged(f"{unthrottled / 1e6:.0f} MB reached the device outside the throttled group")
-    # Why rounds differ (measured by hand, /sys/block/loopN/stat read every 2 ms): the cgroup v1
-    # throttle of this (rotational) loop device lets writes through in bursts, a 100 ms slice's
-    # budget at a time. At 80 MB/s a slice holds 7.6 of the direct jobs' 1 MiB writes: a run whose
-    # slices pass 7 each gets 73.4 MB/s, one that carries the fraction over ~81, and a 64 MiB run
-    # (0.82-0.93 s) lands in either mode, for both tools alike (numjobs2, 41 rounds: fio 22 times in
-    # the lower mode, iodl 30; eight longer rounds, 2 x 128 MiB: fio 72.6-79.4, iodl 74.2-80.3 MB/s).
-    # Medians of three such rounds that mix modes cannot be held to 5 % of each other: not judged.
+    # Why rounds can still differ: with the limit at 80 MB/s (7.63 MiB a slice) the 1 MiB jobs' runs
+    # fell in two modes, 73.4 MB/s (slices started afresh, 7 writes each) or ~81 (the fraction carried
+    # over), fio and iodl alike (numjobs2, 41 rounds by hand: 22 and 30 in the lower mode; a CI run's
+    # rounds fio 81.3/81.5/77.9 against iodl 71.8/72.7/72.7, each steady in its own mode). LIMIT is a
+    # whole number of writes a slice now; a disk under the loop image that another test keeps busy
+    # can still slow one round: medians of rounds that far apart cannot be held to 5 %: not judged.
     own = [rd["fio"]["bandwidth_MBps"] for rd in e["rounds"]]
     ours = [rd["iodl"]["bandwidth_MBps"] for rd in e["rounds"]]
     fio_steady = max(own) - min(own) <= 0.05 * f["bandwidth_MBps"]
@@ -349,16 +352,17 @@ def test_throttled_write_jobs_agree_with_fio(tmp_path, name):
     # the rate, after a first slice's budget (100 ms of it) that an idle throttle passes at once
     nbytes = 64 << 20
     assert i["bandwidth_MBps"] <= 1.02 * nbytes / ((nbytes - 0.1 * LIMIT) / LIMIT) / 1e6, e["rounds"]
-    if f["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05):
+    if f["bandwidth_MBps"] >= 0.95 * LIMIT / 1e6:
         if not (iodl_steady and fio_steady):
             # rounds that far apart cannot hold a median to 5 % of the set rate either (a CI run: iodl
             # 71.6/78.1/73.0, fio 70.9/81.6/81.2)
             raise NotJudged(f"rounds not steady: iodl {min(ours):.1f}-{max(ours):.1f}, fio {min(own):.1f}-{max(own):.1f} MB/s")
-        assert i["bandwidth_MBps"] == pytest.approx(LIMIT / 1e6, rel=0.05), e["rounds"]
+        # fio got the throttle's rate (the upper bound, its first slice allowed, is held above): so does iodl
+        assert i["bandwidth_MBps"] >= 0.95 * LIMIT / 1e6, e["rounds"]
     else:
-        # the throttle let less through than its limit (fio, the reference, 71-78 MB/s on 80 in every CI
-        # run of this VM; a disk that writes ~450 MB/s direct unthrottled): what the device took is fio's
-        # figure, which iodl is held to above, in the same rounds
+        # the throttle let less through than its limit (fio, the reference, 71-78 MB/s on 80 MB/s in CI
+        # runs of this VM before the whole-write budget; a disk that writes ~450 MB/s direct unthrottled):
+        # what the device took is fio's figure, which iodl is held to above, in the same rounds
         print(f"the throttle delivered {f['bandwidth_MBps']:.1f} MB/s (fio) of its {LIMIT / 1e6:.0f}: iodl held to fio's")
 
 
