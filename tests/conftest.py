@@ -154,7 +154,7 @@ SHARES_SLEEP = {
     "tests/fio/test_e2e.py": "fio against iodl on one throttled or rate-limited mount, medians of interleaved rounds "
                              "(O_DIRECT jobs: fio-compare drops no cache)",
     # not test_fio_write's throttled write jobs: beside test_e2e (its loop images and theirs on one disk)
-    # their rounds fell to 27-63 MB/s of ~92, one tool's rounds and not the other's (tests/README.md)
+    # their rounds fell as low as 27 MB/s of ~92, mostly one tool's in a round (tests/README.md)
     # not its test_ttfb_is_where_the_body_starts: a latency held to 5 % of 87 ms, with a few ms for the first byte
     "tests/s3/test_link.py::test_bytes_": "bytes over a 200 Mbit/s tbf link (the link's own counters)",
     "tests/s3/test_link.py::test_storage_only_bandwidth_is_the_links": "the rate of a 200 Mbit/s tbf link, the "
