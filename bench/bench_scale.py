@@ -43,6 +43,7 @@ and sizes. Writes bench/results/listing-plain-dir.{json,md}.
 import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+
+
+def _python() -> str:
+    """The ranks' interpreter: its start-up CPU differs by build (pyenv's default vs Debian's PGO build)."""
+    return f"{os.path.realpath(sys.executable)} {platform.python_version()}"
 
 
 def _commit() -> str:
@@ -340,19 +346,22 @@ def by_floor(args) -> None:
             got.append({"case": "iodl", "ranks": n, "load": r["load"], "age_s_median": r["first_step_s_median"],
                         "age_s_max": r["first_step_s_max"]})
             for row in got:
-                row.update(date=date, commit=commit, round=round_, label=args.label)
+                row.update(date=date, commit=commit, round=round_, label=args.label, python=_python())
                 print(json.dumps(row), flush=True)
             rows += got
     with open(path, "w") as f:
         json.dump({"nproc": os.cpu_count(), "rows": rows}, f, indent=2)
-    cols = ["date", "commit", "label", "round", "ranks", "case", "load", "age_s_median", "age_s_max"]
+    cols = ["date", "commit", "python", "label", "round", "ranks", "case", "load", "age_s_median", "age_s_max"]
     with open(os.path.join(HERE, "results", "startup-floor.md"), "w") as f:
         f.write(f"# Start-up floor on {os.cpu_count()} cores (`python bench/bench_scale.py --floor`)\n\n"
                 "The median (and slowest) rank's age, from its process start, once every rank of the case is\n"
                 "together: `python` an interpreter alone, `numpy` importing numpy, `mpi` MPI initialised (iodl's\n"
                 "MPI settings, a sleep-polled barrier), `numpy+mpi` both, `iodl` a null-engine run's first step\n"
                 "(`first_step_s`). The cases of one round run back to back; `load` is the 1-minute load average\n"
-                "before each. iodl's own part of its start-up is `iodl` minus `numpy+mpi` of the same round.\n\n")
+                "before each. iodl's own part of its start-up is `iodl` minus `numpy+mpi` of the same round.\n"
+                "`python` is the interpreter the ranks ran (rows before it was noted: root's pyenv 3.11.7, a\n"
+                "default source build); Debian's own python3 is built with profile-guided optimisation, and most\n"
+                "cases started sooner on it (startup-trims-1129i.md).\n\n")
         write_table(f, cols, rows)
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import io
 import os
 import struct
-import zipfile
 import zlib
 from dataclasses import dataclass
 
@@ -400,6 +399,8 @@ class Npz(Format):
             np.savez(f, **arrays)
 
     def extents_from_file(self, path, samples):
+        import zipfile   # here: npz shards only (every rank imports this module)
+
         ext = np.empty((samples, 2), dtype=np.uint64)
         with open(path, "rb") as f, zipfile.ZipFile(f) as z:
             infos = z.infolist()
@@ -413,6 +414,8 @@ class Npz(Format):
         return ext
 
     def check_file(self, path, sizes):
+        import zipfile
+
         try:
             with zipfile.ZipFile(path) as z:
                 infos = z.infolist()

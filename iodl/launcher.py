@@ -6,10 +6,11 @@ communicator on it.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
+import sys
 import threading
+import time
 
 from .errors import UsageError
 
@@ -34,6 +35,7 @@ def launcher_rank() -> int:
 
 def _sysv_shm_works() -> bool:
     """Can this process create a SysV shared-memory segment (some containers forbid it)?"""
+    import ctypes   # here, as socket below: what cli.py imports before it takes over SIGINT stays small
 
     libc = ctypes.CDLL(None, use_errno=True)
     ipc_private, ipc_creat, ipc_rmid = 0, 0o1000, 0
@@ -68,6 +70,105 @@ def mpi_env_defaults(env, sysv_works=_sysv_shm_works) -> dict[str, str]:
     return {k: v for k, v in out.items() if k not in env}
 
 
+# The start gate (node_gate): a rank lets the others through once none has come for this long.
+GATE_IDLE_S = 2.0
+# ... and one connected to it and waiting to be let through gives up after this long.
+GATE_WAIT_S = 30.0
+
+
+def hydra_proxy(pid: int | None = None) -> tuple[int, int] | None:
+    """(pid, start time) of the hydra proxy that launched this process, its nearest ancestor of that
+    name (a wrapper shell may stand between), or None: every rank of a node shares it, and no other job."""
+    pid = os.getppid() if pid is None else pid
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            return None
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if name == "hydra_pmi_proxy":
+            return pid, int(fields[19])
+        pid = int(fields[1])
+        if pid <= 1:
+            return None
+    return None
+
+
+def node_gate(key: str, ranks: int, me: int, idle_s: float = GATE_IDLE_S, wait_s: float = GATE_WAIT_S) -> None:
+    """Hold this process until `ranks` processes of this node called node_gate with `key`, asleep.
+
+    MPI_Init waits for every rank spinning (sched_yield), and hydra starts a node's ranks one after
+    another, so at 72 ranks on 2 cores the first ones spin for a second or more while the last still
+    start Python: CPU the late ones needed. Met here first, asleep, they enter MPI_Init together:
+    at 72 ranks, MPI_Init's CPU a rank 64 ms against 86 (medians of 6 interleaved pairs), iodl's
+    first step sooner in 6 of 6 pairs (bench/results/startup-trims-1129i.md). Rank `me` 0 holds
+    an abstract Unix socket (no file, gone with the process) that the others connect to; it lets
+    them all through at once. It never holds MPI back for long: a rank that is not coming (not
+    iodl, dead) costs idle_s; a rank that finds no gate for idle_s (rank 0 that late, or gone, or
+    done with a gate it came too late for) goes on alone; one whose rank 0 went silent, after
+    wait_s. MPI_Init then waits as it would.
+    """
+    # _socket, the C module under socket: socket's own import (enums, selectors) was 4 ms a rank
+    import _socket
+
+    name = b"\0iodl-start-" + key.encode()
+    if me == 0:
+        server = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        waiting = []
+        try:
+            try:
+                server.bind(name)
+            except OSError:   # taken: not a gate of ours to keep
+                return
+            server.listen(ranks)
+            server.settimeout(idle_s)
+            while len(waiting) < ranks - 1:
+                try:
+                    waiting.append(server._accept()[0])
+                except OSError:   # none came for idle_s (TimeoutError), or the socket failed
+                    break
+            for fd in waiting:
+                try:
+                    os.write(fd, b"g")
+                except OSError:
+                    pass
+        finally:
+            for fd in waiting:
+                os.close(fd)
+            server.close()
+        return
+    came = time.monotonic()
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        while True:   # rank 0 may not have opened the gate yet, or has let the others through already
+            try:
+                conn.connect(name)
+                break
+            except OSError:
+                if time.monotonic() > came + idle_s:
+                    return
+                time.sleep(0.005)
+        conn.settimeout(wait_s)
+        try:
+            conn.recv(1)   # b"g", or b"" if rank 0 is gone
+        except OSError:
+            pass
+    finally:
+        conn.close()
+
+
+def _gate_before_init(env) -> None:
+    """node_gate for a rank that hydra launched with others on its node (none elsewhere)."""
+    try:
+        ranks, me = int(env.get("MPI_LOCALNRANKS", "")), int(env.get("MPI_LOCALRANKID", ""))
+    except ValueError:
+        return
+    proxy = hydra_proxy() if ranks > 1 else None
+    if proxy is not None:
+        node_gate(f"{proxy[0]}-{proxy[1]}", ranks, me)
+
+
 def start_mpi():
     """MPI_Init with iodl's settings (mpi_env_defaults), for a process that mpirun launched: mpi4py.MPI.
     Once: a second call returns the same module.
@@ -85,6 +186,8 @@ def start_mpi():
     main = threading.current_thread() is threading.main_thread()
     held = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
+        if "mpi4py.MPI" not in sys.modules:   # MPI not started yet: the ranks meet first
+            _gate_before_init(os.environ)
         # importing mpi4py.MPI runs MPI_Init: here, not at the top, so that no process that
         # mpirun did not launch (`iodl --help`, probe, the tests) ever starts MPI
         from mpi4py import MPI

@@ -2,7 +2,6 @@
 commands look at their roots with this, and import the client (iodl.s3store) only for a bucket."""
 from __future__ import annotations
 
-import configparser
 import os
 import re
 from dataclasses import dataclass
@@ -128,6 +127,8 @@ def _profile() -> tuple[str, dict[str, str]]:
     boto3 read the file (AWS_CONFIG_FILE, else ~/.aws/config): no keys when it has no such profile."""
     path = os.environ.get("AWS_CONFIG_FILE") or os.path.expanduser("~/.aws/config")
     profile = os.environ.get("AWS_PROFILE") or "default"
+    import configparser   # here: only a run on s3:// reads the file, and every rank imports this module
+
     config = configparser.ConfigParser(interpolation=None)
     try:
         config.read(path)

@@ -6,7 +6,6 @@ KiB) are fio's business and are handled with fio's job files, not here.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 
 from .errors import UsageError
 
@@ -42,16 +41,20 @@ def parse_size(value, what: str = "size") -> int:
     unit = m.group(3).lower() if m else None
     if m is None or unit not in _UNITS:
         raise UsageError(f"{what}: not a size: {value!r} (use e.g. 4096, \"114660B\", \"4KiB\", \"1.3MB\")")
-    try:
-        number = Decimal(m.group(1)) * (Decimal(10) ** int(m.group(2) or 0))
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
-        raise UsageError(f"{what}: not a size: {value!r}") from None
-    total = number * _UNITS[unit]
-    if total >= 1 << 63:
+    # Exact in integers (decimal's import was ~3 ms of every rank's start-up): the number is
+    # digits x 10^exp10, so the bytes are digits x unit x 10^exp10, whole or not.
+    whole, _, fraction = m.group(1).partition(".")
+    if len(whole) + len(fraction) > 4000:   # int() refuses longer strings (sys.int_info)
+        raise UsageError(f"{what}: not a size: {value!r} (more than 4000 digits)")
+    digits = int(whole + fraction or "0")
+    exp10 = int(m.group(2) or 0) - len(fraction)
+    numerator = digits * _UNITS[unit] * 10 ** max(exp10, 0)
+    denominator = 10 ** max(-exp10, 0)
+    if numerator >= (1 << 63) * denominator:
         raise UsageError(f"{what}: {value!r} is too large")
-    if total != total.to_integral_value():
+    if numerator % denominator:
         raise UsageError(f"{what}: {value!r} is not a whole number of bytes")
-    return int(total)
+    return numerator // denominator
 
 
 def format_size(n: int, binary: bool = False, digits: int = 3) -> str:

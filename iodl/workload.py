@@ -7,7 +7,6 @@ tomllib gives no line numbers for values, so the key's line is found by scanning
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -553,6 +552,8 @@ BUILTIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workload
 
 def _close(word, choices) -> list[str]:
     """The did-you-mean hint (difflib is imported here: only a bad file needs it)."""
+    import difflib
+
     return difflib.get_close_matches(word, choices, n=1)
 
 
