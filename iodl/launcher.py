@@ -35,7 +35,7 @@ def launcher_rank() -> int:
 
 def _sysv_shm_works() -> bool:
     """Can this process create a SysV shared-memory segment (some containers forbid it)?"""
-    import ctypes   # here, as socket below: what cli.py imports before it takes over SIGINT stays small
+    import ctypes   # here, as _socket in node_gate: what cli.py imports before it takes over SIGINT stays small
 
     libc = ctypes.CDLL(None, use_errno=True)
     ipc_private, ipc_creat, ipc_rmid = 0, 0o1000, 0
@@ -102,7 +102,8 @@ def node_gate(key: str, ranks: int, me: int, idle_s: float = GATE_IDLE_S, wait_s
     another, so at 72 ranks on 2 cores the first ones spin for a second or more while the last still
     start Python: CPU the late ones needed. Met here first, asleep, they enter MPI_Init together:
     at 72 ranks, MPI_Init's CPU a rank 64 ms against 86 (medians of 6 interleaved pairs), iodl's
-    first step sooner in 6 of 6 pairs (bench/results/startup-trims-1129i.md). Rank `me` 0 holds
+    first step sooner in 9 of 9 pairs on one interpreter and 4 of 4 on another
+    (bench/results/startup-trims-1129i.md). Rank `me` 0 holds
     an abstract Unix socket (no file, gone with the process) that the others connect to; it lets
     them all through at once. It never holds MPI back for long: a rank that is not coming (not
     iodl, dead) costs idle_s; a rank that finds no gate for idle_s (rank 0 that late, or gone, or

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from .errors import UsageError
 
@@ -13,6 +12,14 @@ SCHEME = "s3://"
 DEFAULT_REGION = "us-east-1"
 ADDRESSING = ("auto", "path", "virtual")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def _urlsplit(url: str):
+    """urllib.parse.urlsplit, imported at first use: a run with no bucket parses no URL, and the
+    import (ipaddress's with it) was 3-4 ms of CPU on every rank of every run."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(url)
 
 
 def is_s3(root: str) -> bool:
@@ -82,7 +89,7 @@ def endpoint_url(given: str | None) -> str:
     """--endpoint as iodl connects to it; without one, AWS's endpoint for the region."""
     if not given:
         return f"https://s3.{region()}.amazonaws.com"
-    parts = urlsplit(given)
+    parts = _urlsplit(given)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
         raise UsageError(f"--endpoint {given}: give http://HOST[:PORT] or https://HOST[:PORT]")
     if parts.username or parts.password:
@@ -162,7 +169,7 @@ def virtual_host(style: str, url: str, bucket: str) -> bool:
     --endpoint given (every S3 server takes it). A bucket with dots stays path-style over https,
     virtual asked for or not (as boto3 keeps it): BUCKET.HOST would not match the server's
     certificate (a wildcard *.HOST covers one label)."""
-    parts = urlsplit(url)
+    parts = _urlsplit(url)
     if "." in bucket and parts.scheme == "https":
         return False
     if style == "auto":
@@ -173,6 +180,6 @@ def virtual_host(style: str, url: str, bucket: str) -> bool:
 def object_url(url: str, bucket: str, key: str, style: str) -> str:
     """The URL of an object (or of a prefix: key without the trailing slash) at endpoint url."""
     if virtual_host(style, url, bucket):
-        parts = urlsplit(url)
+        parts = _urlsplit(url)
         return f"{parts.scheme}://{bucket}.{parts.netloc}/{key}"
     return f"{url}/{bucket}/{key}"

@@ -50,3 +50,10 @@ def test_exact_format_picks_the_largest_whole_unit(n, expected):
                                                (3 * 10 ** 12, False, "3.00 TB")])
 def test_human_format(n, binary, expected):
     assert format_size(n, binary=binary) == expected
+
+
+@pytest.mark.parametrize("digits", ["1" + "0" * 4000, "0." + "0" * 4000 + "1", "9" * 100_000])
+def test_parse_size_refuses_a_mantissa_too_long_for_int_in_one_line(digits):
+    # past 4000 digits int() would raise ValueError (sys.int_info's limit): a traceback, not a usage error
+    with pytest.raises(UsageError, match=r"^size: not a size: .*\(more than 4000 digits\)$"):
+        parse_size(digits + "KB")
