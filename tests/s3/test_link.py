@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from tests.helpers import iodl
+from tests.helpers import NotJudged, iodl
 from tests.s3.link import BURST_KB, Link, payload_rate, require
 from tests.s3.server import Seaweed
 
@@ -93,25 +93,37 @@ def test_storage_only_bandwidth_is_the_links(linked, linked_dataset, tmp_path):
 @pytest.mark.root
 def test_ttfb_is_where_the_body_starts(linked, linked_dataset, tmp_path):
     """2 MiB ranged GETs one at a time through the 200 Mbit/s link: after a GET's first byte its
-    body takes 2 MiB at the link's payload rate (measured on the link by a bare awscrt loop), less
-    what tbf's bucket lets through at once: between two GETs the link idles for about a time to first
-    byte, and the bucket refills at the line rate meanwhile, up to its burst (256 KiB: 12% of a GET,
-    reached at a ttfb of ~10.5 ms, e.g. under load). So latency p50 - ttfb p50 is that time within
-    5%; and the first byte comes in a few ms, not with the body. (2/3 of the GETs are 2 MiB, the rest
-    an object's short last part: the p50 is among the 2 MiB ones.)"""
+    body takes 2 MiB at the link's payload rate (bytes arriving through a bare awscrt loop, measured
+    just before and just after iodl's run), less what tbf's bucket lets through at once: between two GETs
+    the link idles for about a time to first byte, and the bucket refills at the line rate meanwhile,
+    up to its burst (256 KiB: 12% of a GET, reached at a ttfb of ~10.5 ms, e.g. under load). So
+    latency p50 - ttfb p50 is that time within 5%; and the first byte comes in a few ms, not with the
+    body. (2/3 of the GETs are 2 MiB, the rest an object's short last part: the p50 is among the 2 MiB
+    ones.) When the two looks at the link differ by more than 5%, its rate moved under the run and the
+    body time is not judged. (A CI run's one look, counting whole GETs completed rather than bytes
+    arrived, said 22.5 MB/s where iodl's bodies came at the tbf's 23.9 and failed the claim.)"""
     link, server = linked
     objects = server.client().list_objects_v2(Bucket="read-link-bkt", Prefix="ds/copy-")["Contents"]
     big = max(objects, key=lambda o: o["Size"])
-    rate = payload_rate(server, "read-link-bkt", big["Key"], big["Size"], ramp_s=1.0, seconds=4.0)
+
+    def look() -> float:
+        return payload_rate(server, "read-link-bkt", big["Key"], big["Size"], ramp_s=1.0, seconds=4.0, arrived=True)
+
+    rates = [look()]
     proc = iodl("read", "--root", linked_dataset, "--endpoint", server.endpoint, "--pattern", "storage-only",
                 "--block-size", "2MiB", "--iodepth", "1", "--duration", "5", "--ramp", "1",
                 "--out", str(tmp_path / "t.json"), env=server.env())
     assert proc.returncode == 0, proc.stderr
+    rates.append(look())
     total = json.loads((tmp_path / "t.json").read_text())["total"]
+    assert total["ttfb_us"]["p50"] < 0.1 * total["latency_us"]["p50"]
     body_us = total["latency_us"]["p50"] - total["ttfb_us"]["p50"]
     refill = min(BURST_KB << 10, 200e6 / 8 * total["ttfb_us"]["p50"] / 1e6) * 1448 / 1500   # of payload
+    rate = sum(rates) / len(rates)
     expected_us = ((2 << 20) - refill) / (rate * 1e6) * 1e6
-    print("rate", rate, "latency p50", total["latency_us"]["p50"], "ttfb p50", total["ttfb_us"]["p50"],
+    print("rates", rates, "latency p50", total["latency_us"]["p50"], "ttfb p50", total["ttfb_us"]["p50"],
           "body", body_us, "refill", refill, "expected", expected_us)   # with -s
+    if max(rates) > 1.05 * min(rates):
+        raise NotJudged(f"the link's payload rate moved under the run: {min(rates):.2f} and {max(rates):.2f} MB/s "
+                        "by the bare loop before and after")
     assert abs(body_us - expected_us) <= 0.05 * expected_us, (body_us, expected_us)
-    assert total["ttfb_us"]["p50"] < 0.1 * total["latency_us"]["p50"]
