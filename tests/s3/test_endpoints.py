@@ -80,6 +80,8 @@ def test_each_endpoints_bandwidth_is_its_links(two_links, link_rates, tmp_path):
 
 
 @pytest.mark.root
+@pytest.mark.flaky(reruns=1)   # no compute time: every step's barrier waits for the slowest rank, so a rank short
+#                                of CPU for a moment idles both links (a CI run: the fast endpoint 6 % under its link)
 def test_train_sync_each_endpoints_bandwidth_is_its_links(two_links, link_rates, tmp_path):
     """train-sync's ranks meet after every step, each having read a batch: a rank on a faster
     link waits for the slowest. Three ranks over (400, 200 Mbit/s) round-robin put ranks 0 and 2
