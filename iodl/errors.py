@@ -16,3 +16,13 @@ class UsageError(IodlError):
     """Bad input (arguments, workload files, roots): exit status 2."""
 
     exit_code = 2
+
+
+def shown(value, width: int = 48) -> str:
+    """repr(value) for an error line, its middle cut when longer than width (a 100,000-digit size
+    given by mistake is named, not echoed)."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    half = (width - 3) // 2
+    return f"{text[:half]}...{text[-half:]} ({len(value) if isinstance(value, str) else len(text):,} characters)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import UsageError
+from .errors import UsageError, shown
 
 # Lower-cased suffix -> bytes. A bare "k"/"m"/"g" is decimal, like "kB"/"MB"/"GB".
 _UNITS = {"": 1, "b": 1}
@@ -25,7 +25,7 @@ _BINARY = [("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30
 def parse_size(value, what: str = "size") -> int:
     """Bytes from an int or a string with an optional unit; UsageError for anything else."""
     if isinstance(value, bool):
-        raise UsageError(f"{what}: expected a size such as 4096 or \"1MiB\", got {value!r}")
+        raise UsageError(f"{what}: expected a size such as 4096 or \"1MiB\", got {shown(value)}")
     if isinstance(value, int):
         if value < 0:
             raise UsageError(f"{what}: must not be negative, got {value}")
@@ -33,27 +33,27 @@ def parse_size(value, what: str = "size") -> int:
             raise UsageError(f"{what}: {value} is too large")
         return value
     if not isinstance(value, str):
-        raise UsageError(f"{what}: expected a size such as 4096 or \"1MiB\", got {value!r}")
+        raise UsageError(f"{what}: expected a size such as 4096 or \"1MiB\", got {shown(value)}")
     text = value.strip()
     if text.startswith("-"):
-        raise UsageError(f"{what}: must not be negative, got {value!r}")
+        raise UsageError(f"{what}: must not be negative, got {shown(value)}")
     m = _SIZE_RE.match(text)
     unit = m.group(3).lower() if m else None
     if m is None or unit not in _UNITS:
-        raise UsageError(f"{what}: not a size: {value!r} (use e.g. 4096, \"114660B\", \"4KiB\", \"1.3MB\")")
+        raise UsageError(f"{what}: not a size: {shown(value)} (use e.g. 4096, \"114660B\", \"4KiB\", \"1.3MB\")")
     # Exact in integers (decimal's import was ~3 ms of every rank's start-up): the number is
     # digits x 10^exp10, so the bytes are digits x unit x 10^exp10, whole or not.
     whole, _, fraction = m.group(1).partition(".")
     if len(whole) + len(fraction) > 4000:   # int() refuses longer strings (sys.int_info)
-        raise UsageError(f"{what}: not a size: {value!r} (more than 4000 digits)")
+        raise UsageError(f"{what}: not a size: {shown(value)} (more than 4000 digits)")
     digits = int(whole + fraction or "0")
     exp10 = int(m.group(2) or 0) - len(fraction)
     numerator = digits * _UNITS[unit] * 10 ** max(exp10, 0)
     denominator = 10 ** max(-exp10, 0)
     if numerator >= (1 << 63) * denominator:
-        raise UsageError(f"{what}: {value!r} is too large")
+        raise UsageError(f"{what}: {shown(value)} is too large")
     if numerator % denominator:
-        raise UsageError(f"{what}: {value!r} is not a whole number of bytes")
+        raise UsageError(f"{what}: {shown(value)} is not a whole number of bytes")
     return numerator // denominator
 
 

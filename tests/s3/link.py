@@ -81,6 +81,53 @@ class Link:
 
 
 @contextmanager
+def wire_clock(links, every_s: float = 0.002):
+    """The links' host-side byte counters looked at every ~2 ms while the block runs, by a thread:
+    yields the list it fills with (time.monotonic(), [link 0's tx, rx, link 1's tx, rx, ...])."""
+    fds = [os.open(f"/sys/class/net/{link.host_dev}/statistics/{name}", os.O_RDONLY)
+           for link in links for name in ("tx_bytes", "rx_bytes")]
+    rows: list[tuple[float, list[int]]] = []
+    done = threading.Event()
+
+    def look() -> None:
+        rows.append((time.monotonic(), [int(os.pread(fd, 32, 0)) for fd in fds]))
+
+    def sample() -> None:
+        while not done.wait(every_s):
+            look()
+
+    look()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield rows
+    finally:
+        done.set()
+        sampler.join()
+        look()
+        for fd in fds:
+            os.close(fd)
+
+
+def bulk_rate(rows, column: int, payload: int, edge: float = 0.02) -> float:
+    """MB/s of payload through one counter of wire_clock's rows (column: link * 2, + 1 for rx): the
+    counter's rise from `edge` to 1 - `edge` of all it rose over the rows, timed where it crossed
+    each (between two looks, as if at an even rate), as payload bytes (the wire's headers are the same
+    share of every byte of a bulk transfer). The link's own rate while it carried the run: its ends,
+    where a request waits for its first byte or its answer, are left out."""
+    first, total = rows[0][1][column], rows[-1][1][column] - rows[0][1][column]
+
+    def crossed(level: float) -> float:
+        for (t0, a), (t1, b) in zip(rows, rows[1:]):
+            lo, hi = a[column] - first, b[column] - first
+            if hi >= level:
+                return t0 + (t1 - t0) * ((level - lo) / (hi - lo) if hi > lo else 1.0)
+        raise AssertionError(f"the counter never rose to {level:.0f} bytes")
+
+    return (1 - 2 * edge) * payload / (crossed((1 - edge) * total) - crossed(edge * total)) / 1e6
+
+
+@contextmanager
 def linked_servers(name: str, rates_mbit, net: int, bucket: str, top: str | None = None):
     """A SeaweedFS per rate, each in a namespace of its own behind a link of that rate (names NAME0,
     NAME1..., nets NET, NET+1...), one identity for all (one environment runs against every one), the

@@ -55,5 +55,7 @@ def test_human_format(n, binary, expected):
 @pytest.mark.parametrize("digits", ["1" + "0" * 4000, "0." + "0" * 4000 + "1", "9" * 100_000])
 def test_parse_size_refuses_a_mantissa_too_long_for_int_in_one_line(digits):
     # past 4000 digits int() would raise ValueError (sys.int_info's limit): a traceback, not a usage error
-    with pytest.raises(UsageError, match=r"^size: not a size: .*\(more than 4000 digits\)$"):
+    with pytest.raises(UsageError, match=r"^size: not a size: .*\(more than 4000 digits\)$") as err:
         parse_size(digits + "KB")
+    # the value is named by its ends and length, not echoed: a line a terminal can show
+    assert len(str(err.value)) < 120 and f"({len(digits) + 2:,} characters)" in str(err.value)
