@@ -108,7 +108,9 @@ def node_gate(key: str, ranks: int, me: int, idle_s: float = GATE_IDLE_S, wait_s
     them all through at once. It never holds MPI back for long: a rank that is not coming (not
     iodl, dead) costs idle_s; a rank that finds no gate for idle_s (rank 0 that late, or gone, or
     done with a gate it came too late for) goes on alone; one whose rank 0 went silent, after
-    wait_s. MPI_Init then waits as it would.
+    wait_s. MPI_Init then waits as it would. The name can be guessed, and any user of the machine
+    may bind or connect to an abstract socket: each end checks the other is a process of this user
+    (SO_PEERCRED), and goes on alone (or counts it not) when it is not.
     """
     # _socket, the C module under socket: socket's own import (enums, selectors) was 4 ms a rank
     import _socket
@@ -126,17 +128,21 @@ def node_gate(key: str, ranks: int, me: int, idle_s: float = GATE_IDLE_S, wait_s
             server.settimeout(idle_s)
             while len(waiting) < ranks - 1:
                 try:
-                    waiting.append(server._accept()[0])
+                    peer = _socket.socket(fileno=server._accept()[0])
                 except OSError:   # none came for idle_s (TimeoutError), or the socket failed
                     break
-            for fd in waiting:
+                if _peer_uid(peer) == os.geteuid():
+                    waiting.append(peer)
+                else:             # another user's process: not one of our ranks
+                    peer.close()
+            for peer in waiting:
                 try:
-                    os.write(fd, b"g")
+                    peer.send(b"g")
                 except OSError:
                     pass
         finally:
-            for fd in waiting:
-                os.close(fd)
+            for peer in waiting:
+                peer.close()
             server.close()
         return
     came = time.monotonic()
@@ -150,6 +156,8 @@ def node_gate(key: str, ranks: int, me: int, idle_s: float = GATE_IDLE_S, wait_s
                 if time.monotonic() > came + idle_s:
                     return
                 time.sleep(0.005)
+        if _peer_uid(conn) != os.geteuid():   # another user's gate: waiting there would cost wait_s
+            return
         conn.settimeout(wait_s)
         try:
             conn.recv(1)   # b"g", or b"" if rank 0 is gone
@@ -157,6 +165,18 @@ def node_gate(key: str, ranks: int, me: int, idle_s: float = GATE_IDLE_S, wait_s
             pass
     finally:
         conn.close()
+
+
+def _peer_uid(sock) -> int:
+    """The user id of the process at the other end of a connected Unix socket (SO_PEERCRED:
+    struct ucred, pid, uid, gid), or -1."""
+    import _socket
+
+    try:
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    except OSError:
+        return -1
+    return int.from_bytes(cred[4:8], sys.byteorder)
 
 
 def _gate_before_init(env) -> None:

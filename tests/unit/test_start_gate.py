@@ -3,7 +3,10 @@ there while the late ones start Python. Real processes, real clock, real mpiexec
 import json
 import subprocess
 import sys
+import time
 import uuid
+
+import pytest
 
 from tests.helpers import mpiexec
 
@@ -20,9 +23,9 @@ print(json.dumps({"me": me, "came": came, "left": time.monotonic(), "cpu": time.
 """
 
 
-def _meet(members, ranks, idle=2.0, wait=30.0):
+def _meet(members, ranks, idle=2.0, wait=30.0, key=None):
     """members: (local rank, seconds before it comes). Each one's {me, came, left, cpu}."""
-    key = uuid.uuid4().hex
+    key = key or uuid.uuid4().hex
     procs = [subprocess.Popen([sys.executable, "-c", AT_GATE, key, str(ranks), str(me), str(delay), str(idle),
                                str(wait)], stdout=subprocess.PIPE, text=True) for me, delay in members]
     out = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
@@ -87,3 +90,65 @@ def test_a_second_start_does_not_meet_again(monkeypatch):
     monkeypatch.setattr(launcher, "mpi_env_defaults", lambda env: {})
     launcher.start_mpi()
     assert calls == []
+
+
+# another user's process at the gate's name: binds it and holds it (or connects to it), then sleeps
+SQUATTER = """
+import _socket, sys, time
+s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+name = b"\\0iodl-start-" + sys.argv[1].encode()
+if sys.argv[2] == "bind":
+    s.bind(name)
+    s.listen(8)
+else:
+    for _ in range(400):
+        try:
+            s.connect(name)
+            break
+        except OSError:
+            time.sleep(0.005)
+print("ready", flush=True)
+time.sleep(30)
+"""
+
+
+def _squat(key: str, how: str):
+    """A process of user 65534 that binds (how="bind") or connects to the gate named by key."""
+    proc = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                             SQUATTER, key, how], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc
+
+
+@pytest.mark.root
+def test_a_gate_another_user_holds_is_not_waited_at():
+    # the name is guessable; a gate of another user would otherwise hold every rank for wait_s
+    key = uuid.uuid4().hex
+    squatter = _squat(key, "bind")
+    try:
+        assert squatter.stdout.readline() == "ready\n", squatter.stderr.read()
+        got = _meet([(1, 0.0), (2, 0.0)], ranks=3, idle=2.0, wait=10.0, key=key)
+    finally:
+        squatter.kill()
+        squatter.wait()
+    assert all(g["left"] - g["came"] < 1.0 for g in got), got
+
+
+@pytest.mark.root
+def test_another_users_connection_is_not_a_rank():
+    # rank 0 of 2 ranks: another user's process connects first; the gate opens for the real rank 1
+    key = uuid.uuid4().hex
+    procs = [subprocess.Popen([sys.executable, "-c", AT_GATE, key, "2", "0", "0", "3.0", "30"], stdout=subprocess.PIPE,
+                              text=True)]
+    time.sleep(0.5)                      # rank 0 is listening
+    squatter = _squat(key, "connect")
+    try:
+        assert squatter.stdout.readline() == "ready\n", squatter.stderr.read()
+        time.sleep(0.5)
+        procs.append(subprocess.Popen([sys.executable, "-c", AT_GATE, key, "2", "1", "0", "3.0", "30"],
+                                      stdout=subprocess.PIPE, text=True))
+        got = {g["me"]: g for g in (json.loads(p.communicate(timeout=60)[0]) for p in procs)}
+    finally:
+        squatter.kill()
+        squatter.wait()
+    # rank 0 let nobody through on the stranger's connection: it left with rank 1, not before it came
+    assert got[0]["left"] >= got[1]["came"] and abs(got[0]["left"] - got[1]["left"]) < 0.25, got
