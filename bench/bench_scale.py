@@ -22,6 +22,16 @@ needs before anything of its own), and iodl (`first_step_s_median`, null engine)
 start-up is the last minus the one before it; the goal's 8 s holds only where the floor allows it.
 Writes bench/results/startup-floor.{json,md} (rows added, earlier ones kept).
 
+    python bench/bench_scale.py --pair VAR=A,B [--ranks 72] [--runs 6] [--name NAME]
+
+One setting of the environment, two values, in interleaved pairs (this VM drifts by more than most
+effects from one minute to the next): each round a null-engine start with VAR=A and one with VAR=B,
+their order swapped every round; per run the median rank's first step and CPU (`cpu_s`, the whole
+process). Writes bench/results/NAME.{json,md} (default startup-pair): the runs, and in how many pairs
+B came sooner and used less CPU. Two trees: `--pair PYTHONPATH=/tmp/old,` (a worktree of the
+commit before, its native module copied in) run from outside any checkout: `-m iodl` puts the
+working directory ahead of PYTHONPATH.
+
     python bench/bench_scale.py --files 10000,200000 [--ranks 4] [--data /var/tmp/iodl-scale]
 
 Dataset size instead: the `raw` workload, 1 sample of 4 KiB per file, generated once per file
@@ -67,14 +77,14 @@ def _commit() -> str:
     return head.strip() + ("+" if dirty.strip() else "")
 
 
-def run(ranks: int, extra: list[str]) -> dict:
+def run(ranks: int, extra: list[str], env: dict | None = None) -> dict:
     load = os.getloadavg()[0]   # before the run: its own ranks are load too
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
         cmd = [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "iodl", "read", "--pattern", "train-sync",
                "--out", out, *extra]
         t = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
         wall = time.monotonic() - t
         if proc.returncode:
             raise SystemExit(proc.stderr[-2000:])
@@ -373,7 +383,8 @@ def main() -> None:
     ap.add_argument("--data", default="/var/tmp/iodl-scale", help="where --files datasets are generated")
     ap.add_argument("--repeat", type=int, default=3, help="--files: runs per row, the quickest start-up kept; "
                     "--listing: rounds")
-    ap.add_argument("--name", default="scale-files", help="--files: results go to bench/results/NAME.{json,md}")
+    ap.add_argument("--name", default="scale-files", help="--files (default scale-files), --pair (default startup-pair): results go to "
+                    "bench/results/NAME.{json,md}")
     ap.add_argument("--listing", type=int, metavar="N", help="time listing a plain directory of N files (see above)")
     ap.add_argument("--cold", action="store_true", help="--listing: also list after dropping the caches (root)")
     ap.add_argument("--note", default="", help="--listing: a sentence on the run's conditions for the results")
@@ -381,9 +392,12 @@ def main() -> None:
     ap.add_argument("--label", default="", help="what ran, for the table, when not this checkout's code (e.g. the "
                     "commit of a tree run from as the working directory)")
     ap.add_argument("--floor", action="store_true", help="the start-up's floor beside iodl's (see above)")
+    ap.add_argument("--pair", metavar="VAR=A,B", help="interleaved starts with VAR=A and VAR=B (see above)")
     args = ap.parse_args()
     if args.floor:
         return by_floor(args)
+    if args.pair:
+        return by_pair(args)
     if args.listing:
         return by_listing(args)
     if args.files:
@@ -403,6 +417,41 @@ def main() -> None:
     with open(path, "w") as f:
         json.dump({"nproc": os.cpu_count(), "rows": rows}, f, indent=2)
     write_scale_md(rows)
+
+
+def by_pair(args) -> None:
+    var, _, values = args.pair.partition("=")
+    a, b = values.split(",")
+    name = args.name if args.name != "scale-files" else "startup-pair"
+    ranks = int(args.ranks.split(",")[-1])
+    rows = []
+    for round_ in range(args.runs):
+        for value in ((a, b) if round_ % 2 == 0 else (b, a)):
+            r = run(ranks, ["--engine", "null", "--steps", "5", "--compute-time", "0.1"], env={**os.environ, var: value})
+            row = {"round": round_, var: value, "load": r["load"], "first_step_s_median": r["first_step_s_median"],
+                   "cpu_s_per_rank_median": r["cpu_s_per_rank_median"]}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    by_value = {v: [r for r in rows if r[var] == v] for v in (a, b)}
+    pairs = list(zip(by_value[a], by_value[b]))
+    med = {v: {k: round(statistics.median(r[k] for r in rs), 3) for k in ("first_step_s_median", "cpu_s_per_rank_median")}
+           for v, rs in by_value.items()}
+    summary = {"sooner": sum(rb["first_step_s_median"] < ra["first_step_s_median"] for ra, rb in pairs),
+               "less_cpu": sum(rb["cpu_s_per_rank_median"] < ra["cpu_s_per_rank_median"] for ra, rb in pairs),
+               "pairs": len(pairs), "medians": med}
+    head = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": _commit(), "python": _python(),
+            "ranks": ranks, "var": var, "a": a, "b": b}
+    with open(os.path.join(HERE, "results", name + ".json"), "w") as f:
+        json.dump({**head, "summary": summary, "rows": rows}, f, indent=2)
+    with open(os.path.join(HERE, "results", name + ".md"), "w") as f:
+        f.write(f"# {var}={a} against {b}: the start at {ranks} ranks (`python bench/bench_scale.py --pair`)\n\n"
+                f"{head['date']} UTC, {head['commit']}, {head['python']}, {os.cpu_count()} cores. A null-engine run's "
+                "median rank: its first step (`started_s`) and its CPU (`cpu_s`); `load` is the 1-minute load "
+                "average before the run.\n\n"
+                f"{var}={b}: sooner in {summary['sooner']} of {len(pairs)} pairs, less CPU in {summary['less_cpu']}; "
+                f"medians: first step {med[a]['first_step_s_median']} s ({a}) against {med[b]['first_step_s_median']} s "
+                f"({b}), CPU {med[a]['cpu_s_per_rank_median']} s against {med[b]['cpu_s_per_rank_median']} s.\n\n")
+        write_table(f, ["round", var, "load", "first_step_s_median", "cpu_s_per_rank_median"], rows)
 
 
 def write_scale_md(rows: list[dict]) -> None:

@@ -56,6 +56,14 @@ def mpi_env_defaults(env, sysv_works=_sysv_shm_works) -> dict[str, str]:
     # a few small collectives per step, and at 72 ranks a node the cells are ~4.5 MB of every
     # rank's memory. Eight are plenty.
     out = {"MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_NUM_CELLS": "8"}
+    # MPICH's ranks wait for each other in MPI_Init (and in the few blocking collectives of iodl's
+    # set-up) polling, with a sched_yield every so many polls: on a node with more ranks than cores
+    # the waiting ones keep taking turns on the CPU that the ranks still on their way there need.
+    # With heavy yield they sleep (nanosleep) instead of sched_yield: at 72 ranks on 2 cores,
+    # MPI_Init's CPU a rank 70-82 -> 48-58 ms, the first step sooner in 7 of 8 pairs on either
+    # interpreter (bench/results/startup-heavy-yield-1130-*.md). iodl's steps never block in MPI
+    # (comm.py sleep-polls), so only waits at start and end change.
+    out["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
     # hydra (MPICH's launcher) says how many ranks share this node. When that is all of them,
     # MPICH carries every message in its own shared memory and uses UCX only to swap addresses
     # at start-up. UCX's default opens both its posix and its SysV shared-memory transports, and
@@ -179,6 +187,35 @@ def _peer_uid(sock) -> int:
     return int.from_bytes(cred[4:8], sys.byteorder)
 
 
+# MPI_Init's waits, on a node with more ranks than cores: with heavy yield (mpi_env_defaults) MPICH
+# sleeps between its polls with a nanosleep of 1 ns, which the kernel stretches by the thread's timer
+# slack (50 us by default). 4 ranks on 2 cores, 3 of them waiting a second for the 4th: each slept
+# ~10,000 times and used 0.22-0.37 s of CPU (0.68-0.77 s with sched_yield); with 1 ms of slack while
+# in MPI_Init, ~970 times and 0.05-0.07 s (tests/unit/test_mpi_env.py). At 72 ranks on 2 cores the
+# first step came 0.8-1.6 s sooner (bench/results/startup-slack-1130-*.md).
+# MPI_Init returns up to 1 ms later for it. The thread's own slack comes back after; a thread that
+# MPI_Init starts (UCX's "async", which waits on events and runs a few timers) keeps 1 ms.
+MPI_INIT_SLACK_NS = 1_000_000
+_PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30   # <linux/prctl.h>
+
+
+def _oversubscribed(env) -> bool:
+    """More ranks on this node than cores this process may run on, as the launcher tells it."""
+    local = env.get("MPI_LOCALNRANKS") or env.get("OMPI_COMM_WORLD_LOCAL_SIZE") or ""
+    return local.isdigit() and int(local) > len(os.sched_getaffinity(0))
+
+
+def _timer_slack(ns: int) -> int | None:
+    """Set this thread's timer slack to ns and return the one it had (None: nothing changed)."""
+    import ctypes   # here, as in _sysv_shm_works
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    before = prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
+    if before < 0 or prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0) != 0:
+        return None
+    return before
+
+
 def _gate_before_init(env) -> None:
     """node_gate for a rank that hydra launched with others on its node (none elsewhere)."""
     try:
@@ -195,10 +232,11 @@ def start_mpi():
     Once: a second call returns the same module.
 
     MPI_Init returns when every rank has reached it, and MPICH's ranks wait for the others there
-    spinning (sched_yield): ~13 ms of CPU per second waited, per rank (72 ranks on 2 cores, one
-    rank 3 s late: bench/results/scale.md). iodl/cli.py therefore calls this at process start,
-    where the ranks are within a fraction of a second of each other, not after the command's
-    imports, which the ranks finish seconds apart on an oversubscribed node.
+    polling: with a sched_yield between polls by default (~13 ms of CPU per second waited, per rank,
+    72 ranks on 2 cores, one rank 3 s late: bench/results/scale.md), asleep between them with iodl's
+    settings (heavy yield, and MPI_INIT_SLACK_NS on an oversubscribed node). iodl/cli.py calls this
+    at process start, where the ranks are within a fraction of a second of each other, not after
+    the command's imports, which the ranks finish seconds apart on an oversubscribed node.
     """
     os.environ.update(mpi_env_defaults(os.environ))
     # MPI_Init waits in C, and for a rank that died before reaching it (a host without iodl, say)
@@ -207,11 +245,17 @@ def start_mpi():
     main = threading.current_thread() is threading.main_thread()
     held = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
+        slack = None
         if "mpi4py.MPI" not in sys.modules:   # MPI not started yet: the ranks meet first
             _gate_before_init(os.environ)
-        # importing mpi4py.MPI runs MPI_Init: here, not at the top, so that no process that
-        # mpirun did not launch (`iodl --help`, probe, the tests) ever starts MPI
-        from mpi4py import MPI
+            slack = _timer_slack(MPI_INIT_SLACK_NS) if _oversubscribed(os.environ) else None
+        try:
+            # importing mpi4py.MPI runs MPI_Init: here, not at the top, so that no process that
+            # mpirun did not launch (`iodl --help`, probe, the tests) ever starts MPI
+            from mpi4py import MPI
+        finally:
+            if slack is not None:
+                _timer_slack(slack)
     except ImportError:
         raise UsageError("launched by mpirun but mpi4py is not installed (pip install 'iodl[mpi]')") from None
     finally:
