@@ -13,6 +13,7 @@ import time
 from . import __version__
 from .errors import IodlError
 from .launcher import launched_by_mpi, launcher_rank, start_mpi
+from .stop import HeldStops
 
 # Nothing heavy at the top: main() takes over SIGTERM before the command's module (numpy, MPI) is
 # imported, so a stop that comes while the process starts is one line too, never a traceback.
@@ -133,37 +134,27 @@ def _main(argv: list[str], starting: bool) -> int:
             # start-up CPU (perf, 72 ranks on 2 cores). Off while importing; then they are frozen
             # out of every later pass (the run's own collections walk only what the run makes).
             gc.disable()
-        held = []   # a stop that came while the command's modules were loading
-        deferring = starting and threading.current_thread() is threading.main_thread()
-        if deferring:
-            # Held until they are in: raised inside an import, KeyboardInterrupt can land in one of
-            # importlib's own callbacks, which print it as "ignored" and go on (a CI run then read on
-            # for a minute after its SIGINT). Held, it is raised below, where nothing swallows it.
-            before = {s: signal.signal(s, lambda *_: held.append(True)) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            name = next((a for a in argv if not a.startswith("-")), None)
-            if name in COMMANDS and launched_by_mpi():
-                start_mpi()   # first, while the ranks are still together (launcher.start_mpi says why)
-            if name in REWRITE_ARGV:
-                argv = getattr(importlib.import_module(COMMANDS[name][0]), REWRITE_ARGV[name])(argv)
-            args = build_parser(argv).parse_args(argv)
-            module = importlib.import_module(args._module)
-            # iodl.comm (numpy) only now, after the command's module: the one import here that is
-            # not the registry's, kept out of the top for the SIGTERM reason above
-            from .comm import world
+        # a stop that comes while the command's modules load is taken once they are in (HeldStops)
+        with HeldStops(starting):
+            try:
+                name = next((a for a in argv if not a.startswith("-")), None)
+                if name in COMMANDS and launched_by_mpi():
+                    start_mpi()   # first, while the ranks are still together (launcher.start_mpi says why)
+                if name in REWRITE_ARGV:
+                    argv = getattr(importlib.import_module(COMMANDS[name][0]), REWRITE_ARGV[name])(argv)
+                args = build_parser(argv).parse_args(argv)
+                module = importlib.import_module(args._module)
+                # iodl.comm (numpy) only now, after the command's module: the one import here that is
+                # not the registry's, kept out of the top for the SIGTERM reason above
+                from .comm import world
 
-            # the communicator is built once, here (as mpi4py's bench does): a command takes it, so
-            # that a test can run one in-process; it starts MPI only when mpirun launched this process
-            comm = world()
-        finally:
-            if deferring:
-                for s, handler in before.items():
-                    signal.signal(s, handler)
-            if starting:
-                gc.freeze()
-                gc.enable()
-        if held:
-            raise KeyboardInterrupt
+                # the communicator is built once, here (as mpi4py's bench does): a command takes it, so
+                # that a test can run one in-process; it starts MPI only when mpirun launched this process
+                comm = world()
+            finally:
+                if starting:
+                    gc.freeze()
+                    gc.enable()
         return int(module.run(comm, args) or 0)
     except IodlError as exc:
         if getattr(exc, "collective", False):

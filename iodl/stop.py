@@ -8,6 +8,36 @@ STOP_GRACE_S = 3.0   # after a stop request, how long collectives wait for a ran
 SETUP_GRACE_S = 1.0  # a stop during set-up lets set-up finish within this, then the run starts stopped
 
 
+class HeldStops:
+    """SIGINT and SIGTERM held while a block loads modules, then delivered to whatever handles them
+    after it (with no exception leaving the block).
+
+    Raised inside an import, KeyboardInterrupt can land in one of importlib's own callbacks (a module
+    lock's weakref callback), which prints it as "Exception ignored", with a traceback, and goes on:
+    the stop is lost (a CI run read on for a minute after its SIGINT; a Ctrl-C one second into an
+    8-rank run left rank 0 loading the report's modules, and the others gave up on it 3 s later).
+    Only the main thread can hold them; elsewhere the block runs as it is.
+    """
+
+    def __init__(self, hold: bool = True):
+        self.hold = hold and threading.current_thread() is threading.main_thread()
+        self.came: list[int] = []
+        self.before = {}
+
+    def __enter__(self) -> "HeldStops":
+        if self.hold:
+            self.before = {s: signal.signal(s, lambda sig, _frame: self.came.append(sig))
+                           for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        for sig, handler in self.before.items():
+            signal.signal(sig, handler)
+        if self.came and exc_type is None:
+            signal.raise_signal(self.came[0])   # the handler now in place takes it, here
+        return False
+
+
 class Interrupt:
     """SIGINT/SIGTERM stop the run and still write its result, marked partial.
 

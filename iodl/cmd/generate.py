@@ -7,6 +7,7 @@ from ..errors import UsageError
 from ..limits import cli_int
 from ..progress import Ticker, wrap
 from ..s3root import add_s3_arguments, addressing, bucket_needed, given_endpoints, is_s3
+from ..stop import HeldStops
 from ..units import format_size
 from ..workload import FORMATS, load_workload
 
@@ -54,7 +55,8 @@ def run(comm, args) -> int:
     say = (lambda line: print(wrap(line), flush=True)) if talk else None
     try:
         if objects:
-            from ..s3generate import generate_s3   # awscrt: loaded only for a bucket
+            with HeldStops():   # awscrt: loaded only for a bucket; a stop meanwhile is taken after
+                from ..s3generate import generate_s3
             result = generate_s3(wl, args.root, given_endpoints(args.endpoint, wl), comm, say=say, progress=progress if talk else None,
                                  addressing=addressing(args.addressing))
         else:

@@ -6,6 +6,7 @@ from ..limits import check_range, cli_float, cli_int
 from ..patterns import PATTERNS
 from ..runner import run_once
 from ..s3root import add_s3_arguments
+from ..stop import HeldStops
 
 MAX_RUNS = 100       # --runs: MLPerf's procedure is 6; a long series of consecutive runs may be cut later
 
@@ -74,7 +75,8 @@ def run(comm, args, patterns: dict = PATTERNS) -> int:
     # its import time at start-up. Here, before the run: an import fails (EMFILE) once a run has
     # used its descriptors.
     if comm.rank == 0:
-        from ..read_report import ReadReport
+        with HeldStops():   # a stop that comes meanwhile is taken after, not lost in importlib
+            from ..read_report import ReadReport
     out = ReadReport(args) if comm.rank == 0 else None
     if args.runs == 1:
         return run_once(comm, args, patterns, out)[0]
