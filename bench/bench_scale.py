@@ -171,12 +171,13 @@ def by_files(args) -> None:
                        "startup_s_max": round(hi["startup_s_max"] - lo["startup_s_max"], 3)})
     met = all(g["rss_mb_median"] <= 10 and g["startup_s_max"] <= 0.5 for g in growth if g["layout"] == "iodl")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", f"{args.name}.json"), "w") as f:
+    name = args.name or "scale-files"
+    with open(os.path.join(HERE, "results", f"{name}.json"), "w") as f:
         json.dump({"nproc": os.cpu_count(), "rows": rows, "growth": growth, "goal": {"rss_mb": 10, "startup_s": 0.5},
                    "met": met}, f, indent=2)
     cols = ["layout", "files", "ranks", "startup_s_max", "startup_s_median", "rss_mb_median", "pss_mb_median", "rss_mb_rank0",
             "wall_s", "steps"]
-    with open(os.path.join(HERE, "results", f"{args.name}.md"), "w") as f:
+    with open(os.path.join(HERE, "results", f"{name}.md"), "w") as f:
         f.write(f"# Per-rank cost of a dataset's size on {os.cpu_count()} cores (`python bench/bench_scale.py "
                 f"--files {args.files} --ranks {args.ranks}`)\n\n"
                 "`raw` workload, 1 sample of 4 KiB per file, `iodl read --pattern train-sync --steps 20` (batch 32);\n"
@@ -383,7 +384,7 @@ def main() -> None:
     ap.add_argument("--data", default="/var/tmp/iodl-scale", help="where --files datasets are generated")
     ap.add_argument("--repeat", type=int, default=3, help="--files: runs per row, the quickest start-up kept; "
                     "--listing: rounds")
-    ap.add_argument("--name", default="scale-files", help="--files (default scale-files), --pair (default startup-pair): results go to "
+    ap.add_argument("--name", help="--files (default scale-files), --pair (default startup-pair): results go to "
                     "bench/results/NAME.{json,md}")
     ap.add_argument("--listing", type=int, metavar="N", help="time listing a plain directory of N files (see above)")
     ap.add_argument("--cold", action="store_true", help="--listing: also list after dropping the caches (root)")
@@ -422,7 +423,7 @@ def main() -> None:
 def by_pair(args) -> None:
     var, _, values = args.pair.partition("=")
     a, b = values.split(",")
-    name = args.name if args.name != "scale-files" else "startup-pair"
+    name = args.name or "startup-pair"
     ranks = int(args.ranks.split(",")[-1])
     rows = []
     for round_ in range(args.runs):

@@ -60,7 +60,7 @@ def mpi_env_defaults(env, sysv_works=_sysv_shm_works) -> dict[str, str]:
     # set-up) polling, with a sched_yield every so many polls: on a node with more ranks than cores
     # the waiting ones keep taking turns on the CPU that the ranks still on their way there need.
     # With heavy yield they sleep (nanosleep) instead of sched_yield: at 72 ranks on 2 cores,
-    # MPI_Init's CPU a rank 70-82 -> 48-58 ms, the first step sooner in 7 of 8 pairs on either
+    # MPI_Init's CPU a rank 70-82 -> 48-55 ms, the first step sooner in 7 of 8 pairs on either
     # interpreter (bench/results/startup-heavy-yield-1130-*.md). iodl's steps never block in MPI
     # (comm.py sleep-polls), so only waits at start and end change.
     out["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
