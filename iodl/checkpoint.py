@@ -15,10 +15,10 @@ model-parallel rank = r % (TP*PP), data-parallel rank = r // (TP*PP).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 from .errors import UsageError
+from .records import record
 
 # bytes per element of DLIO's datatypes
 DATATYPES = {"int8": 1, "uint8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
@@ -34,7 +34,7 @@ DLIO_1_0_LAYER_BYTES = 17371 + 24740228
 EXT = "pt"            # DLIO's PyTorch checkpointing names its files NAME.pt
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelSpec:
     """[model]: a transformer's shape, or a flat model_size in bytes."""
     type: str = "transformer"
@@ -54,7 +54,7 @@ class ModelSpec:
         return self.num_layers > 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ParallelismSpec:
     """[parallelism]: TP, PP, the DP a full run has (0: ranks / (TP*PP)) and the ZeRO stage."""
     tensor: int = 1
@@ -67,7 +67,7 @@ class ParallelismSpec:
         return self.tensor * self.pipeline
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckpointSpec:
     """[checkpoint]: how many checkpoints a checkpoint run writes and reads back, and when a
     training run checkpoints (every_steps > 0 wins over the epoch schedule, as in DLIO)."""
@@ -80,7 +80,7 @@ class CheckpointSpec:
     every_epochs: int = 1         # epochs between checkpoints after that (DLIO epochs_between_checkpoints)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckpointModel:
     """What rank_files() needs: the model and how it is split."""
     name: str
@@ -115,7 +115,7 @@ def check_model(model: ModelSpec, par: ParallelismSpec) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Layout:
     """A checkpoint's layout over a number of ranks."""
     ranks: int                    # ranks that write (MPI processes)
@@ -253,7 +253,7 @@ def _rank_files(model: ModelSpec, par: ParallelismSpec, rank: int, data: int) ->
     return files
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """Every rank's files of one checkpoint."""
     name: str

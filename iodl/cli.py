@@ -55,15 +55,46 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _columns() -> int:
+    """The terminal's width as shutil.get_terminal_size gives it (COLUMNS, then the terminal, then
+    80), without importing shutil: argparse's formatter does, and shutil brings bz2 and lzma, ~5 ms
+    of every rank's start-up."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command argv names: its first word that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = _Parser(prog="iodl", description="Storage I/O workload generator for deep-learning data access.")
+    parser = _Parser(prog="iodl", description="Storage I/O workload generator for deep-learning data access.",
+                     formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"iodl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    chosen = command_of(argv)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        # A command's parser alone when argv names one: the other eleven were ~5 ms of every rank's
+        # start-up (each parser asks gettext for its words). None named: all, for the usage and for
+        # the error that lists them.
+        if chosen in COMMANDS and name != chosen:
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
         p.set_defaults(_module=module)
-        if name in argv:
+        if name == chosen:
             # Only the chosen command's module is imported to add its options (`iodl --help` lists
             # the commands from COMMANDS alone: it imports none of them)
             importlib.import_module(module).add_arguments(p)
@@ -137,7 +168,7 @@ def _main(argv: list[str], starting: bool) -> int:
         # a stop that comes while the command's modules load is taken once they are in (HeldStops)
         with HeldStops(starting):
             try:
-                name = next((a for a in argv if not a.startswith("-")), None)
+                name = command_of(argv)
                 if name in COMMANDS and launched_by_mpi():
                     start_mpi()   # first, while the ranks are still together (launcher.start_mpi says why)
                 if name in REWRITE_ARGV:

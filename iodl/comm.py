@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from . import _native
 from .errors import IodlError, UsageError
 from .launcher import launched_by_mpi, start_mpi
 from .outputs import create_new
+from .records import record
 
 
 # MpiComm._wait's sleep between two polls of a collective: it doubles up to 1 ms, and in a wait
@@ -37,6 +38,9 @@ class SerialComm:
         pass
 
     def bcast(self, obj, root: int = 0):
+        return obj
+
+    def bcast_object(self, obj, root: int = 0):
         return obj
 
     def gather(self, obj, root: int = 0):
@@ -203,6 +207,16 @@ class MpiComm:
             buf[:len(data)] = data
         self._wait(self._comm.Ibcast(buf, root=root))
         return bytes(buf[:buf.index(0)]).decode()
+
+    def bcast_object(self, obj, root: int = 0):
+        """root's obj on every rank, pickled: two sleep-polled collectives (its size, then it), where
+        bcast is a barrier and a blocking call."""
+        data = pickle.dumps(obj) if self.rank == root else b""
+        size = np.array([len(data)], dtype=np.int64)
+        self._wait(self._comm.Ibcast(size, root=root))
+        buf = bytearray(data) if self.rank == root else bytearray(int(size[0]))
+        self._wait(self._comm.Ibcast(buf, root=root))
+        return obj if self.rank == root else pickle.loads(buf)
 
     def allreduce(self, value, op: str = "sum"):
         """One non-blocking collective, sleep-polled: train-sync pays this once per step."""
@@ -471,7 +485,7 @@ def node_host_name(comm, leader: int, node_size: int) -> str:
     return name if len(nodes) == 1 else f"{name}#{nodes.index(leader) + 1}"
 
 
-@dataclass
+@record
 class HostSplit:
     """The world by host, for work done once per host (fio-compare runs the whole job on each):
     this rank's node communicator (MPI's COMM_TYPE_SHARED) and its place in it (node rank 0 is
@@ -548,6 +562,28 @@ def collective(comm, fn):
     err = IodlError(message, collective=True)
     err.exit_code = code
     raise err
+
+
+def on_rank0(comm, fn):
+    """fn() run by rank 0 alone, its value sent to every rank; an IodlError of it raised on every
+    rank alike (inside `collective`, rank 0 then says it once). For what every rank would work out
+    the same from the same input and pay for at start-up, ~36 times over at 72 ranks on 2 cores.
+    Every rank must come to it: call it before anything that can fail on one rank alone. Any other
+    error of fn's ends rank 0, which ends the job (cli)."""
+    if comm.size == 1:
+        return fn()
+    sent = None
+    if comm.rank == 0:
+        try:
+            sent = (fn(), None)
+        except IodlError as exc:
+            sent = (None, (str(exc), exc.exit_code))
+    value, failure = comm.bcast_object(sent)
+    if failure is not None:
+        err = IodlError(failure[0])
+        err.exit_code = failure[1]
+        raise err
+    return value
 
 
 def node_shared_arrays(group, build) -> dict[str, np.ndarray]:

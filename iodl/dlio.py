@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from dataclasses import dataclass
 from typing import Callable
 
 import yaml
@@ -26,11 +25,12 @@ import yaml
 from .checkpoint import DATATYPES
 from .errors import UsageError
 from .formats import FORMATS, PARQUET_DTYPES, parquet_record_bytes
+from .records import record
 
 HONOUR, INFO, REFUSE = "honoured", "informational", "refused"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rule:
     how: str                          # HONOUR, INFO or REFUSE
     why: str                          # what iodl does with it, or why not

@@ -17,11 +17,11 @@ from __future__ import annotations
 import errno
 import functools
 import importlib.util
-from dataclasses import dataclass
 from typing import Callable
 
 from . import _native
 from .errors import IodlError, UsageError
+from .records import record
 
 AUTO = "auto"
 
@@ -30,7 +30,7 @@ PYTHON = "Python"              # a class with _native.Engine's interface: runs p
 C_PER_FILE = "C per file"      # fio's metadata engines: one create, stat or unlink per file
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Entry:
     """One engine of the registry: its names and what it can do."""
     name: str                                  # iodl's name (results, --engine)

@@ -34,10 +34,11 @@ import io
 import os
 import struct
 import zlib
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib import format as npy
+
+from .records import record
 
 # ---------------------------------------------------------------- CRC32C (Castagnoli) --------
 
@@ -210,7 +211,7 @@ def _put(buf: np.ndarray, offsets: np.ndarray, values: np.ndarray, width: int) -
 
 # ---------------------------------------------------------------- formats --------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reading:
     """How the step patterns read a format's shards, as DLIO's reader of that format reads them."""
     # shards: whole shards, each sequentially (training.SampleStream); samples: sample by sample, each

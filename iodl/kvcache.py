@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 
 from . import engines, limits
 from .errors import UsageError
+from .records import record
 from .units import parse_size
 
 FP16 = 2
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Model:
     name: str
     layers: int
@@ -57,7 +57,7 @@ MODELS: dict[str, Model] = {m.name: m for m in (
 HEADER_BYTES = 128
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Option:
     model: str
     users: int                 # per rank
@@ -74,7 +74,7 @@ OPTIONS: dict[int, Option] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class UserType:
     name: str
     context: tuple[int, int]       # tokens: a user's own context is drawn from it once
@@ -108,7 +108,7 @@ def entry_bytes(tokens: int, bytes_per_token: int) -> int:
     return tokens * bytes_per_token + HEADER_BYTES
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class KVSpec:
     """What every rank of a kvcache run runs (resolve())."""
     option: int | None

@@ -9,16 +9,17 @@ from __future__ import annotations
 import math
 import os
 import resource
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import _native, histogram, reduce
+from .records import record
 from .s3root import endpoint_of
 
 if TYPE_CHECKING:
-    from .result import PerRank
+    from .result_types import PerRank
 
 SERIES_BUCKET_NS = 1_000_000_000   # the time series has one row per second (docs/report.md: CSV, plots)
 # a rank's live counters (int64 slots of a node-shared block): bytes, ios, cached bytes are the
@@ -35,7 +36,7 @@ def new_series(seconds: float | None = None) -> np.ndarray:
     return histogram.series_empty(int(seconds) + 2 if seconds else SERIES_HOURS * 3600)
 
 
-@dataclass
+@record
 class RankResult:
     """One rank's counters of a run (docs/numbers.md, per rank)."""
     rank: int

@@ -11,10 +11,11 @@ mlpstorage_py/report_generator.py (@0366ccfc9fc629dde3379a8022cb4c4ff8285b53: _a
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
+from .records import record
 from .result import STEP_FIELDS
 
 MIN_STEPS = 500          # the dataset holds at least 500 steps of every accelerator's batch...
@@ -87,7 +88,7 @@ def checkpoint_category(model: str, ranks: int, full_ranks: int, writes: int, re
     return {"category": category, "reasons": reasons}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DataSize:
     """The smallest dataset the dataset-size rule accepts, and what decided it."""
     accelerators: int

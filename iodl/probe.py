@@ -12,10 +12,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+
+from .records import record
 
 
-@dataclass
+@record
 class Capability:
     name: str
     ok: bool

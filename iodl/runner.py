@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from . import cache, dlio_output, engines, limits
 from . import comm as comm_mod
-from .comm import NodeShared, RanksNotAnswering, SerialComm, collective, failed_alone, failures_line
-from .data.manifest import check_default_fits, read_manifests, workload_for_roots
+from .comm import NodeShared, RanksNotAnswering, SerialComm, collective, failed_alone, failures_line, on_rank0
+from .data.manifest import check_default_fits, check_fits, read_manifests, workload_for_roots
 from .data.open import open_dataset
 from .data.tables import int_rows
 from .errors import IodlError, UsageError
@@ -22,6 +22,7 @@ from .metrics import LIVE_SLOT, RankResult, new_series, process_age_s, reduce_re
 from .outputs import check_output_path
 from .patterns import Run
 from .plan import mount_of
+from .records import record
 from .runspec import resolve
 from .s3root import addressing, endpoint_of, endpoint_urls, given_endpoints, is_s3
 from .stop import STOP_GRACE_S, Interrupt
@@ -41,17 +42,12 @@ def _checkpointing():
 
 def _setup(comm, args, patterns: dict, run_index: int):
     """Everything that can fail on bad input, done before any I/O, on every rank."""
-    manifests = read_manifests([r for r in args.root if not is_s3(r)])   # read once: open_dataset takes them from the spec
-    if any(is_s3(r) for r in args.root):
-        from .s3dataset import fetch_manifest   # awscrt: loaded only for a bucket
-        # the endpoint a workload file names is the default --endpoint (the dataset's manifest is fetched there)
-        urls = endpoint_urls(given_endpoints(args.endpoint, load_workload(args.workload) if args.workload else None))
-        style = addressing(args.addressing)
-        manifests.update((r, fetch_manifest(r, urls[endpoint_of(comm.rank, urls)], style)) for r in args.root
-                         if is_s3(r))
-    wl = workload_for_roots(manifests, args.workload)
-    if not args.root and args.workload is not None and engines.resolve(args.engine) != "null":
-        check_default_fits(wl, args.workload)   # the default dataset is read: it must be the workload's
+    # First, where every rank comes: rank 0 alone reads the workload and sends it. Its file's
+    # reader and parse were ~35 ms of each rank's start-up for a YAML file, ~7 ms for TOML.
+    wl, buckets = on_rank0(comm, lambda: _workload(args))
+    # each rank reads its node's manifests (open_dataset takes them from the spec) and checks them too
+    manifests = {**read_manifests([r for r in args.root if not is_s3(r)]), **buckets}
+    check_fits(wl, manifests)
     spec = resolve(args, wl, patterns, run_index, manifests)
     for flag, path in (("--out", args.out), ("--csv", args.csv)):
         if path:
@@ -61,6 +57,23 @@ def _setup(comm, args, patterns: dict, run_index: int):
     if args.dlio_dir:
         _check_dlio_dir(args.dlio_dir, spec.pattern)
     return spec, _checkpointing().in_training(spec, comm.size) if spec.checkpoint_roots else None
+
+
+def _workload(args):
+    """Rank 0's part of _setup: the workload the run reads, and the manifest of each s3:// root
+    (one bucket for every rank: fetched once)."""
+    given = load_workload(args.workload) if args.workload else None
+    buckets = {}
+    if any(is_s3(r) for r in args.root):
+        from .s3dataset import fetch_manifest   # awscrt: loaded only for a bucket
+        # the endpoint a workload file names is the default --endpoint (the dataset's manifest is fetched there)
+        urls = endpoint_urls(given_endpoints(args.endpoint, given))
+        style = addressing(args.addressing)
+        buckets = {r: fetch_manifest(r, urls[endpoint_of(0, urls)], style) for r in args.root if is_s3(r)}
+    wl = workload_for_roots({**read_manifests([r for r in args.root if not is_s3(r)]), **buckets}, given)
+    if not args.root and given is not None and engines.resolve(args.engine) != "null":
+        check_default_fits(wl, args.workload)   # the default dataset is read: it must be the workload's
+    return wl, buckets
 
 
 def _check_dlio_dir(path: str, pattern: str) -> None:
@@ -85,7 +98,7 @@ def _cache_probe(comm, shared, host, node_mounts, mount, root, paths, sizes, cop
 
 
 
-@dataclass
+@record
 class Mount:
     """A rank's view of the dataset it reads: its mount's (or the null engine's synthetic one)."""
     roots: list[str]
@@ -102,7 +115,7 @@ class Mount:
     listing: tuple[int, float] = (0, 0.0)   # an s3:// root: the LISTs of its prefix before the run, their seconds
 
 
-@dataclass
+@record
 class Node:
     """What the ranks of a node share: the live counters' block, the host name, the cache probes."""
     shared: NodeShared

@@ -5,7 +5,7 @@ iodl/limits.py); what it returns is what every rank runs and what the result rep
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from . import cache, limits
 from .cursor import ShardFiles
@@ -14,10 +14,11 @@ from .errors import UsageError
 from .formats import Reading, format_for
 from . import engines
 from .mlperf import run_category
+from .records import record
 from .s3root import addressing, bucket_needed, endpoint_urls, given_endpoints, is_s3
 from .training import buffer_size, request_shape
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class RunSpec:
     """What a rank runs. Built by resolve() for `iodl read`; tests build one for a pattern directly."""
     pattern: str

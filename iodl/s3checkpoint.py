@@ -25,7 +25,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
@@ -42,6 +42,7 @@ from .metrics import RankResult
 from .patterns.checkpoint_share import OpCounters, RankShare
 from .patterns.checkpoint_store import STORE, STORE_SCHEMA
 from .plan import shard_plan
+from .records import record
 from .reduce import checkpoint_block, rate, reduce_checkpoint_op
 from .s3engine import S3Engine
 from .s3http import IO_TIMEOUT_S
@@ -69,7 +70,7 @@ def check_part_size(part_size: int, sizes) -> None:
 
 # ---- the store object: the mark, and what iodl wrote under the prefix
 
-@dataclass
+@record
 class Site:
     """One root as one endpoint serves it, and its store object as last read or written."""
     store: S3Store
@@ -151,7 +152,7 @@ def latest(sites: list[Site], signature: dict) -> str:
 
 # ---- one rank's PUTs
 
-@dataclass
+@record
 class _Upload:
     key: str
     size: int

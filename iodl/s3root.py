@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from .errors import UsageError
+from .records import record
 
 SCHEME = "s3://"
 DEFAULT_REGION = "us-east-1"
@@ -26,7 +26,7 @@ def is_s3(root: str) -> bool:
     return root.startswith(SCHEME)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Target:
     """An s3:// root: the bucket and the prefix under it (no leading or trailing slash)."""
     bucket: str

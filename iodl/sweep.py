@@ -20,9 +20,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from . import limits
+from .records import record
 from .sizing import meets, storage_MBps
 from .errors import IodlError, UsageError
 
@@ -131,7 +132,7 @@ def point_command(mpiexec: str, ranks: int, read_args: list[str], out: str) -> l
     return [mpiexec, "-n", str(ranks), *python_iodl(), "read", *read_args, "--out", out]
 
 
-@dataclass
+@record
 class PointRun:
     exit_code: int
     error_line: str      # the line of its stderr that says what went wrong ("" when nothing)
@@ -192,7 +193,7 @@ def run_point(cmd: list[str], timeout: float | None = None, grace_s: float = STO
     return PointRun(proc.returncode, line, timed_out)
 
 
-@dataclass
+@record
 class Point:
     """One rank count's outcome (the keys of `points` in the sweep JSON)."""
     ranks: int

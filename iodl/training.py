@@ -29,7 +29,7 @@ from .result import STEP_FIELDS
 if TYPE_CHECKING:
     from .patterns import Run
     from .runspec import RunSpec
-    from .result import Train
+    from .result_types import Train
 
 WAIT_SLICE_S = 0.1   # the compute loop's longest wait before it looks for a stop request again
 # the step loop's wait for the node's others to be back at work before it adds the step before's

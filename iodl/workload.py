@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from .checkpoint import (DATATYPES, LAYOUTS, ZERO_STAGES, CheckpointModel, Check
                          check_model)
 from .errors import UsageError
 from .formats import FORMATS as FORMAT_TABLE, PARQUET_DTYPES, format_for, parquet_record_bytes
+from .records import record
 from .units import parse_size
 
 FORMATS = tuple(FORMAT_TABLE)   # the names, in the order formats.py lists them
@@ -27,7 +27,7 @@ SHUFFLES = ("none", "file", "sample", "file+sample")
 ACCESS = ("blocks", "np.load", "whole")   # how a shard is read ([read] access)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DatasetSpec:
     """A workload's [dataset]: the shards' format, number and samples."""
     format: str
@@ -51,7 +51,7 @@ class DatasetSpec:
         return self.samples * self.sample_size * self.copies
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TrainSpec:
     """A workload's [train]: the steps an accelerator takes."""
     batch_size: int
@@ -64,7 +64,7 @@ class TrainSpec:
     total_steps: int = 0      # most steps each epoch runs (DLIO train.total_training_steps, which DLIO counts per epoch); 0: no bound
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ReadSpec:
     """A workload's [read]: how its shards are read."""
     block_size: int           # bytes per request
@@ -86,13 +86,13 @@ class ReadSpec:
     endpoint: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MetricSpec:
     """A workload's [metric]: the AU a run must reach."""
     au_threshold: float
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Workload:
     """A workload as resolved: a built-in, a TOML file, or a DLIO/MLPerf YAML file."""
     name: str

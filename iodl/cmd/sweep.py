@@ -19,6 +19,7 @@ from ..outputs import write_result
 from ..patterns import PATTERNS
 from ..progress import Clock, wrap
 from ..sizing import workload_demand_MBps
+from ..workload import load_workload
 from . import read
 
 # the sweep's own options (each takes one value); every other option is passed on to `iodl read`
@@ -141,7 +142,8 @@ def run(comm, args) -> int:
     ranks = sweep.parse_ranks(args.ranks)
     timeout = sweep.parse_timeout(args.timeout)
     read_argv, opts = _read_options(args.read_args)
-    wl = workload_for_roots(read_manifests(opts.root), opts.workload)   # the one each point's `iodl read` will run
+    # the one each point's `iodl read` will run
+    wl = workload_for_roots(read_manifests(opts.root), load_workload(opts.workload) if opts.workload else None)
     threshold = sweep.parse_threshold(args.threshold, wl.metric.au_threshold)
     mpiexec = sweep.find_mpiexec(args.mpiexec)
     _check_out(args.out)

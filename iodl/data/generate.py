@@ -11,7 +11,6 @@ import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from .. import __version__, limits
 from ..comm import collective
 from ..errors import IodlError, UsageError
 from ..formats import BLOCK, Format, Stream, content_buffer, format_for
+from ..records import record
 from ..units import format_size
 from ..workload import Workload, load_workload
 from .files import TMP, create, make_dir, refuse_kernel_fs, save_npy, unlink_quietly, write_json, write_via_temp
@@ -29,7 +29,7 @@ from .manifest import read_manifest, spec_key
 from .small_files import batched, write_small_files
 
 
-@dataclass
+@record
 class GenerateResult:
     roots: list[str]
     shards_written: int        # by all ranks, all roots
@@ -71,7 +71,7 @@ def generate(workload, roots, comm, files: int | None = None, copies: int | None
     return comm.bcast(result, root=0)
 
 
-@dataclass
+@record
 class _Job:
     """What one generate writes, the same on every rank."""
     wl: Workload          # overrides applied

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from .. import _native
 from ..formats import FORMATS
+from ..records import record
 
 SCHEMA = "iodl.dataset/2"      # a JSON header; file sizes in FILE_SIZES_FILE; names derived from indices
 SCHEMA_V1 = "iodl.dataset/1"   # every file listed in the JSON (iodl before 2c7a70b): no longer read
@@ -35,7 +35,7 @@ FOLDER_FILES = 10_000   # files per folder at most, by default (MLPerf Storage w
 _SIZES_STREAM = 0x5A3E  # seed-sequence tag of the sample-size stream (content streams use copy, file)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Shard:
     """One file of a dataset."""
     path: str      # absolute

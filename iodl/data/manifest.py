@@ -49,13 +49,20 @@ def read_manifests(roots: list[str]) -> dict[str, dict | None]:
     return {os.path.abspath(root): read_manifest(root) for root in roots if os.path.isdir(root)}
 
 
-def workload_for_roots(manifests: dict[str, dict | None], given: str | None):
-    """The workload a read of these roots (read_manifests) runs: the one given, which must describe
-    every iodl dataset among them (a workload's demand sized against another's data is a wrong
-    answer), or, when none is given, the one the datasets were generated for. Roots without a
-    manifest (plain directories) put no constraint on it; with none at all the default is `tiny`."""
+def workload_for_roots(manifests: dict[str, dict | None], given=None):
+    """The workload a read of these roots (read_manifests) runs: the one given (load_workload's),
+    which must describe every iodl dataset among them (check_fits), or, when none is given, the one
+    the datasets were generated for. With no manifest at all the default is `tiny`."""
+    wl = given if given is not None else _generated_for([(r, m) for r, m in manifests.items() if m is not None])
+    check_fits(wl, manifests)
+    return wl
+
+
+def check_fits(wl, manifests: dict[str, dict | None]) -> None:
+    """Refused unless the workload describes every iodl dataset among these roots: a workload's
+    demand sized against another's data is a wrong answer. Roots without a manifest (plain
+    directories) put no constraint on it."""
     found = [(root, m) for root, m in manifests.items() if m is not None]
-    wl = load_workload(given) if given is not None else _generated_for(found)
     mine = wl.to_dict()["dataset"]
     for root, m in found:
         spec = m.get("spec", {})
@@ -66,7 +73,6 @@ def workload_for_roots(manifests: dict[str, dict | None], given: str | None):
             raise UsageError(f"--workload {wl.name} does not describe the dataset under {root} (generated for "
                              f"{m.get('workload')!r}: {theirs}; {wl.name}: {ours}); leave --workload out to use "
                              "the dataset's")
-    return wl
 
 
 def check_default_fits(wl, given: str) -> None:

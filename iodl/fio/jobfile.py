@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from fractions import Fraction
 
 from ..errors import UsageError
 from . import options as opts
+from ..records import record
 
 U64 = (1 << 64) - 1
 
@@ -25,7 +26,7 @@ class JobFileError(UsageError):
         super().__init__(message + where)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Option:
     key: str          # as written (alias or name)
     value: str | None  # None for a bare key
@@ -33,7 +34,7 @@ class Option:
     line: int
 
 
-@dataclass
+@record
 class Section:
     name: str
     file: str
@@ -45,21 +46,21 @@ class Section:
         return self.name.startswith("global")  # fio: strncmp(name, "global", 6)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Percent:
     """A size written as N% (relative to the file or device)."""
 
     value: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Zones:
     """A size written as Nz: N zones (fio's FIO_OPT_STR_VAL_ZONE, meaningful with zonemode)."""
 
     value: int
 
 
-@dataclass
+@record
 class Job:
     """One [job] section after [global] inheritance: canonical name -> parsed value."""
 

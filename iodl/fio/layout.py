@@ -34,12 +34,12 @@ import signal
 import stat
 import struct
 import threading
-from dataclasses import dataclass
 
 from ..engine import blocking_once, open_for_read
 from ..errors import IodlError, UsageError
 from ..data.files import KERNEL_FS, mount_of
 from .jobfile import Job, JobFileError, Percent, fio_list
+from ..records import record
 
 MARK = "user.iodl.layout"
 MARK_VALUE = b"iodl fio-compare layout"
@@ -47,7 +47,7 @@ BLKGETSIZE64 = 0x80081272   # _IOR(0x12, 114, size_t)
 DIR_MODE = 0o700            # fio's create_work_dirs mode
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileSpec:
     path: str      # as fio names it (may hold '//')
     offset: int    # first byte read (fio `offset`)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,6 +26,7 @@ from .. import _native
 from ..errors import IodlError, UsageError
 from .jobfile import Job, JobFileError
 from .layout import MARK, MARK_VALUE, is_marked
+from ..records import record
 
 RECORD_FIELDS = ("t_ns", "lat_ns", "clat_ns", "slat_ns", "bytes", "offset", "op")   # native/core.h iodl_io_record
 IODL_PREFIX = "iodl-"
@@ -35,7 +35,7 @@ REFUSED_ON = ("log_max_value", "log_prio", "log_compression", "log_store_compres
               "log_alternate_epoch", "log_hist_msec", "write_hist_log")
 
 
-@dataclass
+@record
 class LogSpec:
     bw: str | None       # the prefix of each log asked for, None when not asked
     lat: str | None

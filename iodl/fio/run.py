@@ -15,7 +15,7 @@ import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from .jobfile import Job, JobFileError, Percent, Zones, fio_list, parse_size
 from .layout import FileSpec, clone_files, existing, open_input, open_own_for_write, renew_own
 from .logs import LogWriter, empty_records, log_spec
 from . import policy
+from ..records import record
 
 
 # fio's metadata engines (engines/fileoperations.c): one create, stat or unlink per file, timed alone
@@ -41,7 +42,7 @@ DISTINCT_PASSES = 32         # of which at most this many are drawn anew (Python
 FILE_OPS_CHUNK = 4096        # metadata engines: files per C call (a stop is seen between calls)
 
 
-@dataclass
+@record
 class JobPlan:
     """What iodl will do for one [job]: everything resolved, nothing left to fio's defaults."""
 
@@ -674,7 +675,7 @@ def pass_plan(plan: JobPlan, files: list[FileSpec], rng: np.random.Generator,
 # ---------------------------------------------------------------------------------------------
 # Workers
 
-@dataclass
+@record
 class CloneResult:
     job_index: int   # position of the [job] in the file
     jobnum: int
@@ -1069,7 +1070,7 @@ def _file_rngs(plan: JobPlan, jobnum: int) -> list | None:
     return [np.random.default_rng([plan.seed, jobnum, i, 0xD15]) for i in range(len(plan.files[jobnum]))]
 
 
-@dataclass
+@record
 class _SyncState:
     """fio's io_issues[DDIR_WRITE] and last_was_sync for one clone (io_u.c get_rw_ddir, should_fsync)."""
 

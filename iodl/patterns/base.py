@@ -8,12 +8,12 @@ the defaults of the optional hooks (sizing demand, planned steps for the progres
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
 from ..metrics import RankResult
+from ..records import record
 
 if TYPE_CHECKING:
     from ..runspec import RunSpec
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 DEFAULT_DURATION_S = 10.0
 
 
-@dataclass
+@record
 class Run:
     """One rank's part of a run: what every pattern is given."""
     comm: object

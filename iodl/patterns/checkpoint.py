@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from ..engine import open_for_read, open_for_write
 from ..errors import IodlError, UsageError
 from ..mlperf import checkpoint_view
 from ..plan import OP_FSYNC, OP_WRITE, fd_budget, new_plan, shard_plan
+from ..records import record
 from ..result import CHECKPOINT as SCHEMA
 from ..s3root import is_s3
 from ..stop import STOP_GRACE_S
@@ -113,7 +113,7 @@ def on_disk_sizes(sizes: list[int], direct: bool) -> list[int]:
 
 # ---- the run resolved once, and one rank's checkpoints
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class CheckpointRunSpec:
     """What every rank runs, decided before any I/O. writes and reads None: the workload's;
     model and layout are filled in by the pattern's configure (or in_training)."""

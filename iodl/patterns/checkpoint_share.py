@@ -1,15 +1,16 @@
 """What one rank writes of a checkpoint and what it counts doing so: shared by the pattern's
 files (iodl/patterns/checkpoint.py) and buckets (iodl/s3checkpoint.py), which the pattern loads
 only for s3:// roots."""
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from .. import histogram
 from ..metrics import RankResult
+from ..records import record
 
 
-@dataclass
+@record
 class RankShare:
     """The files of one rank's share of a checkpoint: names (in the checkpoint's directory) and sizes."""
     names: list[str]
@@ -20,7 +21,7 @@ class RankShare:
         return int(sum(self.sizes))
 
 
-@dataclass
+@record
 class OpCounters(RankResult):
     """A rank's counters of one operation (write or read) over all rounds: RankResult's, plus
     the fsyncs and each round's time and bytes."""

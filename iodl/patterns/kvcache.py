@@ -21,7 +21,7 @@ import random
 import stat
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from ..kvcache import (END_TURN_P, MAX_TURNS, PREFILL_ONLY_TOKENS, QOS, STORAGE_
 from ..limits import aligned
 from ..plan import OP_FSYNC, OP_READ, OP_WRITE, new_plan
 from .base import Pattern
+from ..records import record
 
 MARK = "iodl-kvcache.json"      # the root is iodl's: it made the root, or adopted it empty, and marked it
 MARK_SCHEMA = "iodl.kvcache-root/1"
@@ -43,7 +44,7 @@ POLL_S = 0.1                    # every wait is sliced so that a stop is seen wi
 
 # ---- users and their requests
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class User:
     kind: str
     context: int
@@ -52,7 +53,7 @@ class User:
     priority: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     user: int
     conversation: int
@@ -284,7 +285,7 @@ _SUMS = ("read_bytes", "read_ios", "cached_bytes", "cache_unmeasured_bytes", "wr
 _HISTS = ("read_hist", "write_hist", "fsync_hist", "entry_read_hist", "entry_write_hist", "request_hist")
 
 
-@dataclass
+@record
 class Tally:
     """One worker's counts (a rank's: its workers' summed). Only what completed inside the window."""
     read_bytes: int = 0

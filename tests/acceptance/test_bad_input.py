@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -72,6 +74,24 @@ def test_absurd_workload_values_are_refused_by_read_and_generate(tmp_path, key, 
     proc, elapsed = _timed("generate", "--workload", path, "--root", str(root))
     _assert_refused(proc, elapsed, mention)
     assert os.listdir(root) == [], "a refused generate wrote into the root"
+
+
+@pytest.mark.parametrize("key,value,mention", [("files", "0", "files"), ("sample_size", "[", "invalid TOML")])
+def test_a_bad_workload_file_under_mpi_is_one_line_and_every_rank_exits_2(tmp_path, key, value, mention):
+    """Rank 0 alone reads the workload (runner._setup) and sends the others its refusal: each rank
+    exits 2 (a wrapper shell prints every rank's status), and the line is printed once."""
+    require_or_skip("mpiexec", bool(mpiexec()), "mpiexec not found next to the test interpreter")
+    path = _workload_with(tmp_path, key, value)
+    cmd = [mpiexec(), "-n", "3", "sh", "-c",
+           f"{sys.executable} -m iodl read --workload {path} --engine null --progress off; echo rank-exit=$?"]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    codes = [line for line in proc.stdout.splitlines() if line.startswith("rank-exit=")]
+    assert codes == ["rank-exit=2"] * 3, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("iodl: error: ") and mention in lines[0], proc.stderr
+    assert "rank" not in lines[0]   # every rank refused alike: no rank is named
+    assert time.monotonic() - start < TIME_BOUND_S
 
 
 def test_a_sample_table_that_cannot_fit_in_memory_is_refused(tmp_path):

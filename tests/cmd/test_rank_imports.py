@@ -8,16 +8,18 @@ import sys
 
 from tests.helpers import iodl, mpiexec
 
-# rank 0's printing side, the write pattern a read run without --checkpoint-root never runs, and
-# optional libraries a run of the null engine never needs
+# rank 0's printing side, the write pattern a read run without --checkpoint-root never runs,
+# optional libraries a run of the null engine never needs, and the result's types (for type checkers)
 PRINTING = ["rich", "iodl.report", "iodl.read_report", "iodl.progress"]
 NEVER = ["iodl.patterns.checkpoint", "iodl.patterns.checkpoint_share", "iodl.data.generate", "iodl.dlio", "yaml",
-         "h5py", "matplotlib"]
+         "h5py", "matplotlib", "iodl.result_types"]
 # the standard library's modules that iodl's own code on the way to the first step no longer needs
 # (each was 1-4 ms of a rank's start-up: os.uname for the host name, outputs.create_new for
 # tempfile, math.fsum for statistics, plain threads for concurrent.futures and its logging, the
-# interpreter's own printer for traceback); rank 0's printing side may import them
-STDLIB = ["socket", "tempfile", "statistics", "concurrent.futures", "logging", "traceback"]
+# interpreter's own printer for traceback, cli's own terminal width for argparse's shutil and its
+# bz2, rank 0 alone reading the built-in workload's TOML); rank 0's printing side may import them
+STDLIB = ["socket", "tempfile", "statistics", "concurrent.futures", "logging", "traceback", "shutil", "bz2",
+          "tomllib"]
 
 CODE = f"""
 import gc, os, sys
@@ -73,3 +75,17 @@ def test_an_interpreter_of_the_venv_starts_without_pathlib():
                            "'ipaddress') if m in sys.modules])"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "", proc.stdout
+
+
+def test_rank_0_alone_reads_a_yaml_workload():
+    """The workload goes from rank 0 to the others (runner._setup): DLIO's reader and PyYAML, ~35 ms
+    of CPU a rank, are imported by rank 0 alone; rank 0 has them, which shows the check sees them."""
+    yaml_file = os.path.join(os.path.dirname(__file__), "..", "dlio", "resnet_like_resolved.yaml")
+    code = "import os, sys\nfrom iodl.cli import main\ncode = main(sys.argv[1:])\n" \
+           "print('rank', os.environ['PMI_RANK'], code, *[m for m in ('yaml', 'iodl.dlio', 'tomllib') if m in sys.modules])"
+    proc = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-c", code, "read", "--pattern", "train-sync",
+                           "--workload", yaml_file, "--engine", "null", "--steps", "2", "--compute-time", "0.01",
+                           "--progress", "off"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("rank ")) == \
+        [["0", "0", "yaml", "iodl.dlio"], ["1", "0"]], proc.stdout

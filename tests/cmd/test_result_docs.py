@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from iodl import result as R
+from iodl import result_types as R
 from tests.helpers import REPO, iodl, load_json
 
 DOCS = os.path.join(REPO, "docs", "numbers.md")
