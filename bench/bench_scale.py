@@ -30,7 +30,8 @@ their order swapped every round; per run the median rank's first step and CPU (`
 process). Writes bench/results/NAME.{json,md} (default startup-pair): the runs, and in how many pairs
 B came sooner and used less CPU. Two trees: `--pair PYTHONPATH=/tmp/old,` (a worktree of the
 commit before, its native module copied in) run from outside any checkout: `-m iodl` puts the
-working directory ahead of PYTHONPATH.
+working directory ahead of PYTHONPATH. What a millisecond of a rank's start-up costs the job:
+`PYTHONPATH=bench/startup_burn --pair IODL_BURN_MS=0,40` (a sitecustomize that spins that much CPU).
 
     python bench/bench_scale.py --files 10000,200000 [--ranks 4] [--data /var/tmp/iodl-scale]
 
