@@ -2,10 +2,11 @@
 
 dataclasses writes each method of a class as source text and compiles it when the class is
 defined, every time a process imports the module. At 3.11 that is 0.1-0.4 ms a method and up to six
-methods a class; a rank imports ~22 classes before its first step, and 72 ranks on 2 cores pay it
-~36 times over (about 60 ms of the job's start for each ms of a rank's). The three here behave as
-dataclasses' own (the same fields, in order; equal only to the same class; a frozen record hashes
-its fields, a mutable one is unhashable); __init__ and frozen's guards are still dataclasses'.
+methods a class; a rank imports ~22 classes before its first step, and at 72 ranks on 2 cores each
+ms of a rank's start-up was ~60 ms of the job's (bench/results/startup-burn-1130.md). The three here
+behave as dataclasses' own (the same fields, in order; equal only to the same class; a frozen
+record hashes its fields, a mutable one is unhashable); __init__ and frozen's guards are still
+dataclasses'.
 """
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""The result documents iodl writes and reads back: their schemas' names (the read result's keys are
-typed in iodl/result_types.py), loading, and what an older file lacks. The keys and every figure in them are defined in docs/numbers.md (a test holds a real
-result against that list); the figures themselves are made where they are defined once:
-reduce.rates (rates, cache), training.summarize_steps (the accelerator view),
-sizing.sizing_block, cache.node_view."""
+"""The result documents iodl writes and reads back: their schemas' names (the read result's keys
+are typed in iodl/result_types.py), loading, and what an older file lacks. The keys and every
+figure in them are defined in docs/numbers.md (a test holds a real result against that list); the
+figures themselves are made where they are defined once: reduce.rates (rates, cache),
+training.summarize_steps (the accelerator view), sizing.sizing_block, cache.node_view."""
 from __future__ import annotations
 
 import json
+
 from .errors import UsageError
 
 # The columns of a rank's step records (train-sync, infer-async: one row per step, seconds since the
