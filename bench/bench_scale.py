@@ -423,6 +423,8 @@ def main() -> None:
 
 def by_pair(args) -> None:
     var, _, values = args.pair.partition("=")
+    if not var or values.count(",") != 1 or len(set(values.split(","))) != 2:
+        raise SystemExit(f"bench_scale.py: --pair {args.pair}: give VAR=A,B (one variable, two different values)")
     a, b = values.split(",")
     name = args.name or "startup-pair"
     ranks = int(args.ranks.split(",")[-1])
