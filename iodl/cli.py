@@ -56,13 +56,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _columns() -> int:
-    """The terminal's width as shutil.get_terminal_size gives it (COLUMNS, then the terminal, then
-    80), without importing shutil: argparse's formatter does, and shutil brings bz2 and lzma, ~5 ms
-    of every rank's start-up."""
-    try:
-        return int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        pass
+    """The terminal's width as shutil.get_terminal_size gives it (a positive COLUMNS, then the
+    terminal, then 80), without importing shutil: argparse's formatter does, and shutil brings bz2
+    and lzma, ~5 ms of every rank's start-up."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
     try:
         return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
     except (AttributeError, ValueError, OSError):

@@ -1,5 +1,6 @@
 """The CLI as a user meets it: bad input ends in one line and a non-zero exit, on every rank."""
 import json
+import os
 import subprocess
 import sys
 
@@ -62,3 +63,24 @@ def test_probe_json_reports_every_capability():
     assert proc.returncode == 0, proc.stderr
     names = {c["name"] for c in json.loads(proc.stdout)}
     assert {"root", "aio", "uring", "psync", "null", "fio", "mpi", "loopdev", "blkio"} <= names
+
+
+def test_help_is_as_wide_as_shutil_would_make_it():
+    """cli._columns stands in for shutil.get_terminal_size (not imported, for start-up): a positive
+    COLUMNS, else the terminal, else 80 (stdout is a pipe here); a COLUMNS of 0, below 0 or not a
+    number is ignored as shutil ignores it."""
+    def help_text(columns):
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        if columns is not None:
+            env["COLUMNS"] = columns
+        proc = subprocess.run([sys.executable, "-m", "iodl", "read", "--help"], capture_output=True, text=True,
+                              env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+    default = help_text(None)
+    assert default == help_text("80")
+    for ignored in ("0", "-5", "abc", ""):
+        assert help_text(ignored) == default, ignored
+    narrow = help_text("60")
+    # argparse never breaks a list of choices ({train-sync,...}): every other line fits
+    assert narrow != default and max(len(line) for line in narrow.splitlines() if "{" not in line) <= 60
